@@ -1,0 +1,21 @@
+# The two commands of the README, plus developer conveniences. Everything goes through infra/bootstrap.sh,
+# which creates or reuses the virtualenv and installs the project with its dev extras.
+.PHONY: demo test proto lint bench clean
+
+demo:
+	@bash infra/bootstrap.sh demo
+
+test:
+	@bash infra/bootstrap.sh test
+
+bench:
+	@bash infra/bootstrap.sh bench
+
+lint:
+	@bash infra/bootstrap.sh lint
+
+proto:
+	@bash infra/bootstrap.sh proto
+
+clean:
+	rm -rf .venv .bkaudit checkpoints/* lakehouse

@@ -1,0 +1,51 @@
+"""Shared plumbing for commands: stdin readers, JSON output, and the bad-input contract.
+
+Every command exits 0 on success and 2 with a one-line message on stderr for bad input (never a
+traceback); JSON goes to stdout as one UTF-8 object. Commands raise :class:`bkaudit.errors.BkauditError`
+(or ``FormatError``) for bad input and ``bkaudit.cli.main.run`` turns it into exit code 2.
+
+Example:
+    >>> import io, sys
+    >>> emit_json({"b": 1, "a": [1, 2]}, stream=io.StringIO())
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import IO, Any
+
+from bkaudit.errors import FormatError
+
+
+def read_stdin_bytes() -> bytes:
+    """All of stdin as bytes."""
+    return sys.stdin.buffer.read()
+
+
+def read_stdin_json(what: str) -> Any:
+    """Parse stdin as one JSON document; bad JSON raises :class:`FormatError` naming ``what``.
+
+    Example:
+        >>> # echo '{"a": 1}' | bkaudit ...  → {"a": 1}
+    """
+    raw = read_stdin_bytes()
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise FormatError(f"{what}: stdin is not UTF-8 (byte {err.start})") from None
+    except json.JSONDecodeError as err:
+        raise FormatError(f"{what}: stdin is not valid JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+
+
+def emit_json(value: Any, stream: IO[str] | None = None) -> None:
+    """Write ``value`` as one JSON object and a newline to stdout (UTF-8, non-ASCII kept)."""
+    out = stream if stream is not None else sys.stdout
+    out.write(json.dumps(value, ensure_ascii=False, separators=(", ", ": ")) + "\n")
+    out.flush()
+
+
+def emit_bytes(data: bytes) -> None:
+    """Write raw bytes to stdout (for encoders)."""
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()

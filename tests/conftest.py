@@ -1,0 +1,61 @@
+"""Suite-wide fixtures.
+
+``cli`` runs the ``bkaudit`` command in-process (fast, no subprocess) with the given stdin bytes and returns
+exit code, stdout bytes and stderr text. The service fixtures (ZooKeeper, broker, Spark) come from the
+shipped harness, ``bkaudit.testing.pytest_plugin``.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+
+pytest_plugins = ["bkaudit.testing.pytest_plugin"]
+
+
+@dataclass(frozen=True)
+class CliResult:
+    exit_code: int
+    stdout: bytes
+    stderr: str
+
+    @property
+    def text(self) -> str:
+        return self.stdout.decode("utf-8")
+
+    def json(self) -> object:
+        import json
+
+        return json.loads(self.stdout)
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch) -> Callable[..., CliResult]:
+    """Run ``bkaudit <args>`` in-process: ``cli("metadata", "decode", stdin=b"...")``."""
+    from bkaudit.cli.main import run
+
+    def invoke(*args: str, stdin: bytes | str = b"") -> CliResult:
+        data = stdin.encode("utf-8") if isinstance(stdin, str) else stdin
+        out_buffer = io.BytesIO()
+        err_buffer = io.BytesIO()
+        fake_in = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
+        fake_out = io.TextIOWrapper(out_buffer, encoding="utf-8", write_through=True)
+        fake_err = io.TextIOWrapper(err_buffer, encoding="utf-8", write_through=True)
+        monkeypatch.setattr(sys, "stdin", fake_in)
+        monkeypatch.setattr(sys, "stdout", fake_out)
+        monkeypatch.setattr(sys, "stderr", fake_err)
+        try:
+            code = run(list(args))
+        except SystemExit as exit_:  # typer may still raise for --help
+            code = int(exit_.code or 0)
+        finally:
+            fake_out.flush()
+            fake_err.flush()
+            monkeypatch.undo()
+        return CliResult(code, out_buffer.getvalue(), err_buffer.getvalue().decode("utf-8"))
+
+    return invoke
