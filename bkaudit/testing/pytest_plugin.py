@@ -1,0 +1,1 @@
+"""pytest fixtures for the embedded services. Status: being written (foundation issue)."""
