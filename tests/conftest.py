@@ -34,7 +34,7 @@ class CliResult:
 
 
 @pytest.fixture
-def cli(monkeypatch: pytest.MonkeyPatch) -> Callable[..., CliResult]:
+def cli() -> Callable[..., CliResult]:
     """Run ``bkaudit <args>`` in-process: ``cli("metadata", "decode", stdin=b"...")``."""
     from bkaudit.cli.main import run
 
@@ -45,17 +45,18 @@ def cli(monkeypatch: pytest.MonkeyPatch) -> Callable[..., CliResult]:
         fake_in = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
         fake_out = io.TextIOWrapper(out_buffer, encoding="utf-8", write_through=True)
         fake_err = io.TextIOWrapper(err_buffer, encoding="utf-8", write_through=True)
-        monkeypatch.setattr(sys, "stdin", fake_in)
-        monkeypatch.setattr(sys, "stdout", fake_out)
-        monkeypatch.setattr(sys, "stderr", fake_err)
-        try:
-            code = run(list(args))
-        except SystemExit as exit_:  # typer may still raise for --help
-            code = int(exit_.code or 0)
-        finally:
-            fake_out.flush()
-            fake_err.flush()
-            monkeypatch.undo()
+        # A private MonkeyPatch: undoing it must not undo the test's own patches (env vars...).
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(sys, "stdin", fake_in)
+            patch.setattr(sys, "stdout", fake_out)
+            patch.setattr(sys, "stderr", fake_err)
+            try:
+                code = run(list(args))
+            except SystemExit as exit_:  # typer may still raise for --help
+                code = int(exit_.code or 0)
+            finally:
+                fake_out.flush()
+                fake_err.flush()
         return CliResult(code, out_buffer.getvalue(), err_buffer.getvalue().decode("utf-8"))
 
     return invoke

@@ -1,7 +1,39 @@
-"""`bkaudit dev up | down | status`: the embedded ZooKeeper and Kafka-protocol broker. Status: being written."""
+"""`bkaudit dev up | down | status`: the embedded ZooKeeper and Kafka-protocol broker on loopback.
+
+Example:
+    $ bkaudit dev up
+    {"zookeeper": "127.0.0.1:40123", "kafka": "127.0.0.1:40124"}
+"""
 
 from __future__ import annotations
 
 import typer
 
-app = typer.Typer(help="Embedded ZooKeeper + Kafka-protocol broker on loopback", no_args_is_help=True)
+from bkaudit.cli._io import emit_json
+from bkaudit.settings import load_settings
+
+app = typer.Typer(help="Embedded ZooKeeper + Kafka-protocol broker on loopback.", no_args_is_help=True)
+
+
+def _cluster():  # type: ignore[no-untyped-def]
+    from connectors.devcluster import DevCluster
+
+    return DevCluster(load_settings().dev)
+
+
+@app.command("up")
+def up() -> None:
+    """Start (or reuse) the embedded services; prints {"zookeeper": "host:port", "kafka": "host:port"}."""
+    emit_json(_cluster().up())
+
+
+@app.command("down")
+def down() -> None:
+    """Stop the embedded services started from this state directory (and nothing else)."""
+    emit_json({"stopped": _cluster().down()})
+
+
+@app.command("status")
+def status() -> None:
+    """Say what runs where: pids, addresses, log files."""
+    emit_json(_cluster().status())

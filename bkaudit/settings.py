@@ -1,0 +1,213 @@
+"""Typed configuration for every bkaudit process.
+
+Settings come from, in priority order: keyword arguments, ``BKAUDIT_*`` environment variables (nested with
+``__``, e.g. ``BKAUDIT_KAFKA__BOOTSTRAP_SERVERS``), an optional file named by ``BKAUDIT_CONFIG_FILE``
+(``.toml``, ``.yaml``/``.yml`` or ``.json``), then the defaults below. Secrets are ``SecretStr``: they print as
+``**********`` in ``repr``, logs and ``bkaudit ... --show-config`` output.
+
+The Kafka client defaults are chosen to work against both the embedded Tansu broker and a real Kafka
+cluster; see :class:`KafkaSettings` for why each one is what it is.
+
+Example:
+    >>> settings = Settings(kafka={"bootstrap_servers": "k1:9092", "sasl_password": "s3cret"})
+    >>> settings.kafka.bootstrap_servers
+    'k1:9092'
+    >>> "s3cret" in repr(settings)
+    False
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    JsonConfigSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+    YamlConfigSettingsSource,
+)
+
+from bkaudit.errors import ConfigError
+
+CONFIG_FILE_ENV = "BKAUDIT_CONFIG_FILE"
+
+
+class DevSettings(BaseModel):
+    """The embedded default cluster (`bkaudit dev up`): ZooKeeper from pyspark's jars + the Tansu broker.
+
+    Example:
+        >>> DevSettings().zookeeper_port
+        0
+    """
+
+    state_dir: Path = Field(Path(".bkaudit"), description="pid files, logs and data of the embedded services")
+    zookeeper_port: int = Field(0, ge=0, le=65535, description="0 picks a free port")
+    kafka_port: int = Field(0, ge=0, le=65535, description="0 picks a free port")
+    zookeeper_classpath: str | None = Field(
+        None, description="classpath of a system ZooKeeper; default: the jars inside the installed pyspark"
+    )
+    zookeeper_heap: str = Field("1g", description="-Xmx of the embedded ZooKeeper (1 M ledgers need ~1g)")
+    zookeeper_tick_ms: int = Field(
+        500, ge=50, description="ZooKeeper tickTime; session timeouts may be 2..120 ticks"
+    )
+    java_bin: str = Field("java", description="the java executable")
+    start_timeout_s: float = Field(60.0, gt=0, description="how long `dev up` waits for readiness")
+
+
+class ZooKeeperSettings(BaseModel):
+    """The BookKeeper cluster's ZooKeeper, as the watcher and the simulator connect to it.
+
+    Example:
+        >>> ZooKeeperSettings(connect="zk1:2181,zk2:2181/pulsar").ledgers_root
+        '/ledgers'
+    """
+
+    connect: str = Field("127.0.0.1:2181", description="kazoo hosts string, an optional chroot after the last host")
+    ledgers_root: str = Field("/ledgers", description="BookKeeper's zkLedgersRootPath")
+    session_timeout_s: float = Field(30.0, gt=0)
+    auth_scheme: Literal["none", "digest", "sasl"] = "none"
+    auth_username: str | None = None
+    auth_password: SecretStr | None = None
+
+    @field_validator("ledgers_root")
+    @classmethod
+    def _absolute_root(cls, value: str) -> str:
+        if not value.startswith("/") or (len(value) > 1 and value.endswith("/")):
+            raise ValueError("ledgers_root must be an absolute ZooKeeper path without a trailing '/'")
+        return value
+
+
+class KafkaSettings(BaseModel):
+    """Kafka connection and client defaults (kafka-python option names where they map one to one).
+
+    Defaults that exist because of the embedded Tansu broker, each safe on real Kafka and overridable:
+
+    - ``producer_batch_size = 0``: Tansu reports a wrong high watermark for multi-record batches, so the
+      producer sends one record per batch. On a real cluster raise it (e.g. 65536) with ``linger_ms`` 5–20.
+    - ``consumer_session_timeout_ms``/``heartbeat_interval_ms``/``max_poll_interval_ms`` short: Tansu's
+      first group join waits for the full rebalance timeout; short timeouts keep joins fast.
+
+    Example:
+        >>> KafkaSettings().changes_topic
+        'bkaudit.changes'
+    """
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    changes_topic: str = "bkaudit.changes"
+    alerts_topic: str = "bkaudit.alerts"
+    feedback_topic: str = "bkaudit.feedback"
+    topic_partitions: int = Field(4, ge=1, description="partitions of topics we create when absent")
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_password: SecretStr | None = None
+    client_id: str = "bkaudit"
+    request_timeout_ms: int = Field(30_000, gt=0)
+    producer_acks: Literal["all", "1", "0"] = "all"
+    producer_batch_size: int = Field(0, ge=0)
+    producer_linger_ms: int = Field(0, ge=0)
+    producer_retries: int = Field(2_147_483_647, ge=0)
+    producer_max_in_flight: int = Field(1, ge=1, description="1 keeps per-key order across retries")
+    producer_buffer_memory: int = Field(32 * 1024 * 1024, gt=0)
+    producer_max_block_ms: int = Field(60_000, gt=0, description="back-pressure: block, never drop")
+    consumer_session_timeout_ms: int = Field(6_000, gt=0)
+    consumer_heartbeat_interval_ms: int = Field(1_000, gt=0)
+    consumer_max_poll_interval_ms: int = Field(30_000, gt=0)
+    producer_enable_idempotence: bool = Field(False, description="Tansu has no idempotent producer support")
+    producer_delivery_timeout_ms: int = Field(120_000, gt=0)
+
+
+class SparkSettings(BaseModel):
+    """How the one Spark session helper builds the session (``streaming.session.build_spark_session``).
+
+    Example:
+        >>> SparkSettings().master
+        'local[*]'
+    """
+
+    master: str = "local[*]"
+    app_name: str = "bkaudit"
+    ui_enabled: bool = True
+    shuffle_partitions: int = Field(4, ge=1)
+    driver_memory: str = "2g"
+    num_recent_progress_updates: int = Field(1000, ge=100)
+    extra_conf: dict[str, str] = Field(default_factory=dict, description="any other spark.* settings")
+
+
+class Settings(BaseSettings):
+    """All settings of one bkaudit process.
+
+    Example:
+        >>> Settings().lakehouse_root
+        PosixPath('lakehouse')
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="BKAUDIT_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        validate_default=True,
+    )
+
+    cluster: str | None = Field(None, description="cluster name in alerts; default: the INSTANCEID")
+    lakehouse_root: Path = Path("lakehouse")
+    checkpoint_root: Path = Path("checkpoints")
+    dev: DevSettings = Field(default_factory=DevSettings)
+    zookeeper: ZooKeeperSettings = Field(default_factory=ZooKeeperSettings)
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings)
+    spark: SparkSettings = Field(default_factory=SparkSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_file = os.environ.get(CONFIG_FILE_ENV)
+        if config_file:
+            sources.append(_file_source(settings_cls, Path(config_file)))
+        return tuple(sources)
+
+
+def _file_source(settings_cls: type[BaseSettings], path: Path) -> PydanticBaseSettingsSource:
+    if not path.is_file():
+        raise ConfigError(f"{CONFIG_FILE_ENV}={path}: no such file")
+    suffix = path.suffix.lower()
+    if suffix == ".toml":
+        return TomlConfigSettingsSource(settings_cls, toml_file=path)
+    if suffix in (".yaml", ".yml"):
+        return YamlConfigSettingsSource(settings_cls, yaml_file=path)
+    if suffix == ".json":
+        return JsonConfigSettingsSource(settings_cls, json_file=path)
+    raise ConfigError(f"{CONFIG_FILE_ENV}={path}: use a .toml, .yaml, .yml or .json file")
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build :class:`Settings`; any validation problem becomes one :class:`ConfigError` line.
+
+    Example:
+        >>> load_settings(lakehouse_root="/tmp/lh").lakehouse_root
+        PosixPath('/tmp/lh')
+    """
+    from pydantic import ValidationError
+
+    try:
+        return Settings(**overrides)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors(include_url=False)
+        )
+        raise ConfigError(f"invalid settings: {problems}") from None

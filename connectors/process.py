@@ -1,0 +1,182 @@
+"""Start, find and stop the local server processes bkaudit owns (embedded ZooKeeper and broker).
+
+A :class:`ManagedProcess` is a daemon started in its own session with a pid file and a log file in a state
+directory, so it outlives the command that started it and a later ``bkaudit dev down`` can find it. Stopping
+checks that the pid still belongs to us (its command line names our marker) so a recycled pid is never
+killed.
+
+Status: stable.
+
+Example:
+    >>> port = free_port()
+    >>> 1024 <= port <= 65535
+    True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bkaudit.errors import ServiceError
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port that was free a moment ago on ``host``.
+
+    Example:
+        >>> isinstance(free_port(), int)
+        True
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def ensure_port_free(port: int, what: str, host: str = LOOPBACK) -> None:
+    """Raise a clear :class:`ServiceError` when ``port`` is already taken (rather than hang later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as err:
+            raise ServiceError(f"{what}: port {host}:{port} is already in use ({err.strerror})") from None
+
+
+def port_open(port: int, host: str = LOOPBACK, timeout: float = 0.5) -> bool:
+    """True when something accepts TCP connections on ``host:port``."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def pid_alive(pid: int) -> bool:
+    """True when ``pid`` exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(OSError):
+        status = Path(f"/proc/{pid}/stat").read_text()
+        if status.rsplit(")", 1)[-1].split()[0] == "Z":
+            return False
+    return True
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+@dataclass
+class ManagedProcess:
+    """One server process owned by bkaudit, identified by ``name`` inside ``state_dir``.
+
+    ``marker`` must appear in the process's command line; it guards against killing a recycled pid.
+    """
+
+    name: str
+    state_dir: Path
+    marker: str
+    _popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def pid_file(self) -> Path:
+        return self.state_dir / f"{self.name}.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.state_dir / f"{self.name}.log"
+
+    def pid(self) -> int | None:
+        """The pid of our running process, or None (stale pid files are ignored)."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        if pid_alive(pid) and self.marker in _cmdline(pid):
+            return pid
+        return None
+
+    def start(self, argv: Sequence[str], env: dict[str, str] | None = None) -> int:
+        """Start ``argv`` detached (own session), output to the log file; returns the pid."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as log:
+            try:
+                self._popen = subprocess.Popen(
+                    list(argv),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    env=env,
+                    cwd=self.state_dir,
+                )
+            except FileNotFoundError:
+                raise ServiceError(f"{self.name}: cannot run {argv[0]!r}: not found") from None
+        self.pid_file.write_text(f"{self._popen.pid}\n")
+        return self._popen.pid
+
+    def wait_until(self, ready: Callable[[], bool], timeout: float, what: str) -> None:
+        """Poll ``ready`` until true; fail fast with the log tail if the process dies or time runs out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if ready():
+                return
+            if self._popen is not None and self._popen.poll() is not None:
+                raise ServiceError(
+                    f"{self.name} exited with code {self._popen.returncode} before {what}; "
+                    f"log {self.log_file}: {self.log_tail(5)}"
+                )
+            time.sleep(0.1)
+        raise ServiceError(f"{self.name}: not {what} after {timeout:.0f} s; log {self.log_file}: {self.log_tail(5)}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last ``lines`` lines of the log, joined with ' | ' when used in one-line errors."""
+        try:
+            text = self.log_file.read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            return "(no log)"
+        return " | ".join(line.strip() for line in text if line.strip()) if lines <= 5 else "\n".join(text)
+
+    def stop(self, timeout: float = 10.0, *, hard: bool = False) -> bool:
+        """Stop our process (SIGTERM, then SIGKILL after ``timeout``); True when one was running."""
+        pid = self.pid()
+        if pid is None:
+            self.pid_file.unlink(missing_ok=True)
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL if hard else signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while pid_alive(pid) and time.monotonic() < deadline:
+            self._reap()
+            time.sleep(0.05)
+        if pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+            while pid_alive(pid):
+                self._reap()
+                time.sleep(0.05)
+        self._reap()
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
+    def _reap(self) -> None:
+        if self._popen is not None:
+            with contextlib.suppress(Exception):
+                self._popen.poll()

@@ -1,0 +1,210 @@
+"""The embedded ZooKeeper server for development, the demo and tests.
+
+Runs the ZooKeeper server classes that ship inside the installed pyspark
+(``java -cp "<pyspark>/jars/*" org.apache.zookeeper.server.quorum.QuorumPeerMain zoo.cfg``) on loopback,
+with its own data directory, a free port, the four-letter words ``ruok,srvr,mntr,envi``, the admin server
+off and a log4j2 configuration that writes a readable ``zookeeper.log``. A system ZooKeeper can be used
+instead by pointing ``zookeeper_classpath`` at its jars.
+
+Status: stable. Production points at a real ensemble through ``ZooKeeperSettings.connect``.
+
+Example:
+    >>> from pathlib import Path
+    >>> zk = EmbeddedZooKeeper(Path("/tmp/bkaudit-doc-zk"))
+    >>> zk.address if zk.is_running() else "not running"
+    'not running'
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bkaudit.errors import ServiceError
+from connectors.process import LOOPBACK, ManagedProcess, ensure_port_free, free_port
+
+MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+
+_LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = File
+appender.file.fileName = {log_file}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{ISO8601}} %-5p [%t] %c{{1}}: %m%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = File
+logger.quiet.name = org.apache.zookeeper.server.NIOServerCnxn
+logger.quiet.level = WARN
+"""
+
+
+def pyspark_jars_classpath() -> str:
+    """The ``<pyspark>/jars/*`` classpath of the installed pyspark (holds zookeeper-3.9.x jars)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise ServiceError("pyspark is not installed: it provides the ZooKeeper server jars")
+    jars = Path(next(iter(spec.submodule_search_locations))) / "jars"
+    if not any(jars.glob("zookeeper-*.jar")):
+        raise ServiceError(f"no zookeeper-*.jar under {jars}")
+    return f"{jars}/*"
+
+
+def four_letter_word(port: int, word: str, host: str = LOOPBACK, timeout: float = 2.0) -> str:
+    """Send a ZooKeeper four-letter word (``ruok``, ``srvr``, ``mntr``, ``envi``) and return the answer."""
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.sendall(word.encode("ascii"))
+        chunks: list[bytes] = []
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+@dataclass
+class EmbeddedZooKeeper:
+    """A standalone ZooKeeper server owned by bkaudit, state under ``state_dir``.
+
+    Example:
+        >>> from pathlib import Path
+        >>> EmbeddedZooKeeper(Path("/tmp/x")).data_dir
+        PosixPath('/tmp/x/zookeeper-data')
+    """
+
+    state_dir: Path
+    port: int = 0
+    heap: str = "1g"
+    tick_ms: int = 500
+    java_bin: str = "java"
+    classpath: str | None = None
+
+    def __post_init__(self) -> None:
+        self.state_dir = Path(self.state_dir).absolute()
+        self._process = ManagedProcess("zookeeper", self.state_dir, marker=str(self.config_file))
+        if self.port == 0:
+            self.port = self._recorded_port() or 0
+
+    @property
+    def data_dir(self) -> Path:
+        return self.state_dir / "zookeeper-data"
+
+    @property
+    def config_file(self) -> Path:
+        return self.state_dir / "zoo.cfg"
+
+    @property
+    def log_file(self) -> Path:
+        return self.state_dir / "zookeeper.log"
+
+    @property
+    def address(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    def pid(self) -> int | None:
+        return self._process.pid()
+
+    def is_running(self) -> bool:
+        return self.pid() is not None
+
+    def _recorded_port(self) -> int | None:
+        try:
+            for line in self.config_file.read_text().splitlines():
+                if line.startswith("clientPort="):
+                    return int(line.split("=", 1)[1])
+        except (OSError, ValueError):
+            return None
+        return None
+
+    def _write_config(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        # maxClientCnxns=0: the simulator holds one session per bookie, all from 127.0.0.1.
+        self.config_file.write_text(
+            "\n".join(
+                [
+                    f"tickTime={self.tick_ms}",
+                    f"dataDir={self.data_dir}",
+                    f"clientPort={self.port}",
+                    f"clientPortAddress={LOOPBACK}",
+                    "maxClientCnxns=0",
+                    f"minSessionTimeout={2 * self.tick_ms}",
+                    f"maxSessionTimeout={120 * self.tick_ms}",
+                    "4lw.commands.whitelist=ruok,srvr,mntr,envi",
+                    "admin.enableServer=false",
+                    "autopurge.snapRetainCount=3",
+                    "autopurge.purgeInterval=1",
+                    "preAllocSize=16384",
+                    "",
+                ]
+            )
+        )
+        (self.state_dir / "zookeeper-log4j2.properties").write_text(_LOG4J2.format(log_file=self.log_file))
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start (idempotent: a running server is left alone) and wait until it answers ``ruok``."""
+        if self.is_running():
+            self._wait_ready(timeout)
+            return
+        java = shutil.which(self.java_bin)
+        if java is None:
+            raise ServiceError(
+                f"ZooKeeper needs Java: {self.java_bin!r} is not on PATH (install openjdk-17-jre-headless)"
+            )
+        if self.port == 0:
+            self.port = free_port()
+        else:
+            ensure_port_free(self.port, "zookeeper")
+        self._write_config()
+        classpath = self.classpath or pyspark_jars_classpath()
+        argv = [
+            java,
+            f"-Xmx{self.heap}",
+            "-XX:+UseG1GC",
+            "-Dzookeeper.admin.enableServer=false",
+            "-Djute.maxbuffer=67108864",  # 1 M-child listings (flat layout) exceed the 1 MB default
+            f"-Dlog4j2.configurationFile={self.state_dir / 'zookeeper-log4j2.properties'}",
+            "-Dzookeeper.jmx.log4j.disable=true",
+            "-cp",
+            classpath,
+            MAIN_CLASS,
+            str(self.config_file),
+        ]
+        self._process.start(argv)
+        self._wait_ready(timeout)
+
+    def _ready(self) -> bool:
+        try:
+            return four_letter_word(self.port, "ruok", timeout=0.5) == "imok" and "Mode:" in four_letter_word(
+                self.port, "srvr", timeout=0.5
+            )
+        except OSError:
+            return False
+
+    def _wait_ready(self, timeout: float) -> None:
+        self._process.wait_until(self._ready, timeout, what=f"answering on {self.address}")
+
+    def stop(self, *, hard: bool = False) -> bool:
+        """Stop the server (SIGKILL when ``hard``); data stays. True when one was running."""
+        return self._process.stop(hard=hard)
+
+    def restart(self, timeout: float = 60.0, downtime: float = 0.0) -> None:
+        """Stop and start again on the same port with the same data (sessions survive if short enough)."""
+        self.stop()
+        if downtime:
+            time.sleep(downtime)
+        self.start(timeout)
+
+    def stats(self) -> dict[str, str]:
+        """The ``mntr`` figures (znode count, data size, latency...) as a dict."""
+        answer = four_letter_word(self.port, "mntr")
+        pairs = (line.split("\t", 1) for line in answer.splitlines() if "\t" in line)
+        return {key: value for key, value in pairs}
+
+    def log_tail(self, lines: int = 40) -> str:
+        return self._process.log_tail(lines) if self.log_file.exists() else "(no log)"

@@ -1,0 +1,180 @@
+"""The embedded services really work, and the harness's fault helpers really inject faults."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from connectors.kafka.client_config import consumer_config, producer_config
+from connectors.kafka.topics import ensure_topic
+from connectors.process import pid_alive
+
+pytestmark = pytest.mark.integration
+
+
+def test_zookeeper_creates_and_reads_znodes_inside_the_test_chroot(zk_client, bk_services, zk_chroot):
+    zk_client.create("/ledgers/00/0000/L0001", b"payload", makepath=True)
+    data, stat = zk_client.get("/ledgers/00/0000/L0001")
+    assert data == b"payload"
+    assert stat.version == 0
+    # The chroot isolates the test: the root client sees the node under the chroot path.
+    root = bk_services.kazoo_client()
+    try:
+        assert root.exists(f"{zk_chroot}/ledgers/00/0000/L0001") is not None
+        assert root.exists("/ledgers/00/0000/L0001") is None
+    finally:
+        root.stop()
+        root.close()
+
+
+def test_expire_session_really_expires_the_session(bk_services, zk_chroot):
+    client = bk_services.kazoo_client(zk_chroot)
+    observer = bk_services.kazoo_client(zk_chroot)
+    try:
+        client.create("/bookie", b"", ephemeral=True)
+        old_session = client.client_id[0]
+        assert observer.exists("/bookie") is not None
+
+        bk_services.expire_session(client)
+
+        # The server dropped the session: its ephemeral node is gone for everyone...
+        assert observer.exists("/bookie") is None
+        # ...and kazoo came back with a brand-new session.
+        assert client.connected
+        assert client.client_id[0] != old_session
+    finally:
+        for c in (client, observer):
+            c.stop()
+            c.close()
+
+
+def test_restart_zookeeper_keeps_data_and_clients_reconnect(bk_services, zk_chroot):
+    client = bk_services.kazoo_client(zk_chroot, connection_retry={"max_tries": -1, "max_delay": 0.5})
+    try:
+        client.create("/persistent", b"kept")
+        session = client.client_id[0]
+        bk_services.restart_zookeeper()
+        deadline = time.monotonic() + 30
+        while not client.connected and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert client.connected
+        assert client.get("/persistent")[0] == b"kept"
+        # A short restart does not expire the session (it is recovered from the server's data dir).
+        assert client.client_id[0] == session
+    finally:
+        client.stop()
+        client.close()
+
+
+def test_broker_produces_and_consumes_in_per_key_order(kafka_settings):
+    topic = kafka_settings.changes_topic
+    assert ensure_topic(kafka_settings, topic, partitions=3) == 3
+    producer = KafkaProducer(**producer_config(kafka_settings))
+    sent = [(f"ledger/{i % 5}".encode(), f"v{i}".encode()) for i in range(200)]
+    for key, value in sent:
+        producer.send(topic, key=key, value=value)
+    producer.flush()
+    producer.close()
+
+    consumer = KafkaConsumer(**consumer_config(kafka_settings, None))
+    partitions = [TopicPartition(topic, p) for p in range(3)]
+    consumer.assign(partitions)
+    consumer.seek_to_beginning()
+    # High watermarks must be exact (the Tansu multi-record-batch bug is avoided by batch_size=0).
+    assert sum(consumer.end_offsets(partitions).values()) == len(sent)
+    received: list[tuple[bytes, bytes]] = []
+    deadline = time.monotonic() + 20
+    while len(received) < len(sent) and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=500).values():
+            received.extend((r.key, r.value) for r in records)
+    consumer.close()
+    assert sorted(received) == sorted(sent)
+    for key in {k for k, _ in sent}:
+        assert [v for k, v in received if k == key] == [v for k, v in sent if k == key]
+
+
+def test_stop_broker_makes_it_unreachable_and_start_brings_it_back_empty(bk_services, kafka_settings):
+    topic = kafka_settings.alerts_topic
+    ensure_topic(kafka_settings, topic, partitions=1)
+    port = int(bk_services.kafka_bootstrap.rsplit(":", 1)[1])
+    bk_services.stop_broker()
+    try:
+        with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            pass
+    finally:
+        bk_services.start_broker()
+    # In-memory storage: the topic did not survive, and the broker answers again.
+    consumer = KafkaConsumer(**consumer_config(kafka_settings, None))
+    try:
+        assert topic not in consumer.topics()
+    finally:
+        consumer.close()
+
+
+def _bkaudit(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bkaudit.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+def test_dev_up_status_down_twice_leaves_nothing_behind(tmp_path):
+    env = {"BKAUDIT_DEV__STATE_DIR": str(tmp_path / "state")}
+    for _ in range(2):
+        up = _bkaudit(["dev", "up"], env, tmp_path)
+        assert up.returncode == 0, up.stderr
+        addresses = json.loads(up.stdout)
+        assert set(addresses) == {"zookeeper", "kafka"}
+        # up is idempotent: a second call reuses the running services.
+        again = _bkaudit(["dev", "up"], env, tmp_path)
+        assert json.loads(again.stdout) == addresses
+
+        status = json.loads(_bkaudit(["dev", "status"], env, tmp_path).stdout)
+        pids = [status["zookeeper"]["pid"], status["kafka"]["pid"]]
+        assert status["zookeeper"]["running"] and status["kafka"]["running"]
+        assert status["zookeeper"]["address"] == addresses["zookeeper"]
+        client = KazooClient(hosts=addresses["zookeeper"])
+        client.start(timeout=10)
+        client.stop()
+        client.close()
+
+        down = _bkaudit(["dev", "down"], env, tmp_path)
+        assert down.returncode == 0
+        assert json.loads(down.stdout) == {"stopped": {"zookeeper": True, "kafka": True}}
+        assert not any(pid_alive(pid) for pid in pids)
+        status = json.loads(_bkaudit(["dev", "status"], env, tmp_path).stdout)
+        assert not status["zookeeper"]["running"] and not status["kafka"]["running"]
+
+
+def test_dev_up_with_a_taken_port_fails_fast_with_one_line(tmp_path):
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        port = blocker.getsockname()[1]
+        env = {"BKAUDIT_DEV__STATE_DIR": str(tmp_path / "state"), "BKAUDIT_DEV__ZOOKEEPER_PORT": str(port)}
+        result = _bkaudit(["dev", "up"], env, tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert f"port 127.0.0.1:{port} is already in use" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_dev_up_without_java_says_so(tmp_path):
+    env = {"BKAUDIT_DEV__STATE_DIR": str(tmp_path / "state"), "BKAUDIT_DEV__JAVA_BIN": "/nonexistent/java"}
+    result = _bkaudit(["dev", "up"], env, tmp_path)
+    assert result.returncode == 2
+    assert "needs Java" in result.stderr and result.stderr.count("\n") == 1
