@@ -76,7 +76,9 @@ def run_demo(settings: Settings, *, keep_running: bool = False) -> dict[str, Any
             ensure_topic(kafka, kafka.changes_topic, partitions=2)
             producer = KafkaProducer(**producer_config(kafka))
             for path in paths:
-                producer.send(kafka.changes_topic, key=path.encode(), value=json.dumps({"path": path}).encode())
+                producer.send(
+                    kafka.changes_topic, key=path.encode(), value=json.dumps({"path": path}).encode()
+                )
             producer.flush()
             producer.close()
 

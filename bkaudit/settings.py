@@ -2,8 +2,8 @@
 
 Settings come from, in priority order: keyword arguments, ``BKAUDIT_*`` environment variables (nested with
 ``__``, e.g. ``BKAUDIT_KAFKA__BOOTSTRAP_SERVERS``), an optional file named by ``BKAUDIT_CONFIG_FILE``
-(``.toml``, ``.yaml``/``.yml`` or ``.json``), then the defaults below. Secrets are ``SecretStr``: they print as
-``**********`` in ``repr``, logs and ``bkaudit ... --show-config`` output.
+(``.toml``, ``.yaml``/``.yml`` or ``.json``), then the defaults below. Secrets are ``SecretStr``: they
+print as ``**********`` in ``repr``, logs and JSON dumps.
 
 The Kafka client defaults are chosen to work against both the embedded Tansu broker and a real Kafka
 cluster; see :class:`KafkaSettings` for why each one is what it is.
@@ -67,7 +67,9 @@ class ZooKeeperSettings(BaseModel):
         '/ledgers'
     """
 
-    connect: str = Field("127.0.0.1:2181", description="kazoo hosts string, an optional chroot after the last host")
+    connect: str = Field(
+        "127.0.0.1:2181", description="kazoo hosts string, an optional chroot after the last host"
+    )
     ledgers_root: str = Field("/ledgers", description="BookKeeper's zkLedgersRootPath")
     session_timeout_s: float = Field(30.0, gt=0)
     auth_scheme: Literal["none", "digest", "sasl"] = "none"

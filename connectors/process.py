@@ -144,7 +144,9 @@ class ManagedProcess:
                     f"log {self.log_file}: {self.log_tail(5)}"
                 )
             time.sleep(0.1)
-        raise ServiceError(f"{self.name}: not {what} after {timeout:.0f} s; log {self.log_file}: {self.log_tail(5)}")
+        raise ServiceError(
+            f"{self.name}: not {what} after {timeout:.0f} s; log {self.log_file}: {self.log_tail(5)}"
+        )
 
     def log_tail(self, lines: int = 40) -> str:
         """The last ``lines`` lines of the log, joined with ' | ' when used in one-line errors."""

@@ -60,7 +60,7 @@ case "$action" in
     exec python -m pytest "$@"
     ;;
   bench)
-    exec python -m pytest tests/benchmarks -m benchmark -s -p no:cacheprovider "$@"
+    exec python -m pytest tests/benchmarks -m benchmark -s -p no:cacheprovider -o addopts="" "$@"
     ;;
   lint)
     ruff check . && ruff format --check . && mypy bkaudit connectors streaming

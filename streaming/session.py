@@ -31,7 +31,8 @@ def spark_conf(settings: SparkSettings, *, for_tests: bool = False) -> dict[str,
     """The Spark configuration :func:`build_spark_session` applies (``extra_conf`` wins).
 
     Example:
-        >>> spark_conf(SparkSettings())["spark.sql.streaming.stateStore.providerClass"].endswith("RocksDBStateStoreProvider")
+        >>> conf = spark_conf(SparkSettings())
+        >>> conf["spark.sql.streaming.stateStore.providerClass"].endswith("RocksDBStateStoreProvider")
         True
     """
     conf = {

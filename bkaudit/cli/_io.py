@@ -35,7 +35,12 @@ def read_stdin_json(what: str) -> Any:
     except UnicodeDecodeError as err:
         raise FormatError(f"{what}: stdin is not UTF-8 (byte {err.start})") from None
     except json.JSONDecodeError as err:
-        raise FormatError(f"{what}: stdin is not valid JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+        where = f"line {err.lineno} column {err.colno}"
+        raise FormatError(f"{what}: stdin is not valid JSON ({err.msg} at {where})") from None
+    except RecursionError:
+        raise FormatError(f"{what}: stdin JSON is nested too deeply") from None
+    except ValueError as err:  # e.g. an integer literal longer than Python's 4300-digit limit
+        raise FormatError(f"{what}: stdin JSON has an unusable value ({str(err).splitlines()[0]})") from None
 
 
 def emit_json(value: Any, stream: IO[str] | None = None) -> None:

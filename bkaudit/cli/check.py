@@ -1,7 +1,188 @@
-"""`bkaudit check ...` commands (see shared interfaces §1). Status: being written."""
+"""`bkaudit check replicas | placement` (shared interfaces §1).
+
+Status: complete. Both commands read one JSON object on stdin, validate it here (bad input → exit 2 with one
+line on stderr) and apply the pure rules of :mod:`streaming.rules.replicas` and
+:mod:`streaming.rules.placement`. Unknown keys are ignored, so the output of ``bkaudit metadata decode``
+plus a ``"bookies"`` object is valid ``check replicas`` input.
+
+``check replicas`` decisions: ``ack_quorum`` defaults to ``write_quorum`` (BookKeeper's reader rule) and
+``last_entry_id`` to -1; an ensemble bookie absent from ``"bookies"`` is treated as ``"UNAVAILABLE"``;
+output adds ``worst_entry_count`` (``worst_entries`` is capped at 1000 ids, ascending); ``unknown_bookies``
+is sorted.
+
+``check placement`` decisions: omitted parameters take BookKeeper's defaults, ``ack_quorum`` defaults to
+``write_quorum``; an empty ensemble is FAIL (as in BookKeeper), otherwise ``write_quorum`` must not exceed
+the ensemble size; ``racks`` values may be ``null`` (= not mapped). Output adds ``soft_write_sets`` and
+``reason``.
+
+Example:
+    $ echo '{"policy": "rackaware", "ensemble": ["b1", "b2"], "write_quorum": 2}' | bkaudit check placement
+    {"adherence": "FAIL", "failing_write_sets": [["b1", "b2"]], "soft_write_sets": [], "reason": "..."}
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
-app = typer.Typer(help="check commands", no_args_is_help=True)
+from bkaudit.cli._io import emit_json, read_stdin_json
+from bkaudit.cli.availability import json_entry_ids, json_field, json_int, json_kind, json_object
+from bkaudit.domain.availability import MAX_ENTRY_ID, EntryAvailability
+from bkaudit.errors import FormatError
+from streaming.rules.placement import (
+    DEFAULT_DESIRED_ZONES_PER_WRITE_QUORUM,
+    DEFAULT_ENFORCE_MIN_RACKS_PER_WRITE_QUORUM,
+    DEFAULT_MIN_RACKS_PER_WRITE_QUORUM,
+    DEFAULT_MIN_REGIONS_FOR_DURABILITY,
+    DEFAULT_MIN_ZONES_PER_WRITE_QUORUM,
+    POLICIES,
+    check_placement,
+)
+from streaming.rules.replicas import LEDGER_STATES, BookieStatus, LedgerSegment, classify_replicas
+
+app = typer.Typer(help="Audit one ledger: replicas held by bookies, placement policy.", no_args_is_help=True)
+
+
+def _string(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise FormatError(f"{what} must be a string, got {json_kind(value)}")
+    return value
+
+
+def _string_list(value: Any, what: str) -> list[str]:
+    if not isinstance(value, list):
+        raise FormatError(f"{what} must be an array of bookie ids, got {json_kind(value)}")
+    return [_string(item, f"{what}[{index}]") for index, item in enumerate(value)]
+
+
+def _quorums(document: dict[str, Any], what: str, ensemble_size: int) -> tuple[int, int]:
+    """``(write_quorum, ack_quorum)`` with 1 <= AQ <= WQ <= ensemble_size."""
+    write_quorum = json_int(json_field(document, "write_quorum", what), f"{what}: write_quorum", 1)
+    if write_quorum > ensemble_size:
+        raise FormatError(f"{what}: write_quorum {write_quorum} exceeds the ensemble size {ensemble_size}")
+    ack_quorum = json_int(document.get("ack_quorum", write_quorum), f"{what}: ack_quorum", 1)
+    if ack_quorum > write_quorum:
+        raise FormatError(f"{what}: ack_quorum {ack_quorum} exceeds write_quorum {write_quorum}")
+    return write_quorum, ack_quorum
+
+
+def _segments(value: Any, what: str, ensemble_size: int) -> list[LedgerSegment]:
+    if not isinstance(value, list) or not value:
+        raise FormatError(f"{what}: segments must be a non-empty array")
+    segments: list[LedgerSegment] = []
+    for index, raw in enumerate(value):
+        where = f"{what}: segments[{index}]"
+        item = json_object(raw, where)
+        first = json_int(
+            json_field(item, "first_entry_id", where), f"{where}.first_entry_id", 0, MAX_ENTRY_ID
+        )
+        ensemble = _string_list(json_field(item, "ensemble", where), f"{where}.ensemble")
+        if len(ensemble) != ensemble_size:
+            raise FormatError(
+                f"{where}: ensemble has {len(ensemble)} bookies, ensemble_size is {ensemble_size}"
+            )
+        if segments and first < segments[-1].first_entry_id:
+            raise FormatError(f"{where}: first_entry_id {first} is below the previous segment's")
+        segments.append(LedgerSegment(first, tuple(ensemble)))
+    return segments
+
+
+def _answers(value: Any, what: str) -> dict[str, EntryAvailability | BookieStatus]:
+    bookies = json_object(value, f"{what}: bookies")
+    answers: dict[str, EntryAvailability | BookieStatus] = {}
+    for bookie, raw in bookies.items():
+        if isinstance(raw, str):
+            if raw not in (BookieStatus.NO_LEDGER.value, BookieStatus.UNAVAILABLE.value):
+                raise FormatError(
+                    f"{what}: bookies[{bookie!r}] must be an array of entry ids, "
+                    f'"NO_LEDGER" or "UNAVAILABLE", got {raw!r}'
+                )
+            answers[bookie] = BookieStatus(raw)
+        else:
+            ids = json_entry_ids(raw, f"{what}: bookies[{bookie!r}]")
+            answers[bookie] = EntryAvailability.from_entry_ids(ids)
+    return answers
+
+
+@app.command("replicas")
+def replicas_command() -> None:
+    """stdin: one ledger and each bookie's answer; stdout: the replicas-check classification as JSON."""
+    what = "check replicas"
+    document = json_object(read_stdin_json(what), f"{what}: input")
+    ensemble_size = json_int(json_field(document, "ensemble_size", what), f"{what}: ensemble_size", 1)
+    write_quorum, ack_quorum = _quorums(document, what, ensemble_size)
+    state = _string(json_field(document, "state", what), f"{what}: state")
+    if state not in LEDGER_STATES:
+        raise FormatError(f"{what}: state must be one of {', '.join(LEDGER_STATES)}, got {state!r}")
+    last_entry_id = json_int(document.get("last_entry_id", -1), f"{what}: last_entry_id", -1, MAX_ENTRY_ID)
+    segments = _segments(json_field(document, "segments", what), what, ensemble_size)
+    answers = _answers(document.get("bookies", {}), what)
+    try:
+        verdict = classify_replicas(
+            ensemble_size=ensemble_size,
+            write_quorum=write_quorum,
+            ack_quorum=ack_quorum,
+            state=state,
+            last_entry_id=last_entry_id,
+            segments=segments,
+            answers=answers,
+        )
+    except ValueError as err:  # the rule's own checks, should the CLI's above ever miss one
+        raise FormatError(f"{what}: {err}") from None
+    emit_json(verdict.to_json())
+
+
+def _racks(value: Any, what: str) -> dict[str, str | None]:
+    if value is None:
+        return {}
+    racks = json_object(value, f"{what}: racks")
+    for bookie, location in racks.items():
+        if location is not None and not isinstance(location, str):
+            raise FormatError(f"{what}: racks[{bookie!r}] must be a string or null")
+    return racks
+
+
+@app.command("placement")
+def placement_command() -> None:
+    """stdin: policy, ensemble, quorums, rack map and policy settings; stdout: adherence as JSON."""
+    what = "check placement"
+    document = json_object(read_stdin_json(what), f"{what}: input")
+    policy = _string(json_field(document, "policy", what), f"{what}: policy")
+    if policy not in POLICIES:
+        raise FormatError(f"{what}: unknown policy {policy!r} (expected one of {', '.join(POLICIES)})")
+    ensemble = _string_list(json_field(document, "ensemble", what), f"{what}: ensemble")
+    # An empty ensemble is a FAIL verdict (BookKeeper's answer), not bad input; any WQ >= 1 is fine then.
+    write_quorum, ack_quorum = _quorums(document, what, len(ensemble) or MAX_ENTRY_ID)
+    racks = _racks(document.get("racks"), what)
+
+    def setting(key: str, default: int) -> int:
+        return json_int(document.get(key, default), f"{what}: {key}", 0)
+
+    enforce = document.get("enforce_min_racks_per_write_quorum", DEFAULT_ENFORCE_MIN_RACKS_PER_WRITE_QUORUM)
+    if not isinstance(enforce, bool):
+        raise FormatError(f"{what}: enforce_min_racks_per_write_quorum must be true or false")
+    try:
+        verdict = check_placement(
+            policy,
+            ensemble,
+            write_quorum,
+            ack_quorum,
+            racks,
+            min_racks_per_write_quorum=setting(
+                "min_racks_per_write_quorum", DEFAULT_MIN_RACKS_PER_WRITE_QUORUM
+            ),
+            enforce_min_racks_per_write_quorum=enforce,
+            min_zones_per_write_quorum=setting(
+                "min_zones_per_write_quorum", DEFAULT_MIN_ZONES_PER_WRITE_QUORUM
+            ),
+            desired_zones_per_write_quorum=setting(
+                "desired_zones_per_write_quorum", DEFAULT_DESIRED_ZONES_PER_WRITE_QUORUM
+            ),
+            min_regions_for_durability=setting(
+                "min_regions_for_durability", DEFAULT_MIN_REGIONS_FOR_DURABILITY
+            ),
+        )
+    except ValueError as err:
+        raise FormatError(f"{what}: {err}") from None
+    emit_json(verdict.to_json())

@@ -7,15 +7,20 @@ Example:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
 from bkaudit.cli._io import emit_json
 from bkaudit.settings import load_settings
 
+if TYPE_CHECKING:
+    from connectors.devcluster import DevCluster
+
 app = typer.Typer(help="Embedded ZooKeeper + Kafka-protocol broker on loopback.", no_args_is_help=True)
 
 
-def _cluster():  # type: ignore[no-untyped-def]
+def _cluster() -> DevCluster:
     from connectors.devcluster import DevCluster
 
     return DevCluster(load_settings().dev)

@@ -1,7 +1,74 @@
-"""`bkaudit path ...` commands (see shared interfaces §1). Status: being written."""
+"""`bkaudit path ...`: print the ZooKeeper znode path BookKeeper uses for a ledger (shared interfaces §1).
+
+Status: complete.
+
+    $ bkaudit path ledger 59
+    /ledgers/00/0000/L0059
+    $ bkaudit path ledger 59 --manager flat --root /bk
+    /bk/L0000000059
+    $ bkaudit path underreplicated 59
+    /ledgers/underreplication/ledgers/0000/0000/0000/003b/urL0000000059
+
+Bad input (non-numeric or negative id, an id the manager cannot address, a bad root or manager) exits 2
+with one line on stderr: the commands raise :class:`bkaudit.errors.FormatError` and ``bkaudit.cli.main.run``
+reports it.
+"""
 
 from __future__ import annotations
 
 import typer
 
-app = typer.Typer(help="path commands", no_args_is_help=True)
+from bkaudit.domain.layout import DEFAULT_LEDGERS_ROOT, LedgerManagerType, ledger_path
+from bkaudit.domain.underreplication import urledger_path
+from bkaudit.errors import FormatError
+
+app = typer.Typer(
+    help="Print the znode path of a ledger's metadata or under-replication mark.", no_args_is_help=True
+)
+
+# Managers with ZooKeeper ledger paths (the metastore manager has none).
+_PATH_MANAGERS = ("hierarchical", "longhierarchical", "legacyhierarchical", "flat")
+
+
+def _parse_ledger_id(text: str) -> int:
+    # Strict ASCII decimal: int() would also accept "1_000", " 5" and non-ASCII digits.
+    if text.startswith("-") and text[1:].isascii() and text[1:].isdigit():
+        raise FormatError(f"ledger id {text[:40]} is negative (ledger ids are 0..2^63-1)")
+    if not (text.isascii() and text.isdigit()):
+        raise FormatError(f"ledger id {text[:40]!r} is not a non-negative decimal integer")
+    return int(text)
+
+
+def _parse_manager(name: str) -> LedgerManagerType:
+    if name.lower() not in _PATH_MANAGERS:
+        raise FormatError(f"unknown ledger manager {name!r} (choose from {', '.join(_PATH_MANAGERS)})")
+    return LedgerManagerType.from_name(name)
+
+
+# A negative id such as "-5" would otherwise be rejected as an unknown option; let our parser explain it.
+_ID_ARGUMENT_SETTINGS = {"ignore_unknown_options": True}
+
+
+@app.command("ledger", context_settings=_ID_ARGUMENT_SETTINGS)
+def ledger(
+    ledger_id: str = typer.Argument(
+        ..., metavar="LEDGER_ID", help="Ledger id, 0..2^63-1 (flat: < 2^31-1, legacyhierarchical: < 10^10)."
+    ),
+    manager: str = typer.Option(
+        "hierarchical",
+        "--manager",
+        help="Ledger manager: hierarchical, longhierarchical, legacyhierarchical, flat.",
+    ),
+    root: str = typer.Option(DEFAULT_LEDGERS_ROOT, "--root", help="Ledgers root path (zkLedgersRootPath)."),
+) -> None:
+    """Print the metadata znode path of ledger LEDGER_ID."""
+    typer.echo(ledger_path(_parse_ledger_id(ledger_id), _parse_manager(manager), root))
+
+
+@app.command("underreplicated", context_settings=_ID_ARGUMENT_SETTINGS)
+def underreplicated(
+    ledger_id: str = typer.Argument(..., metavar="LEDGER_ID", help="Ledger id, 0..2^63-1."),
+    root: str = typer.Option(DEFAULT_LEDGERS_ROOT, "--root", help="Ledgers root path (zkLedgersRootPath)."),
+) -> None:
+    """Print the under-replication mark znode path (urL...) of ledger LEDGER_ID."""
+    typer.echo(urledger_path(_parse_ledger_id(ledger_id), root))

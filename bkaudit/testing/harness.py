@@ -9,6 +9,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
@@ -90,7 +91,7 @@ class ServiceHarness:
 
     def kazoo_client(self, chroot: str = "", *, timeout: float = 10.0, **kwargs: object) -> KazooClient:
         """A started kazoo client on the embedded ZooKeeper (optionally inside ``chroot``)."""
-        client = KazooClient(hosts=self.zookeeper_hosts(chroot), timeout=timeout, **kwargs)  # type: ignore[arg-type]
+        client = KazooClient(hosts=self.zookeeper_hosts(chroot), timeout=timeout, **kwargs)
         client.start(timeout=timeout)
         return client
 
@@ -123,10 +124,9 @@ class ServiceHarness:
         # The original client learns of the expiry on its next request or ping.
         deadline = time.monotonic() + timeout
         while not lost.is_set() and time.monotonic() < deadline:
-            try:
+            # SessionExpiredError / ConnectionLoss are exactly what we are causing.
+            with contextlib.suppress(Exception):
                 client.exists("/")
-            except Exception:  # SessionExpiredError / ConnectionLoss are exactly what we are causing
-                pass
             lost.wait(0.1)
         if not lost.is_set():
             client.remove_listener(listener)

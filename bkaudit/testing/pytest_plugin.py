@@ -1,4 +1,6 @@
-"""pytest fixtures over the real embedded services (enable with ``pytest_plugins = ["bkaudit.testing.pytest_plugin"]``).
+"""pytest fixtures over the real embedded services.
+
+Enable with ``pytest_plugins = ["bkaudit.testing.pytest_plugin"]`` in a ``conftest.py``.
 
 Fixtures:
 
@@ -32,7 +34,9 @@ _HARNESS_KEY = pytest.StashKey[ServiceHarness]()
 
 
 @pytest.fixture(scope="session")
-def bk_services(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[ServiceHarness]:
+def bk_services(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[ServiceHarness]:
     harness = ServiceHarness(tmp_path_factory.mktemp("bkaudit-services"))
     harness.start()
     request.config.stash[_HARNESS_KEY] = harness
@@ -92,9 +96,9 @@ def lakehouse(tmp_path: Path) -> Path:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
     outcome = yield
-    report = outcome.get_result()
+    report = outcome.get_result()  # type: ignore[attr-defined]
     harness = item.config.stash.get(_HARNESS_KEY, None)
     if report.failed and harness is not None and "bk_services" in getattr(item, "fixturenames", ()):
         for name, tail in harness.log_tails().items():

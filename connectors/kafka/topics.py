@@ -19,7 +19,9 @@ from bkaudit.settings import KafkaSettings
 from connectors.kafka.client_config import admin_config
 
 
-def ensure_topic(settings: KafkaSettings, topic: str, partitions: int | None = None, timeout_s: float = 30.0) -> int:
+def ensure_topic(
+    settings: KafkaSettings, topic: str, partitions: int | None = None, timeout_s: float = 30.0
+) -> int:
     """Create ``topic`` with ``partitions`` (default ``settings.topic_partitions``) unless it exists.
 
     Returns the topic's partition count as the broker reports it once the topic is visible.

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
 
 from connectors.kafka.client_config import consumer_config, producer_config
 from connectors.kafka.topics import ensure_topic

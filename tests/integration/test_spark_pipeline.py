@@ -39,7 +39,12 @@ def _run_to_delta(
     for key, value in options.items():
         reader = reader.option(key, value)
     frame = reader.load().selectExpr(
-        "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "partition", "offset", "timestamp", "headers"
+        "CAST(key AS STRING) AS key",
+        "CAST(value AS STRING) AS value",
+        "partition",
+        "offset",
+        "timestamp",
+        "headers",
     )
     batches_with_rows: list[int] = []
 
@@ -91,7 +96,13 @@ def test_max_offsets_per_trigger_splits_the_backlog(spark, kafka_settings, tmp_p
     ensure_topic(kafka_settings, topic, partitions=1)
     _produce(kafka_settings, topic, 0, 40)
     batches = _run_to_delta(
-        spark, kafka_settings, topic, str(tmp_path / "cp"), str(tmp_path / "t"), available_now=False, maxOffsetsPerTrigger="10"
+        spark,
+        kafka_settings,
+        topic,
+        str(tmp_path / "cp"),
+        str(tmp_path / "t"),
+        available_now=False,
+        maxOffsetsPerTrigger="10",
     )
     assert batches == 4
     assert read_table(str(tmp_path / "t")).num_rows == 40
@@ -102,9 +113,12 @@ def test_kafka_source_columns_match_the_builtin_kafka_source(spark, kafka_settin
     ensure_topic(kafka_settings, topic, partitions=1)
     _produce(kafka_settings, topic, 0, 3)
     spark.dataSource.register(KafkaDataSource)
-    frame = spark.read.format("bkaudit_kafka").option(
-        "kafka.bootstrap.servers", kafka_settings.bootstrap_servers
-    ).option("subscribe", topic).load()
+    frame = (
+        spark.read.format("bkaudit_kafka")
+        .option("kafka.bootstrap.servers", kafka_settings.bootstrap_servers)
+        .option("subscribe", topic)
+        .load()
+    )
     assert [(f.name, f.dataType.simpleString()) for f in frame.schema.fields] == [
         ("key", "binary"),
         ("value", "binary"),

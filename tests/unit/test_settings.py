@@ -44,7 +44,10 @@ def test_environment_variables_with_prefix_and_nesting_override(monkeypatch):
     [
         ("c.toml", '[kafka]\nbootstrap_servers = "file:9092"\nsasl_password = "pw-from-file"\n'),
         ("c.yaml", "kafka:\n  bootstrap_servers: file:9092\n  sasl_password: pw-from-file\n"),
-        ("c.json", json.dumps({"kafka": {"bootstrap_servers": "file:9092", "sasl_password": "pw-from-file"}})),
+        (
+            "c.json",
+            json.dumps({"kafka": {"bootstrap_servers": "file:9092", "sasl_password": "pw-from-file"}}),
+        ),
     ],
 )
 def test_config_file_is_read_and_environment_wins(monkeypatch, tmp_path, name, body):
@@ -103,7 +106,9 @@ def test_kafka_client_defaults_work_around_tansu_and_keep_order():
     assert consumer["session_timeout_ms"] <= 10_000  # Tansu's first join waits for the full timeout
     assert consumer["enable_auto_commit"] is False
     # Production overrides through settings, one place.
-    tuned = producer_config(settings.model_copy(update={"producer_batch_size": 65536, "producer_linger_ms": 10}))
+    tuned = producer_config(
+        settings.model_copy(update={"producer_batch_size": 65536, "producer_linger_ms": 10})
+    )
     assert (tuned["batch_size"], tuned["linger_ms"]) == (65536, 10)
 
 
@@ -114,5 +119,7 @@ def test_spark_conf_sets_what_the_job_needs():
     assert conf["spark.sql.execution.arrow.pyspark.enabled"] == "true"
     assert conf["spark.ui.enabled"] == "false"
     assert int(conf["spark.sql.streaming.numRecentProgressUpdates"]) >= 1000
-    extra = spark_conf(load_settings(spark={"extra_conf": {"spark.ui.enabled": "true"}}).spark, for_tests=True)
+    extra = spark_conf(
+        load_settings(spark={"extra_conf": {"spark.ui.enabled": "true"}}).spark, for_tests=True
+    )
     assert extra["spark.ui.enabled"] == "true"
