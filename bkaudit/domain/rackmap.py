@@ -69,17 +69,6 @@ def normalize_rack(rack: str | None) -> str | None:
     return rack if rack.startswith("/") else "/" + rack
 
 
-def region_of(location: str) -> str | None:
-    """Region of a region-aware location ``/region/rack`` (its first component); None without a region.
-
-    Example:
-        >>> region_of("/us-east/rack1"), region_of("/rack1"), region_of(DEFAULT_REGION_AND_RACK)
-        ('us-east', None, 'default-region')
-    """
-    components = [part for part in location.split("/") if part]
-    return components[0] if len(components) >= 2 else None
-
-
 @dataclass(frozen=True)
 class BookieRackInfo:
     """One bookie's entry: normalized rack (None = default), hostname and group (None in the flat form).

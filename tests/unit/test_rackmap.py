@@ -17,7 +17,6 @@ from bkaudit.domain.rackmap import (
     RackMap,
     normalize_rack,
     parse_rack_map,
-    region_of,
 )
 from bkaudit.errors import FormatError
 
@@ -109,13 +108,6 @@ def test_flat_config_form() -> None:
 def test_empty_object_is_an_empty_map() -> None:
     assert len(parse_rack_map("{}")) == 0
     assert parse_rack_map(b"\xef\xbb\xbf{}") == RackMap()  # UTF-8 BOM, as Jackson accepts
-
-
-def test_region_of() -> None:
-    assert region_of("/us-east/rack1") == "us-east"
-    assert region_of("/rack1") is None
-    assert region_of(DEFAULT_RACK) is None
-    assert region_of(DEFAULT_REGION_AND_RACK) == "default-region"
 
 
 @pytest.mark.parametrize(
