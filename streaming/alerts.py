@@ -1,0 +1,202 @@
+"""Alerts as published on ``bkaudit.alerts`` (interfaces §2) and recorded in the ``violations`` table.
+
+An alert is one *condition* (a kind on one entity, starting at an event time) in one *state*: ``firing``
+when detected, ``resolved`` when it no longer holds. Its ``alert_id`` is a hash of the cluster, the kind, the
+entity and the event time at which the condition started, so the same condition has the same id across
+restarts and replays (event times come from the change stream, not from the wall clock), and a condition
+that resolves and later fires again gets a new id.
+
+Pure: no I/O, no Spark.
+
+Example:
+    >>> alert = Alert.ledger(cluster="c1", kind=AlertKind.LEDGER_UNDER_REPLICATED, ledger_id=7,
+    ...     bookies=["b1"], started_at_ms=1_700_000_000_000, detected_at_ms=1_700_000_000_500)
+    >>> alert.kafka_key()
+    'c1/ledger/7'
+    >>> alert.to_json()["state"], alert.to_json()["severity"], alert.to_json()["detected_at"]
+    ('firing', 'warning', '2023-11-14T22:13:20.500Z')
+    >>> alert.resolved(at_ms=1_700_000_100_000).alert_id == alert.alert_id
+    True
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+
+class AlertKind(enum.Enum):
+    """Every alert kind of interfaces §2."""
+
+    LEDGER_UNDER_REPLICATED = "LEDGER_UNDER_REPLICATED"
+    LEDGER_UNRECOVERABLE = "LEDGER_UNRECOVERABLE"
+    PLACEMENT_NOT_ADHERING = "PLACEMENT_NOT_ADHERING"
+    PLACEMENT_SOFT = "PLACEMENT_SOFT"
+    REPLICAS_NO_REPLICA = "REPLICAS_NO_REPLICA"
+    REPLICAS_LESS_THAN_AQ = "REPLICAS_LESS_THAN_AQ"
+    REPLICAS_LESS_THAN_WQ = "REPLICAS_LESS_THAN_WQ"
+    BOOKIE_LOST = "BOOKIE_LOST"
+    BOOKIE_UNRESPONSIVE = "BOOKIE_UNRESPONSIVE"
+    UNDER_REPLICATION_STUCK = "UNDER_REPLICATION_STUCK"
+    METADATA_CORRUPT = "METADATA_CORRUPT"
+
+    @property
+    def severity(self) -> str:
+        """``critical`` when data is or may be gone, ``warning`` when redundancy is reduced, else ``info``."""
+        return _SEVERITY[self]
+
+    @property
+    def is_bookie_kind(self) -> bool:
+        return self in (AlertKind.BOOKIE_LOST, AlertKind.BOOKIE_UNRESPONSIVE)
+
+
+_SEVERITY = {
+    AlertKind.LEDGER_UNRECOVERABLE: "critical",
+    AlertKind.REPLICAS_NO_REPLICA: "critical",
+    AlertKind.REPLICAS_LESS_THAN_AQ: "critical",
+    AlertKind.METADATA_CORRUPT: "critical",
+    AlertKind.LEDGER_UNDER_REPLICATED: "warning",
+    AlertKind.REPLICAS_LESS_THAN_WQ: "warning",
+    AlertKind.BOOKIE_LOST: "warning",
+    AlertKind.BOOKIE_UNRESPONSIVE: "warning",
+    AlertKind.UNDER_REPLICATION_STUCK: "warning",
+    AlertKind.PLACEMENT_NOT_ADHERING: "warning",
+    AlertKind.PLACEMENT_SOFT: "info",
+}
+
+
+class AlertState(enum.Enum):
+    FIRING = "firing"
+    RESOLVED = "resolved"
+
+
+def rfc3339_ms(epoch_ms: int) -> str:
+    """``2023-11-14T22:13:20.500Z`` for an epoch in milliseconds (UTC, millisecond precision).
+
+    Example:
+        >>> rfc3339_ms(0)
+        '1970-01-01T00:00:00.000Z'
+    """
+    moment = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{epoch_ms % 1000:03d}Z"
+
+
+def make_alert_id(cluster: str, kind: AlertKind, entity: str, started_at_ms: int) -> str:
+    """The stable id of one condition: 32 hex digits of SHA-256 over its identity.
+
+    Example:
+        >>> first = make_alert_id("c", AlertKind.BOOKIE_LOST, "bookie/b1", 5)
+        >>> first == make_alert_id("c", AlertKind.BOOKIE_LOST, "bookie/b1", 5), len(first)
+        (True, 32)
+    """
+    identity = f"{cluster}\x1f{kind.value}\x1f{entity}\x1f{started_at_ms}".encode()
+    return hashlib.sha256(identity).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One alert transition. Build with :meth:`ledger` or :meth:`bookie`."""
+
+    cluster: str
+    kind: AlertKind
+    entity: str  # "ledger/<id>" or "bookie/<id>"
+    started_at_ms: int
+    detected_at_ms: int
+    state: AlertState = AlertState.FIRING
+    ledger_id: int | None = None
+    bookies: tuple[str, ...] = ()
+    pulsar_topic: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def ledger(
+        cls,
+        *,
+        cluster: str,
+        kind: AlertKind,
+        ledger_id: int,
+        started_at_ms: int,
+        detected_at_ms: int,
+        bookies: list[str] | tuple[str, ...] = (),
+        pulsar_topic: str | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> Alert:
+        """A ledger alert (every kind except the bookie kinds)."""
+        if kind.is_bookie_kind:
+            raise ValueError(f"{kind.value} is a bookie alert")
+        return cls(
+            cluster,
+            kind,
+            f"ledger/{ledger_id}",
+            started_at_ms,
+            detected_at_ms,
+            ledger_id=ledger_id,
+            bookies=tuple(sorted(bookies)),
+            pulsar_topic=pulsar_topic,
+            detail=dict(detail or {}),
+        )
+
+    @classmethod
+    def bookie(
+        cls,
+        *,
+        cluster: str,
+        kind: AlertKind,
+        bookie_id: str,
+        started_at_ms: int,
+        detected_at_ms: int,
+        detail: dict[str, Any] | None = None,
+    ) -> Alert:
+        """A bookie alert (``BOOKIE_LOST``, ``BOOKIE_UNRESPONSIVE``).
+
+        Example:
+            >>> Alert.bookie(cluster="c", kind=AlertKind.BOOKIE_LOST, bookie_id="b1",
+            ...              started_at_ms=1, detected_at_ms=2).kafka_key()
+            'c/bookie/b1'
+        """
+        if not kind.is_bookie_kind:
+            raise ValueError(f"{kind.value} is not a bookie alert")
+        return cls(
+            cluster,
+            kind,
+            f"bookie/{bookie_id}",
+            started_at_ms,
+            detected_at_ms,
+            bookies=(bookie_id,),
+            detail=dict(detail or {}),
+        )
+
+    @property
+    def alert_id(self) -> str:
+        return make_alert_id(self.cluster, self.kind, self.entity, self.started_at_ms)
+
+    def resolved(self, *, at_ms: int, detail: dict[str, Any] | None = None) -> Alert:
+        """The resolution of this condition (same ``alert_id``)."""
+        merged = {**self.detail, **(detail or {})}
+        return replace(self, state=AlertState.RESOLVED, detected_at_ms=at_ms, detail=merged)
+
+    def kafka_key(self) -> str:
+        return f"{self.cluster}/{self.entity}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The alert object of interfaces §2."""
+        return {
+            "alert_id": self.alert_id,
+            "cluster": self.cluster,
+            "kind": self.kind.value,
+            "state": self.state.value,
+            "severity": self.kind.severity,
+            "ledger_id": self.ledger_id,
+            "bookies": list(self.bookies),
+            "pulsar_topic": self.pulsar_topic,
+            "detected_at": rfc3339_ms(self.detected_at_ms),
+            "detail": self.detail,
+        }
+
+    def to_bytes(self) -> bytes:
+        """UTF-8 JSON value for Kafka."""
+        return json.dumps(self.to_json(), ensure_ascii=False, separators=(",", ":"), sort_keys=False).encode()
