@@ -1,0 +1,417 @@
+"""The auditor's Delta tables: definitions, creation, and replay-safe writes per streaming micro-batch.
+
+Tables (under the lakehouse root, change data feed on, every column commented):
+
+- ``ledgers``: current state, one row per ledger (deleted ledgers flagged), partitioned by ``ledger_bucket``.
+- ``ledger_bookies``: the bookie → ledger index, partitioned by ``bookie`` so one bookie's ledgers are read from
+  its partition only.
+- ``bookies``: current membership, one row per bookie.
+- ``open_alerts``: the conditions currently firing, one row per alert.
+- ``violations``: append-only history of every alert transition, partitioned by ``detected_date``.
+- ``dead_letters``: every input that could not be processed, with the reason, partitioned by ``received_date``.
+
+Every write of a micro-batch carries an app transaction ``(app_id, batch_id)`` and the commit metadata
+``bkaudit.batch_id``. :class:`BatchWriter` skips a table that already has the batch (a replay), and
+:func:`table_before_batch` reads a table as it was before a batch, so decisions on a replay see the same state
+as the first attempt. See docs/design.md.
+
+Status: first version (streaming auditor issue).
+
+Example:
+    >>> import tempfile
+    >>> root = tempfile.mkdtemp()
+    >>> ensure_tables(root)
+    ['bookies', 'dead_letters', 'ledger_bookies', 'ledgers', 'open_alerts', 'violations']
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import TableNotFoundError
+
+logger = logging.getLogger(__name__)
+
+BATCH_METADATA_KEY = "bkaudit.batch_id"
+APP_METADATA_KEY = "bkaudit.app_id"
+LEDGER_BUCKETS = 16
+
+
+def _f(name: str, kind: pa.DataType, comment: str, nullable: bool = True) -> pa.Field:
+    return pa.field(name, kind, nullable=nullable, metadata={"comment": comment})
+
+
+_TS = pa.timestamp("us", tz="UTC")
+_SEGMENT = pa.struct([("first_entry_id", pa.int64()), ("ensemble", pa.list_(pa.string()))])
+_CUSTOM = pa.struct([("key", pa.string()), ("value", pa.binary())])
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One table: its schema (with column comments), partitioning, key and description."""
+
+    name: str
+    schema: pa.Schema
+    description: str
+    key: tuple[str, ...] = ()
+    partition_by: tuple[str, ...] = ()
+    z_order: tuple[str, ...] = field(default=())
+
+
+LEDGERS = TableSpec(
+    "ledgers",
+    pa.schema(
+        [
+            _f("ledger_id", pa.int64(), "BookKeeper ledger id", nullable=False),
+            _f("ledger_bucket", pa.int32(), f"ledger_id % {LEDGER_BUCKETS}: the partition column"),
+            _f("cluster", pa.string(), "the cluster's INSTANCEID"),
+            _f("state", pa.string(), "OPEN, IN_RECOVERY or CLOSED; null when the znode is undecodable"),
+            _f("format_version", pa.int32(), "metadata format version of the znode (1, 2 or 3)"),
+            _f("ensemble_size", pa.int32(), "E"),
+            _f("write_quorum", pa.int32(), "WQ"),
+            _f("ack_quorum", pa.int32(), "AQ"),
+            _f("last_entry_id", pa.int64(), "last entry id of a closed ledger, -1 otherwise"),
+            _f("length", pa.int64(), "bytes of a closed ledger, 0 otherwise"),
+            _f("digest_type", pa.string(), "CRC32, HMAC, CRC32C, DUMMY or null"),
+            _f("segments", pa.list_(_SEGMENT), "ensembles in first-entry order"),
+            _f("bookies", pa.list_(pa.string()), "every bookie named in any segment, sorted"),
+            _f("ctime_ms", pa.int64(), "creation time: the stored ctime, else the znode's ctime"),
+            _f("pulsar_topic", pa.string(), "Pulsar topic from the pulsar/managed-ledger custom metadata"),
+            _f("custom_metadata", pa.list_(_CUSTOM), "custom metadata in znode order"),
+            _f("has_password", pa.bool_(), "whether the ledger has a password (never the password itself)"),
+            _f("znode_version", pa.int32(), "ZooKeeper data version of the metadata znode"),
+            _f("mzxid", pa.int64(), "zxid of the last change of the znode (orders updates)"),
+            _f("znode_ctime_ms", pa.int64(), "znode creation time"),
+            _f("znode_mtime_ms", pa.int64(), "znode modification time"),
+            _f("undecodable_reason", pa.string(), "why the znode could not be decoded, else null"),
+            _f("placement", pa.string(), "FAIL, MEETS_SOFT, MEETS_STRICT for closed ledgers, else null"),
+            _f("under_replication_marked", pa.bool_(), "an urL mark exists in ZooKeeper"),
+            _f("under_replication_replicas", pa.list_(pa.string()), "replicas named by the urL mark"),
+            _f("under_replication_ctime_ms", pa.int64(), "ctime stored in the urL mark"),
+            _f("deleted", pa.bool_(), "the ledger znode is gone"),
+            _f("updated_at", _TS, "event time of the last change applied"),
+        ]
+    ),
+    "Current state of every ledger (one row per ledger; deleted ledgers flagged).",
+    key=("ledger_id",),
+    partition_by=("ledger_bucket",),
+    z_order=("ledger_id",),
+)
+
+LEDGER_BOOKIES = TableSpec(
+    "ledger_bookies",
+    pa.schema(
+        [
+            _f(
+                "bookie", pa.string(), "a bookie named by the ledger's metadata (any segment)", nullable=False
+            ),
+            _f("ledger_id", pa.int64(), "the ledger", nullable=False),
+            _f("mzxid", pa.int64(), "metadata version the row was derived from"),
+        ]
+    ),
+    "Index from bookie to the ledgers whose metadata names it (deleted ledgers removed).",
+    key=("ledger_id",),
+    partition_by=("bookie",),
+)
+
+BOOKIES = TableSpec(
+    "bookies",
+    pa.schema(
+        [
+            _f("bookie_id", pa.string(), "BookKeeper bookie id", nullable=False),
+            _f("cluster", pa.string(), "the cluster's INSTANCEID"),
+            _f("status", pa.string(), "WRITABLE, READ_ONLY or GONE"),
+            _f("lost", pa.bool_(), "missing past lostBookieRecoveryDelay (or together with others)"),
+            _f("missing_since", _TS, "when it disappeared from available/ and available/readonly/"),
+            _f("flaps", pa.int32(), "times it came back before it was declared lost"),
+            _f("rack", pa.string(), "network location from the rack map, null = default"),
+            _f("host", pa.string(), "bookie-rpc host from the registration"),
+            _f("port", pa.int32(), "bookie-rpc port from the registration"),
+            _f("has_cookie", pa.bool_(), "a cookie exists under cookies/"),
+            _f("updated_at", _TS, "event time of the last change applied"),
+        ]
+    ),
+    "Current membership of every known bookie.",
+    key=("bookie_id",),
+)
+
+OPEN_ALERTS = TableSpec(
+    "open_alerts",
+    pa.schema(
+        [
+            _f("alert_id", pa.string(), "stable id of the condition", nullable=False),
+            _f("kind", pa.string(), "alert kind (interfaces §2)"),
+            _f("entity", pa.string(), "ledger/<id> or bookie/<id>"),
+            _f("severity", pa.string(), "critical, warning or info"),
+            _f("ledger_id", pa.int64(), "the ledger, for ledger alerts"),
+            _f("bookies", pa.list_(pa.string()), "bookies involved"),
+            _f("pulsar_topic", pa.string(), "Pulsar topic of the ledger, when known"),
+            _f("started_at", _TS, "event time the condition started"),
+            _f("detected_at", _TS, "event time it was detected"),
+            _f("detail", pa.string(), "alert detail (JSON)"),
+        ]
+    ),
+    "Alerts currently firing (one row per alert id).",
+    key=("alert_id",),
+)
+
+VIOLATIONS = TableSpec(
+    "violations",
+    pa.schema(
+        [
+            _f("alert_id", pa.string(), "stable id of the condition", nullable=False),
+            _f("cluster", pa.string(), "the cluster's INSTANCEID"),
+            _f("kind", pa.string(), "alert kind (interfaces §2)"),
+            _f("state", pa.string(), "firing or resolved"),
+            _f("severity", pa.string(), "critical, warning or info"),
+            _f("ledger_id", pa.int64(), "the ledger, for ledger alerts"),
+            _f("bookies", pa.list_(pa.string()), "bookies involved"),
+            _f("pulsar_topic", pa.string(), "Pulsar topic of the ledger, when known"),
+            _f("detected_at", _TS, "event time of this transition"),
+            _f("detected_date", pa.date32(), "date of detected_at (partition column)"),
+            _f("detail", pa.string(), "alert detail (JSON)"),
+            _f("batch_id", pa.int64(), "streaming micro-batch that recorded it"),
+        ]
+    ),
+    "Append-only history of every alert transition (firing, resolved).",
+    partition_by=("detected_date",),
+    z_order=("kind", "ledger_id"),
+)
+
+DEAD_LETTERS = TableSpec(
+    "dead_letters",
+    pa.schema(
+        [
+            _f("source", pa.string(), "kafka (an undecodable message) or znode (an undecodable znode)"),
+            _f("topic", pa.string(), "Kafka topic of the input"),
+            _f("partition", pa.int32(), "Kafka partition"),
+            _f("offset", pa.int64(), "Kafka offset"),
+            _f("key", pa.binary(), "Kafka key"),
+            _f(
+                "value",
+                pa.binary(),
+                "Kafka value (null for znodes: ledger metadata bytes never leave the watcher)",
+            ),
+            _f("ledger_id", pa.int64(), "ledger of an undecodable znode"),
+            _f("path", pa.string(), "znode path of an undecodable znode"),
+            _f("reason", pa.string(), "why it could not be processed"),
+            _f("received_at", _TS, "when the job saw it"),
+            _f("received_date", pa.date32(), "date of received_at (partition column)"),
+            _f("batch_id", pa.int64(), "streaming micro-batch that recorded it"),
+        ]
+    ),
+    "Every input that could not be processed, with the reason.",
+    partition_by=("received_date",),
+)
+
+TABLES: dict[str, TableSpec] = {
+    spec.name: spec for spec in (LEDGERS, LEDGER_BOOKIES, BOOKIES, OPEN_ALERTS, VIOLATIONS, DEAD_LETTERS)
+}
+
+
+def table_path(root: str | Path, name: str) -> str:
+    return str(Path(root) / name)
+
+
+def ensure_tables(root: str | Path) -> list[str]:
+    """Create every table that does not exist yet (CDF on, comments set); returns the table names."""
+    Path(root).mkdir(parents=True, exist_ok=True)
+    for spec in TABLES.values():
+        path = table_path(root, spec.name)
+        if DeltaTable.is_deltatable(path):
+            continue
+        DeltaTable.create(
+            path,
+            spec.schema,
+            partition_by=list(spec.partition_by) or None,
+            name=spec.name,
+            description=spec.description,
+            configuration={"delta.enableChangeDataFeed": "true"},
+        )
+    return sorted(TABLES)
+
+
+def _commit(app_id: str, batch_id: int) -> CommitProperties:
+    return CommitProperties(
+        custom_metadata={BATCH_METADATA_KEY: str(batch_id), APP_METADATA_KEY: app_id},
+        app_transactions=[Transaction(app_id, batch_id)],
+    )
+
+
+def table_before_batch(root: str | Path, name: str, app_id: str, batch_id: int) -> DeltaTable:
+    """The table as it was before ``batch_id`` of ``app_id`` was committed to it (latest if it was not).
+
+    A replayed batch must decide from the same state as its first attempt, even when that attempt already
+    committed to some tables before the crash.
+    """
+    table = DeltaTable(table_path(root, name))
+    applied = table.transaction_version(app_id)
+    if applied is None or applied < batch_id:
+        return table
+    for commit in table.history(50):
+        if str(commit.get(BATCH_METADATA_KEY)) == str(batch_id) and commit.get(APP_METADATA_KEY) == app_id:
+            return DeltaTable(table_path(root, name), version=int(commit["version"]) - 1)
+    raise RuntimeError(f"{name}: batch {batch_id} of {app_id} is committed but not in the last 50 commits")
+
+
+@dataclass
+class BatchWriter:
+    """Replay-safe writes of one micro-batch: each table is written at most once per ``(app_id, batch_id)``.
+
+    Example:
+        >>> import tempfile, pyarrow as pa
+        >>> root = tempfile.mkdtemp(); _ = ensure_tables(root)
+        >>> writer = BatchWriter(root, app_id="doc", batch_id=0)
+        >>> writer.upsert("bookies", pa.Table.from_pylist([{"bookie_id": "b1", "status": "WRITABLE"}],
+        ...                                               schema=BOOKIES.schema))
+        True
+        >>> BatchWriter(root, app_id="doc", batch_id=0).upsert("bookies", pa.table({"bookie_id": ["b1"]}))
+        False
+    """
+
+    root: str | Path
+    app_id: str
+    batch_id: int
+
+    def _pending(self, table: DeltaTable) -> bool:
+        applied = table.transaction_version(self.app_id)
+        return applied is None or applied < self.batch_id
+
+    def _conform(self, spec: TableSpec, rows: pa.Table) -> pa.Table:
+        columns = []
+        for target in spec.schema:
+            if target.name in rows.column_names:
+                columns.append(rows.column(target.name).cast(target.type))
+            else:
+                columns.append(pa.nulls(rows.num_rows, target.type))
+        return pa.Table.from_arrays(columns, schema=spec.schema)
+
+    def append(self, name: str, rows: pa.Table) -> bool:
+        """Append ``rows``; False when this batch is already in the table (or there is nothing to add)."""
+        spec = TABLES[name]
+        table = DeltaTable(table_path(self.root, name))
+        if not self._pending(table):
+            return False
+        write_deltalake(
+            table,
+            self._conform(spec, rows),
+            mode="append",
+            commit_properties=_commit(self.app_id, self.batch_id),
+        )
+        return True
+
+    def upsert(self, name: str, rows: pa.Table) -> bool:
+        """Insert or replace rows by the table's key (every column taken from ``rows``)."""
+        spec = TABLES[name]
+        table = DeltaTable(table_path(self.root, name))
+        if not self._pending(table):
+            return False
+        source = self._conform(spec, rows)
+        predicate = " AND ".join(f"t.{k} = s.{k}" for k in spec.key)
+        (
+            table.merge(
+                source,
+                predicate,
+                source_alias="s",
+                target_alias="t",
+                commit_properties=_commit(self.app_id, self.batch_id),
+            )
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute()
+        )
+        return True
+
+    def replace_keys(self, name: str, key_column: str, keys: Iterable[object], rows: pa.Table) -> bool:
+        """Delete every row whose ``key_column`` is in ``keys``, then insert ``rows``, in one commit.
+
+        Used for the index: the rows of a changed ledger are replaced, never diffed, so the result depends
+        only on the batch input.
+        """
+        spec = TABLES[name]
+        table = DeltaTable(table_path(self.root, name))
+        if not self._pending(table):
+            return False
+        key_list = sorted(set(keys))  # type: ignore[type-var]
+        source = self._conform(spec, rows)
+        if not key_list and source.num_rows == 0:
+            return self._mark_only(table)
+        # One merge: matched → update, unmatched source → insert, unmatched target of a replaced key → delete.
+        in_list = ", ".join(_sql_literal(k) for k in key_list) or "NULL"
+        predicate = " AND ".join(f"t.{c} = s.{c}" for c in (*spec.key, *_extra_keys(spec)))
+        (
+            table.merge(
+                source,
+                predicate,
+                source_alias="s",
+                target_alias="t",
+                commit_properties=_commit(self.app_id, self.batch_id),
+            )
+            .when_matched_update({c: f"s.{c}" for c in spec.schema.names})
+            .when_not_matched_insert({c: f"s.{c}" for c in spec.schema.names})
+            .when_not_matched_by_source_delete(f"t.{key_column} IN ({in_list})")
+            .execute()
+        )
+        return True
+
+    def delete_where(self, name: str, predicate: str) -> bool:
+        """Delete rows matching a SQL predicate (one commit)."""
+        table = DeltaTable(table_path(self.root, name))
+        if not self._pending(table):
+            return False
+        table.delete(predicate, commit_properties=_commit(self.app_id, self.batch_id))
+        return True
+
+    def _mark_only(self, table: DeltaTable) -> bool:
+        # Nothing to write; still record the batch so a replay skips identically.
+        table.delete("false", commit_properties=_commit(self.app_id, self.batch_id))
+        return True
+
+
+def _extra_keys(spec: TableSpec) -> Sequence[str]:
+    # The index is keyed by (ledger, bookie): a ledger has one row per bookie it names.
+    return ("bookie",) if spec.name == "ledger_bookies" else ()
+
+
+def _sql_literal(value: object) -> str:
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"unsupported key {value!r}")
+    if isinstance(value, int):
+        return str(value)
+    text = str(value).replace("'", "''")
+    return f"'{text}'"
+
+
+def read_table(root: str | Path, name: str) -> pa.Table:
+    """The current version of a table as Arrow (empty table with the schema when absent)."""
+    try:
+        return DeltaTable(table_path(root, name)).to_pyarrow_table()
+    except TableNotFoundError:
+        return TABLES[name].schema.empty_table()
+
+
+def maintain(root: str | Path, *, retention_hours: int = 168) -> dict[str, dict[str, object]]:
+    """Compact the small files streaming creates (Z-ordered where useful) and vacuum old ones.
+
+    Example:
+        >>> import tempfile; root = tempfile.mkdtemp(); _ = ensure_tables(root)
+        >>> sorted(maintain(root))[:2]
+        ['bookies', 'dead_letters']
+    """
+    report: dict[str, dict[str, object]] = {}
+    for spec in TABLES.values():
+        table = DeltaTable(table_path(root, spec.name))
+        if spec.z_order:
+            metrics = table.optimize.z_order(list(spec.z_order))
+        else:
+            metrics = table.optimize.compact()
+        removed = table.vacuum(
+            retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False
+        )
+        report[spec.name] = {"optimize": metrics, "vacuumed_files": len(removed)}
+    return report
