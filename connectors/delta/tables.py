@@ -2,13 +2,15 @@
 
 Tables (under the lakehouse root, change data feed on, every column commented):
 
-- ``ledgers``: current state, one row per ledger (deleted ledgers flagged), partitioned by ``ledger_bucket``.
-- ``ledger_bookies``: the bookie → ledger index, partitioned by ``bookie`` so one bookie's ledgers are read from
-  its partition only.
+- ``ledgers``: current state, one row per ledger (deleted ledgers flagged), partitioned by
+  ``ledger_bucket``.
+- ``ledger_bookies``: the bookie → ledger index, partitioned by ``bookie`` so one bookie's ledgers are read
+  from its partition only.
 - ``bookies``: current membership, one row per bookie.
 - ``open_alerts``: the conditions currently firing, one row per alert.
 - ``violations``: append-only history of every alert transition, partitioned by ``detected_date``.
-- ``dead_letters``: every input that could not be processed, with the reason, partitioned by ``received_date``.
+- ``dead_letters``: every input that could not be processed, with the reason, partitioned by
+  ``received_date``.
 
 Every write of a micro-batch carries an app transaction ``(app_id, batch_id)`` and the commit metadata
 ``bkaudit.batch_id``. :class:`BatchWriter` skips a table that already has the batch (a replay), and
@@ -406,10 +408,8 @@ def maintain(root: str | Path, *, retention_hours: int = 168) -> dict[str, dict[
     report: dict[str, dict[str, object]] = {}
     for spec in TABLES.values():
         table = DeltaTable(table_path(root, spec.name))
-        if spec.z_order:
-            metrics = table.optimize.z_order(list(spec.z_order))
-        else:
-            metrics = table.optimize.compact()
+        optimize = table.optimize
+        metrics = optimize.z_order(list(spec.z_order)) if spec.z_order else optimize.compact()
         removed = table.vacuum(
             retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False
         )

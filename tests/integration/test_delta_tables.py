@@ -22,7 +22,8 @@ pytestmark = pytest.mark.integration
 
 def index_rows(pairs):
     return pa.Table.from_pylist(
-        [{"bookie": b, "ledger_id": l, "mzxid": 1} for b, l in pairs], schema=LEDGER_BOOKIES.schema
+        [{"bookie": bookie, "ledger_id": ledger, "mzxid": 1} for bookie, ledger in pairs],
+        schema=LEDGER_BOOKIES.schema,
     )
 
 
