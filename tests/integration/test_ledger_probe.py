@@ -1,0 +1,82 @@
+"""Whole-ledger probes against simulated bookies over real TCP (our client ↔ our server)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bkaudit.domain.striping import entries_striped_to_bookie
+from connectors.bookie.client import BlockingBookieClient
+from connectors.bookie.ledger_probe import LedgerProbeTarget, probe_ledgers
+from connectors.bookie.server import BookieServer, InMemoryEntryStore
+from streaming.rules.replicas import ReplicasResult
+
+pytestmark = pytest.mark.integration
+
+ENSEMBLE = ("b0", "b1", "b2")
+TARGET = LedgerProbeTarget(
+    ledger_id=42,
+    ensemble_size=3,
+    write_quorum=2,
+    ack_quorum=2,
+    state="CLOSED",
+    last_entry_id=29,
+    segments=((0, ENSEMBLE),),
+)
+
+
+@pytest.fixture
+def bookies():
+    servers = {}
+    for index, bookie in enumerate(ENSEMBLE):
+        store = InMemoryEntryStore()
+        store.add_entries(42, list(entries_striped_to_bookie(index, 0, 29, 3, 2)))
+        servers[bookie] = BookieServer(store)
+        servers[bookie].start_background()
+    yield servers
+    for server in servers.values():
+        server.stop_background()
+
+
+@pytest.fixture
+def client():
+    with BlockingBookieClient(timeout=0.5) as blocking:
+        yield blocking
+
+
+def addresses(servers):
+    return {bookie: server.address for bookie, server in servers.items()}
+
+
+def test_a_healthy_ledger_is_ok(bookies, client):
+    [outcome] = probe_ledgers(client, [TARGET], addresses(bookies), timeout=0.5)
+    assert outcome.verdict.result is ReplicasResult.OK
+    assert not outcome.failing
+    assert outcome.answers == {"b0": "entry_list", "b1": "entry_list", "b2": "entry_list"}
+
+
+def test_lost_entries_and_a_lost_ledger_are_classified(bookies, client):
+    bookies["b1"].store.drop_entries(42, [0, 1])  # entries 0 and 1 now have one copy
+    [outcome] = probe_ledgers(client, [TARGET], addresses(bookies))
+    assert outcome.verdict.result is ReplicasResult.LESS_THAN_WQ
+    assert outcome.verdict.worst_entries == (0, 1)
+    for server in bookies.values():
+        server.store.drop_ledger(42)
+    [outcome] = probe_ledgers(client, [TARGET], addresses(bookies))
+    assert outcome.verdict.result is ReplicasResult.NO_REPLICA
+
+
+def test_a_silent_bookie_is_unresponsive_not_missing_data(bookies, client):
+    bookies["b2"].set_faults(silent=True)
+    [outcome] = probe_ledgers(client, [TARGET], addresses(bookies), timeout=0.3)
+    assert outcome.unresponsive == ("b2",)
+    assert outcome.verdict.result is ReplicasResult.OK  # unknown counts neither as holding nor as missing
+    assert outcome.verdict.unknown_bookies == ("b2",)
+    assert outcome.failing  # still worth a re-probe
+
+
+def test_an_unregistered_bookie_is_unresolved_and_open_ledgers_are_skipped(bookies, client):
+    known = {k: v for k, v in addresses(bookies).items() if k != "b0"}
+    open_ledger = LedgerProbeTarget(7, 3, 2, 2, "OPEN", -1, ((0, ENSEMBLE),))
+    closed, skipped = probe_ledgers(client, [TARGET, open_ledger], known)
+    assert closed.unresolved == ("b0",)
+    assert skipped.verdict.result is ReplicasResult.SKIPPED and skipped.answers == {}
