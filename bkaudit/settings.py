@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     JsonConfigSettingsSource,
@@ -128,6 +128,61 @@ class KafkaSettings(BaseModel):
     producer_delivery_timeout_ms: int = Field(120_000, gt=0)
 
 
+class WatcherSettings(BaseModel):
+    """``bkaudit watch``: heartbeats, snapshot pacing, reconciliation, rack map source, metrics.
+
+    The rack map comes from at most one source: Pulsar's ``/bookies`` znode (``rack_map_znode``, on the
+    BookKeeper ZooKeeper or on ``rack_map_zookeeper``) or a JSON file (``rack_map_file``, polled by mtime).
+
+    Example:
+        >>> WatcherSettings().heartbeat_interval_s, WatcherSettings().watch_mode
+        (1.0, 'auto')
+        >>> from pydantic import ValidationError
+        >>> try:
+        ...     WatcherSettings(rack_map_znode="/bookies", rack_map_file="racks.json")
+        ... except ValidationError as err:
+        ...     "exclusive" in str(err)
+        True
+    """
+
+    heartbeat_interval_s: float = Field(1.0, gt=0, description="heartbeat to every partition this often")
+    snapshot_concurrency: int = Field(
+        1000, ge=1, le=100_000, description="ZooKeeper reads in flight during a snapshot scan (never flood)"
+    )
+    reconciliation_interval_s: float = Field(
+        3600.0, ge=0, description="periodic low-rate reconciliation scan; 0 disables it"
+    )
+    reconciliation_reads_per_s: float = Field(
+        2000.0, ge=0, description="read rate cap of periodic reconciliation scans; 0 = no cap"
+    )
+    watch_mode: Literal["auto", "persistent", "fallback"] = Field(
+        "auto",
+        description="persistent = AddWatch (ZooKeeper >= 3.6); fallback = one-shot child/data watches; "
+        "auto picks persistent when the server supports it",
+    )
+    queue_size: int = Field(10_000, ge=100, description="bound of the internal event queue (back-pressure)")
+    rack_map_znode: str | None = Field(None, description="Pulsar's rack map znode, e.g. /bookies")
+    rack_map_zookeeper: str | None = Field(
+        None, description="connect string of the ZooKeeper holding rack_map_znode; default: zookeeper.connect"
+    )
+    rack_map_file: Path | None = Field(None, description="a rack map JSON file (Pulsar or flat form)")
+    rack_map_poll_s: float = Field(5.0, gt=0, description="how often the rack map file's mtime is checked")
+    metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus metrics port; 0 = off")
+    metrics_host: str = Field("0.0.0.0", description="address the metrics server binds")
+    progress: Literal["auto", "on", "off"] = Field(
+        "auto", description="snapshot progress line on stderr (auto: only on a terminal)"
+    )
+    shutdown_timeout_s: float = Field(30.0, gt=0, description="how long a clean shutdown waits for Kafka")
+
+    @model_validator(mode="after")
+    def _one_rack_map_source(self) -> WatcherSettings:
+        if self.rack_map_znode is not None and self.rack_map_file is not None:
+            raise ValueError("rack_map_znode and rack_map_file are exclusive: pick one rack map source")
+        if self.rack_map_znode is not None and not self.rack_map_znode.startswith("/"):
+            raise ValueError("rack_map_znode must be an absolute ZooKeeper path")
+        return self
+
+
 class SparkSettings(BaseModel):
     """How the one Spark session helper builds the session (``streaming.session.build_spark_session``).
 
@@ -167,6 +222,7 @@ class Settings(BaseSettings):
     zookeeper: ZooKeeperSettings = Field(default_factory=ZooKeeperSettings)
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)
+    watcher: WatcherSettings = Field(default_factory=WatcherSettings)
 
     @classmethod
     def settings_customise_sources(

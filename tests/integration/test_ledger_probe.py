@@ -55,9 +55,9 @@ def test_a_healthy_ledger_is_ok(bookies, client):
 
 
 def test_lost_entries_and_a_lost_ledger_are_classified(bookies, client):
-    bookies["b1"].store.drop_entries(42, [0, 1])  # entries 0 and 1 now have one copy
+    bookies["b1"].store.drop_entries(42, [0, 1])  # entries 0 and 1 now have one copy: fewer than AQ=2
     [outcome] = probe_ledgers(client, [TARGET], addresses(bookies))
-    assert outcome.verdict.result is ReplicasResult.LESS_THAN_WQ
+    assert outcome.verdict.result is ReplicasResult.LESS_THAN_AQ
     assert outcome.verdict.worst_entries == (0, 1)
     for server in bookies.values():
         server.store.drop_ledger(42)
