@@ -23,7 +23,7 @@ Example:
     >>> import tempfile
     >>> root = tempfile.mkdtemp()
     >>> ensure_tables(root)
-    ['bookies', 'dead_letters', 'ledger_bookies', 'ledgers', 'open_alerts', 'violations']
+    ['bookies', 'dead_letters', 'ledger_bookies', 'ledgers', 'open_alerts', 'snapshot_seen', 'violations']
 """
 
 from __future__ import annotations
@@ -134,6 +134,7 @@ BOOKIES = TableSpec(
             _f("rack", pa.string(), "network location from the rack map, null = default"),
             _f("host", pa.string(), "bookie-rpc host from the registration"),
             _f("port", pa.int32(), "bookie-rpc port from the registration"),
+            _f("rpc_address", pa.string(), "host:port the probes use (first bookie-rpc endpoint)"),
             _f("has_cookie", pa.bool_(), "a cookie exists under cookies/"),
             _f("updated_at", _TS, "event time of the last change applied"),
         ]
@@ -147,6 +148,7 @@ OPEN_ALERTS = TableSpec(
     pa.schema(
         [
             _f("alert_id", pa.string(), "stable id of the condition", nullable=False),
+            _f("cluster", pa.string(), "the cluster's INSTANCEID"),
             _f("kind", pa.string(), "alert kind (interfaces §2)"),
             _f("entity", pa.string(), "ledger/<id> or bookie/<id>"),
             _f("severity", pa.string(), "critical, warning or info"),
@@ -211,8 +213,22 @@ DEAD_LETTERS = TableSpec(
     partition_by=("received_date",),
 )
 
+SNAPSHOT_SEEN = TableSpec(
+    "snapshot_seen",
+    pa.schema(
+        [
+            _f("snapshot_id", pa.string(), "watcher snapshot", nullable=False),
+            _f("kafka_partition", pa.int32(), "partition of the changes topic the ledger's events use"),
+            _f("ledger_id", pa.int64(), "a ledger the snapshot reported", nullable=False),
+        ]
+    ),
+    "Ledgers reported by watcher snapshots still in progress (working table; rows go when a snapshot completes).",
+    partition_by=("snapshot_id",),
+)
+
 TABLES: dict[str, TableSpec] = {
-    spec.name: spec for spec in (LEDGERS, LEDGER_BOOKIES, BOOKIES, OPEN_ALERTS, VIOLATIONS, DEAD_LETTERS)
+    spec.name: spec
+    for spec in (LEDGERS, LEDGER_BOOKIES, BOOKIES, OPEN_ALERTS, VIOLATIONS, DEAD_LETTERS, SNAPSHOT_SEEN)
 }
 
 

@@ -1,0 +1,488 @@
+"""Stage 2 of the job: the event-time state machine (``transformWithStateInPandas``, RocksDB, timers).
+
+Grouped by ``state_key``:
+
+- ``"cluster"``: one :class:`~streaming.rules.lost_bookie.BookieMembership` (registrations, the recovery
+  delay, the several-missing rule) plus the rack map. An event-time timer at the next deadline lets a delay
+  expire on an idle cluster: the watcher's heartbeats move the watermark.
+- ``"ledger/<id>"``: the last applied znode version (stale and duplicate upserts are dropped by mzxid), the
+  deleted/corrupt flags, the suspicion of a failing replicas probe with its re-probe timer and round (BP-34),
+  and the under-replication mark with its grace timer.
+
+Output rows follow :data:`streaming.schemas.DECISION_SCHEMA`; the sink acts on them. A ledger whose bookie
+is *missing* is governed by the lost-bookie delay: when it expires the registration is re-checked (the
+membership) and only a still-missing bookie raises alerts — that is the re-probe of BP-34 for missing bookies.
+Probe failures (timeouts, too few replicas) are re-probed ``reprobe_rounds`` times, ``reprobe_delay`` apart
+(doubling), before ``replicas_confirmed``.
+
+The decision logic lives in :class:`ClusterLogic` and :class:`LedgerLogic` (plain Python, unit-tested
+without Spark); :class:`AuditProcessor` adapts them to Spark's state and timer API.
+
+Example:
+    >>> logic = LedgerLogic(ProcessorConfig())
+    >>> state, out, timers = logic.apply(None, [{"kind": "ledger_deleted", "event_time_ms": 5, "ledger_id": 1,
+    ...                                          "payload": {"last_mzxid": 0, "inferred": False}}])
+    >>> [d["kind"] for d in out], state["deleted"]
+    (['ledger_deleted'], True)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from streaming.rules.lost_bookie import BookieMembership, BookieStatus, Transition, TransitionKind
+
+Decision = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ProcessorConfig:
+    """Knobs of the state machine (all in event time)."""
+
+    default_recovery_delay_s: int = 0  # when the lostBookieRecoveryDelay znode is absent
+    reprobe_delay_s: float = 30.0  # first re-probe of a suspect; doubles every round
+    reprobe_rounds: int = 3  # failing rounds before replicas_confirmed
+    reprobe_max_delay_s: float = 600.0
+    confirmed_recheck_s: float = 300.0  # how often a confirmed failure is re-probed to notice a repair
+    under_replication_grace_s: float = 0.0  # 0 disables UNDER_REPLICATION_STUCK
+
+
+def _decision(kind: str, event_time_ms: int, **fields: Any) -> Decision:
+    payload = fields.pop("payload", None)
+    return {
+        "kind": kind,
+        "event_time_ms": event_time_ms,
+        "ledger_id": fields.get("ledger_id"),
+        "bookie_id": fields.get("bookie_id"),
+        "payload": payload if payload is not None else {},
+    }
+
+
+# ------------------------------------------------------------------------------------------------ cluster
+
+
+class ClusterLogic:
+    """Membership, recovery delay and rack map: the ``"cluster"`` group.
+
+    Example:
+        >>> logic = ClusterLogic(ProcessorConfig(default_recovery_delay_s=0))
+        >>> rows = [{"kind": "bookie_status", "event_time_ms": 1, "bookie_id": "b1",
+        ...          "payload": {"status": "WRITABLE"}},
+        ...         {"kind": "bookie_status", "event_time_ms": 2, "bookie_id": "b1",
+        ...          "payload": {"status": "GONE"}}]
+        >>> state, out, deadline = logic.apply(None, rows)
+        >>> [d["kind"] for d in out]
+        ['bookie_state', 'bookie_state', 'bookie_lost', 'bookie_state']
+    """
+
+    def __init__(self, config: ProcessorConfig) -> None:
+        self.config = config
+
+    def _load(self, state: dict[str, Any] | None) -> tuple[BookieMembership, dict[str, Any]]:
+        if state is None:
+            return BookieMembership(default_delay_s=self.config.default_recovery_delay_s), {
+                "bookies": {},
+                "racks": {},
+            }
+        membership = BookieMembership.from_json(state["membership"])
+        membership.default_delay_s = self.config.default_recovery_delay_s
+        return membership, state
+
+    def _bookie_state(
+        self, membership: BookieMembership, info: dict[str, Any], bookie_id: str, at_ms: int
+    ) -> Decision:
+        registration = info["bookies"].get(bookie_id, {})
+        member = membership.bookies.get(bookie_id)
+        payload = {
+            **registration,
+            "status": member.status.value if member else registration.get("status", "GONE"),
+            "missing_since_ms": member.missing_since_ms if member else None,
+            "lost": bool(member and member.lost),
+            "flaps": member.flaps if member else 0,
+            "rack": info["racks"].get(bookie_id),
+        }
+        return _decision("bookie_state", at_ms, bookie_id=bookie_id, payload=payload)
+
+    def _transitions(
+        self, membership: BookieMembership, info: dict[str, Any], transitions: list[Transition]
+    ) -> list[Decision]:
+        out: list[Decision] = []
+        names = {
+            TransitionKind.LOST: "bookie_lost",
+            TransitionKind.RETURNED: "bookie_returned",
+            TransitionKind.FLAPPED: "bookie_flapped",
+        }
+        for transition in transitions:
+            payload: dict[str, Any] = {"missing_since_ms": transition.missing_since_ms}
+            if transition.kind is TransitionKind.FLAPPED:
+                payload["flaps"] = membership.flaps(transition.bookie_id)
+            out.append(
+                _decision(
+                    names[transition.kind], transition.at_ms, bookie_id=transition.bookie_id, payload=payload
+                )
+            )
+            out.append(self._bookie_state(membership, info, transition.bookie_id, transition.at_ms))
+        return out
+
+    def apply(
+        self, state: dict[str, Any] | None, rows: list[dict[str, Any]]
+    ) -> tuple[dict[str, Any], list[Decision], int | None]:
+        """Apply rows in order; returns the new state, the decisions and the next membership deadline."""
+        membership, info = self._load(state)
+        out: list[Decision] = []
+        for row in rows:
+            kind, at_ms, payload = row["kind"], row["event_time_ms"], row["payload"]
+            if kind == "bookie_status":
+                bookie_id = row["bookie_id"]
+                registration = {k: payload.get(k) for k in ("rpc_address", "host", "port", "has_cookie")}
+                info["bookies"][bookie_id] = registration
+                transitions = membership.observe(bookie_id, BookieStatus(payload["status"]), at_ms)
+                out.append(self._bookie_state(membership, info, bookie_id, at_ms))
+                out.extend(self._transitions(membership, info, transitions))
+            elif kind == "recovery_delay":
+                transitions = membership.set_recovery_delay(payload.get("seconds"), at_ms)
+                out.append(
+                    _decision("recovery_delay", at_ms, payload={"seconds": membership.delay_ms // 1000})
+                )
+                out.extend(self._transitions(membership, info, transitions))
+            elif kind == "rack_map":
+                if payload.get("error"):
+                    continue  # keep the last valid map
+                racks = dict(payload.get("racks") or {})
+                previous = info["racks"]
+                moved = sorted(b for b in set(previous) | set(racks) if previous.get(b) != racks.get(b))
+                info["racks"] = racks
+                out.append(_decision("rack_map", at_ms, payload={"racks": racks, "moved": moved}))
+            elif kind == "snapshot_end":
+                if payload.get("complete") and payload.get("mode") == "FULL":
+                    out.append(_decision("snapshot_complete", at_ms, payload=payload))
+            elif kind in ("heartbeat", "snapshot_begin"):
+                out.extend(self._transitions(membership, info, membership.advance(at_ms)))
+        info["membership"] = membership.to_json()
+        return info, out, membership.next_deadline_ms()
+
+    def on_timer(
+        self, state: dict[str, Any] | None, at_ms: int
+    ) -> tuple[dict[str, Any], list[Decision], int | None]:
+        """A membership deadline passed in event time."""
+        membership, info = self._load(state)
+        out = self._transitions(membership, info, membership.advance(at_ms))
+        info["membership"] = membership.to_json()
+        return info, out, membership.next_deadline_ms()
+
+
+# ------------------------------------------------------------------------------------------------ ledgers
+
+
+class LedgerLogic:
+    """Version dedupe, suspicion rounds and the under-replication grace: one ``"ledger/<id>"`` group."""
+
+    def __init__(self, config: ProcessorConfig) -> None:
+        self.config = config
+
+    @staticmethod
+    def new_state() -> dict[str, Any]:
+        return {"mzxid": -1, "deleted": False, "corrupt": False, "suspect": None, "mark": None}
+
+    def _reprobe_delay_ms(self, round_number: int) -> int:
+        delay = min(
+            self.config.reprobe_delay_s * (2 ** max(0, round_number - 1)), self.config.reprobe_max_delay_s
+        )
+        return int(delay * 1000)
+
+    def timers(self, state: dict[str, Any]) -> set[int]:
+        """Event times at which this ledger needs attention."""
+        due: set[int] = set()
+        if state.get("suspect"):
+            due.add(state["suspect"]["due_ms"])
+        mark = state.get("mark")
+        if mark and mark.get("due_ms") is not None and not mark.get("fired"):
+            due.add(mark["due_ms"])
+        return due
+
+    def apply(
+        self, state: dict[str, Any] | None, rows: list[dict[str, Any]]
+    ) -> tuple[dict[str, Any], list[Decision], set[int]]:
+        state = dict(state) if state is not None else self.new_state()
+        out: list[Decision] = []
+        for row in rows:
+            handler = getattr(self, f"_on_{row['kind']}", None)
+            if handler is not None:
+                out.extend(handler(state, row))
+        return state, out, self.timers(state)
+
+    # -- metadata ---------------------------------------------------------------------------------------
+    def _on_ledger_upserted(self, state: dict[str, Any], row: dict[str, Any]) -> list[Decision]:
+        payload, at_ms, ledger_id = row["payload"], row["event_time_ms"], row["ledger_id"]
+        snapshot_id = row.get("snapshot_id")
+        if payload["mzxid"] <= state["mzxid"]:
+            # Stale or duplicate; a snapshot still needs to know the ledger exists.
+            if snapshot_id and not state["deleted"]:
+                return [
+                    _decision("ledger_seen", at_ms, ledger_id=ledger_id, payload={"snapshot_id": snapshot_id})
+                ]
+            return []
+        changed_while_suspect = state["suspect"] is not None and state["mzxid"] >= 0
+        state.update(mzxid=payload["mzxid"], deleted=False, corrupt=False)
+        if changed_while_suspect:
+            state["suspect"] = None  # BP-34: metadata changed → re-evaluate instead of alerting
+        return [
+            _decision(
+                "ledger_state", at_ms, ledger_id=ledger_id, payload={**payload, "snapshot_id": snapshot_id}
+            )
+        ]
+
+    def _on_ledger_deleted(self, state: dict[str, Any], row: dict[str, Any]) -> list[Decision]:
+        if state["deleted"]:
+            return []
+        state.update(
+            deleted=True,
+            suspect=None,
+            mark=None,
+            mzxid=max(state["mzxid"], row["payload"].get("last_mzxid", -1)),
+        )
+        return [
+            _decision(
+                "ledger_deleted", row["event_time_ms"], ledger_id=row["ledger_id"], payload=row["payload"]
+            )
+        ]
+
+    def _on_ledger_undecodable(self, state: dict[str, Any], row: dict[str, Any]) -> list[Decision]:
+        payload = row["payload"]
+        if payload["mzxid"] <= state["mzxid"] and state["corrupt"]:
+            return []
+        state.update(mzxid=max(state["mzxid"], payload["mzxid"]), corrupt=True, deleted=False, suspect=None)
+        return [
+            _decision("ledger_corrupt", row["event_time_ms"], ledger_id=row["ledger_id"], payload=payload)
+        ]
+
+    # -- under-replication marks ------------------------------------------------------------------------
+    def _on_under_replication_mark(self, state: dict[str, Any], row: dict[str, Any]) -> list[Decision]:
+        payload, at_ms, ledger_id = row["payload"], row["event_time_ms"], row["ledger_id"]
+        out = [_decision("under_replication", at_ms, ledger_id=ledger_id, payload=payload)]
+        if payload["state"] == "CLEARED":
+            state["mark"] = None
+            return out
+        since = payload["mark_ctime_ms"] if payload.get("mark_ctime_ms") is not None else at_ms
+        previous = state.get("mark")
+        fired = bool(previous and previous.get("since_ms") == since and previous.get("fired"))
+        due = None
+        if self.config.under_replication_grace_s > 0 and not fired:
+            due = since + int(self.config.under_replication_grace_s * 1000)
+        state["mark"] = {
+            "since_ms": since,
+            "due_ms": due,
+            "fired": fired,
+            "replicas": payload.get("replicas", []),
+        }
+        if due is not None and due <= at_ms:
+            out.extend(self._fire_mark(state, ledger_id, at_ms))
+        return out
+
+    def _fire_mark(self, state: dict[str, Any], ledger_id: int, at_ms: int) -> list[Decision]:
+        mark = state["mark"]
+        mark["fired"] = True
+        payload = {
+            "mark_ctime_ms": mark["since_ms"],
+            "grace_s": self.config.under_replication_grace_s,
+            "replicas": mark["replicas"],
+        }
+        return [_decision("under_replication_stuck", at_ms, ledger_id=ledger_id, payload=payload)]
+
+    # -- probes (feedback) ------------------------------------------------------------------------------
+    def _on_probe_result(self, state: dict[str, Any], row: dict[str, Any]) -> list[Decision]:
+        payload, at_ms, ledger_id = row["payload"], row["event_time_ms"], row["ledger_id"]
+        if state["deleted"] or state["corrupt"]:
+            return []
+        suspect = state["suspect"]
+        probe_round = int(payload.get("round", 0))
+        expected_round = suspect["round"] if suspect else 0
+        if probe_round != expected_round:
+            return []  # duplicate or stale feedback (a replayed batch, an older round)
+        if payload.get("mzxid") is not None and payload["mzxid"] != state["mzxid"] and state["mzxid"] >= 0:
+            state["suspect"] = None  # the probe saw other metadata: the new version is evaluated on its own
+            return []
+        failing = bool(payload.get("failing"))
+        if not failing:
+            state["suspect"] = None
+            if suspect and suspect.get("confirmed"):
+                return [
+                    _decision("replicas_cleared", at_ms, ledger_id=ledger_id, payload={"round": probe_round})
+                ]
+            return []
+        next_round = probe_round + 1
+        confirmed = bool(suspect and suspect.get("confirmed"))
+        out: list[Decision] = []
+        if not confirmed and probe_round >= self.config.reprobe_rounds:
+            confirmed = True
+            out.append(
+                _decision(
+                    "replicas_confirmed",
+                    at_ms,
+                    ledger_id=ledger_id,
+                    payload={"round": probe_round, "outcome": payload},
+                )
+            )
+        delay_ms = (
+            int(self.config.confirmed_recheck_s * 1000) if confirmed else self._reprobe_delay_ms(next_round)
+        )
+        state["suspect"] = {
+            "round": next_round,
+            "due_ms": at_ms + delay_ms,
+            "confirmed": confirmed,
+            "reason": payload.get("reason", "probe"),
+        }
+        return out
+
+    def on_timer(
+        self, state: dict[str, Any] | None, at_ms: int, ledger_id: int
+    ) -> tuple[dict[str, Any], list[Decision], set[int]]:
+        state = dict(state) if state is not None else self.new_state()
+        out: list[Decision] = []
+        suspect = state.get("suspect")
+        if suspect and suspect["due_ms"] <= at_ms:
+            out.append(
+                _decision(
+                    "probe_request",
+                    at_ms,
+                    ledger_id=ledger_id,
+                    payload={
+                        "round": suspect["round"],
+                        "reason": suspect.get("reason"),
+                        "mzxid": state["mzxid"],
+                    },
+                )
+            )
+            # Wait for the result; if it never comes (lost feedback), ask again after the next delay.
+            suspect["due_ms"] = at_ms + self._reprobe_delay_ms(suspect["round"] + 1)
+        mark = state.get("mark")
+        if mark and mark.get("due_ms") is not None and not mark.get("fired") and mark["due_ms"] <= at_ms:
+            out.extend(self._fire_mark(state, ledger_id, at_ms))
+        return state, out, self.timers(state)
+
+
+# --------------------------------------------------------------------------------------- Spark adapter
+
+
+def _rows_from_frames(frames: Iterator[Any]) -> list[dict[str, Any]]:
+    import pandas as pd
+
+    collected = list(frames)
+    if not collected:
+        return []
+    df = pd.concat(collected, ignore_index=True)
+    times = pd.to_datetime(df["event_time"], utc=True)
+    # Milliseconds since the epoch whatever the datetime unit pandas chose.
+    df["_t"] = (times - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(milliseconds=1)
+    df = df.sort_values(["_t", "run_id", "sequence"], kind="stable", na_position="first")
+    rows = []
+    for record in df.to_dict("records"):
+        rows.append(
+            {
+                "kind": record["kind"],
+                "event_time_ms": int(record["_t"]),
+                "ledger_id": None if pd.isna(record["ledger_id"]) else int(record["ledger_id"]),
+                "bookie_id": record["bookie_id"] if isinstance(record["bookie_id"], str) else None,
+                "snapshot_id": record["snapshot_id"] if isinstance(record["snapshot_id"], str) else None,
+                "cluster": record["cluster"],
+                "payload": json.loads(record["payload"]) if record["payload"] else {},
+            }
+        )
+    return rows
+
+
+def _frame(decisions: list[Decision], cluster: str | None) -> Any:
+    import pandas as pd
+
+    columns = [
+        "kind",
+        "event_time",
+        "cluster",
+        "ledger_id",
+        "bookie_id",
+        "payload",
+        "topic",
+        "partition",
+        "offset",
+    ]
+    if not decisions:
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
+    return pd.DataFrame(
+        {
+            "kind": [d["kind"] for d in decisions],
+            "event_time": pd.to_datetime([d["event_time_ms"] for d in decisions], unit="ms", utc=True),
+            "cluster": [cluster] * len(decisions),
+            "ledger_id": pd.array([d.get("ledger_id") for d in decisions], dtype="Int64"),
+            "bookie_id": [d.get("bookie_id") for d in decisions],
+            "payload": [json.dumps(d["payload"], separators=(",", ":"), sort_keys=True) for d in decisions],
+            "topic": [None] * len(decisions),
+            "partition": pd.array([None] * len(decisions), dtype="Int32"),
+            "offset": pd.array([None] * len(decisions), dtype="Int64"),
+        }
+    )
+
+
+def make_processor(config: ProcessorConfig) -> Any:
+    """The :class:`StatefulProcessor` for ``transformWithStateInPandas`` (imports pyspark lazily)."""
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class AuditProcessor(StatefulProcessor):
+        """Adapts :class:`ClusterLogic` / :class:`LedgerLogic` to Spark state (one JSON value per group)."""
+
+        def init(self, handle: Any) -> None:
+            self.handle = handle
+            self.state = handle.getValueState("state", "json STRING, cluster STRING")
+            self.cluster_logic = ClusterLogic(config)
+            self.ledger_logic = LedgerLogic(config)
+
+        def _load(self) -> tuple[dict[str, Any] | None, str | None]:
+            if not self.state.exists():
+                return None, None
+            value = self.state.get()
+            return json.loads(value[0]), value[1]
+
+        def _save(self, state: dict[str, Any], cluster: str | None) -> None:
+            self.state.update((json.dumps(state, separators=(",", ":")), cluster))
+
+        def _set_timers(self, wanted: set[int]) -> None:
+            existing = set(self.handle.listTimers())
+            for stale in existing - wanted:
+                self.handle.deleteTimer(stale)
+            for due in wanted - existing:
+                self.handle.registerTimer(due)
+
+        def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
+            state_key = key[0]
+            decoded = _rows_from_frames(rows)
+            state, cluster = self._load()
+            cluster = next((r["cluster"] for r in reversed(decoded) if r.get("cluster")), cluster)
+            if state_key == "cluster":
+                new_state, out, deadline = self.cluster_logic.apply(state, decoded)
+                self._set_timers({deadline} if deadline is not None else set())
+            else:
+                new_state, out, timers = self.ledger_logic.apply(state, decoded)
+                self._set_timers(timers)
+            self._save(new_state, cluster)
+            yield _frame(out, cluster)
+
+        def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[Any]:
+            state_key = key[0]
+            at_ms = int(expiredTimerInfo.getExpiryTimeInMs())
+            state, cluster = self._load()
+            if state_key == "cluster":
+                new_state, out, deadline = self.cluster_logic.on_timer(state, at_ms)
+                self._set_timers({deadline} if deadline is not None else set())
+            else:
+                ledger_id = int(state_key.split("/", 1)[1])
+                new_state, out, timers = self.ledger_logic.on_timer(state, at_ms, ledger_id)
+                self._set_timers(timers)
+            self._save(new_state, cluster)
+            yield _frame(out, cluster)
+
+        def close(self) -> None:
+            pass
+
+    return AuditProcessor()

@@ -1,0 +1,106 @@
+"""The streaming job's internal row contracts: decoded changes (processor input) and decisions (its output).
+
+Stage 1 — ``decode`` turns each Kafka record (changes topic or feedback topic) into one :data:`CHANGE_SCHEMA`
+row; an undecodable record becomes a ``dead_letter`` row, never an exception.
+Stage 2 — ``AuditProcessor`` (transformWithStateInPandas, grouped by ``state_key``) turns them into
+:data:`DECISION_SCHEMA` rows.
+Stage 3 — the ``foreachBatch`` sink applies decisions to the Delta tables, probes bookies and publishes
+alerts and feedback.
+
+``payload`` is a compact JSON object whose keys depend on ``kind``; :data:`CHANGE_KINDS` and
+:data:`DECISION_KINDS` document each. Keeping one JSON column (instead of a wide sparse schema) keeps the
+Arrow batches small and lets the three stages evolve independently.
+
+Status: stable contract for the streaming auditor.
+
+Example:
+    >>> CHANGE_SCHEMA.fieldNames()[:3]
+    ['state_key', 'kind', 'event_time']
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+CLUSTER_STATE_KEY = "cluster"
+
+CHANGE_SCHEMA = StructType(
+    [
+        StructField(
+            "state_key", StringType(), False
+        ),  # "cluster", "ledger/<id>" or "dead/<topic>/<p>/<offset>"
+        StructField("kind", StringType(), False),  # see CHANGE_KINDS
+        StructField("event_time", TimestampType(), False),  # watcher clock (feedback: the timer's time)
+        StructField("cluster", StringType(), True),
+        StructField("run_id", StringType(), True),  # watcher run (feedback: "feedback")
+        StructField("sequence", LongType(), True),  # order within a run
+        StructField("snapshot_id", StringType(), True),
+        StructField("ledger_id", LongType(), True),
+        StructField("bookie_id", StringType(), True),
+        StructField("payload", StringType(), True),  # JSON, per kind
+        StructField("topic", StringType(), True),
+        StructField("partition", IntegerType(), True),
+        StructField("offset", LongType(), True),
+    ]
+)
+
+CHANGE_KINDS = {
+    "bookie_status": "payload: {status, rpc_address, host, port, has_cookie, registration_error}",
+    "ledger_upserted": "payload: metadata without password + "
+    "{mzxid, version, znode_ctime_ms, znode_mtime_ms, path}",
+    "ledger_deleted": "payload: {last_mzxid, inferred}",
+    "ledger_undecodable": "payload: {reason, mzxid, version, path, data_length}",
+    "under_replication_mark": "payload: {state: SET|CLEARED, replicas, mark_ctime_ms, mzxid, inferred}",
+    "recovery_delay": "payload: {seconds (or null), present}",
+    "rack_map": "payload: {racks: {bookie: rack|null}, hostnames: {bookie: host}, error}",
+    "snapshot_begin": "payload: {snapshot_id, reason, mode, partition, partition_count}",
+    "snapshot_end": "payload: {snapshot_id, complete, mode, partition, partition_count, partition_events}",
+    "heartbeat": "payload: {partition}",
+    "probe_result": "feedback: {round, reason, outcome: {result, min_replicas, worst_entries, unknown, "
+    "unresponsive, unresolved, answers}, metadata_changed, mzxid}",
+    "dead_letter": "payload: {reason, key_b64 (no value: it is kept in the dead_letters table)}",
+}
+
+DECISION_SCHEMA = StructType(
+    [
+        StructField("kind", StringType(), False),  # see DECISION_KINDS
+        StructField("event_time", TimestampType(), False),
+        StructField("cluster", StringType(), True),
+        StructField("ledger_id", LongType(), True),
+        StructField("bookie_id", StringType(), True),
+        StructField("payload", StringType(), True),  # JSON, per kind
+        StructField("topic", StringType(), True),  # source of a dead letter
+        StructField("partition", IntegerType(), True),
+        StructField("offset", LongType(), True),
+    ]
+)
+
+DECISION_KINDS = {
+    "ledger_state": "a newer ledger version to apply: payload as ledger_upserted (+ snapshot_id)",
+    "ledger_seen": "a snapshot saw the ledger at a version already applied: payload {snapshot_id}",
+    "ledger_deleted": "the ledger is gone: payload {last_mzxid, inferred}",
+    "ledger_corrupt": "the ledger znode is undecodable: payload {reason, mzxid, version, path, data_length}",
+    "under_replication": "urL mark changed: payload {state, replicas, mark_ctime_ms}",
+    "under_replication_stuck": "a mark outlived the grace period: payload {mark_ctime_ms, grace_s, replicas}",
+    "bookie_state": "a bookie's membership: payload {status, rpc_address, host, port, has_cookie, "
+    "missing_since_ms, "
+    "lost, flaps}",
+    "bookie_lost": "a missing bookie is now lost: payload {missing_since_ms}",
+    "bookie_returned": "a lost bookie registered again: payload {missing_since_ms}",
+    "bookie_flapped": "a missing bookie came back before the delay: payload {missing_since_ms, flaps}",
+    "recovery_delay": "lostBookieRecoveryDelay in force: payload {seconds}",
+    "rack_map": "the rack map changed: payload {racks, moved: [bookies whose rack changed]}",
+    "snapshot_complete": "a complete FULL snapshot on one partition: payload {snapshot_id, partition, "
+    "partition_count}",
+    "probe_request": "re-probe a suspect ledger now: payload {round, reason}",
+    "replicas_confirmed": "a suspect stayed failing for the configured rounds: payload {round, outcome}",
+    "replicas_cleared": "a suspect probed healthy again: payload {round}",
+    "dead_letter": "an input that could not be processed: payload {reason, key_b64}",
+}

@@ -1,0 +1,766 @@
+"""Stage 3 of the job: the ``foreachBatch`` sink — tables, fan-out, probes, alerts, feedback.
+
+For one micro-batch of decisions (:data:`streaming.schemas.DECISION_SCHEMA`) the sink
+
+1. reads what it needs *as of before the batch* (bookies, open alerts, the touched ledgers, and the
+   bookie → ledger index for bookies that were lost, returned or moved racks) — so a replay decides alike;
+2. applies the decisions in event-time order, then evaluates exactly the affected ledgers with the pure
+   rules (:mod:`streaming.evaluate`): lost-bookie (through the index, never a scan of all ledgers),
+   placement, corrupt metadata, stuck repairs, confirmed replicas failures;
+3. runs the re-probes the processor asked for and the throttled scrutiny pass, and turns their outcomes into
+   feedback events (round results) and ``BOOKIE_UNRESPONSIVE`` for registered bookies that never answer;
+4. publishes alert transitions and feedback to Kafka, then
+5. writes every table with the batch's app transaction (see :mod:`connectors.delta.tables`).
+
+Status: first version (streaming auditor issue).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from bkaudit.settings import KafkaSettings
+from connectors.delta.tables import (
+    BOOKIES,
+    DEAD_LETTERS,
+    LEDGER_BOOKIES,
+    LEDGER_BUCKETS,
+    LEDGERS,
+    OPEN_ALERTS,
+    SNAPSHOT_SEEN,
+    VIOLATIONS,
+    BatchWriter,
+    ensure_tables,
+    table_before_batch,
+)
+from streaming.alert_book import AlertBook, alert_to_row
+from streaming.alerts import AlertKind, AlertState
+from streaming.evaluate import (
+    PlacementPolicyConfig,
+    ledger_bookies,
+    lost_bookie_condition,
+    placement_adherence,
+    placement_condition,
+)
+
+logger = logging.getLogger(__name__)
+
+_REPLICAS_KINDS = {
+    "NO_REPLICA": AlertKind.REPLICAS_NO_REPLICA,
+    "LESS_THAN_AQ": AlertKind.REPLICAS_LESS_THAN_AQ,
+    "LESS_THAN_WQ": AlertKind.REPLICAS_LESS_THAN_WQ,
+}
+_LOST_KINDS = (AlertKind.LEDGER_UNDER_REPLICATED, AlertKind.LEDGER_UNRECOVERABLE)
+_PLACEMENT_KINDS = (AlertKind.PLACEMENT_NOT_ADHERING, AlertKind.PLACEMENT_SOFT)
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    """Everything the sink needs; built by ``streaming.job`` from the settings."""
+
+    lakehouse_root: Path
+    app_id: str
+    kafka: KafkaSettings
+    cluster_default: str = "unknown"
+    placement: PlacementPolicyConfig = field(default_factory=PlacementPolicyConfig)
+    probe_timeout_s: float = 5.0
+    probe_concurrency: int = 64
+    scrutiny_ledgers_per_s: float = 0.0  # 0 = no background replicas check
+    scrutiny_max_per_batch: int = 1000
+    changes_partitions: int = 1  # partitions of the changes topic (snapshot reconciliation per partition)
+
+
+@dataclass
+class BatchReport:
+    """What one batch did (for logs, metrics and tests)."""
+
+    batch_id: int
+    decisions: int = 0
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+    feedback: int = 0
+    probes: int = 0
+    ledgers_written: int = 0
+    skipped_replay_tables: int = 0
+    seconds: float = 0.0
+
+
+def kafka_partition(key: str, partitions: int) -> int:
+    """The partition kafka-python's default partitioner picks for ``key`` (Java client's murmur2).
+
+    Example:
+        >>> kafka_partition("ledger/1", 1)
+        0
+    """
+    from kafka.partitioner.default import murmur2
+
+    return (murmur2(key.encode("utf-8")) & 0x7FFFFFFF) % partitions
+
+
+def _ts(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def _read_filtered(table: Any, column: str, values: Iterable[Any]) -> list[dict[str, Any]]:
+    wanted = sorted(set(values))
+    if not wanted:
+        return []
+    dataset = table.to_pyarrow_dataset()
+    return dataset.to_table(filter=pc.field(column).isin(wanted)).to_pylist()
+
+
+def _ledger_row(ledger_id: int, payload: Mapping[str, Any], cluster: str, at_ms: int) -> dict[str, Any]:
+    return {
+        "ledger_id": ledger_id,
+        "ledger_bucket": ledger_id % LEDGER_BUCKETS,
+        "cluster": cluster,
+        "state": payload["state"],
+        "format_version": payload.get("format_version"),
+        "ensemble_size": payload["ensemble_size"],
+        "write_quorum": payload["write_quorum"],
+        "ack_quorum": payload["ack_quorum"],
+        "last_entry_id": payload["last_entry_id"],
+        "length": payload.get("length"),
+        "digest_type": payload.get("digest_type"),
+        "segments": [{"first_entry_id": first, "ensemble": list(ens)} for first, ens in payload["segments"]],
+        "bookies": sorted(ledger_bookies(payload)),
+        "ctime_ms": payload.get("ctime_ms"),
+        "pulsar_topic": payload.get("pulsar_topic"),
+        "custom_metadata": [
+            {"key": key, "value": base64.b64decode(value)}
+            for key, value in payload.get("custom_metadata") or []
+        ],
+        "has_password": payload.get("has_password"),
+        "znode_version": payload.get("version"),
+        "mzxid": payload.get("mzxid"),
+        "znode_ctime_ms": payload.get("znode_ctime_ms"),
+        "znode_mtime_ms": payload.get("znode_mtime_ms"),
+        "undecodable_reason": None,
+        "deleted": False,
+        "updated_at": _ts(at_ms),
+    }
+
+
+def _as_payload(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``ledgers`` row back into the evaluation shape."""
+    return {
+        "state": row.get("state"),
+        "ensemble_size": row.get("ensemble_size"),
+        "write_quorum": row.get("write_quorum"),
+        "ack_quorum": row.get("ack_quorum"),
+        "last_entry_id": row.get("last_entry_id"),
+        "length": row.get("length"),
+        "format_version": row.get("format_version"),
+        "segments": [[s["first_entry_id"], list(s["ensemble"])] for s in row.get("segments") or []],
+        "pulsar_topic": row.get("pulsar_topic"),
+    }
+
+
+class AuditSink:
+    """The ``foreachBatch`` function (``sink(batch_df, batch_id)``); keeps its Kafka and bookie clients."""
+
+    def __init__(self, config: SinkConfig) -> None:
+        self.config = config
+        self._producer: Any = None
+        self._probe_client: Any = None
+        self._scrutiny_cursor = -1
+        self._scrutiny_last_ms: int | None = None
+        self.reports: list[BatchReport] = []
+        ensure_tables(config.lakehouse_root)
+
+    # -- clients ------------------------------------------------------------------------------------------
+    def _kafka(self) -> Any:
+        if self._producer is None:
+            from kafka import KafkaProducer
+
+            from connectors.kafka.client_config import producer_config
+
+            self._producer = KafkaProducer(**producer_config(self.config.kafka))
+        return self._producer
+
+    def _prober(self) -> Any:
+        if self._probe_client is None:
+            from connectors.bookie.client import BlockingBookieClient
+
+            self._probe_client = BlockingBookieClient(timeout=self.config.probe_timeout_s)
+        return self._probe_client
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush()
+            self._producer.close()
+            self._producer = None
+        if self._probe_client is not None:
+            self._probe_client.close()
+            self._probe_client = None
+
+    def __call__(self, batch_df: Any, batch_id: int) -> None:
+        self.process(batch_df.toArrow(), batch_id)
+
+    # -- the batch -----------------------------------------------------------------------------------------
+    def process(self, decisions: pa.Table, batch_id: int) -> BatchReport:
+        started = time.monotonic()
+        report = BatchReport(batch_id, decisions=decisions.num_rows)
+        rows = decisions.to_pylist()
+        for row in rows:
+            row["payload"] = json.loads(row["payload"]) if row.get("payload") else {}
+            when = row["event_time"]
+            row["at_ms"] = int(when.timestamp() * 1000) if isinstance(when, datetime) else int(when or 0)
+        rows.sort(key=lambda r: r["at_ms"])
+        cluster = next((r["cluster"] for r in rows if r.get("cluster")), None) or self.config.cluster_default
+        root, app = self.config.lakehouse_root, self.config.app_id
+
+        # 1. state as of before this batch ------------------------------------------------------------------
+        bookie_rows = {
+            r["bookie_id"]: r
+            for r in table_before_batch(root, "bookies", app, batch_id).to_pyarrow_table().to_pylist()
+        }
+        book = AlertBook.from_rows(
+            cluster, table_before_batch(root, "open_alerts", app, batch_id).to_pyarrow_table().to_pylist()
+        )
+        ledgers_table = table_before_batch(root, "ledgers", app, batch_id)
+        index_table = table_before_batch(root, "ledger_bookies", app, batch_id)
+
+        # 2a. apply decisions in event-time order ----------------------------------------------------------
+        ledger_ids = {r["ledger_id"] for r in rows if r.get("ledger_id") is not None}
+        ledgers: dict[int, dict[str, Any]] = {
+            r["ledger_id"]: r for r in _read_filtered(ledgers_table, "ledger_id", ledger_ids)
+        }
+        changed_ledgers: set[int] = set()
+        trigger_ms: dict[int, int] = {}
+        index_replace: dict[int, list[str]] = {}
+        bookies_changed: set[str] = set()
+        lost_changed: dict[str, int] = {}
+        moved: dict[str, int] = {}
+        racks = {b: r.get("rack") for b, r in bookie_rows.items()}
+        dead_letters: list[dict[str, Any]] = []
+        snapshot_seen: list[dict[str, Any]] = []
+        snapshots_complete: list[dict[str, Any]] = []
+        probe_requests: list[dict[str, Any]] = []
+        feedback: list[dict[str, Any]] = []
+        now = datetime.now(tz=UTC)
+
+        def touch(ledger_id: int, at_ms: int) -> None:
+            changed_ledgers.add(ledger_id)
+            trigger_ms[ledger_id] = max(trigger_ms.get(ledger_id, at_ms), at_ms)
+
+        def seen(ledger_id: int, snapshot_id: str | None) -> None:
+            if snapshot_id:
+                key = f"ledger/{ledger_id}"
+                snapshot_seen.append(
+                    {
+                        "snapshot_id": snapshot_id,
+                        "kafka_partition": kafka_partition(key, self.config.changes_partitions),
+                        "ledger_id": ledger_id,
+                    }
+                )
+
+        for row in rows:
+            kind, payload, at_ms = row["kind"], row["payload"], row["at_ms"]
+            ledger_id, bookie_id = row.get("ledger_id"), row.get("bookie_id")
+            if kind == "ledger_state":
+                ledgers[ledger_id] = _ledger_row(ledger_id, payload, cluster, at_ms)
+                index_replace[ledger_id] = sorted(ledger_bookies(payload))
+                touch(ledger_id, at_ms)
+                seen(ledger_id, payload.get("snapshot_id"))
+                book.set_ledger_condition(AlertKind.METADATA_CORRUPT, ledger_id, False, at_ms=at_ms)
+            elif kind == "ledger_seen":
+                seen(ledger_id, payload.get("snapshot_id"))
+            elif kind == "ledger_deleted":
+                existing = ledgers.get(ledger_id) or {
+                    "ledger_id": ledger_id,
+                    "ledger_bucket": ledger_id % LEDGER_BUCKETS,
+                }
+                ledgers[ledger_id] = {
+                    **existing,
+                    "deleted": True,
+                    "cluster": cluster,
+                    "updated_at": _ts(at_ms),
+                }
+                index_replace[ledger_id] = []
+                touch(ledger_id, at_ms)
+            elif kind == "ledger_corrupt":
+                existing = ledgers.get(ledger_id) or {
+                    "ledger_id": ledger_id,
+                    "ledger_bucket": ledger_id % LEDGER_BUCKETS,
+                }
+                ledgers[ledger_id] = {
+                    **existing,
+                    "cluster": cluster,
+                    "state": None,
+                    "segments": [],
+                    "bookies": [],
+                    "undecodable_reason": payload.get("reason"),
+                    "mzxid": payload.get("mzxid"),
+                    "znode_version": payload.get("version"),
+                    "deleted": False,
+                    "updated_at": _ts(at_ms),
+                }
+                index_replace[ledger_id] = []
+                touch(ledger_id, at_ms)
+                seen(ledger_id, payload.get("snapshot_id"))
+                book.set_ledger_condition(
+                    AlertKind.METADATA_CORRUPT,
+                    ledger_id,
+                    True,
+                    at_ms=at_ms,
+                    detail={"reason": payload.get("reason"), "path": payload.get("path")},
+                )
+                dead_letters.append(
+                    {
+                        "source": "znode",
+                        "ledger_id": ledger_id,
+                        "path": payload.get("path"),
+                        "reason": payload.get("reason"),
+                        "received_at": now,
+                        "received_date": now.date(),
+                        "batch_id": batch_id,
+                    }
+                )
+            elif kind == "under_replication":
+                existing = ledgers.get(ledger_id) or {
+                    "ledger_id": ledger_id,
+                    "ledger_bucket": ledger_id % LEDGER_BUCKETS,
+                    "cluster": cluster,
+                }
+                marked = payload.get("state") == "SET"
+                ledgers[ledger_id] = {
+                    **existing,
+                    "under_replication_marked": marked,
+                    "under_replication_replicas": payload.get("replicas") if marked else [],
+                    "under_replication_ctime_ms": payload.get("mark_ctime_ms") if marked else None,
+                    "updated_at": _ts(at_ms),
+                }
+                changed_ledgers.add(ledger_id)
+                if not marked:
+                    book.set_ledger_condition(
+                        AlertKind.UNDER_REPLICATION_STUCK, ledger_id, False, at_ms=at_ms
+                    )
+            elif kind == "under_replication_stuck":
+                row_now = ledgers.get(ledger_id) or {}
+                book.set_ledger_condition(
+                    AlertKind.UNDER_REPLICATION_STUCK,
+                    ledger_id,
+                    True,
+                    at_ms=at_ms,
+                    bookies=payload.get("replicas") or [],
+                    pulsar_topic=row_now.get("pulsar_topic"),
+                    detail=payload,
+                )
+            elif kind == "bookie_state":
+                existing = bookie_rows.get(bookie_id, {"bookie_id": bookie_id})
+                bookie_rows[bookie_id] = {
+                    **existing,
+                    "cluster": cluster,
+                    "status": payload.get("status"),
+                    "lost": bool(payload.get("lost")),
+                    "missing_since": _ts(payload.get("missing_since_ms")),
+                    "flaps": payload.get("flaps") or 0,
+                    "host": payload.get("host"),
+                    "port": payload.get("port"),
+                    "has_cookie": payload.get("has_cookie"),
+                    "rpc_address": payload.get("rpc_address"),
+                    "rack": racks.get(bookie_id, existing.get("rack")),
+                    "updated_at": _ts(at_ms),
+                }
+                bookies_changed.add(bookie_id)
+            elif kind == "bookie_lost":
+                book.set_bookie_condition(
+                    AlertKind.BOOKIE_LOST,
+                    bookie_id,
+                    True,
+                    at_ms=at_ms,
+                    detail={"missing_since": payload.get("missing_since_ms")},
+                )
+                lost_changed[bookie_id] = at_ms
+            elif kind == "bookie_returned":
+                book.set_bookie_condition(AlertKind.BOOKIE_LOST, bookie_id, False, at_ms=at_ms)
+                lost_changed[bookie_id] = at_ms
+            elif kind == "rack_map":
+                new_racks = payload.get("racks") or {}
+                for bookie in payload.get("moved") or []:
+                    moved[bookie] = at_ms
+                racks = {**{b: None for b in racks}, **new_racks}
+                for bookie, rack in racks.items():
+                    existing = bookie_rows.get(bookie, {"bookie_id": bookie, "cluster": cluster})
+                    if existing.get("rack") != rack or bookie not in bookie_rows:
+                        bookie_rows[bookie] = {**existing, "rack": rack, "updated_at": _ts(at_ms)}
+                        bookies_changed.add(bookie)
+            elif kind == "snapshot_complete":
+                snapshots_complete.append({**payload, "at_ms": at_ms})
+            elif kind == "probe_request":
+                probe_requests.append({"ledger_id": ledger_id, "at_ms": at_ms, **payload})
+            elif kind == "replicas_confirmed":
+                outcome = payload.get("outcome") or {}
+                result = (outcome.get("outcome") or {}).get("result")
+                desired = _REPLICAS_KINDS.get(str(result))
+                row_now = ledgers.get(ledger_id) or {}
+                for replicas_kind in _REPLICAS_KINDS.values():
+                    book.set_ledger_condition(
+                        replicas_kind,
+                        ledger_id,
+                        replicas_kind is desired,
+                        at_ms=at_ms,
+                        bookies=row_now.get("bookies") or [],
+                        pulsar_topic=row_now.get("pulsar_topic"),
+                        detail={"round": payload.get("round"), **(outcome.get("outcome") or {})},
+                    )
+                for silent in (outcome.get("outcome") or {}).get("unresponsive") or []:
+                    if (bookie_rows.get(silent) or {}).get("status") in ("WRITABLE", "READ_ONLY"):
+                        book.set_bookie_condition(
+                            AlertKind.BOOKIE_UNRESPONSIVE,
+                            silent,
+                            True,
+                            at_ms=at_ms,
+                            detail={"ledger_id": ledger_id, "rounds": payload.get("round")},
+                        )
+            elif kind == "replicas_cleared":
+                for replicas_kind in _REPLICAS_KINDS.values():
+                    book.set_ledger_condition(replicas_kind, ledger_id, False, at_ms=at_ms)
+            elif kind == "dead_letter":
+                dead_letters.append(
+                    {
+                        "source": "kafka",
+                        "topic": row.get("topic"),
+                        "partition": row.get("partition"),
+                        "offset": row.get("offset"),
+                        "reason": payload.get("reason"),
+                        "received_at": now,
+                        "received_date": now.date(),
+                        "batch_id": batch_id,
+                    }
+                )
+
+        # 2b. the ledgers affected through the index (lost / returned / moved bookies) ----------------------
+        fanout_bookies = set(lost_changed) | set(moved)
+        if fanout_bookies:
+            indexed = _read_filtered(index_table, "bookie", fanout_bookies)
+            affected: dict[int, int] = {}
+            for entry in indexed:
+                if entry["ledger_id"] in index_replace:
+                    continue  # this batch replaced the ledger's bookies: use the new ones below
+                when = max(lost_changed.get(entry["bookie"], 0), moved.get(entry["bookie"], 0))
+                affected[entry["ledger_id"]] = max(affected.get(entry["ledger_id"], 0), when)
+            for ledger_id, bookies_now in index_replace.items():
+                hits = fanout_bookies & set(bookies_now)
+                if hits:
+                    when = max(max(lost_changed.get(b, 0), moved.get(b, 0)) for b in hits)
+                    affected[ledger_id] = max(affected.get(ledger_id, 0), when)
+            missing_rows = [i for i in affected if i not in ledgers]
+            for found in _read_filtered(ledgers_table, "ledger_id", missing_rows):
+                ledgers[found["ledger_id"]] = found
+            for ledger_id, when in affected.items():
+                trigger_ms[ledger_id] = max(trigger_ms.get(ledger_id, when), when)
+
+        # 2c. snapshot reconciliation: ledgers absent from a complete FULL snapshot are gone --------------
+        for done in snapshots_complete:
+            vanished = self._vanished(ledgers_table, root, app, batch_id, done, snapshot_seen, ledgers)
+            for ledger_id in vanished:
+                existing = ledgers.get(ledger_id) or {
+                    "ledger_id": ledger_id,
+                    "ledger_bucket": ledger_id % LEDGER_BUCKETS,
+                }
+                ledgers[ledger_id] = {**existing, "deleted": True, "updated_at": _ts(done["at_ms"])}
+                index_replace[ledger_id] = []
+                touch(ledger_id, done["at_ms"])
+
+        # 2d. evaluate the affected ledgers ------------------------------------------------------------------
+        lost = {b for b, r in bookie_rows.items() if r.get("lost")}
+        for ledger_id in sorted(trigger_ms):
+            current = ledgers.get(ledger_id)
+            at_ms = trigger_ms[ledger_id]
+            if current is None:
+                continue
+            row_now = current
+            entity = f"ledger/{ledger_id}"
+            if row_now.get("deleted"):
+                book.resolve_entity(entity, at_ms, "ledger deleted")
+                continue
+            if not row_now.get("state"):  # undecodable: nothing else can be evaluated
+                for kind in (*_LOST_KINDS, *_PLACEMENT_KINDS):
+                    book.set_ledger_condition(kind, ledger_id, False, at_ms=at_ms)
+                continue
+            payload = _as_payload(row_now)
+            condition = lost_bookie_condition(payload, lost)
+            for kind in _LOST_KINDS:
+                holds = condition is not None and condition[0] == kind.value
+                book.set_ledger_condition(
+                    kind,
+                    ledger_id,
+                    holds,
+                    at_ms=at_ms,
+                    bookies=condition[1]["lost_bookies"] if holds and condition else [],
+                    pulsar_topic=row_now.get("pulsar_topic"),
+                    detail=condition[1] if holds and condition else None,
+                )
+            placement = placement_condition(payload, racks, self.config.placement)
+            for kind in _PLACEMENT_KINDS:
+                holds = placement is not None and placement[0] == kind.value
+                book.set_ledger_condition(
+                    kind,
+                    ledger_id,
+                    holds,
+                    at_ms=at_ms,
+                    bookies=row_now.get("bookies") or [],
+                    pulsar_topic=row_now.get("pulsar_topic"),
+                    detail=placement[1] if holds and placement else None,
+                )
+            new_placement = placement_adherence(payload, racks, self.config.placement)
+            if row_now.get("placement") != new_placement:
+                ledgers[ledger_id] = {**row_now, "placement": new_placement}
+                changed_ledgers.add(ledger_id)
+
+        # 3. probes: the processor's re-probes and the scrutiny pass ----------------------------------------
+        feedback.extend(
+            self._probe(probe_requests, ledgers, ledgers_table, bookie_rows, book, cluster, report)
+        )
+        report.feedback = len(feedback)
+
+        # 4. publish (before the tables: a crash in between replays the same alert ids) ----------------------
+        self._publish(book, feedback)
+        report.alerts = [a.to_json() for a in book.transitions]
+
+        # 5. tables -----------------------------------------------------------------------------------------
+        writer = BatchWriter(root, app, batch_id)
+        written = []
+        if changed_ledgers:
+            ledger_rows = [ledgers[i] for i in sorted(changed_ledgers)]
+            written.append(writer.upsert("ledgers", pa.Table.from_pylist(ledger_rows, schema=LEDGERS.schema)))
+            report.ledgers_written = len(ledger_rows)
+        if index_replace:
+            index_rows = [
+                {"bookie": b, "ledger_id": i, "mzxid": (ledgers.get(i) or {}).get("mzxid")}
+                for i, names in sorted(index_replace.items())
+                for b in names
+            ]
+            written.append(
+                writer.replace_keys(
+                    "ledger_bookies",
+                    "ledger_id",
+                    index_replace,
+                    pa.Table.from_pylist(index_rows, schema=LEDGER_BOOKIES.schema),
+                )
+            )
+        if bookies_changed:
+            rows_out = [bookie_rows[b] for b in sorted(bookies_changed)]
+            written.append(writer.upsert("bookies", pa.Table.from_pylist(rows_out, schema=BOOKIES.schema)))
+        if book.transitions:
+            ids = {a.alert_id for a in book.transitions}
+            open_rows = [r for r in book.firing_rows() if r["alert_id"] in ids]
+            written.append(
+                writer.replace_keys(
+                    "open_alerts", "alert_id", ids, pa.Table.from_pylist(open_rows, schema=OPEN_ALERTS.schema)
+                )
+            )
+            violations = [{**alert_to_row(a), "batch_id": batch_id} for a in book.transitions]
+            written.append(
+                writer.append("violations", pa.Table.from_pylist(violations, schema=VIOLATIONS.schema))
+            )
+        if dead_letters:
+            written.append(
+                writer.append("dead_letters", pa.Table.from_pylist(dead_letters, schema=DEAD_LETTERS.schema))
+            )
+        if snapshot_seen:
+            written.append(
+                writer.append(
+                    "snapshot_seen", pa.Table.from_pylist(snapshot_seen, schema=SNAPSHOT_SEEN.schema)
+                )
+            )
+        report.skipped_replay_tables = sum(1 for w in written if not w)
+        report.seconds = round(time.monotonic() - started, 3)
+        self.reports.append(report)
+        return report
+
+    # -- helpers -------------------------------------------------------------------------------------------
+    def _vanished(
+        self,
+        ledgers_table: Any,
+        root: Path,
+        app: str,
+        batch_id: int,
+        done: dict[str, Any],
+        seen_now: list[dict[str, Any]],
+        ledgers: dict[int, dict[str, Any]],
+    ) -> list[int]:
+        snapshot_id, partition = done["snapshot_id"], int(done["partition"])
+        partitions = int(done.get("partition_count") or self.config.changes_partitions)
+        seen_table = table_before_batch(root, "snapshot_seen", app, batch_id)
+        seen_ids = {
+            r["ledger_id"]
+            for r in seen_table.to_pyarrow_dataset()
+            .to_table(filter=pc.field("snapshot_id") == snapshot_id, columns=["ledger_id"])
+            .to_pylist()
+        }
+        seen_ids |= {r["ledger_id"] for r in seen_now if r["snapshot_id"] == snapshot_id}
+        known = ledgers_table.to_pyarrow_dataset().to_table(columns=["ledger_id", "deleted"]).to_pylist()
+        candidates = {r["ledger_id"] for r in known if not r["deleted"]}
+        candidates |= {i for i, r in ledgers.items() if not r.get("deleted") and r.get("state") is not None}
+        return sorted(
+            i
+            for i in candidates
+            if i not in seen_ids and kafka_partition(f"ledger/{i}", partitions) == partition
+        )
+
+    def _probe(
+        self,
+        requests: list[dict[str, Any]],
+        ledgers: dict[int, dict[str, Any]],
+        ledgers_table: Any,
+        bookie_rows: dict[str, dict[str, Any]],
+        book: AlertBook,
+        cluster: str,
+        report: BatchReport,
+    ) -> list[dict[str, Any]]:
+        from connectors.bookie.ledger_probe import LedgerProbeTarget, probe_ledgers
+
+        targets: list[tuple[dict[str, Any], LedgerProbeTarget]] = []
+        missing = [r["ledger_id"] for r in requests if r["ledger_id"] not in ledgers]
+        for found in _read_filtered(ledgers_table, "ledger_id", missing):
+            ledgers[found["ledger_id"]] = found
+        requested = {r["ledger_id"] for r in requests}
+        requests = list(requests) + self._scrutiny_picks(ledgers_table, requests, requested)
+        for request in requests:
+            row = ledgers.get(request["ledger_id"])
+            if row is None or row.get("deleted") or not row.get("state"):
+                continue
+            segments = tuple((s["first_entry_id"], tuple(s["ensemble"])) for s in row.get("segments") or [])
+            targets.append(
+                (
+                    request,
+                    LedgerProbeTarget(
+                        row["ledger_id"],
+                        row["ensemble_size"],
+                        row["write_quorum"],
+                        row["ack_quorum"],
+                        row["state"],
+                        row["last_entry_id"],
+                        segments,
+                    ),
+                )
+            )
+        if not targets:
+            return []
+        addresses = {
+            b: r["rpc_address"] if r.get("rpc_address") else f"{r['host']}:{r['port']}"
+            for b, r in bookie_rows.items()
+            if r.get("status") in ("WRITABLE", "READ_ONLY")
+            and (r.get("rpc_address") or (r.get("host") and r.get("port")))
+        }
+        outcomes = probe_ledgers(
+            self._prober(),
+            [t for _, t in targets],
+            addresses,
+            timeout=self.config.probe_timeout_s,
+            concurrency=self.config.probe_concurrency,
+        )
+        report.probes = len(outcomes)
+        now_ms = int(time.time() * 1000)
+        messages = []
+        for (request, target), outcome in zip(targets, outcomes, strict=True):
+            for bookie, kind in outcome.answers.items():
+                if kind in ("entry_list", "no_ledger"):
+                    book.set_bookie_condition(AlertKind.BOOKIE_UNRESPONSIVE, bookie, False, at_ms=now_ms)
+            if request.get("scrutiny") and not outcome.failing:
+                continue  # healthy background check: nothing to report
+            messages.append(
+                {
+                    "kind": "probe_result",
+                    "cluster": cluster,
+                    "ledger_id": target.ledger_id,
+                    # Wall clock: event time is the watcher's (wall) clock too, so feedback is never late.
+                    "event_time_ms": now_ms,
+                    "round": int(request.get("round", 0)),
+                    "reason": request.get("reason") or ("scrutiny" if request.get("scrutiny") else "probe"),
+                    "mzxid": (ledgers.get(target.ledger_id) or {}).get("mzxid"),
+                    "failing": outcome.failing,
+                    "outcome": {
+                        **outcome.verdict.to_json(),
+                        "unresponsive": list(outcome.unresponsive),
+                        "unresolved": list(outcome.unresolved),
+                        "answers": outcome.answers,
+                    },
+                }
+            )
+        return messages
+
+    def _scrutiny_picks(
+        self, ledgers_table: Any, requests: list[dict[str, Any]], requested: set[int]
+    ) -> list[dict[str, Any]]:
+        """The next closed ledgers of the background replicas check, at the configured rate."""
+        rate = self.config.scrutiny_ledgers_per_s
+        if rate <= 0:
+            return []
+        now_ms = int(time.time() * 1000)
+        last = self._scrutiny_last_ms if self._scrutiny_last_ms is not None else now_ms - 1000
+        budget = min(int((now_ms - last) / 1000 * rate), self.config.scrutiny_max_per_batch)
+        if budget <= 0:
+            return []
+        self._scrutiny_last_ms = now_ms
+        dataset = ledgers_table.to_pyarrow_dataset()
+        closed = (pc.field("state") == "CLOSED") & (pc.field("deleted") == False)  # noqa: E712
+        candidates = (
+            dataset.to_table(
+                filter=closed & (pc.field("ledger_id") > self._scrutiny_cursor), columns=["ledger_id"]
+            )
+            .column("ledger_id")
+            .to_pylist()
+        )
+        if not candidates:
+            self._scrutiny_cursor = -1  # a full pass is done: start over
+            return []
+        picked = sorted(candidates)[:budget]
+        self._scrutiny_cursor = picked[-1]
+        return [{"ledger_id": i, "round": 0, "scrutiny": True} for i in picked if i not in requested]
+
+    def _publish(self, book: AlertBook, feedback: list[dict[str, Any]]) -> None:
+        if not book.transitions and not feedback:
+            return
+        producer = self._kafka()
+        for alert in book.transitions:
+            producer.send(
+                self.config.kafka.alerts_topic, key=alert.kafka_key().encode(), value=alert.to_bytes()
+            )
+        for message in feedback:
+            producer.send(
+                self.config.kafka.feedback_topic,
+                key=f"ledger/{message['ledger_id']}".encode(),
+                value=json.dumps(message, separators=(",", ":")).encode(),
+            )
+        producer.flush()
+        for alert in book.transitions:
+            logger.info(
+                "alert %s %s %s %s",
+                alert.state.value,
+                alert.kind.value,
+                alert.entity,
+                alert.alert_id,
+            )
+
+
+def open_alert_counts(root: str | Path) -> dict[str, int]:
+    """Current number of open alerts per kind (for the audit gauges).
+
+    Example:
+        >>> import tempfile; open_alert_counts(tempfile.mkdtemp())
+        {}
+    """
+    from connectors.delta.tables import read_table
+
+    counts: dict[str, int] = defaultdict(int)
+    for kind in read_table(root, "open_alerts").column("kind").to_pylist():
+        counts[kind] += 1
+    return dict(counts)
+
+
+__all__ = ["AlertState", "AuditSink", "BatchReport", "SinkConfig", "kafka_partition", "open_alert_counts"]

@@ -1,0 +1,259 @@
+"""The event-time state machine: pure logic, then the Spark adapter through PySpark's TwsTester."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from streaming.processor import ClusterLogic, LedgerLogic, ProcessorConfig, make_processor
+
+
+def row(kind, t, ledger_id=None, bookie_id=None, snap=None, **payload):
+    return {
+        "kind": kind,
+        "event_time_ms": t,
+        "ledger_id": ledger_id,
+        "bookie_id": bookie_id,
+        "snapshot_id": snap,
+        "cluster": "c1",
+        "payload": payload,
+    }
+
+
+def kinds(decisions):
+    return [(d["kind"], d.get("bookie_id") or d.get("ledger_id"), d["event_time_ms"]) for d in decisions]
+
+
+# --- cluster group --------------------------------------------------------------------------------------
+
+
+def test_a_flap_shorter_than_the_delay_raises_nothing_and_a_long_absence_is_lost_by_timer():
+    logic = ClusterLogic(ProcessorConfig(default_recovery_delay_s=10))
+    state, out, deadline = logic.apply(
+        None,
+        [
+            row("bookie_status", 0, bookie_id="b1", status="WRITABLE"),
+            row("bookie_status", 1_000, bookie_id="b1", status="GONE"),
+        ],
+    )
+    assert deadline == 11_000
+    state, out, deadline = logic.apply(
+        state, [row("bookie_status", 5_000, bookie_id="b1", status="WRITABLE")]
+    )
+    assert [k for k, *_ in kinds(out)] == ["bookie_state", "bookie_flapped", "bookie_state"]
+    assert deadline is None
+    state, _, _ = logic.apply(state, [row("bookie_status", 6_000, bookie_id="b1", status="GONE")])
+    state, out, deadline = logic.on_timer(state, 16_000)
+    assert ("bookie_lost", "b1", 16_000) in kinds(out)
+    bookie_state = [d for d in out if d["kind"] == "bookie_state"][-1]
+    assert bookie_state["payload"]["lost"] is True and bookie_state["payload"]["flaps"] == 1
+
+
+def test_recovery_delay_znode_and_rack_moves():
+    logic = ClusterLogic(ProcessorConfig(default_recovery_delay_s=0))
+    _, out, _ = logic.apply(
+        None,
+        [
+            row("recovery_delay", 0, seconds=30, present=True),
+            row("bookie_status", 1, bookie_id="b1", status="WRITABLE"),
+            row("bookie_status", 2, bookie_id="b1", status="GONE"),
+            row("rack_map", 3, racks={"b1": "/r1", "b2": "/r2"}),
+            row("rack_map", 4, racks={"b1": "/r1", "b2": "/r3"}),
+            row("rack_map", 5, racks={}, error="bad json"),
+        ],
+    )
+    assert ("recovery_delay", None, 0) in kinds(out)
+    assert not any(k == "bookie_lost" for k, *_ in kinds(out))  # the znode's 30 s applies, not the default 0
+    moves = [d["payload"]["moved"] for d in out if d["kind"] == "rack_map"]
+    assert moves == [["b1", "b2"], ["b2"]]  # the bad map is ignored, the last valid one kept
+
+
+def test_only_complete_full_snapshots_are_passed_on():
+    logic = ClusterLogic(ProcessorConfig())
+    _, out, _ = logic.apply(
+        None,
+        [
+            row(
+                "snapshot_end",
+                1,
+                snapshot_id="s1",
+                complete=True,
+                mode="FULL",
+                partition=0,
+                partition_count=1,
+            ),
+            row(
+                "snapshot_end",
+                2,
+                snapshot_id="s2",
+                complete=False,
+                mode="FULL",
+                partition=0,
+                partition_count=1,
+            ),
+            row(
+                "snapshot_end",
+                3,
+                snapshot_id="s3",
+                complete=True,
+                mode="DELTA",
+                partition=0,
+                partition_count=1,
+            ),
+        ],
+    )
+    assert [d["payload"]["snapshot_id"] for d in out if d["kind"] == "snapshot_complete"] == ["s1"]
+
+
+# --- ledger groups --------------------------------------------------------------------------------------
+
+
+def upsert(t, mzxid, snapshot_id=None):
+    return row("ledger_upserted", t, ledger_id=7, snap=snapshot_id, mzxid=mzxid, state="CLOSED")
+
+
+def test_stale_and_duplicate_upserts_are_dropped_but_snapshots_still_see_the_ledger():
+    logic = LedgerLogic(ProcessorConfig())
+    state, out, _ = logic.apply(None, [upsert(1, 10), upsert(2, 10), upsert(3, 9), upsert(4, 12)])
+    assert [d["kind"] for d in out] == ["ledger_state", "ledger_state"]
+    _, out, _ = logic.apply(state, [upsert(5, 12, snapshot_id="s1")])
+    assert [(d["kind"], d["payload"]) for d in out] == [("ledger_seen", {"snapshot_id": "s1"})]
+
+
+def test_suspect_is_reprobed_for_the_configured_rounds_then_confirmed_then_cleared():
+    config = ProcessorConfig(reprobe_delay_s=10, reprobe_rounds=2, confirmed_recheck_s=100)
+    logic = LedgerLogic(config)
+    state, _, _ = logic.apply(None, [upsert(0, 5)])
+    failing = {"failing": True, "mzxid": 5, "outcome": {"result": "LESS_THAN_WQ"}}
+    state, out, timers = logic.apply(state, [row("probe_result", 1_000, ledger_id=7, round=0, **failing)])
+    assert out == [] and timers == {11_000}
+    state, out, timers = logic.on_timer(state, 11_000, 7)
+    assert [(d["kind"], d["payload"]["round"]) for d in out] == [("probe_request", 1)]
+    state, out, timers = logic.apply(state, [row("probe_result", 11_500, ledger_id=7, round=1, **failing)])
+    assert out == [] and timers == {31_500}  # the delay doubles
+    state, out, _ = logic.apply(state, [row("probe_result", 32_000, ledger_id=7, round=1, **failing)])
+    assert out == []  # a duplicate round (replayed feedback) is ignored
+    state, _, _ = logic.on_timer(state, 31_500, 7)
+    state, out, timers = logic.apply(state, [row("probe_result", 32_000, ledger_id=7, round=2, **failing)])
+    assert [d["kind"] for d in out] == ["replicas_confirmed"]
+    assert timers == {132_000}  # confirmed: re-checked slowly to notice a repair
+    state, _, _ = logic.on_timer(state, 132_000, 7)
+    state, out, timers = logic.apply(
+        state, [row("probe_result", 132_500, ledger_id=7, round=3, failing=False, mzxid=5)]
+    )
+    assert [d["kind"] for d in out] == ["replicas_cleared"] and timers == set()
+
+
+def test_a_metadata_change_ends_the_suspicion_instead_of_alerting():
+    logic = LedgerLogic(ProcessorConfig(reprobe_delay_s=10, reprobe_rounds=1))
+    state, _, _ = logic.apply(None, [upsert(0, 5)])
+    state, _, timers = logic.apply(
+        state, [row("probe_result", 1, ledger_id=7, round=0, failing=True, mzxid=5)]
+    )
+    assert timers
+    state, out, timers = logic.apply(state, [upsert(2, 6)])
+    assert [d["kind"] for d in out] == ["ledger_state"] and timers == set()
+
+
+def test_under_replication_mark_older_than_the_grace_fires_once_and_clears():
+    logic = LedgerLogic(ProcessorConfig(under_replication_grace_s=60))
+    state, out, timers = logic.apply(
+        None,
+        [row("under_replication_mark", 1_000, ledger_id=7, state="SET", replicas=["b1"], mark_ctime_ms=0)],
+    )
+    assert [d["kind"] for d in out] == ["under_replication"] and timers == {60_000}
+    state, out, timers = logic.on_timer(state, 60_000, 7)
+    assert [d["kind"] for d in out] == ["under_replication_stuck"] and timers == set()
+    # An old mark seen for the first time fires at once.
+    _, out, _ = logic.apply(
+        None, [row("under_replication_mark", 120_000, ledger_id=8, state="SET", replicas=[], mark_ctime_ms=0)]
+    )
+    assert [d["kind"] for d in out] == ["under_replication", "under_replication_stuck"]
+    state, out, timers = logic.apply(
+        state, [row("under_replication_mark", 70_000, ledger_id=7, state="CLEARED", replicas=[])]
+    )
+    assert [d["kind"] for d in out] == ["under_replication"] and timers == set()
+
+
+def test_deleted_and_corrupt_ledgers():
+    logic = LedgerLogic(ProcessorConfig())
+    _, out, _ = logic.apply(
+        None,
+        [
+            upsert(0, 5),
+            row("ledger_undecodable", 1, ledger_id=7, mzxid=6, reason="bad header"),
+            row("ledger_deleted", 2, ledger_id=7, last_mzxid=6, inferred=False),
+            row("ledger_deleted", 3, ledger_id=7, last_mzxid=6, inferred=True),
+            upsert(4, 6),
+        ],
+    )
+    assert [d["kind"] for d in out] == ["ledger_state", "ledger_corrupt", "ledger_deleted"]
+
+
+# --- the Spark adapter, through PySpark's TwsTester ------------------------------------------------------
+
+
+def frame(rows):
+    return pd.DataFrame(
+        {
+            "state_key": [r[0] for r in rows],
+            "kind": [r[1] for r in rows],
+            "event_time": pd.to_datetime([r[2] for r in rows], unit="ms", utc=True),
+            "cluster": ["c1"] * len(rows),
+            "run_id": ["run"] * len(rows),
+            "sequence": list(range(len(rows))),
+            "snapshot_id": [None] * len(rows),
+            "ledger_id": pd.array([r[3] for r in rows], dtype="Int64"),
+            "bookie_id": [r[4] for r in rows],
+            "payload": [json.dumps(r[5]) for r in rows],
+            "topic": ["t"] * len(rows),
+            "partition": [0] * len(rows),
+            "offset": list(range(len(rows))),
+        }
+    )
+
+
+@pytest.fixture
+def tester():
+    from pyspark.sql.streaming.tws_tester import TwsTester
+
+    return TwsTester(
+        make_processor(ProcessorConfig(default_recovery_delay_s=5)),
+        timeMode="EventTime",
+        eventTimeExtractor=lambda r: int(r["event_time"].timestamp() * 1000),
+    )
+
+
+def test_spark_adapter_keeps_state_and_fires_event_time_timers(tester):
+    out = tester.testInPandas(
+        "cluster",
+        frame(
+            [
+                ("cluster", "bookie_status", 1_000, None, "b1", {"status": "WRITABLE"}),
+                ("cluster", "bookie_status", 2_000, None, "b1", {"status": "GONE"}),
+            ]
+        ),
+    )
+    assert list(out["kind"]) == ["bookie_state", "bookie_state"]
+    assert len(tester.setWatermark(6_999)) == 0  # missing since 2 s, delay 5 s: not yet
+    fired = tester.setWatermark(7_001)
+    assert "bookie_lost" in list(fired["kind"])
+    stored = json.loads(tester.peekValueState("state", "cluster")[0])
+    assert json.loads(stored["membership"])["bookies"]["b1"][2] is True  # lost
+
+
+def test_spark_adapter_orders_rows_and_drops_duplicates_per_ledger(tester):
+    payload = {"mzxid": 5, "state": "CLOSED"}
+    out = tester.testInPandas(
+        "ledger/7",
+        frame(
+            [
+                ("ledger/7", "ledger_upserted", 1_000, 7, None, payload),
+                ("ledger/7", "ledger_upserted", 1_001, 7, None, payload),
+            ]
+        ),
+    )
+    assert list(out["kind"]) == ["ledger_state"]
+    assert int(out["ledger_id"].iloc[0]) == 7
