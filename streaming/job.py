@@ -1,0 +1,166 @@
+"""The Structured Streaming auditor: builds and runs the one query (``bkaudit stream``).
+
+``changes + feedback topics → decode → watermark → transformWithStateInPandas → foreachBatch sink``; see
+docs/design.md for why state, timers and idempotency sit where they do.
+
+Status: first version (streaming auditor issue).
+
+Example:
+    >>> from bkaudit.settings import Settings
+    >>> processor_config(Settings().stream).reprobe_rounds
+    3
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import functions as F
+
+from bkaudit.settings import Settings, StreamSettings
+from streaming.decode import decode_batches
+from streaming.evaluate import PlacementPolicyConfig
+from streaming.processor import ProcessorConfig, make_processor
+from streaming.schemas import CHANGE_SCHEMA, DECISION_SCHEMA
+from streaming.sink import AuditSink, SinkConfig
+
+logger = logging.getLogger(__name__)
+
+QUERY_NAME = "bkaudit"
+
+
+def processor_config(stream: StreamSettings) -> ProcessorConfig:
+    return ProcessorConfig(
+        default_recovery_delay_s=stream.default_recovery_delay_s,
+        reprobe_delay_s=stream.reprobe_delay_s,
+        reprobe_rounds=stream.reprobe_rounds,
+        reprobe_max_delay_s=stream.reprobe_max_delay_s,
+        confirmed_recheck_s=stream.confirmed_recheck_s,
+        under_replication_grace_s=stream.under_replication_grace_s,
+    )
+
+
+def sink_config(settings: Settings, changes_partitions: int) -> SinkConfig:
+    stream = settings.stream
+    return SinkConfig(
+        lakehouse_root=Path(settings.lakehouse_root),
+        app_id=stream.app_id,
+        kafka=settings.kafka,
+        cluster_default=settings.cluster or "unknown",
+        placement=PlacementPolicyConfig(
+            policy=stream.placement_policy,
+            min_racks_per_write_quorum=stream.min_racks_per_write_quorum,
+            enforce_min_racks_per_write_quorum=stream.enforce_min_racks_per_write_quorum,
+            min_zones_per_write_quorum=stream.min_zones_per_write_quorum,
+            desired_zones_per_write_quorum=stream.desired_zones_per_write_quorum,
+            min_regions_for_durability=stream.min_regions_for_durability,
+        ),
+        probe_timeout_s=stream.probe_timeout_s,
+        probe_concurrency=stream.probe_concurrency,
+        scrutiny_ledgers_per_s=stream.scrutiny_ledgers_per_s,
+        scrutiny_max_per_batch=stream.scrutiny_max_per_batch,
+        changes_partitions=changes_partitions,
+    )
+
+
+def ensure_topics(settings: Settings) -> int:
+    """Create the changes, feedback and alerts topics when absent; returns the changes topic's partitions."""
+    from connectors.kafka.topics import ensure_topic
+
+    kafka = settings.kafka
+    partitions = ensure_topic(kafka, kafka.changes_topic)
+    ensure_topic(kafka, kafka.feedback_topic)
+    ensure_topic(kafka, kafka.alerts_topic)
+    return partitions
+
+
+def decisions_frame(spark: Any, settings: Settings) -> Any:
+    """The streaming DataFrame of decisions (processor output plus dead letters)."""
+    kafka, stream = settings.kafka, settings.stream
+    if stream.source_format == "bkaudit_kafka":
+        from connectors.kafka.spark_source import KafkaDataSource
+
+        spark.dataSource.register(KafkaDataSource)
+    reader = (
+        spark.readStream.format(stream.source_format)
+        .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+        .option("subscribe", f"{kafka.changes_topic},{kafka.feedback_topic}")
+        .option("startingOffsets", "earliest")
+        .option("failOnDataLoss", "true")
+    )
+    if stream.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(stream.max_offsets_per_trigger))
+    raw = reader.load()
+    decoded = raw.mapInArrow(
+        functools.partial(decode_batches, feedback_topic=kafka.feedback_topic), CHANGE_SCHEMA
+    )
+    watched = decoded.filter(F.col("kind") != "dead_letter").withWatermark(
+        "event_time", f"{int(stream.watermark_delay_s * 1000)} milliseconds"
+    )
+    decisions = watched.groupBy("state_key").transformWithStateInPandas(
+        statefulProcessor=make_processor(processor_config(stream)),
+        outputStructType=DECISION_SCHEMA,
+        outputMode="Append",
+        timeMode="EventTime",
+    )
+    dead = decoded.filter(F.col("kind") == "dead_letter").select(*DECISION_SCHEMA.fieldNames())
+    return decisions.unionByName(dead)
+
+
+def start(spark: Any, settings: Settings, *, available_now: bool = False) -> tuple[Any, AuditSink]:
+    """Start the query; returns it with its sink (whose reports tests and the demo read)."""
+    partitions = ensure_topics(settings)
+    sink = AuditSink(sink_config(settings, partitions))
+    checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
+    writer = (
+        decisions_frame(spark, settings)
+        .writeStream.queryName(QUERY_NAME)
+        .foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+    )
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(
+            processingTime=f"{int(settings.stream.trigger_interval_s * 1000)} milliseconds"
+        )
+    return writer.start(), sink
+
+
+def stop_gracefully(query: Any, timeout_s: float = 60.0) -> None:
+    """Let the running micro-batch finish, then stop (no half-applied batch to replay)."""
+    deadline = time.monotonic() + timeout_s
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    query.stop()
+
+
+def run(settings: Settings) -> None:
+    """``bkaudit stream``: run until SIGTERM/SIGINT, then stop after the current batch."""
+    from streaming.session import build_spark_session
+
+    spark = build_spark_session(settings.spark)
+    query, sink = start(spark, settings)
+    stopping = threading.Event()
+
+    def request_stop(signum: int, _frame: Any) -> None:
+        logger.info("signal %s: stopping after the current batch", signum)
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    try:
+        while query.isActive and not stopping.wait(1.0):
+            pass
+        if query.exception() is not None:
+            raise RuntimeError(f"the streaming query failed: {query.exception()}")
+    finally:
+        if query.isActive:
+            stop_gracefully(query)
+        sink.close()

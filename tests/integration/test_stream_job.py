@@ -1,0 +1,168 @@
+"""The streaming job end to end on hand-built watcher events: real broker, Spark, Delta (no watcher)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import namedtuple
+
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from bkaudit import events as ev
+from bkaudit.domain.metadata import LedgerMetadata, LedgerState, Segment
+from bkaudit.domain.rackmap import RackMap
+from bkaudit.domain.registration import BookieServiceInfo, Endpoint
+from bkaudit.settings import Settings
+from connectors.delta.tables import read_table
+from connectors.kafka.client_config import consumer_config, producer_config
+from connectors.kafka.topics import ensure_topic
+from streaming import job
+
+pytestmark = pytest.mark.integration
+
+Stat = namedtuple("Stat", "czxid mzxid ctime mtime version dataLength")
+BOOKIES = [f"10.0.0.{i}:3181" for i in range(1, 7)]
+RACKS = {b: f"/rack{i % 3}" for i, b in enumerate(BOOKIES)}
+
+
+class Watcher:
+    """Publishes events the way the watcher does (one builder, Kafka key = entity)."""
+
+    def __init__(self, kafka, clock):
+        self.kafka = kafka
+        self.builder = ev.EventBuilder("cluster-1", "run-1", clock_ms=clock)
+        self.producer = KafkaProducer(**producer_config(kafka))
+        self.mzxid = 100
+
+    def send(self, payload, **kw):
+        event = self.builder.build(payload, **kw)
+        self.producer.send(self.kafka.changes_topic, key=ev.kafka_key(event), value=ev.encode_event(event))
+
+    def heartbeat(self, at_ms, partitions=2):
+        for p in range(partitions):
+            event = self.builder.build(
+                ev.heartbeat(at_ms, partition=p, partition_count=partitions), event_time_ms=at_ms
+            )
+            self.producer.send(
+                self.kafka.changes_topic, key=ev.kafka_key(event), value=ev.encode_event(event), partition=p
+            )
+
+    def bookie(self, bookie_id, status):
+        host, port = bookie_id.rsplit(":", 1)
+        info = BookieServiceInfo(endpoints=(Endpoint("bookie", int(port), host, "bookie-rpc"),))
+        self.send(
+            ev.bookie_status(bookie_id, status, info=info if status != "GONE" else None, has_cookie=True)
+        )
+
+    def ledger(self, ledger_id, ensemble, *, wq=2, aq=2, closed=True):
+        self.mzxid += 1
+        md = LedgerMetadata(
+            ensemble_size=len(ensemble),
+            write_quorum=wq,
+            ack_quorum=aq,
+            state=LedgerState.CLOSED if closed else LedgerState.OPEN,
+            last_entry_id=99 if closed else -1,
+            length=1000 if closed else 0,
+            segments=(Segment(0, tuple(ensemble)),),
+            custom_metadata=(("pulsar/managed-ledger", b"public/default/persistent/t1"),),
+        )
+        self.send(
+            ev.ledger_upserted(
+                ledger_id, md, Stat(self.mzxid, self.mzxid, 0, 0, 0, 100), f"/ledgers/L{ledger_id}"
+            )
+        )
+
+    def flush(self):
+        self.producer.flush()
+
+
+def alerts_on(kafka):
+    consumer = KafkaConsumer(**consumer_config(kafka, None))
+    partitions = [
+        TopicPartition(kafka.alerts_topic, p) for p in consumer.partitions_for_topic(kafka.alerts_topic)
+    ]
+    consumer.assign(partitions)
+    consumer.seek_to_beginning()
+    end = sum(consumer.end_offsets(partitions).values())
+    out, deadline = [], time.monotonic() + 20
+    while len(out) < end and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=300).values():
+            out.extend((r.key.decode(), json.loads(r.value)) for r in records)
+    consumer.close()
+    return out
+
+
+def run_once(spark, settings):
+    query, sink = job.start(spark, settings, available_now=True)
+    query.awaitTermination(180)
+    assert query.exception() is None, query.exception()
+    sink.close()
+    return sink
+
+
+def test_lost_bookie_fans_out_to_exactly_its_ledgers_and_resolves_when_it_returns(
+    spark, kafka_settings, tmp_path
+):
+    kafka = kafka_settings.model_copy(update={"topic_partitions": 2})
+    settings = Settings(
+        kafka=kafka,
+        lakehouse_root=tmp_path / "lh",
+        checkpoint_root=tmp_path / "cp",
+        stream={"watermark_delay_s": 0.5, "default_recovery_delay_s": 0},
+    )
+    ensure_topic(kafka, kafka.changes_topic, partitions=2)
+    t0 = int(time.time() * 1000) - 60_000
+    clock = iter(range(t0, t0 + 10**9, 10))
+    watcher = Watcher(kafka, lambda: next(clock))
+    watcher.send(ev.rack_map_event("file:/racks.json", RackMap.from_racks(RACKS), present=True))
+    for bookie in BOOKIES:
+        watcher.bookie(bookie, "WRITABLE")
+    watcher.ledger(1, BOOKIES[0:3])  # names b1
+    watcher.ledger(2, BOOKIES[1:4])
+    watcher.ledger(3, [BOOKIES[0], BOOKIES[3], BOOKIES[4]], wq=1, aq=1)  # WQ=1: losing b1 loses data
+    watcher.ledger(4, [BOOKIES[0], BOOKIES[3]], closed=False)  # open ledgers count too
+    watcher.send(ev.ledger_undecodable(5, "/ledgers/L5", Stat(1, 1, 0, 0, 0, 3), "bad header"))
+    watcher.heartbeat(t0 + 50_000)
+    watcher.flush()
+    run_once(spark, settings)
+    # Healthy, well-placed cluster: only the corrupt znode is flagged.
+    assert [(a["kind"], a["ledger_id"], a["state"]) for _, a in alerts_on(kafka)] == [
+        ("METADATA_CORRUPT", 5, "firing")
+    ]
+
+    watcher.bookie(BOOKIES[0], "GONE")
+    watcher.heartbeat(t0 + 55_000)
+    watcher.flush()
+    run_once(spark, settings)
+    firing = {(a["kind"], a["ledger_id"]) for _, a in alerts_on(kafka) if a["state"] == "firing"}
+    assert firing == {
+        ("METADATA_CORRUPT", 5),
+        ("BOOKIE_LOST", None),
+        ("LEDGER_UNDER_REPLICATED", 1),
+        ("LEDGER_UNRECOVERABLE", 3),
+        ("LEDGER_UNDER_REPLICATED", 4),
+    }
+    ledgers = {r["ledger_id"]: r for r in read_table(settings.lakehouse_root, "ledgers").to_pylist()}
+    assert ledgers[1]["pulsar_topic"] == "persistent://public/default/t1"
+    assert ledgers[1]["placement"] == "MEETS_STRICT"
+    bookies = {r["bookie_id"]: r for r in read_table(settings.lakehouse_root, "bookies").to_pylist()}
+    assert bookies[BOOKIES[0]]["lost"] is True and bookies[BOOKIES[1]]["status"] == "WRITABLE"
+    open_kinds = sorted(read_table(settings.lakehouse_root, "open_alerts").column("kind").to_pylist())
+    assert len(open_kinds) == 5
+
+    watcher.bookie(BOOKIES[0], "WRITABLE")
+    watcher.heartbeat(t0 + 58_000)
+    watcher.flush()
+    run_once(spark, settings)
+    alerts = [a for _, a in alerts_on(kafka)]
+    resolved = {(a["kind"], a["ledger_id"]) for a in alerts if a["state"] == "resolved"}
+    assert resolved == firing - {("METADATA_CORRUPT", 5)}
+    by_id = {}
+    for alert in alerts:
+        by_id.setdefault(alert["alert_id"], []).append(alert["state"])
+    assert all(states in (["firing"], ["firing", "resolved"]) for states in by_id.values())
+    violations = read_table(settings.lakehouse_root, "violations").num_rows
+    assert violations == len(alerts)
+    dead = read_table(settings.lakehouse_root, "dead_letters").to_pylist()
+    assert [(d["source"], d["ledger_id"]) for d in dead] == [("znode", 5)]
