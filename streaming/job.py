@@ -115,8 +115,14 @@ def decisions_frame(spark: Any, settings: Settings) -> Any:
 
 def start(spark: Any, settings: Settings, *, available_now: bool = False) -> tuple[Any, AuditSink]:
     """Start the query; returns it with its sink (whose reports tests and the demo read)."""
+    from streaming.metrics import StreamMetrics, make_listener
+
     partitions = ensure_topics(settings)
-    sink = AuditSink(sink_config(settings, partitions))
+    metrics = StreamMetrics()
+    spark.streams.addListener(make_listener(metrics))
+    if settings.stream.metrics_port:
+        metrics.serve(settings.stream.metrics_port)
+    sink = AuditSink(sink_config(settings, partitions), metrics)
     checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
     writer = (
         decisions_frame(spark, settings)

@@ -21,7 +21,7 @@ import base64
 import json
 import logging
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -93,6 +93,7 @@ class BatchReport:
     probes: int = 0
     ledgers_written: int = 0
     skipped_replay_tables: int = 0
+    open_alerts: dict[str, int] = field(default_factory=dict)  # kind → open count after the batch
     seconds: float = 0.0
 
 
@@ -170,8 +171,9 @@ def _as_payload(row: Mapping[str, Any]) -> dict[str, Any]:
 class AuditSink:
     """The ``foreachBatch`` function (``sink(batch_df, batch_id)``); keeps its Kafka and bookie clients."""
 
-    def __init__(self, config: SinkConfig) -> None:
+    def __init__(self, config: SinkConfig, metrics: Any = None) -> None:
         self.config = config
+        self.metrics = metrics  # streaming.metrics.StreamMetrics, optional
         self._producer: Any = None
         self._probe_client: Any = None
         self._scrutiny_cursor = -1
@@ -578,6 +580,9 @@ class AuditSink:
                 )
             )
         report.skipped_replay_tables = sum(1 for w in written if not w)
+        report.open_alerts = dict(sorted(Counter(kind.value for _, kind in book.open).items()))
+        if self.metrics is not None:
+            self.metrics.set_open_alerts(report.open_alerts)
         report.seconds = round(time.monotonic() - started, 3)
         self.reports.append(report)
         return report
