@@ -251,7 +251,6 @@ class AuditSink:
         snapshots_complete: list[dict[str, Any]] = []
         probe_requests: list[dict[str, Any]] = []
         feedback: list[dict[str, Any]] = []
-        now = datetime.now(tz=UTC)
 
         def touch(ledger_id: int, at_ms: int) -> None:
             changed_ledgers.add(ledger_id)
@@ -325,8 +324,8 @@ class AuditSink:
                         "ledger_id": ledger_id,
                         "path": payload.get("path"),
                         "reason": payload.get("reason"),
-                        "received_at": now,
-                        "received_date": now.date(),
+                        "received_at": _ts(at_ms),
+                        "received_date": _ts(at_ms).date(),  # type: ignore[union-attr]
                         "batch_id": batch_id,
                     }
                 )
@@ -438,8 +437,8 @@ class AuditSink:
                         "partition": row.get("partition"),
                         "offset": row.get("offset"),
                         "reason": payload.get("reason"),
-                        "received_at": now,
-                        "received_date": now.date(),
+                        "received_at": _ts(at_ms),
+                        "received_date": _ts(at_ms).date(),  # type: ignore[union-attr]
                         "batch_id": batch_id,
                     }
                 )
