@@ -128,6 +128,47 @@ class KafkaSettings(BaseModel):
     producer_delivery_timeout_ms: int = Field(120_000, gt=0)
 
 
+class StreamSettings(BaseModel):
+    """``bkaudit stream``: the Structured Streaming auditor's knobs (times are event time, in seconds).
+
+    Example:
+        >>> StreamSettings().placement_policy
+        'rackaware'
+    """
+
+    app_id: str = Field("bkaudit-stream", description="Delta app-transaction id; keep it per checkpoint")
+    source_format: Literal["bkaudit_kafka", "kafka"] = Field(
+        "bkaudit_kafka", description="the Python Kafka source, or Spark's JVM kafka source (needs its jars)"
+    )
+    trigger_interval_s: float = Field(1.0, ge=0)
+    watermark_delay_s: float = Field(5.0, ge=0, description="how late an event may arrive")
+    max_offsets_per_trigger: int | None = Field(None, ge=1)
+    default_recovery_delay_s: int = Field(
+        0, ge=0, description="lostBookieRecoveryDelay when the znode is absent (BookKeeper's default 0)"
+    )
+    reprobe_delay_s: float = Field(30.0, gt=0, description="first re-probe of a suspect ledger (doubles)")
+    reprobe_rounds: int = Field(3, ge=1, description="failing re-probes before a REPLICAS_* alert")
+    reprobe_max_delay_s: float = Field(600.0, gt=0)
+    confirmed_recheck_s: float = Field(300.0, gt=0, description="re-probe interval of a confirmed failure")
+    under_replication_grace_s: float = Field(
+        3600.0, ge=0, description="UNDER_REPLICATION_STUCK after a urL mark is this old; 0 disables"
+    )
+    placement_policy: Literal["rackaware", "regionaware", "zoneaware"] = "rackaware"
+    min_racks_per_write_quorum: int = Field(2, ge=1)
+    enforce_min_racks_per_write_quorum: bool = False
+    min_zones_per_write_quorum: int = Field(2, ge=1)
+    desired_zones_per_write_quorum: int = Field(3, ge=1)
+    min_regions_for_durability: int = Field(2, ge=1)
+    probe_timeout_s: float = Field(5.0, gt=0, description="GET_LIST_OF_ENTRIES_OF_LEDGER timeout")
+    probe_concurrency: int = Field(64, ge=1)
+    scrutiny_ledgers_per_s: float = Field(
+        0.0, ge=0, description="background replicas check rate over closed ledgers; 0 = off"
+    )
+    scrutiny_max_per_batch: int = Field(1000, ge=1)
+    maintenance_every_batches: int = Field(200, ge=0, description="compact/vacuum the tables; 0 = never")
+    metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus endpoint; 0 = off")
+
+
 class WatcherSettings(BaseModel):
     """``bkaudit watch``: heartbeats, snapshot pacing, reconciliation, rack map source, metrics.
 
@@ -159,6 +200,9 @@ class WatcherSettings(BaseModel):
         "auto",
         description="persistent = AddWatch (ZooKeeper >= 3.6); fallback = one-shot child/data watches; "
         "auto picks persistent when the server supports it",
+    )
+    ledger_manager: Literal["flat", "hierarchical", "longhierarchical", "legacyhierarchical"] | None = Field(
+        None, description="override the ledger manager; default: read it from the cluster's LAYOUT znode"
     )
     queue_size: int = Field(10_000, ge=100, description="bound of the internal event queue (back-pressure)")
     rack_map_znode: str | None = Field(None, description="Pulsar's rack map znode, e.g. /bookies")
@@ -223,6 +267,7 @@ class Settings(BaseSettings):
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)
     watcher: WatcherSettings = Field(default_factory=WatcherSettings)
+    stream: StreamSettings = Field(default_factory=StreamSettings)
 
     @classmethod
     def settings_customise_sources(

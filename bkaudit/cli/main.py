@@ -12,7 +12,7 @@ import sys
 import typer
 from typer.exceptions import TyperException
 
-from bkaudit.cli import availability, check, demo, dev, metadata, path
+from bkaudit.cli import availability, check, demo, dev, metadata, path, sim, stream
 from bkaudit.errors import BkauditError
 
 app = typer.Typer(
@@ -28,7 +28,9 @@ app.add_typer(availability.app, name="availability")
 app.add_typer(check.app, name="check")
 app.add_typer(path.app, name="path")
 app.add_typer(dev.app, name="dev")
+app.add_typer(sim.app, name="sim")
 app.command("demo")(demo.demo)
+app.command("stream")(stream.stream)
 
 
 def _one_line(message: str) -> str:

@@ -1,0 +1,492 @@
+"""Ground truth: which ledgers and bookies a correct auditor must flag at one moment, per alert kind.
+
+Status: complete. Pure code: no I/O, no clock. The simulator builds a :class:`ClusterSnapshot` of what it
+knows (it broke things on purpose) and :func:`ground_truth` applies the behaviour contract of
+``architecture.md`` with the project's shared rules (``LedgerMetadata.is_recoverable``,
+``streaming.rules.placement.check_placement``, ``streaming.rules.replicas.classify_replicas``). End-to-end
+tests and benchmarks compare the auditor's output with it.
+
+Rules, per kind (ledger kinds list ledger ids, bookie kinds list bookie ids; corrupt ledgers only ever
+appear under ``METADATA_CORRUPT``, since nobody can read their bookies; deleted ledgers are not in the
+snapshot at all):
+
+- **Missing / lost.** A bookie registered under ``available/`` or ``available/readonly/`` is present
+  (read-only is not missing). A bookie that is neither is *missing since* the start of its open
+  :class:`Absence` (the time its znode disappeared). It is *lost* (``BOOKIE_LOST``) when it has been missing
+  for at least ``lost_bookie_recovery_delay_s``, or at once when another bookie was missing at the same
+  time during its absence (BookKeeper: more than one bookie missing → no delay). A bookie that came back
+  in time raises nothing; its closed absences are counted as ``flaps``. A bookie named in ledger metadata
+  that the snapshot does not know at all is lost.
+- ``LEDGER_UNDER_REPLICATED`` / ``LEDGER_UNRECOVERABLE``: every ledger (open, in recovery or closed) that
+  names a lost bookie in any segment; UNRECOVERABLE (instead of UNDER_REPLICATED) when
+  ``is_recoverable(lost)`` is false, i.e. some entry has no surviving copy.
+- ``PLACEMENT_NOT_ADHERING`` / ``PLACEMENT_SOFT``: closed ledgers, every segment checked with the
+  configured policy; every member counts with its rack whatever its liveness. Any FAIL → NOT_ADHERING,
+  otherwise any MEETS_SOFT → SOFT.
+- ``REPLICAS_NO_REPLICA`` / ``REPLICAS_LESS_THAN_AQ`` / ``REPLICAS_LESS_THAN_WQ``: closed ledgers with
+  entries, classified from what each bookie would answer: its held entries, ``NO_LEDGER`` (ENOLEDGER fault
+  or a ledger it does not hold) or unknown (not registered, not serving, silent, failing with a status, or
+  slower than ``probe_timeout_s``). Unknown counts neither as holding nor as missing.
+- ``BOOKIE_UNRESPONSIVE``: a registered bookie that never answers (silent, or slower than the probe
+  timeout) while it is expected to hold at least one entry of a closed ledger (otherwise nothing would ever
+  probe it: listed under ``may_alert`` instead). A registered bookie whose server is down (a hard kill
+  before the session expires) or that answers with an error status is also only ``may_alert``.
+- ``UNDER_REPLICATION_STUCK``: ``urL`` marks whose stored ctime is more than ``under_replication_grace_s``
+  old (marks without ctime never are, as in BookKeeper); disabled when the grace is ``None``.
+- ``METADATA_CORRUPT``: ledger znodes that do not decode.
+
+``may_alert`` lists what an auditor may flag without being wrong (transitional states); an auditor's
+output is correct when it contains every ``alerts`` entry and nothing outside ``alerts`` ∪ ``may_alert``.
+
+Example:
+    >>> md = LedgerMetadata(ensemble_size=2, write_quorum=2, ack_quorum=2, state=LedgerState.CLOSED,
+    ...                     last_entry_id=1, length=2, segments=(Segment(0, ("b1", "b2")),))
+    >>> snapshot = ClusterSnapshot(
+    ...     now_ms=10_000,
+    ...     bookies={
+    ...         "b1": BookieSnapshot("b1", Registration.WRITABLE, "/r1", holdings={7: frozenset({0, 1})}),
+    ...         "b2": BookieSnapshot("b2", Registration.NONE, "/r2", serving=False)},
+    ...     ledgers={7: md}, absences=(Absence("b2", since_ms=1_000),), lost_bookie_recovery_delay_s=5)
+    >>> truth = ground_truth(snapshot)
+    >>> truth["alerts"]["BOOKIE_LOST"], truth["alerts"]["LEDGER_UNDER_REPLICATED"]
+    (['b2'], [7])
+    >>> truth["alerts"]["PLACEMENT_NOT_ADHERING"], truth["alerts"]["REPLICAS_LESS_THAN_WQ"]
+    ([], [])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from bkaudit.domain.metadata import LedgerMetadata, LedgerState, Segment
+from streaming.rules.placement import (
+    DEFAULT_DESIRED_ZONES_PER_WRITE_QUORUM,
+    DEFAULT_ENFORCE_MIN_RACKS_PER_WRITE_QUORUM,
+    DEFAULT_MIN_RACKS_PER_WRITE_QUORUM,
+    DEFAULT_MIN_REGIONS_FOR_DURABILITY,
+    DEFAULT_MIN_ZONES_PER_WRITE_QUORUM,
+    POLICIES,
+    PlacementAdherence,
+    check_placement,
+)
+from streaming.rules.replicas import BookieAnswer, BookieStatus, ReplicasResult, classify_replicas
+
+__all__ = [
+    "ALERT_KINDS",
+    "BOOKIE_KINDS",
+    "LEDGER_KINDS",
+    "Absence",
+    "BookieSnapshot",
+    "ClusterSnapshot",
+    "Registration",
+    "TruthParameters",
+    "ground_truth",
+    "lost_bookies",
+]
+
+LEDGER_KINDS = (
+    "LEDGER_UNDER_REPLICATED",
+    "LEDGER_UNRECOVERABLE",
+    "PLACEMENT_NOT_ADHERING",
+    "PLACEMENT_SOFT",
+    "REPLICAS_NO_REPLICA",
+    "REPLICAS_LESS_THAN_AQ",
+    "REPLICAS_LESS_THAN_WQ",
+    "UNDER_REPLICATION_STUCK",
+    "METADATA_CORRUPT",
+)
+"""Alert kinds whose subjects are ledger ids."""
+
+BOOKIE_KINDS = ("BOOKIE_LOST", "BOOKIE_UNRESPONSIVE")
+"""Alert kinds whose subjects are bookie ids."""
+
+ALERT_KINDS = LEDGER_KINDS + BOOKIE_KINDS
+"""Every alert kind of the alert stream (interfaces.md §2)."""
+
+_REPLICAS_KIND = {
+    ReplicasResult.NO_REPLICA: "REPLICAS_NO_REPLICA",
+    ReplicasResult.LESS_THAN_AQ: "REPLICAS_LESS_THAN_AQ",
+    ReplicasResult.LESS_THAN_WQ: "REPLICAS_LESS_THAN_WQ",
+}
+
+
+class Registration(StrEnum):
+    """Where a bookie is registered in ZooKeeper right now.
+
+    Example:
+        >>> Registration("readonly") is Registration.READONLY
+        True
+    """
+
+    WRITABLE = "writable"
+    READONLY = "readonly"
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class BookieSnapshot:
+    """One bookie as the simulator knows it: registration, rack, server state, faults and stored entries.
+
+    ``holdings`` maps ledger id → the entry ids the bookie's store holds; a ledger absent from it answers
+    ENOLEDGER. ``serving`` is false while the bookie's protocol server is down (killed).
+
+    Example:
+        >>> BookieSnapshot("b1", Registration.WRITABLE, "/r1").answers_probes(5.0)
+        True
+        >>> BookieSnapshot("b1", Registration.WRITABLE, delay_s=9.0).answers_probes(5.0)
+        False
+    """
+
+    bookie_id: str
+    registration: Registration
+    rack: str | None = None
+    serving: bool = True
+    silent: bool = False
+    delay_s: float = 0.0
+    fail_status: int | None = None
+    enoledger_for: frozenset[int] = frozenset()
+    holdings: Mapping[int, frozenset[int]] = field(default_factory=dict)
+
+    def answers_probes(self, probe_timeout_s: float) -> bool:
+        """True when a probe of this bookie gets a usable answer in time (EOK or ENOLEDGER).
+
+        Example:
+            >>> BookieSnapshot("b1", Registration.NONE).answers_probes(5.0)
+            False
+        """
+        return (
+            self.registration is not Registration.NONE
+            and self.serving
+            and not self.silent
+            and self.fail_status is None
+            and self.delay_s < probe_timeout_s
+        )
+
+    def never_answers(self, probe_timeout_s: float) -> bool:
+        """True when the bookie runs but a probe can only time out (silent, or slower than the timeout).
+
+        Example:
+            >>> BookieSnapshot("b1", Registration.WRITABLE, silent=True).never_answers(5.0)
+            True
+        """
+        return self.serving and (self.silent or self.delay_s >= probe_timeout_s)
+
+    def answer_for(self, ledger_id: int, probe_timeout_s: float) -> BookieAnswer:
+        """What ``GET_LIST_OF_ENTRIES_OF_LEDGER`` for ``ledger_id`` yields, in the replicas rule's terms.
+
+        Example:
+            >>> b = BookieSnapshot("b1", Registration.WRITABLE, holdings={3: frozenset({0})})
+            >>> b.answer_for(3, 5.0), b.answer_for(4, 5.0)
+            (frozenset({0}), <BookieStatus.NO_LEDGER: 'NO_LEDGER'>)
+        """
+        if not self.answers_probes(probe_timeout_s):
+            return BookieStatus.UNAVAILABLE
+        held = self.holdings.get(ledger_id)
+        if held is None or ledger_id in self.enoledger_for:
+            return BookieStatus.NO_LEDGER
+        return held
+
+
+@dataclass(frozen=True)
+class Absence:
+    """A time a bookie was registered nowhere: from ``since_ms`` until ``until_ms`` (``None``: still gone).
+
+    Example:
+        >>> Absence("b1", 1000, 1500).is_open
+        False
+    """
+
+    bookie_id: str
+    since_ms: int
+    until_ms: int | None = None
+
+    @property
+    def is_open(self) -> bool:
+        """True while the bookie is still missing.
+
+        Example:
+            >>> Absence("b1", 1000).is_open
+            True
+        """
+        return self.until_ms is None
+
+
+@dataclass(frozen=True)
+class ClusterSnapshot:
+    """Everything ground truth needs about one moment (``now_ms``, epoch milliseconds).
+
+    ``ledgers`` holds the live, decodable ledgers by id; ``corrupt_ledgers`` the ids whose znode does not
+    decode; ``underreplicated`` maps each ``urL`` mark's ledger id to its stored ctime (``None``: no ctime);
+    ``absences`` is the history of bookies being missing (closed ones count as flaps).
+
+    Example:
+        >>> ClusterSnapshot(now_ms=0, bookies={}, ledgers={}).lost_bookie_recovery_delay_s
+        0
+    """
+
+    now_ms: int
+    bookies: Mapping[str, BookieSnapshot]
+    ledgers: Mapping[int, LedgerMetadata]
+    absences: tuple[Absence, ...] = ()
+    corrupt_ledgers: frozenset[int] = frozenset()
+    underreplicated: Mapping[int, int | None] = field(default_factory=dict)
+    lost_bookie_recovery_delay_s: int = 0
+
+
+@dataclass(frozen=True)
+class TruthParameters:
+    """The auditor configuration ground truth assumes (defaults are BookKeeper's where it has one).
+
+    ``under_replication_grace_s`` is the age after which a ``urL`` mark is stuck (``None`` disables the
+    kind); ``probe_timeout_s`` is the auditor's probe timeout (BookKeeper's ``readEntryTimeoutSec``).
+
+    Example:
+        >>> TruthParameters().placement_policy, TruthParameters().probe_timeout_s
+        ('rackaware', 5.0)
+    """
+
+    placement_policy: str = "rackaware"
+    min_racks_per_write_quorum: int = DEFAULT_MIN_RACKS_PER_WRITE_QUORUM
+    enforce_min_racks_per_write_quorum: bool = DEFAULT_ENFORCE_MIN_RACKS_PER_WRITE_QUORUM
+    min_zones_per_write_quorum: int = DEFAULT_MIN_ZONES_PER_WRITE_QUORUM
+    desired_zones_per_write_quorum: int = DEFAULT_DESIRED_ZONES_PER_WRITE_QUORUM
+    min_regions_for_durability: int = DEFAULT_MIN_REGIONS_FOR_DURABILITY
+    probe_timeout_s: float = 5.0
+    under_replication_grace_s: float | None = 600.0
+
+    def __post_init__(self) -> None:
+        if self.placement_policy not in POLICIES:
+            raise ValueError(f"unknown placement policy {self.placement_policy!r} (one of {POLICIES})")
+        if self.probe_timeout_s <= 0:
+            raise ValueError("probe_timeout_s must be positive")
+
+    def to_json(self) -> dict[str, Any]:
+        """The parameters as a JSON object (echoed in the truth).
+
+        Example:
+            >>> TruthParameters().to_json()["under_replication_grace_s"]
+            600.0
+        """
+        return {
+            "placement_policy": self.placement_policy,
+            "min_racks_per_write_quorum": self.min_racks_per_write_quorum,
+            "enforce_min_racks_per_write_quorum": self.enforce_min_racks_per_write_quorum,
+            "min_zones_per_write_quorum": self.min_zones_per_write_quorum,
+            "desired_zones_per_write_quorum": self.desired_zones_per_write_quorum,
+            "min_regions_for_durability": self.min_regions_for_durability,
+            "probe_timeout_s": self.probe_timeout_s,
+            "under_replication_grace_s": self.under_replication_grace_s,
+        }
+
+
+# ------------------------------------------------------------------------------------------ lost bookies
+
+
+def _missing_intervals(snapshot: ClusterSnapshot) -> dict[str, list[tuple[int, int | None]]]:
+    """Every absence per bookie, plus an open one starting now for a missing bookie with no record."""
+    intervals: dict[str, list[tuple[int, int | None]]] = {}
+    for absence in snapshot.absences:
+        intervals.setdefault(absence.bookie_id, []).append((absence.since_ms, absence.until_ms))
+    for bookie in snapshot.bookies.values():
+        if bookie.registration is Registration.NONE and not any(
+            until is None for _, until in intervals.get(bookie.bookie_id, ())
+        ):
+            intervals.setdefault(bookie.bookie_id, []).append((snapshot.now_ms, None))
+    return intervals
+
+
+def lost_bookies(snapshot: ClusterSnapshot) -> dict[str, int]:
+    """``{bookie id: missing since (ms)}`` for every bookie a correct auditor treats as lost now.
+
+    Example:
+        >>> bookies = {b: BookieSnapshot(b, Registration.NONE) for b in ("b1", "b2")}
+        >>> one = ClusterSnapshot(now_ms=2000, bookies={"b1": bookies["b1"]}, ledgers={},
+        ...                       absences=(Absence("b1", 1000),), lost_bookie_recovery_delay_s=60)
+        >>> lost_bookies(one)
+        {}
+        >>> two = ClusterSnapshot(now_ms=2000, bookies=bookies, ledgers={},
+        ...                       absences=(Absence("b1", 1000), Absence("b2", 1900)),
+        ...                       lost_bookie_recovery_delay_s=60)
+        >>> lost_bookies(two)
+        {'b1': 1000, 'b2': 1900}
+    """
+    now = snapshot.now_ms
+    delay_ms = snapshot.lost_bookie_recovery_delay_s * 1000
+    intervals = _missing_intervals(snapshot)
+    lost: dict[str, int] = {}
+    for bookie_id, bookie in snapshot.bookies.items():
+        if bookie.registration is not Registration.NONE:
+            continue
+        since = max(s for s, until in intervals[bookie_id] if until is None)
+        if now - since >= delay_ms:
+            lost[bookie_id] = since
+            continue
+        # Another bookie missing at some moment of this absence: BookKeeper audits at once, no delay.
+        for other_id, other_intervals in intervals.items():
+            if other_id == bookie_id:
+                continue
+            if any(s <= now and (until is None or until > since) for s, until in other_intervals):
+                lost[bookie_id] = since
+                break
+    return lost
+
+
+# ------------------------------------------------------------------------------------------- ground truth
+
+
+def _placement_adherence(
+    md: LedgerMetadata,
+    racks: Mapping[str, str | None],
+    params: TruthParameters,
+    cache: dict[tuple[tuple[str, ...], int, int], PlacementAdherence],
+) -> PlacementAdherence:
+    worst = PlacementAdherence.MEETS_STRICT
+    for segment in md.segments:
+        key = (segment.ensemble, md.write_quorum, md.ack_quorum)
+        adherence = cache.get(key)
+        if adherence is None:
+            adherence = check_placement(
+                params.placement_policy,
+                segment.ensemble,
+                md.write_quorum,
+                md.ack_quorum,
+                racks,
+                min_racks_per_write_quorum=params.min_racks_per_write_quorum,
+                enforce_min_racks_per_write_quorum=params.enforce_min_racks_per_write_quorum,
+                min_zones_per_write_quorum=params.min_zones_per_write_quorum,
+                desired_zones_per_write_quorum=params.desired_zones_per_write_quorum,
+                min_regions_for_durability=params.min_regions_for_durability,
+            ).adherence
+            cache[key] = adherence
+        if adherence.value < worst.value:
+            worst = adherence
+    return worst
+
+
+def _segment_pairs(segments: Iterable[Segment]) -> list[tuple[int, tuple[str, ...]]]:
+    return [(segment.first_entry_id, segment.ensemble) for segment in segments]
+
+
+def ground_truth(snapshot: ClusterSnapshot, params: TruthParameters | None = None) -> dict[str, Any]:
+    """What a correct auditor must (``alerts``) and may (``may_alert``) flag at ``snapshot.now_ms``.
+
+    Returns a JSON-serialisable object: ``at_ms``, ``parameters``, ``lost_bookie_recovery_delay_s``,
+    ``alerts`` and ``may_alert`` (every kind, sorted ids), ``counts`` (per kind), ``bookies`` (per bookie:
+    registration, rack, missing_since_ms, lost, flaps) and ``ledgers`` (how many per state, corrupt).
+    No password is read, so none can leak.
+
+    Example:
+        >>> snapshot = ClusterSnapshot(now_ms=0, bookies={}, ledgers={}, corrupt_ledgers=frozenset({4}))
+        >>> truth = ground_truth(snapshot)
+        >>> truth["alerts"]["METADATA_CORRUPT"], truth["counts"]["BOOKIE_LOST"]
+        ([4], 0)
+    """
+    params = params or TruthParameters()
+    alerts: dict[str, set[Any]] = {kind: set() for kind in ALERT_KINDS}
+    may: dict[str, set[Any]] = {kind: set() for kind in ALERT_KINDS}
+    timeout = params.probe_timeout_s
+
+    lost = lost_bookies(snapshot)
+    # A bookie named by a ledger but unknown to the snapshot never registered: lost from the start.
+    for md in snapshot.ledgers.values():
+        for bookie_id in md.all_bookies:
+            if bookie_id not in snapshot.bookies:
+                lost.setdefault(bookie_id, snapshot.now_ms)
+    lost_set = frozenset(lost)
+    alerts["BOOKIE_LOST"].update(lost_set)
+
+    racks = {bookie_id: bookie.rack for bookie_id, bookie in snapshot.bookies.items()}
+    placement_cache: dict[tuple[tuple[str, ...], int, int], PlacementAdherence] = {}
+    expected_but_unknown: set[str] = set()
+    states = {state.value: 0 for state in LedgerState}
+
+    for ledger_id, md in snapshot.ledgers.items():
+        if ledger_id in snapshot.corrupt_ledgers:
+            continue
+        states[md.state.value] += 1
+        if not lost_set.isdisjoint(md.all_bookies):
+            recoverable = md.is_recoverable(lost_set)
+            alerts["LEDGER_UNDER_REPLICATED" if recoverable else "LEDGER_UNRECOVERABLE"].add(ledger_id)
+        if md.state is not LedgerState.CLOSED:
+            continue
+        adherence = _placement_adherence(md, racks, params, placement_cache)
+        if adherence is PlacementAdherence.FAIL:
+            alerts["PLACEMENT_NOT_ADHERING"].add(ledger_id)
+        elif adherence is PlacementAdherence.MEETS_SOFT:
+            alerts["PLACEMENT_SOFT"].add(ledger_id)
+        if md.last_entry_id < 0:
+            continue
+        answers: dict[str, BookieAnswer] = {}
+        for bookie_id in md.all_bookies:
+            bookie = snapshot.bookies.get(bookie_id)
+            answers[bookie_id] = (
+                BookieStatus.UNAVAILABLE if bookie is None else bookie.answer_for(ledger_id, timeout)
+            )
+        verdict = classify_replicas(
+            ensemble_size=md.ensemble_size,
+            write_quorum=md.write_quorum,
+            ack_quorum=md.ack_quorum,
+            state=md.state.value,
+            last_entry_id=md.last_entry_id,
+            segments=_segment_pairs(md.segments),
+            answers=answers,
+        )
+        kind = _REPLICAS_KIND.get(verdict.result)
+        if kind is not None:
+            alerts[kind].add(ledger_id)
+        expected_but_unknown.update(verdict.unknown_bookies)
+
+    for bookie_id, bookie in snapshot.bookies.items():
+        if bookie.registration is Registration.NONE:
+            continue
+        if bookie.never_answers(timeout):
+            target = alerts if bookie_id in expected_but_unknown else may
+            target["BOOKIE_UNRESPONSIVE"].add(bookie_id)
+        elif not bookie.serving or bookie.fail_status is not None:
+            may["BOOKIE_UNRESPONSIVE"].add(bookie_id)
+
+    if params.under_replication_grace_s is not None:
+        grace_ms = params.under_replication_grace_s * 1000
+        for ledger_id, ctime in snapshot.underreplicated.items():
+            if ctime is not None and snapshot.now_ms - ctime > grace_ms:
+                alerts["UNDER_REPLICATION_STUCK"].add(ledger_id)
+    alerts["METADATA_CORRUPT"].update(snapshot.corrupt_ledgers)
+
+    flaps: dict[str, int] = {}
+    for absence in snapshot.absences:
+        if not absence.is_open:
+            flaps[absence.bookie_id] = flaps.get(absence.bookie_id, 0) + 1
+    open_since = {a.bookie_id: a.since_ms for a in snapshot.absences if a.is_open}
+    bookies_doc = {
+        bookie_id: {
+            "registration": bookie.registration.value,
+            "rack": bookie.rack,
+            "serving": bookie.serving,
+            "missing_since_ms": (
+                open_since.get(bookie_id, snapshot.now_ms)
+                if bookie.registration is Registration.NONE
+                else None
+            ),
+            "lost": bookie_id in lost_set,
+            "flaps": flaps.get(bookie_id, 0),
+        }
+        for bookie_id, bookie in sorted(snapshot.bookies.items())
+    }
+    return {
+        "at_ms": snapshot.now_ms,
+        "parameters": params.to_json(),
+        "lost_bookie_recovery_delay_s": snapshot.lost_bookie_recovery_delay_s,
+        "alerts": {kind: sorted(ids) for kind, ids in alerts.items()},
+        "may_alert": {kind: sorted(ids) for kind, ids in may.items()},
+        "counts": {kind: len(ids) for kind, ids in alerts.items()},
+        "bookies": bookies_doc,
+        "ledgers": {
+            "live": sum(states.values()),
+            **{state.lower(): count for state, count in states.items()},
+            "corrupt": len(snapshot.corrupt_ledgers),
+            "underreplication_marks": len(snapshot.underreplicated),
+        },
+    }
