@@ -49,9 +49,18 @@ def decisions(*rows):
 
 def ledger(ledger_id, ensemble, mzxid):
     return {
-        "state": "CLOSED", "ensemble_size": len(ensemble), "write_quorum": 2, "ack_quorum": 2,
-        "last_entry_id": 9, "length": 10, "segments": [[0, ensemble]], "mzxid": mzxid, "version": 0,
-        "format_version": 3, "has_password": True, "custom_metadata": [],
+        "state": "CLOSED",
+        "ensemble_size": len(ensemble),
+        "write_quorum": 2,
+        "ack_quorum": 2,
+        "last_entry_id": 9,
+        "length": 10,
+        "segments": [[0, ensemble]],
+        "mzxid": mzxid,
+        "version": 0,
+        "format_version": 3,
+        "has_password": True,
+        "custom_metadata": [],
     }
 
 
@@ -86,13 +95,17 @@ def test_replaying_a_batch_is_a_no_op_on_tables_and_republishes_the_same_alert_i
     assert versions(tmp_path / "lh") == tables_after_first
     assert {name: read_table(tmp_path / "lh", name).to_pylist() for name in TABLES} == state_after_first
     # It decided from the state before batch 1, so it publishes the very same transitions (same ids).
-    assert [(a["alert_id"], a["state"]) for a in replayed.alerts] == [(a["alert_id"], a["state"]) for a in first.alerts]
+    assert [(a["alert_id"], a["state"]) for a in replayed.alerts] == [
+        (a["alert_id"], a["state"]) for a in first.alerts
+    ]
     assert {a["kind"] for a in first.alerts} == {"BOOKIE_LOST", "LEDGER_UNDER_REPLICATED"}
     assert sorted(a["ledger_id"] for a in first.alerts if a["ledger_id"] is not None) == [1, 2]
     assert replayed.skipped_replay_tables > 0
 
 
-def test_a_crash_between_table_commits_ends_in_the_same_tables_after_replay(kafka_settings, tmp_path, monkeypatch):
+def test_a_crash_between_table_commits_ends_in_the_same_tables_after_replay(
+    kafka_settings, tmp_path, monkeypatch
+):
     from connectors.delta import tables as delta_tables
     from connectors.kafka.topics import ensure_topic
 
@@ -103,7 +116,13 @@ def test_a_crash_between_table_commits_ends_in_the_same_tables_after_replay(kafk
     loss = decisions(
         ("bookie_state", 2_000, None, "b1", {"status": "GONE", "lost": True, "missing_since_ms": 1_500}),
         ("bookie_lost", 2_000, None, "b1", {"missing_since_ms": 1_500}),
-        ("ledger_state", 2_000, 3, None, ledger(3, ["b4", "b2", "b3"], 20)),  # re-replicated in the same batch
+        (
+            "ledger_state",
+            2_000,
+            3,
+            None,
+            ledger(3, ["b4", "b2", "b3"], 20),
+        ),  # re-replicated in the same batch
     )
 
     def run(root, crash_on=None):
@@ -129,5 +148,12 @@ def test_a_crash_between_table_commits_ends_in_the_same_tables_after_replay(kafk
         assert sorted(map(str, read_table(tmp_path / "crashed", name).to_pylist())) == sorted(
             map(str, read_table(tmp_path / "clean", name).to_pylist())
         ), name
-    assert [(a["alert_id"], a["state"]) for a in crashed.alerts] == [(a["alert_id"], a["state"]) for a in clean.alerts]
-    assert sorted(a["ledger_id"] for a in clean.alerts if a["ledger_id"]) == [1, 2, 4, 5]  # not 3: it moved off b1
+    assert [(a["alert_id"], a["state"]) for a in crashed.alerts] == [
+        (a["alert_id"], a["state"]) for a in clean.alerts
+    ]
+    assert sorted(a["ledger_id"] for a in clean.alerts if a["ledger_id"]) == [
+        1,
+        2,
+        4,
+        5,
+    ]  # not 3: it moved off b1
