@@ -62,6 +62,8 @@ from enum import StrEnum
 from typing import Any
 
 from bkaudit.domain.metadata import LedgerMetadata, LedgerState, Segment
+from streaming.rules.lost_bookie import BookieMembership
+from streaming.rules.lost_bookie import BookieStatus as Membership
 from streaming.rules.placement import (
     DEFAULT_DESIRED_ZONES_PER_WRITE_QUORUM,
     DEFAULT_ENFORCE_MIN_RACKS_PER_WRITE_QUORUM,
@@ -313,25 +315,25 @@ def lost_bookies(snapshot: ClusterSnapshot) -> dict[str, int]:
         >>> lost_bookies(two)
         {'b1': 1000, 'b2': 1900}
     """
-    now = snapshot.now_ms
-    delay_ms = snapshot.lost_bookie_recovery_delay_s * 1000
-    intervals = _missing_intervals(snapshot)
-    lost: dict[str, int] = {}
-    for bookie_id, bookie in snapshot.bookies.items():
-        if bookie.registration is not Registration.NONE:
-            continue
-        since = max(s for s, until in intervals[bookie_id] if until is None)
-        if now - since >= delay_ms:
-            lost[bookie_id] = since
-            continue
-        # Another bookie missing at some moment of this absence: BookKeeper audits at once, no delay.
-        for other_id, other_intervals in intervals.items():
-            if other_id == bookie_id:
-                continue
-            if any(s <= now and (until is None or until > since) for s, until in other_intervals):
-                lost[bookie_id] = since
-                break
-    return lost
+    # One rule, one implementation: replay the registration history through the job's own debounce.
+    membership = BookieMembership(default_delay_s=snapshot.lost_bookie_recovery_delay_s)
+    changes: list[tuple[int, int, str, Membership]] = []
+    for bookie_id, intervals in _missing_intervals(snapshot).items():
+        for since, until in intervals:
+            changes.append((since, 1, bookie_id, Membership.GONE))
+            if until is not None:
+                changes.append((until, 0, bookie_id, Membership.WRITABLE))
+    for bookie_id in snapshot.bookies:
+        membership.observe(bookie_id, Membership.WRITABLE, at_ms=-1)
+    # Returns before departures at the same instant: an interval is [since, until).
+    for at_ms, _, bookie_id, status in sorted(changes):
+        membership.observe(bookie_id, status, at_ms)
+    membership.advance(snapshot.now_ms)
+    return {
+        bookie_id: state.missing_since_ms
+        for bookie_id, state in sorted(membership.bookies.items())
+        if state.lost and state.missing_since_ms is not None and bookie_id in snapshot.bookies
+    }
 
 
 # ------------------------------------------------------------------------------------------- ground truth
