@@ -629,11 +629,11 @@ class AuditSink:
         from connectors.bookie.ledger_probe import LedgerProbeTarget, probe_ledgers
 
         targets: list[tuple[dict[str, Any], LedgerProbeTarget]] = []
+        requested = {r["ledger_id"] for r in requests}
+        requests = list(requests) + self._scrutiny_picks(ledgers_table, requests, requested)
         missing = [r["ledger_id"] for r in requests if r["ledger_id"] not in ledgers]
         for found in _read_filtered(ledgers_table, "ledger_id", missing):
             ledgers[found["ledger_id"]] = found
-        requested = {r["ledger_id"] for r in requests}
-        requests = list(requests) + self._scrutiny_picks(ledgers_table, requests, requested)
         for request in requests:
             row = ledgers.get(request["ledger_id"])
             if row is None or row.get("deleted") or not row.get("state"):
