@@ -52,6 +52,20 @@ def ensure_port_free(port: int, what: str, host: str = LOOPBACK) -> None:
             raise ServiceError(f"{what}: port {host}:{port} is already in use ({err.strerror})") from None
 
 
+def port_is_free(port: int, host: str = LOOPBACK) -> bool:
+    """True when ``port`` can be bound on ``host`` now.
+
+    Example:
+        >>> port_is_free(free_port())
+        True
+    """
+    try:
+        ensure_port_free(port, "probe", host)
+    except ServiceError:
+        return False
+    return True
+
+
 def port_open(port: int, host: str = LOOPBACK, timeout: float = 0.5) -> bool:
     """True when something accepts TCP connections on ``host:port``."""
     try:

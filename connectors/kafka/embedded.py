@@ -22,6 +22,7 @@ from pathlib import Path
 
 from bkaudit.errors import ServiceError
 from connectors.process import LOOPBACK, ManagedProcess, ensure_port_free, free_port
+from connectors.process import port_is_free as _port_is_free
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +79,7 @@ class EmbeddedBroker:
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir).absolute()
         self._process = ManagedProcess("broker", self.state_dir, marker=f"tansu-{self.state_dir}")
+        self._port_chosen_by_us = self.port == 0
         if self.port == 0:
             self.port = self._recorded_port() or 0
 
@@ -110,8 +112,8 @@ class EmbeddedBroker:
         if self.is_running():
             self._wait_ready(timeout)
             return
-        if self.port == 0:
-            self.port = free_port()
+        if self.port == 0 or (self._port_chosen_by_us and not _port_is_free(self.port)):
+            self.port = free_port()  # a port we picked before may have been taken since
         else:
             ensure_port_free(self.port, "broker")
         self.state_dir.mkdir(parents=True, exist_ok=True)

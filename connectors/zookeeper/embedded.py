@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bkaudit.errors import ServiceError
-from connectors.process import LOOPBACK, ManagedProcess, ensure_port_free, free_port
+from connectors.process import LOOPBACK, ManagedProcess, ensure_port_free, free_port, port_is_free
 
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 
@@ -88,6 +88,8 @@ class EmbeddedZooKeeper:
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir).absolute()
         self._process = ManagedProcess("zookeeper", self.state_dir, marker=str(self.config_file))
+        self._port_chosen_by_us = self.port == 0
+        self._restarting = False
         if self.port == 0:
             self.port = self._recorded_port() or 0
 
@@ -156,8 +158,10 @@ class EmbeddedZooKeeper:
             raise ServiceError(
                 f"ZooKeeper needs Java: {self.java_bin!r} is not on PATH (install openjdk-17-jre-headless)"
             )
-        if self.port == 0:
-            self.port = free_port()
+        if self.port == 0 or (
+            self._port_chosen_by_us and not port_is_free(self.port) and not self._restarting
+        ):
+            self.port = free_port()  # a port we picked before may have been taken since
         else:
             ensure_port_free(self.port, "zookeeper")
         self._write_config()
@@ -198,7 +202,14 @@ class EmbeddedZooKeeper:
         self.stop()
         if downtime:
             time.sleep(downtime)
-        self.start(timeout)
+        self._restarting = True  # clients reconnect to this address: keep the port, fail loudly if taken
+        deadline = time.monotonic() + 10
+        while not port_is_free(self.port) and time.monotonic() < deadline:
+            time.sleep(0.1)  # the old listener may linger a moment after the process exits
+        try:
+            self.start(timeout)
+        finally:
+            self._restarting = False
 
     def stats(self) -> dict[str, str]:
         """The ``mntr`` figures (znode count, data size, latency...) as a dict."""
