@@ -1,11 +1,18 @@
-"""`bkaudit demo`: the embedded default cluster end to end, as far as the project has come.
+"""`bkaudit demo`: the whole product on the embedded default cluster, with a short scripted story.
 
-Today (foundation): start the embedded ZooKeeper and broker, write a BookKeeper-shaped znode tree, publish
-one change event per znode to Kafka, run a Structured Streaming query (``bkaudit_kafka`` source,
-``availableNow`` trigger) that lands them in a Delta table with ``deltalake``, and print what happened with
-timings. Later issues replace the smoke job with the simulator, watcher and auditor.
+Starts the embedded ZooKeeper and broker, a simulated BookKeeper cluster (6 bookies in 3 racks, Pulsar-style
+ledgers), the ZooKeeper watcher and the Structured Streaming auditor, then breaks the cluster step by step
+and prints every alert as it arrives on the alerts topic:
 
-Status: foundation smoke demo.
+1. a bookie dies (lostBookieRecoveryDelay 0) → BOOKIE_LOST and exactly its ledgers under-replicated;
+2. a rack loses its diversity (two bookies moved into one rack) → PLACEMENT_NOT_ADHERING;
+3. a bookie flaps for 2 s under a 30 s delay → no alert, the flap is counted;
+4. a bookie goes silent (a DbLedgerStorage bookie) → re-probed, then BOOKIE_UNRESPONSIVE, not a data alert.
+
+It ends with a table of open alerts per kind next to the simulator's ground truth. The Delta tables stay
+under ``<lakehouse_root>/demo`` for querying afterwards.
+
+Status: complete for the streaming auditor issue.
 
 Example:
     $ bkaudit demo
@@ -14,116 +21,256 @@ Example:
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from bkaudit.settings import Settings
 
-
-def _say(message: str) -> None:
-    sys.stderr.write(f"[demo] {message}\n")
-    sys.stderr.flush()
+STEP_TIMEOUT_S = 90.0
 
 
-def _timed(label: str, step: Callable[[], Any], timings: dict[str, float]) -> Any:
-    started = time.monotonic()
-    result = step()
-    timings[label] = round(time.monotonic() - started, 2)
-    _say(f"{label}: {timings[label]} s")
-    return result
+class _Printer:
+    """Narration and alerts on one stream, timestamped from the demo's start."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.started = time.monotonic()
+        self.lock = threading.Lock()
+
+    def say(self, text: str) -> None:
+        with self.lock:
+            self.out.write(f"[{time.monotonic() - self.started:6.1f}s] {text}\n")
+            self.out.flush()
 
 
-def run_demo(settings: Settings, *, keep_running: bool = False) -> dict[str, Any]:
-    """Run the smoke demo and return its summary (also the command's JSON output)."""
-    import pyarrow as pa
-    from kafka import KafkaProducer
+class _AlertTail(threading.Thread):
+    """Follows the alerts topic and prints each transition as it arrives."""
+
+    def __init__(self, settings: Settings, printer: _Printer) -> None:
+        super().__init__(name="demo-alerts", daemon=True)
+        self.settings, self.printer = settings, printer
+        self.stop_requested = threading.Event()
+        self.seen: list[dict[str, Any]] = []
+
+    def run(self) -> None:
+        from kafka import KafkaConsumer
+
+        from connectors.kafka.client_config import consumer_config
+
+        consumer = KafkaConsumer(
+            self.settings.kafka.alerts_topic, **consumer_config(self.settings.kafka, None)
+        )
+        try:
+            while not self.stop_requested.is_set():
+                for records in consumer.poll(timeout_ms=300).values():
+                    for record in records:
+                        alert = json.loads(record.value)
+                        self.seen.append(alert)
+                        entity = (
+                            f"ledger {alert['ledger_id']}"
+                            if alert["ledger_id"] is not None
+                            else alert["bookies"][0]
+                        )
+                        topic = f"  ({alert['pulsar_topic']})" if alert.get("pulsar_topic") else ""
+                        self.printer.say(
+                            f"  ALERT {alert['state']:8} {alert['severity']:8} {alert['kind']:24} "
+                            f"{entity}{topic}"
+                        )
+        finally:
+            consumer.close()
+
+
+def _wait(what: str, check: Callable[[], bool], printer: _Printer, timeout: float = STEP_TIMEOUT_S) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.5)
+    printer.say(f"  (gave up waiting for {what} after {timeout:.0f} s)")
+    return False
+
+
+def run_demo(settings: Settings, *, keep_running: bool = False, out: TextIO | None = None) -> dict[str, Any]:
+    """Run the story; returns the summary (open alerts per kind, ground truth, timings)."""
     from kazoo.client import KazooClient
 
-    from connectors.delta.store import append_batch, read_table
+    from bkaudit.sim.cluster import SimulatedCluster
+    from bkaudit.sim.truth import TruthParameters
+    from connectors.delta.tables import read_table
     from connectors.devcluster import DevCluster
-    from connectors.kafka.client_config import producer_config
-    from connectors.kafka.spark_source import KafkaDataSource
     from connectors.kafka.topics import ensure_topic
+    from connectors.zookeeper.watcher import ChangeWatcher
+    from streaming import job
     from streaming.session import build_spark_session
 
-    timings: dict[str, float] = {}
-    cluster = DevCluster(settings.dev)
-    addresses = _timed("embedded services up", cluster.up, timings)
-    _say(f"zookeeper {addresses['zookeeper']}, kafka {addresses['kafka']}")
-    kafka = settings.kafka.model_copy(
-        update={"bootstrap_servers": addresses["kafka"], "changes_topic": f"bkaudit.demo.{int(time.time())}"}
+    printer = _Printer(out or sys.stdout)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    cluster_services = DevCluster(settings.dev)
+    addresses = cluster_services.up()
+    printer.say(f"embedded ZooKeeper {addresses['zookeeper']}, Kafka-protocol broker {addresses['kafka']}")
+
+    chroot = f"/bkaudit-demo-{stamp}"
+    hosts = f"{addresses['zookeeper']}{chroot}"
+    lakehouse = settings.lakehouse_root / "demo"
+    shutil.rmtree(lakehouse, ignore_errors=True)
+    demo_settings = settings.model_copy(
+        update={
+            "lakehouse_root": lakehouse,
+            "checkpoint_root": settings.checkpoint_root / f"demo-{stamp}",
+            "zookeeper": settings.zookeeper.model_copy(update={"connect": hosts}),
+            "kafka": settings.kafka.model_copy(
+                update={
+                    "bootstrap_servers": addresses["kafka"],
+                    "changes_topic": f"bkaudit.demo.{stamp}.changes",
+                    "alerts_topic": f"bkaudit.demo.{stamp}.alerts",
+                    "feedback_topic": f"bkaudit.demo.{stamp}.feedback",
+                    "topic_partitions": 2,
+                }
+            ),
+            "watcher": settings.watcher.model_copy(
+                update={"heartbeat_interval_s": 0.5, "rack_map_znode": "/bookies", "progress": "off"}
+            ),
+            "stream": settings.stream.model_copy(
+                update={
+                    "app_id": f"bkaudit-demo-{stamp}",
+                    "trigger_interval_s": 0.5,
+                    "watermark_delay_s": 1.0,
+                    "probe_timeout_s": 0.5,
+                    "reprobe_delay_s": 1.0,
+                    "reprobe_rounds": 2,
+                    "scrutiny_ledgers_per_s": 20.0,
+                }
+            ),
+        }
     )
+    root_client = KazooClient(hosts=addresses["zookeeper"])
+    root_client.start(timeout=15)
+    root_client.ensure_path(chroot)
+    root_client.stop()
+    root_client.close()
+
+    sim = SimulatedCluster(
+        hosts, racks=3, bookie_session_timeout_s=2.0, lost_bookie_recovery_delay_s=0, seed=42
+    )
+    watcher: ChangeWatcher | None = None
+    query = sink = tail = None
+    timings: dict[str, float] = {}
     try:
-        zk = KazooClient(hosts=addresses["zookeeper"])
-        zk.start(timeout=15)
-        root = f"/bkaudit-demo-{int(time.time())}/ledgers"
-
-        def write_znodes() -> list[str]:
-            paths = [f"{root}/available/10.0.0.{i}:3181" for i in range(1, 4)]
-            paths += [f"{root}/00/0000/L{i:04d}" for i in range(10)]
-            for path in paths:
-                zk.create(path, b"", makepath=True)
-            return paths
-
-        paths = _timed("znodes written", write_znodes, timings)
-        zk.stop()
-        zk.close()
-
-        def publish() -> None:
-            ensure_topic(kafka, kafka.changes_topic, partitions=2)
-            producer = KafkaProducer(**producer_config(kafka))
-            for path in paths:
-                producer.send(
-                    kafka.changes_topic, key=path.encode(), value=json.dumps({"path": path}).encode()
-                )
-            producer.flush()
-            producer.close()
-
-        _timed("change events published", publish, timings)
-        spark = _timed("spark session", lambda: build_spark_session(settings.spark), timings)
-        spark.dataSource.register(KafkaDataSource)
-        table = Path(settings.lakehouse_root).absolute() / "demo_changes"
-        checkpoint = Path(settings.checkpoint_root).absolute() / "demo" / kafka.changes_topic
-
-        def stream() -> None:
-            frame = (
-                spark.readStream.format("bkaudit_kafka")
-                .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
-                .option("subscribe", kafka.changes_topic)
-                .load()
-                .selectExpr("CAST(key AS STRING) AS path", "partition", "offset", "timestamp")
+        sim.init()
+        for _ in range(6):
+            sim.add_bookie()
+        topics = ["orders", "payments", "clicks", "audit-log", "inventory"]
+        for index in range(20):
+            sim.create_ledger(
+                entries=30, managed_ledger=f"public/default/persistent/{topics[index % len(topics)]}"
             )
+        printer.say("simulated BookKeeper cluster: 6 bookies in 3 racks, 20 Pulsar ledgers (E=3, WQ=2, AQ=2)")
 
-            def land(batch: Any, batch_id: int) -> None:
-                arrow = batch.toArrow()
-                if arrow.num_rows:
-                    append_batch(table, pa.table(arrow), app_id="bkaudit-demo", batch_id=batch_id)
+        ensure_topic(demo_settings.kafka, demo_settings.kafka.changes_topic, partitions=2)
+        watcher = ChangeWatcher(demo_settings)
+        watcher.start()
+        watcher.wait_for_snapshots(1, timeout_s=60)
+        printer.say(
+            "watcher: snapshot of the cluster published; watching with one persistent recursive watch"
+        )
 
-            query = (
-                frame.writeStream.foreachBatch(land)
-                .option("checkpointLocation", str(checkpoint))
-                .trigger(availableNow=True)
-                .start()
-            )
-            query.awaitTermination()
+        started = time.monotonic()
+        spark = build_spark_session(demo_settings.spark)
+        query, sink = job.start(spark, demo_settings)
+        tail = _AlertTail(demo_settings, printer)
+        tail.start()
+        ledgers_expected = set(sim.ledger_ids())
+        _wait(
+            "the auditor to ingest the snapshot",
+            lambda: (
+                {r["ledger_id"] for r in read_table(lakehouse, "ledgers").to_pylist()} >= ledgers_expected
+            ),
+            printer,
+            timeout=180,
+        )
+        timings["auditor_ready_s"] = round(time.monotonic() - started, 1)
+        printer.say(
+            f"auditor: {len(ledgers_expected)} ledgers in Delta after {timings['auditor_ready_s']} s; "
+            "cluster healthy"
+        )
 
-        _timed("streaming query (availableNow) to Delta", stream, timings)
-        landed = read_table(table)
-        summary = {
-            "zookeeper": addresses["zookeeper"],
-            "kafka": addresses["kafka"],
-            "znodes_written": len(paths),
-            "events_published": len(paths),
-            "delta_table": str(table),
-            "delta_rows": landed.num_rows,
+        def open_kinds() -> Counter[str]:
+            return Counter(read_table(lakehouse, "open_alerts").column("kind").to_pylist())
+
+        victim = sim.bookie_ids()[0]
+        printer.say(f"STEP 1: bookie {victim} dies (lostBookieRecoveryDelay = 0)")
+        step = time.monotonic()
+        sim.kill_bookie(victim)
+        _wait("BOOKIE_LOST", lambda: open_kinds()["BOOKIE_LOST"] >= 1, printer)
+        timings["bookie_death_to_alerts_s"] = round(time.monotonic() - step, 1)
+        printer.say(f"  ... {victim} is restarted: its alerts resolve")
+        sim.restart_bookie(victim)
+        _wait("the alerts to resolve", lambda: open_kinds()["BOOKIE_LOST"] == 0, printer)
+
+        moved = sim.bookie_ids()[1:3]
+        printer.say(
+            f"STEP 2: bookies {', '.join(moved)} are moved into rack /rack-0: write sets lose rack diversity"
+        )
+        for bookie in moved:
+            sim.move_bookie_rack(bookie, "/rack-0")
+        _wait("PLACEMENT_NOT_ADHERING", lambda: open_kinds()["PLACEMENT_NOT_ADHERING"] >= 1, printer)
+
+        flapper = sim.bookie_ids()[3]
+        printer.say(f"STEP 3: lostBookieRecoveryDelay = 30 s; bookie {flapper} flaps for 2 s")
+        sim.set_lost_bookie_recovery_delay(30)
+        sim.flap_bookie(flapper, down_s=2.0)
+        time.sleep(6)
+        flaps = {r["bookie_id"]: r["flaps"] for r in read_table(lakehouse, "bookies").to_pylist()}.get(
+            flapper
+        )
+        lost_now = open_kinds()["BOOKIE_LOST"]
+        printer.say(
+            f"  no alert for the flap (bookies lost now: {lost_now}); flaps counted for {flapper}: {flaps}"
+        )
+
+        silent = sim.bookie_ids()[5]
+        printer.say(
+            f"STEP 4: bookie {silent} goes silent: registered, but never answers "
+            "GET_LIST_OF_ENTRIES_OF_LEDGER"
+        )
+        sim.make_silent(silent)
+        _wait("BOOKIE_UNRESPONSIVE", lambda: open_kinds()["BOOKIE_UNRESPONSIVE"] >= 1, printer, timeout=120)
+
+        truth = sim.ground_truth(params=TruthParameters(probe_timeout_s=0.5, under_replication_grace_s=3600))
+        found = open_kinds()
+        rows = []
+        for kind in sorted(set(found) | {k for k, v in truth["alerts"].items() if v}):
+            rows.append((kind, found.get(kind, 0), len(truth["alerts"].get(kind, []))))
+        printer.say("SUMMARY: open alerts per kind (auditor vs simulator ground truth)")
+        printer.say(f"  {'kind':28} {'auditor':>8} {'truth':>6}")
+        for kind, have, want in rows:
+            printer.say(f"  {kind:28} {have:>8} {want:>6}")
+        matches = all(have == want for _, have, want in rows)
+        printer.say(f"  auditor matches the ground truth: {'yes' if matches else 'NO'}")
+        printer.say(f"Delta tables: {lakehouse} (ledgers, bookies, open_alerts, violations, dead_letters)")
+        return {
+            "open_alerts": dict(found),
+            "ground_truth": {k: len(v) for k, v in truth["alerts"].items() if v},
+            "matches_ground_truth": matches,
+            "alert_transitions": len(tail.seen),
+            "lakehouse": str(lakehouse),
             "timings_s": timings,
         }
-        _say(f"{landed.num_rows} rows in the Delta table {table}")
-        return summary
     finally:
+        if tail is not None:
+            tail.stop_requested.set()
+        if query is not None:
+            job.stop_gracefully(query, sink, timeout_s=30)
+        if sink is not None:
+            sink.close()
+        if watcher is not None:
+            watcher.stop()
+        sim.close()
         if not keep_running:
-            cluster.down()
-            _say("embedded services stopped (use --keep-running to keep them)")
+            cluster_services.down()
+            printer.say("embedded services stopped (use --keep-running to keep them)")

@@ -17,7 +17,6 @@ import functools
 import logging
 import signal
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -139,12 +138,23 @@ def start(spark: Any, settings: Settings, *, available_now: bool = False) -> tup
     return writer.start(), sink
 
 
-def stop_gracefully(query: Any, timeout_s: float = 60.0) -> None:
-    """Let the running micro-batch finish, then stop (no half-applied batch to replay)."""
-    deadline = time.monotonic() + timeout_s
-    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
-        time.sleep(0.1)
-    query.stop()
+def stop_gracefully(query: Any, sink: AuditSink | None = None, timeout_s: float = 60.0) -> None:
+    """Stop between sink calls: the running batch's sink work finishes, later batches are not started.
+
+    Interrupting the query while the Python ``foreachBatch`` is inside a Py4J call makes Spark format an
+    enormous nested interrupt trace (and overflow its stack doing so); waiting for the sink avoids that.
+    A batch that reaches the sink after the stop began fails fast and is replayed on the next start.
+    """
+    if sink is None:
+        query.stop()
+        return
+    sink.stopping.set()
+    acquired = sink.busy.acquire(timeout=timeout_s)
+    try:
+        query.stop()
+    finally:
+        if acquired:
+            sink.busy.release()
 
 
 def run(settings: Settings) -> None:
@@ -164,9 +174,9 @@ def run(settings: Settings) -> None:
     try:
         while query.isActive and not stopping.wait(1.0):
             pass
-        if query.exception() is not None:
+        if query.exception() is not None and not sink.stopping.is_set():
             raise RuntimeError(f"the streaming query failed: {query.exception()}")
     finally:
         if query.isActive:
-            stop_gracefully(query)
+            stop_gracefully(query, sink)
         sink.close()

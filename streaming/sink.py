@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
@@ -168,12 +169,19 @@ def _as_payload(row: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+class SinkStopping(RuntimeError):
+    """Raised for a batch that arrives after a graceful stop began (Spark replays it on restart)."""
+
+
 class AuditSink:
     """The ``foreachBatch`` function (``sink(batch_df, batch_id)``); keeps its Kafka and bookie clients."""
 
     def __init__(self, config: SinkConfig, metrics: Any = None) -> None:
         self.config = config
         self.metrics = metrics  # streaming.metrics.StreamMetrics, optional
+        # Held while a batch runs; a graceful stop takes it so the query is never interrupted mid-call.
+        self.busy = threading.Lock()
+        self.stopping = threading.Event()
         self._producer: Any = None
         self._probe_client: Any = None
         self._scrutiny_cursor = -1
@@ -208,7 +216,11 @@ class AuditSink:
             self._probe_client = None
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
-        self.process(batch_df.toArrow(), batch_id)
+        if self.stopping.is_set():
+            # Fail the batch (it is replayed after a restart); returning would mark it done unprocessed.
+            raise SinkStopping(f"batch {batch_id} arrived while the job is stopping; it will be replayed")
+        with self.busy:
+            self.process(batch_df.toArrow(), batch_id)
 
     # -- the batch -----------------------------------------------------------------------------------------
     def process(self, decisions: pa.Table, batch_id: int) -> BatchReport:

@@ -1,10 +1,12 @@
-"""`bkaudit demo`: run the demo on the embedded default cluster (the README's first command).
+"""`bkaudit demo`: the whole product on the embedded default cluster (the README's first command).
 
 Example:
     $ bkaudit demo
 """
 
 from __future__ import annotations
+
+import logging
 
 import typer
 
@@ -14,8 +16,12 @@ from bkaudit.settings import load_settings
 
 def demo(
     keep_running: bool = typer.Option(False, "--keep-running", help="leave ZooKeeper and the broker running"),
+    json_summary: bool = typer.Option(False, "--json", help="end with the summary as one JSON object"),
 ) -> None:
-    """Start the embedded services, run the pipeline end to end, print a summary."""
+    """Embedded services + simulator + watcher + auditor, a scripted story, alerts as they arrive."""
     from bkaudit.demo import run_demo
 
-    emit_json(run_demo(load_settings(), keep_running=keep_running))
+    logging.basicConfig(level=logging.WARNING)
+    summary = run_demo(load_settings(), keep_running=keep_running)
+    if json_summary:
+        emit_json(summary)
