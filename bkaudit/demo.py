@@ -224,13 +224,15 @@ def run_demo(settings: Settings, *, keep_running: bool = False, out: TextIO | No
         printer.say(f"STEP 3: lostBookieRecoveryDelay = 30 s; bookie {flapper} flaps for 2 s")
         sim.set_lost_bookie_recovery_delay(30)
         sim.flap_bookie(flapper, down_s=2.0)
-        time.sleep(6)
-        flaps = {r["bookie_id"]: r["flaps"] for r in read_table(lakehouse, "bookies").to_pylist()}.get(
-            flapper
-        )
+
+        def flaps_of(bookie: str) -> int:
+            rows = read_table(lakehouse, "bookies").to_pylist()
+            return next((r["flaps"] or 0 for r in rows if r["bookie_id"] == bookie), 0)
+
+        _wait("the flap to be recorded", lambda: flaps_of(flapper) >= 1, printer)
         lost_now = open_kinds()["BOOKIE_LOST"]
         printer.say(
-            f"  no alert for the flap (bookies lost now: {lost_now}); flaps counted for {flapper}: {flaps}"
+            f"  no alert for the flap (bookies lost: {lost_now}); flaps of {flapper}: {flaps_of(flapper)}"
         )
 
         silent = sim.bookie_ids()[5]
