@@ -24,9 +24,8 @@ def tables_markdown() -> str:
     parts: list[str] = []
     for spec in TABLES.values():
         partitioned = f" Partitioned by `{', '.join(spec.partition_by)}`." if spec.partition_by else ""
-        parts.append(
-            f"#### `{spec.name}`\n\n{spec.description}{partitioned}\n\n| column | type | meaning |\n|---|---|---|"
-        )
+        parts.append(f"#### `{spec.name}`\n\n{spec.description}{partitioned}\n")
+        parts.append("| column | type | meaning |\n|---|---|---|")
         for field in spec.schema:
             comment = (field.metadata or {}).get(b"comment", b"").decode()
             parts.append(f"| `{field.name}` | {field.type} | {comment} |")

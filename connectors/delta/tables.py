@@ -222,7 +222,7 @@ SNAPSHOT_SEEN = TableSpec(
             _f("ledger_id", pa.int64(), "a ledger the snapshot reported", nullable=False),
         ]
     ),
-    "Ledgers reported by watcher snapshots still in progress (working table; rows go when a snapshot completes).",
+    "Ledgers reported by watcher snapshots (a working table the job uses to find ledgers that vanished).",
     partition_by=("snapshot_id",),
 )
 
