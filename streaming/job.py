@@ -64,6 +64,7 @@ def sink_config(settings: Settings, changes_partitions: int) -> SinkConfig:
         probe_concurrency=stream.probe_concurrency,
         scrutiny_ledgers_per_s=stream.scrutiny_ledgers_per_s,
         scrutiny_max_per_batch=stream.scrutiny_max_per_batch,
+        maintenance_every_batches=stream.maintenance_every_batches,
         changes_partitions=changes_partitions,
     )
 

@@ -80,6 +80,7 @@ class SinkConfig:
     probe_concurrency: int = 64
     scrutiny_ledgers_per_s: float = 0.0  # 0 = no background replicas check
     scrutiny_max_per_batch: int = 1000
+    maintenance_every_batches: int = 0  # compact + vacuum every N batches; 0 = never
     changes_partitions: int = 1  # partitions of the changes topic (snapshot reconciliation per partition)
 
 
@@ -594,9 +595,26 @@ class AuditSink:
         report.open_alerts = dict(sorted(Counter(kind.value for _, kind in book.open).items()))
         if self.metrics is not None:
             self.metrics.set_open_alerts(report.open_alerts)
+        self._maintain(batch_id)
         report.seconds = round(time.monotonic() - started, 3)
         self.reports.append(report)
         return report
+
+    def _maintain(self, batch_id: int) -> None:
+        """Compact the small files streaming creates and vacuum old ones, every N batches (in the sink's
+        thread, between batch commits, so it never races the batch writer)."""
+        every = self.config.maintenance_every_batches
+        if every <= 0 or batch_id == 0 or batch_id % every:
+            return
+        from connectors.delta.tables import maintain
+
+        started = time.monotonic()
+        try:
+            maintain(self.config.lakehouse_root)
+        except Exception:  # maintenance is an optimisation: never fail a batch for it
+            logger.exception("Delta maintenance failed; the next run will try again")
+        else:
+            logger.info("Delta maintenance took %.1f s", time.monotonic() - started)
 
     # -- helpers -------------------------------------------------------------------------------------------
     def _vanished(

@@ -92,3 +92,37 @@ def test_append_conforms_rows_to_the_schema_and_maintenance_keeps_rows(tmp_path)
     ]
     maintain(tmp_path, retention_hours=0)
     assert read_table(tmp_path, "dead_letters").num_rows == 3
+
+
+def test_the_sink_compacts_every_n_batches_without_changing_contents(tmp_path, kafka_settings):
+    import json
+    from datetime import UTC, datetime
+
+    from streaming.sink import AuditSink, SinkConfig
+
+    config = SinkConfig(
+        lakehouse_root=tmp_path, app_id="m", kafka=kafka_settings, maintenance_every_batches=3
+    )
+    sink = AuditSink(config)
+    schema = pa.schema(
+        [
+            ("kind", pa.string()),
+            ("event_time", pa.timestamp("us", tz="UTC")),
+            ("cluster", pa.string()),
+            ("ledger_id", pa.int64()),
+            ("bookie_id", pa.string()),
+            ("payload", pa.string()),
+        ]
+    )
+    for batch in range(4):
+        row = {
+            "kind": "bookie_state",
+            "event_time": datetime.now(tz=UTC),
+            "cluster": "c",
+            "bookie_id": f"b{batch}",
+            "payload": json.dumps({"status": "WRITABLE"}),
+        }
+        sink.process(pa.Table.from_pylist([row], schema=schema), batch)
+    history = [c["operation"] for c in DeltaTable(table_path(tmp_path, "bookies")).history()]
+    assert "OPTIMIZE" in history  # batch 3 ran the maintenance
+    assert sorted(read_table(tmp_path, "bookies").column("bookie_id").to_pylist()) == ["b0", "b1", "b2", "b3"]
