@@ -190,6 +190,12 @@ class WatcherSettings(BaseModel):
     snapshot_concurrency: int = Field(
         1000, ge=1, le=100_000, description="ZooKeeper reads in flight during a snapshot scan (never flood)"
     )
+    snapshot_batch_size: int = Field(
+        100,
+        ge=1,
+        le=1000,
+        description="znodes per multiRead during a snapshot (ZooKeeper >= 3.6); 1 = single reads",
+    )
     reconciliation_interval_s: float = Field(
         3600.0, ge=0, description="periodic low-rate reconciliation scan; 0 disables it"
     )

@@ -12,7 +12,7 @@ import sys
 import typer
 from typer.exceptions import TyperException
 
-from bkaudit.cli import availability, check, demo, dev, metadata, path, sim, stream
+from bkaudit.cli import availability, check, demo, dev, metadata, path, sim, stream, watch
 from bkaudit.errors import BkauditError
 
 app = typer.Typer(
@@ -31,6 +31,7 @@ app.add_typer(dev.app, name="dev")
 app.add_typer(sim.app, name="sim")
 app.command("demo")(demo.demo)
 app.command("stream")(stream.stream)
+app.command("watch")(watch.watch)
 
 
 def _one_line(message: str) -> str:

@@ -1,0 +1,1617 @@
+"""``bkaudit watch``: BookKeeper's ZooKeeper metadata as a complete, ordered change stream on Kafka.
+
+How it works (details in ``docs/watcher.md``):
+
+* **One ordered stream.** Every watch notification, every read completion (:class:`OrderedReads`) and every
+  marker goes through kazoo's single callback thread into one bounded FIFO, in ZooKeeper's order for the
+  session; one worker thread turns items into events in that order. A CREATED/CHANGED notification triggers
+  a read; the event is emitted when the read's completion is dequeued (a NoNode result is skipped: the delete
+  notification comes on its own). Upserts carry mzxid and version so consumers drop stale and duplicate ones.
+* **Watching.** One persistent recursive watch (AddWatch) on the ledgers root, added *before* the snapshot
+  scan and re-added after every reconnect. Servers without AddWatch get the fallback
+  (:mod:`connectors.zookeeper.fallback_watch`), chosen automatically or forced by ``watch_mode``.
+* **Snapshots.** On start a FULL snapshot; after a reconnect, a session expiry, a delivery failure or
+  periodically a reconciliation. Leaves are read 100 per ``multiRead`` request (ZooKeeper ≥ 3.6), at most
+  ``snapshot_concurrency`` in flight, each slot released only when the worker has published the result.
+  A compact index (ledger id → mzxid and scan epoch, one dict of ints) lets reconciliations publish only
+  differences and infer deletions that happened while nobody watched.
+* **Delivery.** :class:`~connectors.kafka.publisher.ChangePublisher`: keyed by entity, back-pressure instead
+  of drops, full snapshot after a delivery failure, flush on shutdown.
+
+Status: complete (persistent and fallback modes, all ledger managers, rack map from a znode or a file).
+
+Example:
+    >>> from bkaudit.settings import Settings
+    >>> options = kazoo_client_options(Settings(zookeeper={"auth_scheme": "digest", "auth_username": "bk",
+    ...                                                    "auth_password": "pw"}).zookeeper)
+    >>> options["auth_data"], options["logger"].name
+    ([('digest', 'bk:pw')], 'connectors.zookeeper.watcher.kazoo')
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import queue
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.protocol.states import EventType, KazooState, WatchedEvent
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from bkaudit import events
+from bkaudit.domain.layout import (
+    AVAILABLE_NODE,
+    COOKIES_NODE,
+    UNDERREPLICATION_NODE,
+    LedgerManagerType,
+    ZnodeKind,
+    available_path,
+    classify_path,
+    cookies_path,
+    instance_id_path,
+    layout_path,
+    parse_layout,
+    readonly_path,
+    validate_root,
+)
+from bkaudit.domain.metadata import decode_ledger_metadata
+from bkaudit.domain.rackmap import parse_rack_map
+from bkaudit.domain.registration import (
+    BookieServiceInfo,
+    RegistrationKind,
+    decode_bookie_service_info,
+    is_valid_bookie_id,
+    parse_registration_path,
+)
+from bkaudit.domain.underreplication import (
+    UnderreplicationPaths,
+    parse_lost_bookie_recovery_delay,
+    parse_underreplicated_ledger,
+    parse_urledger_path,
+)
+from bkaudit.errors import ConfigError, FormatError, ServiceError
+from bkaudit.pb import change_events_pb2 as pb
+from bkaudit.settings import Settings, ZooKeeperSettings
+from connectors.kafka.publisher import ChangePublisher
+from connectors.zookeeper.fallback_watch import FALLBACK_EVENT, FallbackWatches
+from connectors.zookeeper.ordered_reads import OrderedReads
+from connectors.zookeeper.persistent_watch import PersistentWatches
+from connectors.zookeeper.snapshot import (
+    NodeKind,
+    ProgressLine,
+    RatePacer,
+    ReadSlots,
+    ScanAborted,
+    Snapshot,
+    TreeWalker,
+)
+
+logger = logging.getLogger(__name__)
+
+# ------------------------------------------------------------------------------------------------ ZooKeeper
+
+
+class _RedactingFilter(logging.Filter):
+    """Removes secrets from kazoo's log records (it logs Auth requests, credentials included, at DEBUG)."""
+
+    _AUTH = re.compile(r"(auth=)'[^']*'")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.secrets: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = self._AUTH.sub(r"\1'***'", message)
+        for secret in self.secrets:
+            redacted = redacted.replace(secret, "***")
+        if redacted != message:
+            record.msg, record.args = redacted, ()
+        return True
+
+
+_KAZOO_LOG_FILTER = _RedactingFilter()
+
+
+def _kazoo_logger(secret: str | None) -> logging.Logger:
+    # kazoo's clients log through this logger; its filter applies to every record they emit.
+    kazoo_logger = logging.getLogger(f"{__name__}.kazoo")
+    if _KAZOO_LOG_FILTER not in kazoo_logger.filters:
+        kazoo_logger.addFilter(_KAZOO_LOG_FILTER)
+    if secret:
+        _KAZOO_LOG_FILTER.secrets.add(secret)
+    return kazoo_logger
+
+
+def kazoo_client_options(settings: ZooKeeperSettings, hosts: str | None = None) -> dict[str, Any]:
+    """KazooClient keyword arguments for ``settings`` (auth unwrapped here only; never log the result).
+
+    Reconnection retries forever with a short back-off, so a restarted ZooKeeper is rejoined quickly. The
+    client logs through a logger that redacts credentials (kazoo itself would print Auth requests).
+
+    Example:
+        >>> kazoo_client_options(ZooKeeperSettings(connect="zk1:2181/bk"))["hosts"]
+        'zk1:2181/bk'
+        >>> kazoo_client_options(ZooKeeperSettings(auth_scheme="sasl"))["sasl_options"]
+        {'mechanism': 'GSSAPI'}
+    """
+    options: dict[str, Any] = {
+        "hosts": hosts or settings.connect,
+        "timeout": settings.session_timeout_s,
+        "connection_retry": {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 2.0},
+    }
+    password = settings.auth_password.get_secret_value() if settings.auth_password is not None else None
+    if settings.auth_scheme == "digest":
+        if not settings.auth_username or password is None:
+            raise ConfigError("zookeeper.auth_scheme=digest needs auth_username and auth_password")
+        options["auth_data"] = [("digest", f"{settings.auth_username}:{password}")]
+    elif settings.auth_scheme == "sasl":
+        if settings.auth_username and password is not None:
+            options["sasl_options"] = {
+                "mechanism": "DIGEST-MD5",
+                "username": settings.auth_username,
+                "password": password,
+            }
+        else:  # Kerberos from the process' ticket cache
+            options["sasl_options"] = {"mechanism": "GSSAPI"}
+    options["logger"] = _kazoo_logger(password)
+    return options
+
+
+# ------------------------------------------------------------------------------------------------ metrics
+
+
+class WatcherMetrics:
+    """The watcher's Prometheus metrics, in a private registry (``bkaudit_watcher_*``).
+
+    Example:
+        >>> metrics = WatcherMetrics()
+        >>> metrics.events_published.labels("heartbeat").inc()
+        >>> metrics.registry.get_sample_value("bkaudit_watcher_events_published_total", {"type": "heartbeat"})
+        1.0
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.events_published = Counter(
+            "bkaudit_watcher_events_published",
+            "Change events handed to Kafka, by payload type",
+            ["type"],
+            registry=r,
+        )
+        self.delivery_failures = Counter(
+            "bkaudit_watcher_delivery_failures", "Events Kafka did not acknowledge after retries", registry=r
+        )
+        self.snapshot_duration = Gauge(
+            "bkaudit_watcher_snapshot_duration_seconds",
+            "Duration of the last snapshot scan",
+            ["reason"],
+            registry=r,
+        )
+        self.snapshot_ledgers = Gauge(
+            "bkaudit_watcher_snapshot_ledgers",
+            "Ledger znodes read by the last snapshot scan",
+            ["reason"],
+            registry=r,
+        )
+        self.snapshot_published = Gauge(
+            "bkaudit_watcher_snapshot_events",
+            "Entity events published by the last snapshot scan",
+            ["reason"],
+            registry=r,
+        )
+        self.snapshots = Counter(
+            "bkaudit_watcher_snapshots",
+            "Snapshot scans by reason and outcome",
+            ["reason", "outcome"],
+            registry=r,
+        )
+        self.watch_registrations = Counter(
+            "bkaudit_watcher_watch_registrations", "(Re-)registrations of persistent watches", registry=r
+        )
+        self.session_state = Gauge(
+            "bkaudit_watcher_zookeeper_session_state",
+            "1 for the current ZooKeeper session state (CONNECTED, SUSPENDED, LOST)",
+            ["state"],
+            registry=r,
+        )
+        self.session_expirations = Counter(
+            "bkaudit_watcher_zookeeper_session_expirations", "ZooKeeper sessions lost", registry=r
+        )
+        self.publish_lag = Histogram(
+            "bkaudit_watcher_publish_lag_seconds",
+            "Time from an event's emission (event time) to Kafka's acknowledgement",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=r,
+        )
+        self.change_to_ack = Histogram(
+            "bkaudit_watcher_change_to_kafka_seconds",
+            "Live ledger changes: znode mtime (ZooKeeper's clock) to Kafka's acknowledgement (ours)",
+            buckets=(
+                0.005,
+                0.01,
+                0.015,
+                0.02,
+                0.03,
+                0.04,
+                0.05,
+                0.075,
+                0.1,
+                0.15,
+                0.2,
+                0.3,
+                0.5,
+                1,
+                2,
+                5,
+                10,
+            ),
+            registry=r,
+        )
+        self.unacked_events = Gauge(
+            "bkaudit_watcher_unacked_events", "Events handed to Kafka and not yet acknowledged", registry=r
+        )
+        self.last_heartbeat = Gauge(
+            "bkaudit_watcher_last_heartbeat_timestamp_seconds",
+            "Watcher clock of the last heartbeat",
+            registry=r,
+        )
+        self.zookeeper_reads = Counter(
+            "bkaudit_watcher_zookeeper_reads", "ZooKeeper reads issued, by purpose", ["purpose"], registry=r
+        )
+        self.ledgers_tracked = Gauge(
+            "bkaudit_watcher_ledgers_tracked", "Ledgers in the watcher's index", registry=r
+        )
+        self.queue_depth = Gauge(
+            "bkaudit_watcher_queue_depth", "Items waiting in the watcher's event queue", registry=r
+        )
+        self.undecodable = Counter(
+            "bkaudit_watcher_undecodable_znodes",
+            "Znodes whose data did not decode, by kind",
+            ["kind"],
+            registry=r,
+        )
+        for state in ("CONNECTED", "SUSPENDED", "LOST"):
+            self.session_state.labels(state).set(0)
+
+    def set_session_state(self, state: str) -> None:
+        """Flag ``state`` as the current session state."""
+        for name in ("CONNECTED", "SUSPENDED", "LOST"):
+            self.session_state.labels(name).set(1 if name == state else 0)
+
+
+# ------------------------------------------------------------------------------------------------ routing
+
+# What a path under the watched tree is (see _Router.route).
+R_OTHER, R_LEDGER, R_LEDGER_DIR, R_MARK, R_MARK_DIR, R_DELAY, R_UR_BASE = range(7)
+R_WRITABLE, R_READONLY, R_COOKIE, R_BOOKIE_DIR, R_RACK = range(7, 12)
+
+_HEX4 = re.compile(r"[0-9a-f]{4}")
+
+
+class _Router:
+    """Tells what a znode path is for the watcher (ledger, mark, bookie node, directory of interest...)."""
+
+    def __init__(self, root: str, manager: LedgerManagerType, rack_path: str | None) -> None:
+        self.root = root
+        self.manager = manager
+        self.prefix = root + "/"
+        self.ur = UnderreplicationPaths(root)
+        self.urledgers_prefix = self.ur.urledgers + "/"
+        self.delay_path = self.ur.lost_bookie_recovery_delay
+        self.rack_path = rack_path
+        self.bookie_dirs = {
+            available_path(root): RegistrationKind.WRITABLE,
+            readonly_path(root): RegistrationKind.READONLY,
+            cookies_path(root): RegistrationKind.COOKIE,
+        }
+
+    def route(self, path: str) -> tuple[int, Any]:
+        if path == self.rack_path:
+            return R_RACK, None
+        if not path.startswith(self.prefix):
+            return (R_LEDGER_DIR, None) if path == self.root else (R_OTHER, None)
+        first, _, tail = path[len(self.prefix) :].partition("/")
+        if first in (AVAILABLE_NODE, COOKIES_NODE):
+            kind = self.bookie_dirs.get(path)
+            if kind is not None:
+                return R_BOOKIE_DIR, kind
+            registration = parse_registration_path(path, self.root)
+            if registration is None:
+                return R_OTHER, None
+            if registration.kind is RegistrationKind.WRITABLE:
+                return R_WRITABLE, registration.bookie_id
+            if registration.kind is RegistrationKind.READONLY:
+                return R_READONLY, registration.bookie_id
+            return R_COOKIE, registration.bookie_id
+        if first == UNDERREPLICATION_NODE:
+            if not tail:
+                return R_UR_BASE, None
+            if path == self.delay_path:
+                return R_DELAY, None
+            if path == self.ur.urledgers:
+                return R_MARK_DIR, None
+            if path.startswith(self.urledgers_prefix):
+                parts = path[len(self.urledgers_prefix) :].split("/")
+                if len(parts) <= 4 and all(_HEX4.fullmatch(p) for p in parts):
+                    return R_MARK_DIR, None
+                ledger_id = parse_urledger_path(path, self.root)
+                if ledger_id is not None:
+                    return R_MARK, ledger_id
+            return R_OTHER, None
+        node = classify_path(path, self.manager, self.root)
+        if node.kind is ZnodeKind.LEDGER:
+            return R_LEDGER, node.ledger_id
+        if node.kind is ZnodeKind.INTERMEDIATE:
+            return R_LEDGER_DIR, None
+        return R_OTHER, None
+
+
+# ------------------------------------------------------------------------------------------------ worker
+
+# Read/marker tokens: (op, path, snapshot or None, extra). A snapshot in the token means the read holds a
+# read slot (released when processed) and its result belongs to that snapshot.
+OP_LEDGER, OP_MARK, OP_DELAY, OP_REGISTRATION, OP_BOOKIE_LIST, OP_RACK, OP_FALLBACK_LIST = range(7)
+OP_BEGIN, OP_END, OP_STATE, OP_HEARTBEAT, OP_RACK_FILE, OP_STOP, OP_RACK_REFRESH = range(7, 14)
+OP_BATCH = 14  # a multiRead of ledgers or marks: extra = (leaf op, paths, ids)
+WATCH_EVENT = "watch-event"
+
+# The index packs mzxid << 16 | scan epoch. Epochs wrap at 65536; a stale stamp could only match again after
+# 65536 consecutive *incomplete* scans, since every complete scan re-stamps or removes every entry.
+_EPOCH_BITS = 16
+_EPOCH_MASK = (1 << _EPOCH_BITS) - 1
+_RECONNECT_REASONS = (pb.SnapshotBegin.RECONNECT, pb.SnapshotBegin.SESSION_EXPIRED)
+
+_PURPOSE = {
+    OP_LEDGER: "ledger",
+    OP_MARK: "mark",
+    OP_DELAY: "recovery_delay",
+    OP_REGISTRATION: "registration",
+    OP_BOOKIE_LIST: "bookie_list",
+    OP_RACK: "rack_map",
+    OP_FALLBACK_LIST: "fallback_list",
+    OP_BATCH: "multi_read",
+}
+
+
+@dataclasses.dataclass
+class _Registration:
+    stat: Any
+    info: BookieServiceInfo | None
+    error: str
+
+
+@dataclasses.dataclass
+class _Bookie:
+    writable: _Registration | None = None
+    readonly: _Registration | None = None
+    cookie: bool = False
+    published: tuple[Any, ...] | None = None
+    published_in: str = ""  # snapshot id of the last status published inside a snapshot bracket
+    # Registration reads in flight: the status is held back until they answer, so that e.g. a cookie seen
+    # before the registration data does not publish a transient GONE.
+    pending_reads: int = 0
+
+    @property
+    def exists(self) -> bool:
+        return self.writable is not None or self.readonly is not None or self.cookie
+
+    def status(self) -> tuple[events.BookieStatusValue, _Registration | None]:
+        if self.writable is not None:
+            return pb.BookieStatus.WRITABLE, self.writable
+        if self.readonly is not None:
+            return pb.BookieStatus.READ_ONLY, self.readonly
+        return pb.BookieStatus.GONE, None
+
+    def signature(self) -> tuple[Any, ...]:
+        status, registration = self.status()
+        if registration is None:
+            return (status, self.cookie)
+        return (status, self.cookie, registration.stat.czxid, registration.stat.mzxid, registration.error)
+
+
+@dataclasses.dataclass
+class WatcherStatus:
+    """What the watcher has done so far (for tests, the CLI and logs).
+
+    Example:
+        >>> WatcherStatus().snapshots_completed
+        0
+    """
+
+    snapshots_started: int = 0
+    snapshots_completed: int = 0
+    snapshots_incomplete: int = 0
+    last_snapshot: Snapshot | None = None
+    events_published: int = 0
+    mode: str = ""
+    up_to_date: bool = False
+
+
+class ChangeWatcher:
+    """Watches one BookKeeper cluster's ZooKeeper and publishes its changes (see the module docstring).
+
+    Lifecycle: :meth:`start` (connect, detect layout, add the watch, start threads, begin the START
+    snapshot), then :meth:`stop` (clean: flush Kafka) — or :meth:`run` for both around a blocking wait.
+    ``zookeeper`` is the kazoo client (tests expire its session).
+
+    Example:
+        >>> # watcher = ChangeWatcher(load_settings()); watcher.start()
+        >>> # watcher.wait_for_snapshots(1, timeout_s=300)   # the START snapshot is on Kafka
+        >>> # watcher.stop()
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        publisher: ChangePublisher | None = None,
+        metrics: WatcherMetrics | None = None,
+        progress: ProgressLine | None = None,
+    ) -> None:
+        self.settings = settings
+        self.config = settings.watcher
+        self.root = validate_root(settings.zookeeper.ledgers_root)
+        self.metrics = metrics if metrics is not None else WatcherMetrics()
+        self.publisher = publisher or ChangePublisher(settings.kafka, on_delivered=self._on_delivered)
+        if publisher is not None and publisher._on_delivered is None:
+            publisher._on_delivered = self._on_delivered
+        if progress is None:
+            enabled = None if self.config.progress == "auto" else self.config.progress == "on"
+            progress = ProgressLine(enabled=enabled)
+        self._progress = progress
+        self.status = WatcherStatus()
+        self.run_id = uuid.uuid4().hex
+        self.zookeeper: KazooClient = KazooClient(**kazoo_client_options(settings.zookeeper))
+        self._rack_client: KazooClient | None = None
+        self._queue: queue.Queue[tuple[Any, Any, Any]] = queue.Queue(maxsize=self.config.queue_size)
+        self._reads = OrderedReads(self.zookeeper, self._deliver)
+        self._rack_reads: OrderedReads | None = None
+        self._slots = ReadSlots(self.config.snapshot_concurrency)
+        self._fallback = FallbackWatches(self._put)
+        self._persistent: PersistentWatches | None = None
+        self.fallback_mode = False
+        self._multi_read = False
+        self.manager = LedgerManagerType.HIERARCHICAL
+        self.cluster = ""
+        self._router: _Router | None = None
+        self._builder: events.EventBuilder | None = None
+        # worker state (touched only by the worker thread)
+        self._ledgers: dict[int, int] = {}  # ledger id -> mzxid << 16 | epoch
+        self._marks: dict[int, int] = {}  # ledger id -> mzxid << 16 | epoch
+        self._bookies: dict[str, _Bookie] = {}
+        self._delay: tuple[int, bool] | None = None  # (mzxid, present) last published
+        self._rack_published: tuple[Any, ...] | None = None
+        self._rack_payload: pb.RackMap | None = None
+        self._epoch = 0
+        self._current: Snapshot | None = None
+        # controller state (set from kazoo's connection thread, read by the controller)
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._connected = threading.Event()
+        self._pending_reason: events.SnapshotReason | None = None
+        self._request_lock = threading.Lock()  # the listener (connection thread) and the controller
+        self._readd_needed = False  # a reconnect happened: re-add the persistent watch before scanning
+        self._force_full = False  # next scan must be FULL (delivery failure)
+        self._session_lost = False
+        self._disconnects = 0
+        self._up_to_date = False
+        self._full_done = False
+        self._started = False
+        self._status_lock = threading.Condition()
+        self._threads: list[threading.Thread] = []
+        self._metrics_server: Any = None
+        self._rack_file_seen: tuple[float, int] | None = None
+        self._read_counter = {op: self.metrics.zookeeper_reads.labels(name) for op, name in _PURPOSE.items()}
+        self._event_counters: dict[str, Any] = {}
+
+    # ============================================================================================ lifecycle
+
+    def start(self) -> None:
+        """Connect, detect the cluster, register the watch and start the threads; returns while the START
+        snapshot runs. Raises ServiceError/ConfigError when the cluster or Kafka cannot be used."""
+        try:
+            self._start()
+        except BaseException:
+            self._stopping.set()
+            for client in (self._rack_client, self.zookeeper):
+                if client is not None:
+                    with contextlib.suppress(Exception):
+                        client.stop()
+                        client.close()
+            with contextlib.suppress(Exception):
+                self.publisher.close(1.0)
+            raise
+
+    def _start(self) -> None:
+        client = self.zookeeper
+        client.start(timeout=max(10.0, self.settings.zookeeper.session_timeout_s))
+        self._connected.set()
+        self.metrics.set_session_state("CONNECTED")
+        self._detect_cluster()
+        self._router = _Router(self.root, self.manager, self._same_client_rack_path())
+        self._builder = events.EventBuilder(self.cluster, self.run_id)
+        self.publisher.start()
+        client.add_listener(self._on_state)
+        self._choose_watch_mode()
+        # multiRead (ZooKeeper >= 3.6) batches snapshot reads; the fallback needs a watch per read instead.
+        self._multi_read = (
+            not self.fallback_mode
+            and self.config.snapshot_batch_size > 1
+            and self._reads.supports_multi_read()
+        )
+        self.metrics.unacked_events.set_function(lambda: self.publisher.unacked)
+        self._start_thread("bkaudit-watch-worker", self._worker_loop)
+        self._start_rack_source()
+        if self.config.metrics_port:
+            from prometheus_client import start_http_server
+
+            self._metrics_server, _ = start_http_server(
+                self.config.metrics_port, addr=self.config.metrics_host, registry=self.metrics.registry
+            )
+        self._start_thread("bkaudit-watch-heartbeat", self._heartbeat_loop)
+        self._started = True
+        self.request_snapshot(pb.SnapshotBegin.START)
+        self._start_thread("bkaudit-watch-controller", self._controller_loop)
+        logger.info(
+            "watching cluster %s: ledgers root %s, %s manager, %s mode, topic %s",
+            self.cluster,
+            self.root,
+            self.manager.value,
+            self.status.mode,
+            self.publisher.topic,
+        )
+
+    def run(self, stop_event: threading.Event, *, exit_after_snapshot: bool = False) -> int:
+        """:meth:`start`, wait until ``stop_event`` is set (or the START snapshot is out), :meth:`stop`.
+
+        Returns 0, or 1 when the START snapshot was requested to finish but did not complete.
+        """
+        self.start()
+        try:
+            while not stop_event.wait(0.5):
+                if exit_after_snapshot and self.status.snapshots_completed >= 1:
+                    break
+        finally:
+            self.stop()
+        return 0 if not exit_after_snapshot or self.status.snapshots_completed >= 1 else 1
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Stop watching: abort scans, publish what is queued, flush Kafka, close ZooKeeper."""
+        timeout = timeout_s if timeout_s is not None else self.config.shutdown_timeout_s
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        self._wake.set()
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            if thread.name in (
+                "bkaudit-watch-controller",
+                "bkaudit-watch-heartbeat",
+                "bkaudit-watch-rackfile",
+            ):
+                thread.join(max(0.1, deadline - time.monotonic()))
+        worker = next((t for t in self._threads if t.name == "bkaudit-watch-worker"), None)
+        if worker is not None:
+            # The stop marker goes behind everything kazoo has already delivered.
+            with contextlib.suppress(Exception):
+                self._reads.marker((OP_STOP, "", None, None))
+            worker.join(max(0.1, deadline - time.monotonic()))
+            if worker.is_alive():
+                self.publisher.abort()
+                self._put_nowait(((OP_STOP, "", None, None), None, None))
+                worker.join(5.0)
+        for client in (self._rack_client, self.zookeeper):
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    client.stop()
+                    client.close()
+        self.publisher.close(max(1.0, deadline - time.monotonic()))
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+        logger.info("watcher stopped (%d events published)", self.status.events_published)
+
+    def request_snapshot(self, reason: events.SnapshotReason = pb.SnapshotBegin.PERIODIC) -> None:
+        """Ask the controller for a scan (``START`` and ``PUBLISH_FAILED`` make it FULL).
+
+        Requests coalesce; a pending reconnect or session-expiry reason is never replaced by a weaker one.
+        """
+        with self._request_lock:
+            if reason in (pb.SnapshotBegin.START, pb.SnapshotBegin.PUBLISH_FAILED):
+                self._force_full = True
+            pending = self._pending_reason
+            if pending not in _RECONNECT_REASONS or reason == pb.SnapshotBegin.SESSION_EXPIRED:
+                self._pending_reason = reason
+        self._wake.set()
+
+    def _take_request(self) -> tuple[events.SnapshotReason | None, bool]:
+        with self._request_lock:
+            reason, self._pending_reason = self._pending_reason, None
+            readd, self._readd_needed = self._readd_needed, False
+            return reason, readd
+
+    def wait_for_snapshots(self, count: int, timeout_s: float = 60.0) -> bool:
+        """Wait until ``count`` snapshots have completed (their END markers handed to Kafka)."""
+        deadline = time.monotonic() + timeout_s
+        with self._status_lock:
+            while self.status.snapshots_completed < count:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._status_lock.wait(remaining)
+        return True
+
+    def _start_thread(self, name: str, target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _detect_cluster(self) -> None:
+        client = self.zookeeper
+        if self.config.ledger_manager is not None:
+            self.manager = LedgerManagerType.from_name(self.config.ledger_manager)
+        else:
+            try:
+                data, _ = client.get(layout_path(self.root))
+                self.manager = parse_layout(data).manager
+            except NoNodeError:
+                logger.warning(
+                    "no %s: assuming the default hierarchical ledger manager", layout_path(self.root)
+                )
+            except FormatError as err:
+                raise ServiceError(f"cannot read the cluster's LAYOUT: {err}") from None
+        if self.manager is LedgerManagerType.MS:
+            raise ConfigError(
+                "the ms ledger manager keeps ledger metadata outside ZooKeeper: nothing to watch"
+            )
+        try:
+            data, _ = client.get(instance_id_path(self.root))
+            self.cluster = (data or b"").decode("utf-8", "replace").strip()
+        except NoNodeError:
+            self.cluster = ""
+        if not self.cluster:
+            if not self.settings.cluster:
+                raise ServiceError(
+                    f"no cluster id at {instance_id_path(self.root)} "
+                    f"(is {self.root} a BookKeeper ledgers root?); set `cluster` to watch anyway"
+                )
+            self.cluster = self.settings.cluster
+
+    def _choose_watch_mode(self) -> None:
+        mode = self.config.watch_mode
+        if mode != "fallback":
+            watches = PersistentWatches(self.zookeeper)
+            if mode == "persistent" or watches.supported():
+                # Added BEFORE the snapshot scan: nothing can change unseen between the scan and the watch.
+                watches.add(self.root, self._on_persistent_event)
+                self.metrics.watch_registrations.inc()
+                self._persistent = watches
+            elif mode == "auto":
+                logger.warning("ZooKeeper has no AddWatch (< 3.6): using one-shot child and data watches")
+        self.fallback_mode = self._persistent is None
+        self.status.mode = "fallback" if self.fallback_mode else "persistent"
+
+    # ============================================================================================ rack map
+
+    def _same_client_rack_path(self) -> str | None:
+        if self.config.rack_map_znode is not None and self.config.rack_map_zookeeper is None:
+            return self.config.rack_map_znode
+        return None
+
+    def _start_rack_source(self) -> None:
+        if self.config.rack_map_znode is not None and self.config.rack_map_zookeeper is not None:
+            client = KazooClient(
+                **kazoo_client_options(self.settings.zookeeper, self.config.rack_map_zookeeper)
+            )
+            client.start(timeout=max(10.0, self.settings.zookeeper.session_timeout_s))
+            self._rack_client = client
+            self._rack_reads = OrderedReads(client, self._deliver)
+            self._rack_reads.marker((OP_RACK_REFRESH, "", None, None))
+
+            def on_rack_state(state: str) -> None:
+                if state == KazooState.CONNECTED and self._rack_reads is not None:
+                    # kazoo dropped the one-shot watch on disconnect: read (and watch) again.
+                    self._rack_reads.marker((OP_RACK_REFRESH, "", None, None))
+
+            client.add_listener(on_rack_state)
+        elif self.config.rack_map_file is not None:
+            self._start_thread("bkaudit-watch-rackfile", self._rack_file_loop)
+
+    def _rack_source_name(self) -> str:
+        if self.config.rack_map_znode is not None:
+            if self.config.rack_map_zookeeper is not None:
+                return f"zookeeper:{self.config.rack_map_zookeeper}!{self.config.rack_map_znode}"
+            return f"zookeeper:{self.config.rack_map_znode}"
+        return f"file:{self.config.rack_map_file}"
+
+    def _rack_file_loop(self) -> None:
+        path = Path(self.config.rack_map_file or "")
+        while not self._stopping.is_set():
+            try:
+                stat = path.stat()
+                seen: tuple[float, int] = (stat.st_mtime, stat.st_size)
+            except OSError:
+                seen = (0.0, -1)
+            if seen != self._rack_file_seen:
+                self._rack_file_seen = seen
+                data: bytes | None = None
+                if seen[1] >= 0:
+                    try:
+                        data = path.read_bytes()
+                    except OSError as err:
+                        logger.warning("cannot read rack map file %s: %s", path, err.strerror)
+                self._put(((OP_RACK_FILE, str(path), None, (data, int(seen[0] * 1000))), None, None))
+            self._stopping.wait(self.config.rack_map_poll_s)
+
+    # ============================================================================================ callbacks
+
+    def _put(self, item: tuple[Any, Any, Any]) -> None:
+        # Blocks when the queue is full: back-pressure up to kazoo's callback thread (never drop).
+        self._queue.put(item)
+
+    def _put_nowait(self, item: tuple[Any, Any, Any]) -> bool:
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:
+            return False
+        return True
+
+    def _deliver(self, token: Any, value: Any, error: BaseException | None) -> None:
+        self._put((token, value, error))
+
+    def _on_persistent_event(self, event: WatchedEvent) -> None:
+        self._put((WATCH_EVENT, event, None))
+
+    def _on_rack_watch(self, event: WatchedEvent) -> None:
+        if event.type != EventType.NONE:
+            self._put((WATCH_EVENT, event, "rack"))
+
+    def _on_state(self, state: str) -> None:
+        # On kazoo's connection thread: must not block. Flags for the controller, a marker for the worker.
+        self.metrics.set_session_state(str(state))
+        if state == KazooState.CONNECTED:
+            self._connected.set()
+            reason = pb.SnapshotBegin.SESSION_EXPIRED if self._session_lost else pb.SnapshotBegin.RECONNECT
+            self._session_lost = False
+            if self._started:
+                with self._request_lock:
+                    self._readd_needed = True
+                self.request_snapshot(reason)
+        else:
+            self._connected.clear()
+            self._up_to_date = False
+            self._disconnects += 1
+            if state == KazooState.LOST:
+                self._session_lost = True
+                self.metrics.session_expirations.inc()
+        with contextlib.suppress(Exception):
+            self._reads.marker((OP_STATE, "", None, str(state)))
+
+    def _on_delivered(self, kind: str, event_time_ms: int, change_time_ms: int | None) -> None:
+        now = time.time()
+        self.metrics.publish_lag.observe(max(0.0, now - event_time_ms / 1000.0))
+        if change_time_ms is not None:
+            # ZooKeeper's clock (mtime) against ours: exact on one host, as good as clock sync otherwise.
+            self.metrics.change_to_ack.observe(max(0.0, now - change_time_ms / 1000.0))
+
+    # ============================================================================================ controller
+
+    def _controller_loop(self) -> None:
+        next_periodic = self._next_periodic()
+        while not self._stopping.is_set():
+            self._wake.wait(1.0)
+            self._wake.clear()
+            if self._stopping.is_set():
+                break
+            if self.publisher.failed and not self._force_full:
+                self.metrics.delivery_failures.inc()
+                self.request_snapshot(pb.SnapshotBegin.PUBLISH_FAILED)
+            if next_periodic is not None and time.monotonic() >= next_periodic:
+                next_periodic = self._next_periodic()
+                self.request_snapshot(pb.SnapshotBegin.PERIODIC)
+            if not self._connected.is_set():
+                continue
+            reason, readd = self._take_request()
+            if readd and not self._readd_watches():
+                # Disconnected again: keep both requests for the next CONNECTED.
+                with self._request_lock:
+                    self._readd_needed = True
+                if reason is not None:
+                    self.request_snapshot(reason)
+                continue
+            if reason is None:
+                continue
+            try:
+                self._run_snapshot(reason)
+            except Exception:
+                logger.exception("snapshot scan failed; retrying")
+                self.request_snapshot(reason)
+                self._stopping.wait(1.0)
+            next_periodic = self._next_periodic()
+
+    def _next_periodic(self) -> float | None:
+        interval = self.config.reconciliation_interval_s
+        return time.monotonic() + interval if interval > 0 else None
+
+    def _readd_watches(self) -> bool:
+        if self._persistent is None:
+            return True  # fallback: the reconciliation scan re-arms every one-shot watch
+        try:
+            count = self._persistent.readd_all(timeout=max(5.0, self.settings.zookeeper.session_timeout_s))
+        except (KazooException, Exception) as err:
+            logger.warning("re-adding the persistent watch failed (%s); waiting for the next connection", err)
+            return False
+        self.metrics.watch_registrations.inc(count)
+        logger.info("persistent watch re-added after reconnect")
+        return True
+
+    def _run_snapshot(self, reason: events.SnapshotReason) -> None:
+        with self._request_lock:
+            full = not self._full_done or self._force_full
+            self._force_full = False
+        if full:
+            self.publisher.clear_failed()  # this FULL snapshot republishes whatever was not delivered
+        mode = pb.SnapshotBegin.FULL if full else pb.SnapshotBegin.DELTA
+        snapshot = Snapshot.new(reason, mode, epoch=0)
+        disconnects_at_start = self._disconnects
+        self.status.snapshots_started += 1
+        logger.info(
+            "snapshot %s (%s, %s) started", snapshot.snapshot_id[:8], snapshot.reason_name, _mode(mode)
+        )
+        pacer = RatePacer(
+            self.config.reconciliation_reads_per_s if reason == pb.SnapshotBegin.PERIODIC else 0
+        )
+
+        def aborted() -> bool:
+            return (
+                self._stopping.is_set()
+                or not self._connected.is_set()
+                or self._disconnects != disconnects_at_start
+                or not snapshot.complete
+            )
+
+        self._reads.marker((OP_BEGIN, "", None, snapshot))
+        walker = TreeWalker(
+            self.zookeeper,
+            aborted,
+            on_listed=self._fallback.mark_listed if self.fallback_mode else None,
+            timeout_s=max(30.0, self.settings.zookeeper.session_timeout_s * 2),
+        )
+        child_watch = self._fallback.child_watch if self.fallback_mode else None
+        data_watch = self._fallback.data_watch if self.fallback_mode else None
+
+        def issue(
+            op: int,
+            path: str,
+            extra: Any = None,
+            *,
+            listing: bool = False,
+            watch: Callable[..., Any] | None = None,
+        ) -> None:
+            if not self._slots.acquire(aborted):
+                raise ScanAborted("aborted while waiting for a read slot")
+            pacer.wait(aborted)
+            snapshot.reads_issued += 1
+            self._read_counter[op].inc()
+            token = (op, path, snapshot, extra)
+            if listing:
+                self._reads.get_children(path, token, watch=child_watch)
+            else:
+                self._reads.get(path, token, watch=watch or data_watch)
+
+        # A batch holds read slots while it fills: keep it well below the slot limit.
+        batch_size = (
+            max(1, min(self.config.snapshot_batch_size, self._slots.limit // 2)) if self._multi_read else 1
+        )
+        batch: tuple[list[str], list[Any]] = ([], [])
+        batch_op = OP_LEDGER
+
+        def add_leaf(op: int, path: str, info: Any) -> None:
+            nonlocal batch_op
+            if batch_size == 1:
+                issue(op, path, info)
+                return
+            if batch[0] and op != batch_op:
+                flush()
+            if not self._slots.acquire(aborted):
+                raise ScanAborted("aborted while waiting for a read slot")
+            pacer.wait(aborted)
+            batch_op = op
+            batch[0].append(path)
+            batch[1].append(info)
+            if len(batch[0]) >= batch_size:
+                flush()
+
+        def flush() -> None:
+            paths, infos = batch
+            if not paths:
+                return
+            snapshot.reads_issued += len(paths)
+            self._read_counter[OP_BATCH].inc()
+            self._reads.get_many(list(paths), (OP_BATCH, "", snapshot, (batch_op, list(paths), list(infos))))
+            paths.clear()
+            infos.clear()
+
+        router = self._require_router()
+        try:
+            # Bookies first: they are what timers depend on. Listings are diffed by the worker, in order.
+            for path, kind in router.bookie_dirs.items():
+                issue(OP_BOOKIE_LIST, path, kind, listing=True)
+            if self.fallback_mode:
+                issue(OP_FALLBACK_LIST, router.ur.base, listing=True)
+            issue(OP_DELAY, router.delay_path)
+            if router.rack_path is not None:
+                issue(OP_RACK, router.rack_path, watch=self._on_rack_watch)
+
+            def classify_mark(path: str) -> tuple[int, Any]:
+                route, info = router.route(path)
+                if route == R_MARK:
+                    return NodeKind.LEAF, info
+                return (NodeKind.DIRECTORY, None) if route == R_MARK_DIR else (NodeKind.SKIP, None)
+
+            def classify_ledger(path: str) -> tuple[int, Any]:
+                node = classify_path(path, self.manager, self.root)
+                if node.kind is ZnodeKind.LEDGER:
+                    return NodeKind.LEAF, node.ledger_id
+                if node.kind is ZnodeKind.INTERMEDIATE:
+                    return NodeKind.DIRECTORY, None
+                return NodeKind.SKIP, None
+
+            walker.walk(
+                router.ur.urledgers, classify_mark, lambda p, i: add_leaf(OP_MARK, p, i), watch=child_watch
+            )
+            flush()
+            progress_every = time.monotonic()
+
+            def on_ledger(path: str, ledger_id: Any) -> None:
+                nonlocal progress_every
+                add_leaf(OP_LEDGER, path, ledger_id)
+                now = time.monotonic()
+                if self._progress.enabled and now - progress_every > 0.5:
+                    progress_every = now
+                    self._progress.update(self._progress_text(snapshot))
+
+            walker.walk(self.root, classify_ledger, on_ledger, watch=child_watch)
+            flush()
+            if not self._slots.drained(aborted):
+                raise ScanAborted("aborted while waiting for the last reads")
+        except ScanAborted as err:
+            snapshot.fail(str(err))
+        finally:
+            for _ in batch[0]:  # slots taken by a batch that was never sent
+                self._slots.release()
+            end_token = (OP_END, self.root, None, (snapshot, disconnects_at_start))
+            if snapshot.complete:
+                # END is a real round trip: its completion comes after every read issued before it, including
+                # the registration reads the worker issued while processing the bookie listings.
+                self._reads.exists(self.root, end_token)
+            else:
+                self._slots.drained(lambda: self._stopping.is_set(), timeout_s=10.0)
+                self._reads.marker(end_token)  # stragglers of an aborted scan are published as live reads
+        while not snapshot.done.wait(0.5):
+            if self._stopping.is_set():
+                return
+        if self._progress.enabled:
+            self._progress.finish(self._progress_text(snapshot, final=True))
+
+    def _progress_text(self, snapshot: Snapshot, *, final: bool = False) -> str:
+        elapsed = max(snapshot.elapsed_s(), 1e-6)
+        read = snapshot.counts.ledgers_scanned
+        state = "done" if final and snapshot.complete else ("incomplete" if final else "running")
+        return (
+            f"snapshot {snapshot.reason_name.lower()} {state}: {read:,} ledgers read "
+            f"({read / elapsed:,.0f}/s), {snapshot.counts.ledgers_published:,} published, {elapsed:,.0f} s"
+        )
+
+    def _heartbeat_loop(self) -> None:
+        interval = self.config.heartbeat_interval_s
+        while not self._stopping.wait(interval):
+            self.metrics.queue_depth.set(self._queue.qsize())
+            if self._up_to_date and self._connected.is_set():
+                self._put_nowait(
+                    ((OP_HEARTBEAT, "", None, None), None, None)
+                )  # a full queue means we are busy anyway
+
+    def _require_router(self) -> _Router:
+        if self._router is None:
+            raise ServiceError("the watcher is not started")
+        return self._router
+
+    # ============================================================================================ worker
+
+    def _worker_loop(self) -> None:
+        while True:
+            token, value, error = self._queue.get()
+            try:
+                if token in (WATCH_EVENT, FALLBACK_EVENT):
+                    self._on_watch_event(value, rack=error == "rack")
+                    continue
+                op = token[0]
+                if op == OP_STOP:
+                    return
+                self._on_item(op, token, value, error)
+            except Exception:
+                # Never let one bad item stop the stream; a reconciliation repairs whatever it missed.
+                logger.exception("watcher worker failed on an item; scheduling a reconciliation")
+                self.request_snapshot(pb.SnapshotBegin.RECONNECT)
+
+    def _on_item(self, op: int, token: tuple[Any, ...], value: Any, error: Any) -> None:
+        _, path, snapshot, extra = token
+        if op == OP_HEARTBEAT:
+            self._emit_heartbeats()
+            return
+        if op == OP_BEGIN:
+            self._begin_snapshot(extra)
+            return
+        if op == OP_END:
+            self._end_snapshot(*extra)
+            return
+        if op == OP_STATE:
+            if extra in (KazooState.SUSPENDED, KazooState.LOST):
+                self._fallback.reset()  # kazoo dropped every one-shot watch
+            return
+        if op == OP_RACK_FILE:
+            data, version = extra
+            self._apply_rack_data(data, version, present=data is not None, snapshot=None)
+            return
+        if op == OP_RACK_REFRESH:
+            self._read_rack(None)
+            return
+        try:
+            if snapshot is not None and snapshot.done.is_set():
+                snapshot = None  # a straggler of an ended (aborted) scan: publish like a live read
+            self._on_read(op, path, snapshot, extra, value, error)
+        finally:
+            if token[2] is not None:
+                self._slots.release(len(extra[1]) if op == OP_BATCH else 1)
+
+    # -------------------------------------------------------------------------------------- notifications
+
+    def _on_watch_event(self, event: WatchedEvent, *, rack: bool = False) -> None:
+        router = self._require_router()
+        if rack:
+            self._read_rack(None)
+            return
+        event_type, path = event.type, event.path
+        if event_type == EventType.NONE:
+            return
+        route, info = router.route(path)
+        if event_type == EventType.CHILD:
+            self._relist(route, path, info)
+            return
+        watch = self._fallback.data_watch if self.fallback_mode else None
+        if event_type in (EventType.CREATED, EventType.CHANGED):
+            if route == R_LEDGER:
+                packed = self._ledgers.get(info)
+                if packed is not None:  # seen since the current scan began: no inferred delete for it
+                    self._ledgers[info] = (packed & ~_EPOCH_MASK) | self._epoch
+                self._read(OP_LEDGER, path, info, watch)
+            elif route == R_MARK:
+                packed = self._marks.get(info)
+                if packed is not None:
+                    self._marks[info] = (packed & ~_EPOCH_MASK) | self._epoch
+                self._read(OP_MARK, path, info, watch)
+            elif route == R_DELAY:
+                self._read(OP_DELAY, path, None, watch)
+            elif route in (R_WRITABLE, R_READONLY):
+                self._read_registration(path, _registration_kind(route), info, None)
+            elif route == R_COOKIE and event_type == EventType.CREATED:
+                self._set_cookie(info, True, None)
+            elif route == R_RACK:
+                self._read_rack(None)
+        elif event_type == EventType.DELETED:
+            if route == R_LEDGER:
+                packed = self._ledgers.pop(info, None)
+                self._emit(
+                    events.ledger_deleted(
+                        info, last_mzxid=(packed >> _EPOCH_BITS) if packed is not None else 0
+                    ),
+                    None,
+                )
+            elif route == R_MARK:
+                packed = self._marks.pop(info, None)
+                last = (packed >> _EPOCH_BITS) if packed is not None else 0
+                self._emit(events.underreplication_cleared(info, last_mzxid=last), None)
+            elif route == R_DELAY:
+                self._apply_delay(None, None, None)
+            elif route in (R_WRITABLE, R_READONLY):
+                self._set_registration(info, _registration_kind(route), None, None)
+            elif route == R_COOKIE:
+                self._set_cookie(info, False, None)
+            elif route == R_RACK:
+                self._read_rack(None)
+
+    def _read(self, op: int, path: str, extra: Any, watch: Callable[..., Any] | None) -> None:
+        self._read_counter[op].inc()
+        self._reads.get(path, (op, path, None, extra), watch=watch)
+
+    def _relist(self, route: int, path: str, info: Any) -> None:
+        """Fallback mode: a child watch fired; list again with a new watch (the completion does the rest)."""
+        if not self.fallback_mode:
+            return
+        self._read_counter[OP_FALLBACK_LIST].inc()
+        if route == R_BOOKIE_DIR:
+            self._reads.get_children(
+                path, (OP_BOOKIE_LIST, path, None, info), watch=self._fallback.child_watch
+            )
+        elif route in (R_LEDGER_DIR, R_MARK_DIR, R_UR_BASE):
+            self._reads.get_children(
+                path, (OP_FALLBACK_LIST, path, None, None), watch=self._fallback.child_watch
+            )
+
+    # -------------------------------------------------------------------------------------- read results
+
+    def _on_read(
+        self, op: int, path: str, snapshot: Snapshot | None, extra: Any, value: Any, error: Any
+    ) -> None:
+        if error is not None:
+            if op == OP_REGISTRATION:
+                # Gone already (its delete notification came first) or a lost read: publish what is known.
+                kind, bookie_id, in_snapshot = extra
+                bookie = self._bookie(bookie_id)
+                bookie.pending_reads -= 1
+                self._publish_bookie(bookie_id, bookie, _open(in_snapshot))
+            if isinstance(error, NoNodeError):
+                self._on_absent(op, path, snapshot, extra)
+            else:
+                # ConnectionLoss / SessionExpired: the state change that follows triggers a reconciliation.
+                if snapshot is not None:
+                    snapshot.fail(f"read of {path} failed: {type(error).__name__}")
+                logger.debug("read of %s failed: %s", path, type(error).__name__)
+            return
+        if op == OP_BATCH:
+            leaf_op, paths, ids = extra
+            handle = self._on_ledger if leaf_op == OP_LEDGER else self._on_mark_read
+            for leaf_path, leaf_id, result in zip(paths, ids, value, strict=True):
+                if isinstance(result, tuple):
+                    handle(leaf_path, leaf_id, result[0], result[1], snapshot)
+                elif not isinstance(result, NoNodeError) and snapshot is not None:
+                    snapshot.fail(f"read of {leaf_path} failed: {type(result).__name__}")
+        elif op == OP_LEDGER:
+            data, stat = value
+            self._on_ledger(path, extra, data, stat, snapshot)
+        elif op == OP_MARK:
+            data, stat = value
+            self._on_mark(extra, data, stat, snapshot)
+        elif op == OP_DELAY:
+            data, stat = value
+            self._apply_delay(data, stat, snapshot)
+        elif op == OP_REGISTRATION:
+            data, stat = value
+            kind, bookie_id, in_snapshot = extra
+            self._bookie(bookie_id).pending_reads -= 1
+            self._set_registration(bookie_id, kind, (data, stat), _open(in_snapshot))
+        elif op == OP_BOOKIE_LIST:
+            self._on_bookie_list(path, extra, value, snapshot)
+        elif op == OP_FALLBACK_LIST:
+            self._on_fallback_list(path, value, snapshot)
+        elif op == OP_RACK:
+            if isinstance(value, tuple):
+                data, stat = value
+                self._apply_rack_data(data, stat.mzxid, present=True, snapshot=snapshot)
+            # an exists() answer (the znode appeared or not): read it for real
+            elif value is not None:
+                self._read_rack(snapshot)
+
+    def _on_absent(self, op: int, path: str, snapshot: Snapshot | None, extra: Any) -> None:
+        if op == OP_DELAY:
+            self._apply_delay(None, None, snapshot)
+        elif op == OP_BOOKIE_LIST:
+            self._fallback.forget_directory(path)
+            self._on_bookie_list(path, extra, [], snapshot)
+        elif op == OP_FALLBACK_LIST:
+            self._fallback.forget_directory(path)
+        elif op == OP_RACK:
+            self._apply_rack_data(None, 0, present=False, snapshot=snapshot)
+            reads = self._rack_reads or self._reads
+            # Watch for the znode's creation.
+            reads.exists(path, (OP_RACK, path, None, None), watch=self._on_rack_watch)
+        # Ledgers, marks, registrations: the delete notification arrives (or arrived) on its own.
+
+    def _on_ledger(
+        self, path: str, ledger_id: int, data: bytes | None, stat: Any, snapshot: Snapshot | None
+    ) -> None:
+        if snapshot is not None:
+            snapshot.counts.ledgers_scanned += 1
+        packed = self._ledgers.get(ledger_id)
+        self._ledgers[ledger_id] = (stat.mzxid << _EPOCH_BITS) | self._epoch
+        if (
+            packed is not None
+            and packed >> _EPOCH_BITS == stat.mzxid
+            and (snapshot is None or not snapshot.is_full)
+        ):
+            return  # already published this version
+        payload: Any
+        try:
+            metadata = decode_ledger_metadata(data, znode_ctime=stat.ctime, ledger_id=ledger_id)  # type: ignore[arg-type]
+            payload = events.ledger_upserted(ledger_id, metadata, stat, path)
+        except FormatError as err:
+            reason = events.redact_reason(str(err), data or b"")
+            payload = events.ledger_undecodable(ledger_id, path, stat, reason)
+            self.metrics.undecodable.labels("ledger").inc()
+            if snapshot is not None:
+                snapshot.counts.ledgers_undecodable += 1
+        if snapshot is not None:
+            snapshot.counts.ledgers_published += 1
+        self._emit(payload, snapshot)
+
+    def _on_mark_read(
+        self, _path: str, ledger_id: int, data: bytes | None, stat: Any, snapshot: Snapshot | None
+    ) -> None:
+        self._on_mark(ledger_id, data, stat, snapshot)
+
+    def _on_mark(self, ledger_id: int, data: bytes | None, stat: Any, snapshot: Snapshot | None) -> None:
+        packed = self._marks.get(ledger_id)
+        self._marks[ledger_id] = (stat.mzxid << _EPOCH_BITS) | self._epoch
+        if (
+            packed is not None
+            and packed >> _EPOCH_BITS == stat.mzxid
+            and (snapshot is None or not snapshot.is_full)
+        ):
+            return
+        try:
+            mark = parse_underreplicated_ledger(data or b"")
+            payload = events.underreplication_set(ledger_id, mark, stat)
+        except FormatError as err:
+            self.metrics.undecodable.labels("underreplication_mark").inc()
+            payload = events.underreplication_set(
+                ledger_id, None, stat, error=events.redact_reason(str(err), data or b"")
+            )
+        if snapshot is not None:
+            snapshot.counts.marks_published += 1
+        self._emit(payload, snapshot)
+
+    def _apply_delay(self, data: bytes | None, stat: Any, snapshot: Snapshot | None) -> None:
+        present = stat is not None
+        state = (stat.mzxid if present else 0, present)
+        if state == self._delay and (snapshot is None or not snapshot.is_full):
+            return
+        self._delay = state
+        seconds: int | None = None
+        error = ""
+        if present:
+            try:
+                seconds = parse_lost_bookie_recovery_delay(data or b"")
+            except FormatError as err:
+                self.metrics.undecodable.labels("recovery_delay").inc()
+                error = events.redact_reason(str(err), data or b"")
+        self._emit(events.recovery_delay(seconds, present=present, stat=stat, error=error), snapshot)
+
+    # -------------------------------------------------------------------------------------- bookies
+
+    def _read_registration(
+        self, path: str, kind: RegistrationKind, bookie_id: str, snapshot: Snapshot | None
+    ) -> None:
+        # Not slot-held (bookies are few); the snapshot rides along so the status lands in its bracket, and
+        # the END barrier (a round trip issued after this read) guarantees the answer comes before END.
+        self._bookie(bookie_id).pending_reads += 1
+        self._read(OP_REGISTRATION, path, (kind, bookie_id, snapshot), None)
+
+    def _bookie(self, bookie_id: str) -> _Bookie:
+        bookie = self._bookies.get(bookie_id)
+        if bookie is None:
+            bookie = self._bookies[bookie_id] = _Bookie()
+        return bookie
+
+    def _set_registration(
+        self,
+        bookie_id: str,
+        kind: RegistrationKind,
+        read: tuple[bytes | None, Any] | None,
+        snapshot: Snapshot | None,
+    ) -> None:
+        bookie = self._bookie(bookie_id)
+        registration: _Registration | None = None
+        if read is not None:
+            data, stat = read
+            try:
+                registration = _Registration(stat, decode_bookie_service_info(bookie_id, data), "")
+            except FormatError as err:
+                self.metrics.undecodable.labels("registration").inc()
+                registration = _Registration(stat, None, events.redact_reason(str(err), data or b""))
+        if kind is RegistrationKind.WRITABLE:
+            bookie.writable = registration
+        else:
+            bookie.readonly = registration
+        self._publish_bookie(bookie_id, bookie, snapshot)
+
+    def _set_cookie(self, bookie_id: str, present: bool, snapshot: Snapshot | None) -> None:
+        bookie = self._bookie(bookie_id)
+        if bookie.cookie == present:
+            return
+        bookie.cookie = present
+        self._publish_bookie(bookie_id, bookie, snapshot)
+
+    def _publish_bookie(
+        self, bookie_id: str, bookie: _Bookie, snapshot: Snapshot | None, *, force: bool = False
+    ) -> None:
+        if bookie.pending_reads > 0 and not force:
+            return
+        signature = bookie.signature()
+        in_bracket = snapshot is not None and bookie.published_in == snapshot.snapshot_id
+        if signature != bookie.published or (force and not in_bracket):
+            bookie.published = signature
+            if snapshot is not None:
+                bookie.published_in = snapshot.snapshot_id
+            status, registration = bookie.status()
+            payload = events.bookie_status(
+                bookie_id,
+                status,
+                info=registration.info if registration is not None else None,
+                registration=registration.stat if registration is not None else None,
+                has_cookie=bookie.cookie,
+                registration_error=registration.error if registration is not None else "",
+            )
+            if snapshot is not None:
+                snapshot.counts.bookies_published += 1
+            self._emit(payload, snapshot)
+        if not bookie.exists and bookie.pending_reads <= 0:
+            self._bookies.pop(bookie_id, None)
+
+    def _on_bookie_list(
+        self, path: str, kind: RegistrationKind, children: list[str], snapshot: Snapshot | None
+    ) -> None:
+        """A listing of available/, available/readonly/ or cookies/, diffed at its place in the stream."""
+        if self.fallback_mode:
+            self._fallback.mark_listed(path)
+        present = {c for c in children if is_valid_bookie_id(c)}  # drops "readonly" (any case) too
+        for bookie_id in list(self._bookies):
+            bookie = self._bookies.get(bookie_id)
+            if bookie is None or bookie_id in present:
+                continue
+            registered = bookie.writable if kind is RegistrationKind.WRITABLE else bookie.readonly
+            if kind is not RegistrationKind.COOKIE and registered is not None:
+                self._set_registration(bookie_id, kind, None, snapshot)
+            elif kind is RegistrationKind.COOKIE and bookie.cookie:
+                self._set_cookie(bookie_id, False, snapshot)
+        prefix = path + "/"
+        for bookie_id in sorted(present):
+            if kind is RegistrationKind.COOKIE:
+                self._set_cookie(bookie_id, True, snapshot)
+            else:
+                # Registration data may have changed while nobody watched (re-registration): read it again.
+                self._read_registration(prefix + bookie_id, kind, bookie_id, snapshot)
+
+    def _on_fallback_list(self, path: str, children: list[str], snapshot: Snapshot | None) -> None:
+        """Fallback mode: a directory listed with a child watch; read what is new, list new subdirectories."""
+        router = self._require_router()
+        self._fallback.mark_listed(path)
+        watch = self._fallback.data_watch
+        prefix = path if path.endswith("/") else path + "/"
+        for name in children:
+            child = prefix + name
+            route, info = router.route(child)
+            if route == R_LEDGER:
+                if info not in self._ledgers:
+                    self._read(OP_LEDGER, child, info, watch)
+            elif route == R_MARK:
+                if info not in self._marks:
+                    self._read(OP_MARK, child, info, watch)
+            elif route == R_DELAY:
+                if self._delay is None or not self._delay[1]:
+                    self._read(OP_DELAY, child, None, watch)
+            elif route in (
+                R_LEDGER_DIR,
+                R_MARK_DIR,
+                R_UR_BASE,
+                R_BOOKIE_DIR,
+            ) and self._fallback.claim_directory(child):
+                self._relist(route, child, info)
+
+    # -------------------------------------------------------------------------------------- rack map
+
+    def _read_rack(self, snapshot: Snapshot | None) -> None:
+        path = self.config.rack_map_znode
+        if path is None:
+            return
+        reads = self._rack_reads or self._reads
+        self._read_counter[OP_RACK].inc()
+        reads.get(path, (OP_RACK, path, None, None), watch=self._on_rack_watch)
+
+    def _apply_rack_data(
+        self, data: bytes | None, version: int, *, present: bool, snapshot: Snapshot | None
+    ) -> None:
+        source = self._rack_source_name()
+        state = (present, version, data)
+        if state == self._rack_published and (snapshot is None or not snapshot.is_full):
+            return
+        self._rack_published = state
+        if not present:
+            payload = events.rack_map_event(source, None, present=False, source_version=version)
+        else:
+            try:
+                payload = events.rack_map_event(
+                    source, parse_rack_map(data or b""), present=True, source_version=version
+                )
+            except FormatError as err:
+                self.metrics.undecodable.labels("rack_map").inc()
+                logger.warning("rack map %s does not parse: %s", source, err)
+                payload = events.rack_map_event(
+                    source, None, present=True, error=str(err)[:300], source_version=version
+                )
+        self._rack_payload = payload
+        self._emit(payload, snapshot)
+
+    # -------------------------------------------------------------------------------------- snapshots
+
+    def _begin_snapshot(self, snapshot: Snapshot) -> None:
+        # A new epoch: every index entry the scan (or a live event) touches gets it; at a complete END,
+        # entries still carrying an older epoch were neither in ZooKeeper nor changed since: they vanished.
+        self._epoch = (self._epoch + 1) & _EPOCH_MASK
+        snapshot.epoch = self._epoch
+        self._current = snapshot
+        with self._status_lock:
+            self.status.last_snapshot = snapshot
+        self._emit_everywhere(
+            lambda p, n: events.snapshot_begin(
+                snapshot.snapshot_id, snapshot.reason, snapshot.mode, partition=p, partition_count=n
+            ),
+            snapshot,
+        )
+
+    def _end_snapshot(self, snapshot: Snapshot, disconnects_at_start: int) -> None:
+        if snapshot.complete:
+            self._infer_deletions(snapshot)
+            if snapshot.is_full:
+                for bookie_id, bookie in sorted(self._bookies.items()):
+                    self._publish_bookie(bookie_id, bookie, snapshot, force=True)
+                if self._rack_payload is not None and self._require_router().rack_path is None:
+                    # A rack map not read by the scan (file, other ZooKeeper): restate it inside the bracket.
+                    self._emit(self._rack_payload, snapshot)
+        duration_ms = int(snapshot.elapsed_s() * 1000)
+        counts = snapshot.counts
+        partition_events = dict(snapshot.partition_events)
+        self._emit_everywhere(
+            lambda p, n: events.snapshot_end(
+                snapshot.snapshot_id,
+                snapshot.mode,
+                complete=snapshot.complete,
+                partition=p,
+                partition_count=n,
+                partition_events=partition_events.get(p, 0),
+                counts=counts,
+                duration_ms=duration_ms,
+            ),
+            snapshot,
+        )
+        self._current = None
+        reason = snapshot.reason_name
+        outcome = "complete" if snapshot.complete else "incomplete"
+        self.metrics.snapshots.labels(reason, outcome).inc()
+        self.metrics.snapshot_duration.labels(reason).set(duration_ms / 1000.0)
+        self.metrics.snapshot_ledgers.labels(reason).set(counts.ledgers_scanned)
+        self.metrics.snapshot_published.labels(reason).set(sum(partition_events.values()))
+        self.metrics.ledgers_tracked.set(len(self._ledgers))
+        if snapshot.complete:
+            if snapshot.is_full:
+                self._full_done = True
+            if self._disconnects == disconnects_at_start and self._connected.is_set():
+                self._up_to_date = True
+            logger.info(
+                "snapshot %s (%s) complete: %d ledgers read, %d published, %d deleted, %d undecodable, "
+                "%.1f s",
+                snapshot.snapshot_id[:8],
+                reason,
+                counts.ledgers_scanned,
+                counts.ledgers_published,
+                counts.ledgers_deleted,
+                counts.ledgers_undecodable,
+                duration_ms / 1000.0,
+            )
+        else:
+            logger.warning(
+                "snapshot %s (%s) incomplete: %s", snapshot.snapshot_id[:8], reason, snapshot.failure
+            )
+        with self._status_lock:
+            if snapshot.complete:
+                self.status.snapshots_completed += 1
+            else:
+                self.status.snapshots_incomplete += 1
+            self.status.up_to_date = self._up_to_date
+            self._status_lock.notify_all()
+        snapshot.done.set()
+
+    def _infer_deletions(self, snapshot: Snapshot) -> None:
+        epoch = self._epoch
+        gone = [lid for lid, packed in self._ledgers.items() if packed & _EPOCH_MASK != epoch]
+        for ledger_id in gone:
+            packed = self._ledgers.pop(ledger_id)
+            snapshot.counts.ledgers_deleted += 1
+            self._emit(
+                events.ledger_deleted(ledger_id, last_mzxid=packed >> _EPOCH_BITS, inferred=True), snapshot
+            )
+        cleared = [lid for lid, packed in self._marks.items() if packed & _EPOCH_MASK != epoch]
+        for ledger_id in cleared:
+            packed = self._marks.pop(ledger_id)
+            self._emit(
+                events.underreplication_cleared(ledger_id, last_mzxid=packed >> _EPOCH_BITS, inferred=True),
+                snapshot,
+            )
+        if gone or cleared:
+            logger.info(
+                "reconciliation: %d ledgers and %d under-replication marks vanished while unwatched",
+                len(gone),
+                len(cleared),
+            )
+
+    # -------------------------------------------------------------------------------------- emitting
+
+    def _emit(self, payload: events.Payload, snapshot: Snapshot | None) -> None:
+        builder = self._builder
+        assert builder is not None
+        event = builder.build(payload, snapshot_id=snapshot.snapshot_id if snapshot is not None else "")
+        change_time_ms = None
+        if snapshot is None and isinstance(payload, pb.LedgerUpserted):
+            change_time_ms = payload.znode.mtime_ms
+        partition = self.publisher.publish(event, change_time_ms=change_time_ms)
+        if snapshot is not None:
+            snapshot.partition_events[partition] += 1
+        self._published_counter(event).inc()
+        self.status.events_published += 1
+
+    def _published_counter(self, event: pb.ChangeEvent) -> Any:
+        kind = events.payload_type(event)
+        counter = self._event_counters.get(kind)
+        if counter is None:
+            counter = self._event_counters[kind] = self.metrics.events_published.labels(kind)
+        return counter
+
+    def _emit_everywhere(self, make: Callable[[int, int], events.Payload], snapshot: Snapshot | None) -> None:
+        builder = self._builder
+        assert builder is not None
+        count = self.publisher.partition_count
+        for partition in range(count):
+            payload = make(partition, count)
+            event = builder.build(payload, snapshot_id=snapshot.snapshot_id if snapshot is not None else "")
+            self.publisher.publish(event, partition=partition)
+            self._published_counter(event).inc()
+            self.status.events_published += 1
+
+    def _emit_heartbeats(self) -> None:
+        if not self._up_to_date or not self._connected.is_set():
+            return
+        builder = self._builder
+        assert builder is not None
+        now_ms = builder.now_ms()
+        last_zxid = int(getattr(self.zookeeper, "last_zxid", 0) or 0)
+        count = self.publisher.partition_count
+        for partition in range(count):
+            event = builder.build(
+                events.heartbeat(now_ms, partition=partition, partition_count=count, last_zxid=last_zxid),
+                event_time_ms=now_ms,
+            )
+            self.publisher.publish(event, partition=partition)
+        self.metrics.events_published.labels("heartbeat").inc(count)
+        self.status.events_published += count
+        self.metrics.last_heartbeat.set(now_ms / 1000.0)
+
+
+def _open(snapshot: Snapshot | None) -> Snapshot | None:
+    """The snapshot if its bracket is still open (results after END are published as live ones)."""
+    return snapshot if snapshot is not None and not snapshot.done.is_set() else None
+
+
+def _registration_kind(route: int) -> RegistrationKind:
+    return RegistrationKind.WRITABLE if route == R_WRITABLE else RegistrationKind.READONLY
+
+
+def _mode(mode: int) -> str:
+    return str(pb.SnapshotBegin.Mode.Name(mode))
+
+
+__all__ = [
+    "ChangeWatcher",
+    "WatcherMetrics",
+    "WatcherStatus",
+    "kazoo_client_options",
+]

@@ -1,0 +1,277 @@
+"""End to end: simulator → real ZooKeeper → watcher → broker → Structured Streaming job → Delta + alerts.
+
+One stack per module (one Spark query); each test injects a fault with the simulator and waits until the
+auditor's open alerts match the simulator's ground truth: everything the truth requires, nothing outside
+``alerts ∪ may_alert``. Kinds that need probes are compared in the probe test only.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+
+from bkaudit.settings import Settings
+from bkaudit.sim.cluster import SimulatedCluster
+from bkaudit.sim.truth import TruthParameters
+from connectors.delta.tables import read_table
+from connectors.kafka.client_config import consumer_config
+from connectors.kafka.topics import ensure_topic
+from connectors.zookeeper.watcher import ChangeWatcher
+from streaming import job
+
+pytestmark = pytest.mark.integration
+
+ALWAYS = (
+    "BOOKIE_LOST",
+    "LEDGER_UNDER_REPLICATED",
+    "LEDGER_UNRECOVERABLE",
+    "PLACEMENT_NOT_ADHERING",
+    "PLACEMENT_SOFT",
+    "METADATA_CORRUPT",
+    "UNDER_REPLICATION_STUCK",
+)
+PROBED = ("REPLICAS_NO_REPLICA", "REPLICAS_LESS_THAN_AQ", "REPLICAS_LESS_THAN_WQ", "BOOKIE_UNRESPONSIVE")
+GRACE_S = 30
+PASSWORD = b"e2e-ledger-secret-7f3a"
+
+
+@dataclass
+class Stack:
+    cluster: SimulatedCluster
+    settings: Settings
+    watcher: ChangeWatcher
+    query: Any
+    sink: Any
+
+    def open_alerts(self) -> dict[str, set[str]]:
+        found: dict[str, set[str]] = {}
+        for row in read_table(self.settings.lakehouse_root, "open_alerts").to_pylist():
+            entity = row["entity"].split("/", 1)[1]
+            found.setdefault(row["kind"], set()).add(entity)
+        return found
+
+    def truth(self) -> dict[str, Any]:
+        return self.cluster.ground_truth(
+            params=TruthParameters(
+                probe_timeout_s=self.settings.stream.probe_timeout_s, under_replication_grace_s=GRACE_S
+            )
+        )
+
+    def mismatch(self, kinds: tuple[str, ...]) -> dict[str, Any]:
+        truth, found = self.truth(), self.open_alerts()
+        problems = {}
+        for kind in kinds:
+            required = {str(i) for i in truth["alerts"].get(kind, [])}
+            allowed = required | {str(i) for i in truth.get("may_alert", {}).get(kind, [])}
+            have = found.get(kind, set())
+            if not required <= have or not have <= allowed:
+                problems[kind] = {"missing": sorted(required - have), "extra": sorted(have - allowed)}
+        return problems
+
+    def wait_until_matches(self, kinds: tuple[str, ...] = ALWAYS, timeout: float = 90.0) -> float:
+        started = time.monotonic()
+        problems: dict[str, Any] = {}
+        while time.monotonic() - started < timeout:
+            assert self.query.exception() is None, self.query.exception()
+            problems = self.mismatch(kinds)
+            if not problems:
+                return time.monotonic() - started
+            time.sleep(0.5)
+        recent = [
+            (r.batch_id, r.decisions, r.probes, r.feedback, [(a["kind"], a["state"]) for a in r.alerts])
+            for r in self.sink.reports[-15:]
+        ]
+        raise AssertionError(
+            f"auditor and ground truth still differ after {timeout:.0f} s: {problems}; recent batches "
+            f"(id, decisions, probes, feedback, alerts): {recent}"
+        )
+
+
+@pytest.fixture(scope="module")
+def stack(bk_services, spark, tmp_path_factory):
+    chroot = bk_services.new_chroot()
+    hosts = bk_services.zookeeper_hosts(chroot)
+    cluster = SimulatedCluster(
+        hosts,
+        racks=3,
+        bookie_session_timeout_s=2.0,
+        lost_bookie_recovery_delay_s=0,
+        seed=7,
+        password=PASSWORD,
+    )
+    cluster.init()
+    for _ in range(6):
+        cluster.add_bookie()
+    for index in range(10):
+        cluster.create_ledger(entries=20, managed_ledger=f"public/default/persistent/topic-{index}")
+    cluster.create_ledger(entries=5, close=False)
+    cluster.create_ledger(ensemble_size=2, write_quorum=1, ack_quorum=1, entries=10)  # WQ=1
+    root = tmp_path_factory.mktemp("e2e")
+    kafka = bk_services.kafka_settings(topic_partitions=2)
+    ensure_topic(kafka, kafka.changes_topic, partitions=2)
+    settings = Settings(
+        zookeeper={"connect": hosts, "session_timeout_s": 10},
+        kafka=kafka,
+        lakehouse_root=root / "lakehouse",
+        checkpoint_root=root / "checkpoints",
+        watcher={"heartbeat_interval_s": 0.5, "rack_map_znode": "/bookies", "progress": "off"},
+        stream={
+            "trigger_interval_s": 0.5,
+            "watermark_delay_s": 1.0,
+            "probe_timeout_s": 0.5,
+            "reprobe_delay_s": 1.0,
+            "reprobe_rounds": 2,
+            "confirmed_recheck_s": 5.0,
+            "under_replication_grace_s": GRACE_S,
+            "scrutiny_ledgers_per_s": 20.0,
+        },
+    )
+    watcher = ChangeWatcher(settings)
+    watcher.start()
+    assert watcher.wait_for_snapshots(1, timeout_s=60)
+    query, sink = job.start(spark, settings)
+    built = Stack(cluster, settings, watcher, query, sink)
+    # The job must have ingested the watcher's START snapshot before any comparison means anything.
+    expected = set(cluster.ledger_ids())
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert query.exception() is None, query.exception()
+        if {r["ledger_id"] for r in read_table(settings.lakehouse_root, "ledgers").to_pylist()} == expected:
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError("the job did not ingest the START snapshot within 120 s")
+    try:
+        yield built
+    finally:
+        job.stop_gracefully(query, sink, timeout_s=30)
+        sink.close()
+        watcher.stop()
+        cluster.close()
+
+
+def test_a_healthy_cluster_raises_nothing(stack):
+    stack.wait_until_matches(ALWAYS + PROBED)
+    assert stack.open_alerts() == {}
+    ledgers = read_table(stack.settings.lakehouse_root, "ledgers").to_pylist()
+    assert {r["ledger_id"] for r in ledgers} == set(stack.cluster.ledger_ids())
+    assert all(r["placement"] == "MEETS_STRICT" for r in ledgers if r["state"] == "CLOSED")
+
+
+def test_a_flap_shorter_than_the_delay_raises_nothing(stack):
+    stack.cluster.set_lost_bookie_recovery_delay(30)
+    bookie = stack.cluster.bookie_ids()[0]
+    stack.cluster.flap_bookie(bookie, down_s=1.0)
+    time.sleep(4)
+    stack.wait_until_matches()
+    assert "BOOKIE_LOST" not in stack.open_alerts()
+    rows = {r["bookie_id"]: r for r in read_table(stack.settings.lakehouse_root, "bookies").to_pylist()}
+    deadline = time.monotonic() + 30
+    while rows[bookie]["flaps"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        rows = {r["bookie_id"]: r for r in read_table(stack.settings.lakehouse_root, "bookies").to_pylist()}
+    assert rows[bookie]["flaps"] >= 1 and rows[bookie]["status"] == "WRITABLE"
+
+
+def test_a_read_only_bookie_is_not_missing_and_raises_no_placement_alarm(stack):
+    bookie = stack.cluster.bookie_ids()[1]
+    stack.cluster.set_readonly(bookie)
+    time.sleep(3)
+    stack.wait_until_matches(ALWAYS)
+    assert stack.open_alerts() == {}
+    stack.cluster.set_readonly(bookie, readonly=False)
+
+
+def test_a_lost_bookie_flags_exactly_its_ledgers_and_resolves_when_it_returns(stack):
+    stack.cluster.set_lost_bookie_recovery_delay(0)
+    bookie = stack.cluster.bookie_ids()[2]
+    stack.cluster.kill_bookie(bookie)
+    stack.wait_until_matches()
+    open_alerts = stack.open_alerts()
+    assert open_alerts["BOOKIE_LOST"] == {bookie}
+    assert open_alerts.get("LEDGER_UNDER_REPLICATED") or open_alerts.get("LEDGER_UNRECOVERABLE")
+    stack.cluster.restart_bookie(bookie)
+    stack.wait_until_matches()
+    assert not {"BOOKIE_LOST", "LEDGER_UNDER_REPLICATED", "LEDGER_UNRECOVERABLE"} & set(stack.open_alerts())
+
+
+def test_a_rack_move_rechecks_exactly_the_moved_bookies_ledgers(stack):
+    bookies = stack.cluster.bookie_ids()
+    stack.cluster.move_bookie_rack(bookies[3], "/rack-0")
+    stack.cluster.move_bookie_rack(bookies[4], "/rack-0")
+    stack.wait_until_matches()
+    assert stack.truth()["alerts"]["PLACEMENT_NOT_ADHERING"], "the move should break some write sets"
+
+
+def test_a_corrupt_znode_is_quarantined_and_processing_continues(stack):
+    victim = stack.cluster.ledger_ids()[0]
+    stack.cluster.corrupt_ledger_znode(victim)
+    new_ledger = stack.cluster.create_ledger(entries=3)
+    stack.wait_until_matches()
+    assert str(victim) in stack.open_alerts()["METADATA_CORRUPT"]
+    dead = read_table(stack.settings.lakehouse_root, "dead_letters").to_pylist()
+    assert any(d["source"] == "znode" and d["ledger_id"] == victim for d in dead)
+    ledgers = {r["ledger_id"] for r in read_table(stack.settings.lakehouse_root, "ledgers").to_pylist()}
+    assert new_ledger in ledgers
+
+
+def test_an_old_under_replication_mark_is_stuck(stack):
+    ledger = stack.cluster.ledger_ids()[2]
+    stack.cluster.mark_underreplicated(ledger, [], ctime_ms=int(time.time() * 1000) - 3_600_000)
+    stack.wait_until_matches()
+    assert str(ledger) in stack.open_alerts()["UNDER_REPLICATION_STUCK"]
+
+
+def test_a_silent_bookie_is_unresponsive_not_a_data_alert(stack):
+    bookie = stack.cluster.bookie_ids()[5]
+    stack.cluster.make_silent(bookie)
+    stack.wait_until_matches(ALWAYS + PROBED, timeout=120)
+    open_alerts = stack.open_alerts()
+    assert open_alerts.get("BOOKIE_UNRESPONSIVE") == {bookie}
+    assert not {"REPLICAS_NO_REPLICA", "REPLICAS_LESS_THAN_AQ", "REPLICAS_LESS_THAN_WQ"} & set(open_alerts)
+
+
+def test_every_alert_transition_is_on_the_topic_with_stable_ids_and_no_password(stack):
+    kafka = stack.settings.kafka
+    consumer = KafkaConsumer(**consumer_config(kafka, None))
+    partitions = [
+        TopicPartition(kafka.alerts_topic, p) for p in consumer.partitions_for_topic(kafka.alerts_topic)
+    ]
+    consumer.assign(partitions)
+    consumer.seek_to_beginning()
+    end = sum(consumer.end_offsets(partitions).values())
+    records = []
+    deadline = time.monotonic() + 30
+    while len(records) < end and time.monotonic() < deadline:
+        for batch in consumer.poll(timeout_ms=300).values():
+            records.extend(batch)
+    consumer.close()
+    alerts = [json.loads(r.value) for r in records]
+    violations = read_table(stack.settings.lakehouse_root, "violations").to_pylist()
+    assert {(a["alert_id"], a["state"]) for a in alerts} == {(v["alert_id"], v["state"]) for v in violations}
+    for record, alert in zip(records, alerts, strict=True):
+        assert (
+            record.key.decode()
+            == f"{alert['cluster']}/{(alert['kind'].startswith('BOOKIE') and 'bookie') or 'ledger'}/"
+            + (str(alert["ledger_id"]) if alert["ledger_id"] is not None else alert["bookies"][0])
+        )
+        assert set(alert) == {
+            "alert_id",
+            "cluster",
+            "kind",
+            "state",
+            "severity",
+            "ledger_id",
+            "bookies",
+            "pulsar_topic",
+            "detected_at",
+            "detail",
+        }
+    assert all(PASSWORD not in r.value for r in records)
+    for table in stack.settings.lakehouse_root.rglob("*.parquet"):
+        assert PASSWORD not in table.read_bytes(), table
