@@ -316,6 +316,7 @@ class AuditSink:
                     "segments": [],
                     "bookies": [],
                     "undecodable_reason": payload.get("reason"),
+                    "placement": None,  # nothing about an undecodable ledger can be evaluated
                     "mzxid": payload.get("mzxid"),
                     "znode_version": payload.get("version"),
                     "deleted": False,

@@ -2,95 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import time
-from collections import namedtuple
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from bkaudit import events as ev
-from bkaudit.domain.metadata import LedgerMetadata, LedgerState, Segment
 from bkaudit.domain.rackmap import RackMap
-from bkaudit.domain.registration import BookieServiceInfo, Endpoint
 from bkaudit.settings import Settings
 from connectors.delta.tables import read_table
-from connectors.kafka.client_config import consumer_config, producer_config
 from connectors.kafka.topics import ensure_topic
 from streaming import job
+from tests.integration.event_fixtures import Stat, Watcher, alerts_on
 
 pytestmark = pytest.mark.integration
 
-Stat = namedtuple("Stat", "czxid mzxid ctime mtime version dataLength")
 BOOKIES = [f"10.0.0.{i}:3181" for i in range(1, 7)]
 RACKS = {b: f"/rack{i % 3}" for i, b in enumerate(BOOKIES)}
-
-
-class Watcher:
-    """Publishes events the way the watcher does (one builder, Kafka key = entity)."""
-
-    def __init__(self, kafka, clock):
-        self.kafka = kafka
-        self.builder = ev.EventBuilder("cluster-1", "run-1", clock_ms=clock)
-        self.producer = KafkaProducer(**producer_config(kafka))
-        self.mzxid = 100
-
-    def send(self, payload, **kw):
-        event = self.builder.build(payload, **kw)
-        self.producer.send(self.kafka.changes_topic, key=ev.kafka_key(event), value=ev.encode_event(event))
-
-    def heartbeat(self, at_ms, partitions=2):
-        for p in range(partitions):
-            event = self.builder.build(
-                ev.heartbeat(at_ms, partition=p, partition_count=partitions), event_time_ms=at_ms
-            )
-            self.producer.send(
-                self.kafka.changes_topic, key=ev.kafka_key(event), value=ev.encode_event(event), partition=p
-            )
-
-    def bookie(self, bookie_id, status):
-        host, port = bookie_id.rsplit(":", 1)
-        info = BookieServiceInfo(endpoints=(Endpoint("bookie", int(port), host, "bookie-rpc"),))
-        self.send(
-            ev.bookie_status(bookie_id, status, info=info if status != "GONE" else None, has_cookie=True)
-        )
-
-    def ledger(self, ledger_id, ensemble, *, wq=2, aq=2, closed=True):
-        self.mzxid += 1
-        md = LedgerMetadata(
-            ensemble_size=len(ensemble),
-            write_quorum=wq,
-            ack_quorum=aq,
-            state=LedgerState.CLOSED if closed else LedgerState.OPEN,
-            last_entry_id=99 if closed else -1,
-            length=1000 if closed else 0,
-            segments=(Segment(0, tuple(ensemble)),),
-            custom_metadata=(("pulsar/managed-ledger", b"public/default/persistent/t1"),),
-        )
-        self.send(
-            ev.ledger_upserted(
-                ledger_id, md, Stat(self.mzxid, self.mzxid, 0, 0, 0, 100), f"/ledgers/L{ledger_id}"
-            )
-        )
-
-    def flush(self):
-        self.producer.flush()
-
-
-def alerts_on(kafka):
-    consumer = KafkaConsumer(**consumer_config(kafka, None))
-    partitions = [
-        TopicPartition(kafka.alerts_topic, p) for p in consumer.partitions_for_topic(kafka.alerts_topic)
-    ]
-    consumer.assign(partitions)
-    consumer.seek_to_beginning()
-    end = sum(consumer.end_offsets(partitions).values())
-    out, deadline = [], time.monotonic() + 20
-    while len(out) < end and time.monotonic() < deadline:
-        for records in consumer.poll(timeout_ms=300).values():
-            out.extend((r.key.decode(), json.loads(r.value)) for r in records)
-    consumer.close()
-    return out
 
 
 def run_once(spark, settings):

@@ -1,0 +1,145 @@
+"""Hand-built watcher events on the real broker, shared by the streaming job's integration tests.
+
+:class:`Watcher` publishes change events the way ``bkaudit watch`` does (one
+:class:`~bkaudit.events.EventBuilder`, Kafka key = entity, heartbeats to every partition), so a test can
+script a cluster's history without ZooKeeper.
+:func:`alerts_on` reads back everything on an alerts topic.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import namedtuple
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from bkaudit import events as ev
+from bkaudit.domain.metadata import LedgerMetadata, LedgerState, Segment
+from bkaudit.domain.rackmap import RackMap
+from bkaudit.domain.registration import BookieServiceInfo, Endpoint
+from bkaudit.domain.underreplication import UnderreplicatedLedger
+from connectors.kafka.client_config import consumer_config, producer_config
+
+# kazoo's ZnodeStat field names (what the event helpers read).
+Stat = namedtuple("Stat", "czxid mzxid ctime mtime version dataLength")
+_STATUS = {
+    "WRITABLE": ev.BookieStatusValue.WRITABLE,
+    "READ_ONLY": ev.BookieStatusValue.READ_ONLY,
+    "GONE": ev.BookieStatusValue.GONE,
+}
+
+
+class Watcher:
+    """Publishes events the way the watcher does (one builder, Kafka key = entity)."""
+
+    def __init__(self, kafka: Any, clock: Callable[[], int], *, cluster: str = "cluster-1") -> None:
+        self.kafka = kafka
+        self.builder = ev.EventBuilder(cluster, "run-1", clock_ms=clock)
+        self.producer = KafkaProducer(**producer_config(kafka))
+        self.mzxid = 100
+        self.sent = 0
+
+    def send(self, payload: Any, **kw: Any) -> None:
+        event = self.builder.build(payload, **kw)
+        self.producer.send(self.kafka.changes_topic, key=ev.kafka_key(event), value=ev.encode_event(event))
+        self.sent += 1
+
+    def heartbeat(self, at_ms: int, partitions: int = 2) -> None:
+        for p in range(partitions):
+            event = self.builder.build(
+                ev.heartbeat(at_ms, partition=p, partition_count=partitions), event_time_ms=at_ms
+            )
+            self.producer.send(
+                self.kafka.changes_topic, key=ev.kafka_key(event), value=ev.encode_event(event), partition=p
+            )
+            self.sent += 1
+
+    def bookie(self, bookie_id: str, status: str) -> None:
+        host, port = bookie_id.rsplit(":", 1)
+        info = BookieServiceInfo(endpoints=(Endpoint("bookie", int(port), host, "bookie-rpc"),))
+        self.send(
+            ev.bookie_status(
+                bookie_id, _STATUS[status], info=info if status != "GONE" else None, has_cookie=True
+            )
+        )
+
+    def ledger(
+        self,
+        ledger_id: int,
+        ensemble: Sequence[str],
+        *,
+        wq: int = 2,
+        aq: int = 2,
+        closed: bool = True,
+        later_ensembles: Sequence[tuple[int, Sequence[str]]] = (),
+    ) -> None:
+        """Upsert a ledger (a new znode version); ``later_ensembles``: ``(first entry, bookies)`` changes."""
+        self.mzxid += 1
+        segments = (
+            Segment(0, tuple(ensemble)),
+            *(Segment(first, tuple(bookies)) for first, bookies in later_ensembles),
+        )
+        md = LedgerMetadata(
+            ensemble_size=len(ensemble),
+            write_quorum=wq,
+            ack_quorum=aq,
+            state=LedgerState.CLOSED if closed else LedgerState.OPEN,
+            last_entry_id=99 if closed else -1,
+            length=1000 if closed else 0,
+            segments=segments,
+            custom_metadata=(("pulsar/managed-ledger", b"public/default/persistent/t1"),),
+        )
+        self.send(
+            ev.ledger_upserted(
+                ledger_id, md, Stat(self.mzxid, self.mzxid, 0, 0, 0, 100), f"/ledgers/L{ledger_id}"
+            )
+        )
+
+    def delete(self, ledger_id: int) -> None:
+        self.mzxid += 1
+        self.send(ev.ledger_deleted(ledger_id, last_mzxid=self.mzxid))
+
+    def corrupt(self, ledger_id: int, reason: str = "bad header") -> None:
+        self.mzxid += 1
+        stat = Stat(self.mzxid, self.mzxid, 0, 0, 0, 3)
+        self.send(ev.ledger_undecodable(ledger_id, f"/ledgers/L{ledger_id}", stat, reason))
+
+    def mark_under_replicated(self, ledger_id: int, replicas: Sequence[str], ctime_ms: int) -> None:
+        self.mzxid += 1
+        mark = UnderreplicatedLedger(tuple(replicas), ctime_ms)
+        self.send(ev.underreplication_set(ledger_id, mark, Stat(self.mzxid, self.mzxid, 0, 0, 0, 9)))
+
+    def clear_under_replicated(self, ledger_id: int) -> None:
+        self.mzxid += 1
+        self.send(ev.underreplication_cleared(ledger_id, last_mzxid=self.mzxid))
+
+    def rack_map(self, racks: dict[str, str]) -> None:
+        self.send(ev.rack_map_event("file:/racks.json", RackMap.from_racks(racks), present=True))
+
+    def flush(self) -> None:
+        self.producer.flush()
+
+    def close(self) -> None:
+        self.producer.flush()
+        self.producer.close()
+
+
+def alerts_on(kafka: Any, timeout_s: float = 20.0) -> list[tuple[str, dict[str, Any]]]:
+    """Every ``(key, alert)`` on ``kafka.alerts_topic``, all partitions, from the beginning."""
+    consumer = KafkaConsumer(**consumer_config(kafka, None))
+    partitions = [
+        TopicPartition(kafka.alerts_topic, p) for p in consumer.partitions_for_topic(kafka.alerts_topic)
+    ]
+    consumer.assign(partitions)
+    consumer.seek_to_beginning()
+    end = sum(consumer.end_offsets(partitions).values())
+    out: list[tuple[str, dict[str, Any]]] = []
+    deadline = time.monotonic() + timeout_s
+    while len(out) < end and time.monotonic() < deadline:
+        for records in consumer.poll(timeout_ms=300).values():
+            out.extend((r.key.decode(), json.loads(r.value)) for r in records)
+    consumer.close()
+    return out
