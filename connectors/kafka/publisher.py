@@ -47,6 +47,9 @@ logger = logging.getLogger(__name__)
 DeliveredHook = Callable[[str, int, int | None], None]
 
 
+MEMBERSHIP_PARTITION_KEY = b"cluster"
+
+
 def partition_for_key(key: bytes, partition_count: int) -> int:
     """Kafka's default partition of a keyed record (``toPositive(murmur2(key)) % partitions``).
 
@@ -113,8 +116,15 @@ class ChangePublisher:
         self._failed.clear()
 
     def partition_for(self, event: pb.ChangeEvent) -> int:
-        """The partition ``event`` goes to when published without an explicit partition."""
-        return partition_for_key(kafka_key(event), self.partition_count)
+        """The partition ``event`` goes to when published without an explicit partition.
+
+        Membership events (bookie status, like the recovery delay and the rack map keyed ``cluster``) all go
+        to the partition of ``cluster``: the lost-bookie rule spans bookies ("more than one missing → no
+        delay") and the recovery delay, so the consumer needs them in one total order, which only one
+        partition gives. Their key stays the entity (``bookie/<id>``).
+        """
+        key = MEMBERSHIP_PARTITION_KEY if payload_type(event) == "bookie_status" else kafka_key(event)
+        return partition_for_key(key, self.partition_count)
 
     def publish(
         self, event: pb.ChangeEvent, *, partition: int | None = None, change_time_ms: int | None = None
@@ -126,7 +136,7 @@ class ChangePublisher:
         """
         key = kafka_key(event)
         if partition is None:
-            partition = partition_for_key(key, self.partition_count)
+            partition = self.partition_for(event)
         value = encode_event(event)
         kind = payload_type(event)
         event_time_ms = event.event_time_ms
