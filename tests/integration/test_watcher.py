@@ -66,6 +66,7 @@ from bkaudit.domain.underreplication import (
     format_underreplicated_ledger,
     parse_urledger_path,
 )
+from bkaudit.events import ReplayedState
 from bkaudit.pb import change_events_pb2 as pb
 from bkaudit.settings import Settings
 from connectors.kafka.client_config import consumer_config
@@ -104,7 +105,7 @@ def ledger_metadata(
     format_version: int = 3,
 ) -> bytes:
     closed = state is LedgerState.CLOSED
-    custom = ()
+    custom: tuple[tuple[str, bytes], ...] = ()
     if pulsar_topic is not None:
         custom = (("pulsar/managed-ledger", pulsar_topic.encode()),)
     md = LedgerMetadata(
@@ -310,7 +311,7 @@ class TopicReader:
             found = [e for e in found if (e.snapshot_id == "") == live]
         return found
 
-    def replay(self) -> events.ReplayedState:
+    def replay(self) -> ReplayedState:
         ordered = sorted(self.records, key=lambda r: (r.partition, r.offset))
         return events.ReplayedState().apply_all((r.event, r.partition) for r in ordered)
 
@@ -1047,9 +1048,11 @@ def test_periodic_reconciliation_catches_a_lost_notification(
     settings = watcher_settings(bk_services, kafka_settings, zk_chroot, reconciliation_interval_s=1.0)
     with running_watcher(settings) as (watcher, reader):
         assert watcher.wait_for_snapshots(2, 30)  # START, then a PERIODIC one with nothing to publish
-        periodic = [e for e in reader.events("snapshot_end") if e.snapshot_end.mode == pb.SnapshotBegin.DELTA]
-        reader.wait_for(lambda evs: any(e.HasField("snapshot_end") and e.snapshot_end.mode == 2 for e in evs))
-        periodic = [e.snapshot_end for e in reader.events("snapshot_end") if e.snapshot_end.mode == 2]
+        delta = pb.SnapshotBegin.DELTA
+        reader.wait_for(
+            lambda evs: any(e.HasField("snapshot_end") and e.snapshot_end.mode == delta for e in evs)
+        )
+        periodic = [e.snapshot_end for e in reader.events("snapshot_end") if e.snapshot_end.mode == delta]
         assert periodic[0].complete and periodic[0].partition_events == 0 and periodic[0].ledgers_scanned == 5
         # Lose every notification about ledger 3 (as a bug or a dropped packet would): the next periodic
         # reconciliation still publishes its change and its deletion.

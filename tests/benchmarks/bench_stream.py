@@ -1,0 +1,1519 @@
+"""Benchmark: lost bookie → its ledgers' alerts on Kafka, against a full read of all ledger metadata.
+
+Status: complete. Starts its own embedded ZooKeeper and broker (:class:`~bkaudit.testing.ServiceHarness`) in a
+temporary directory, bulk-loads N closed ledgers over B bookies in R racks
+(:func:`bkaudit.sim.bulk.bulk_load`, hierarchical layout), writes the rest of a BookKeeper cluster's znodes
+(``INSTANCEID``, ``available/``, ``cookies/``, ``underreplication/lostBookieRecoveryDelay`` = 0, Pulsar's
+``/bookies`` rack map), registers every bookie (a cookie each; every ephemeral ``available/<id>`` held by one
+extra kazoo session), then runs the watcher (``bkaudit watch``, a child process) and the Structured
+Streaming job (:func:`streaming.job.start`, ``local[2]``, in this process). Everything else that does work
+while the job runs is a child process too (ZooKeeper writer, full reads), so nothing shares the job's GIL.
+Prints one JSON document:
+
+- ``full_read``: what BookKeeper's Auditor does for a lost bookie (``BookieLedgerIndexer``: list every
+  ledger znode, read every one's metadata), on the same ZooKeeper, before the watcher and the job start
+  (nothing else running: the baseline at its fastest). ``java``: the ZooKeeper Java client (the Auditor's
+  own client; pyspark ships the jars), async ``getData`` with ``--read-in-flight`` outstanding — the
+  baseline of record. ``kazoo``: the same with kazoo, for reference. ``java_under_job``: the Java read again
+  while the watcher and the job run;
+- ``snapshot``: the watcher's START snapshot (from its log line) and the job's ingest of it: time from the
+  query's start until every ledger is a row of the ``ledgers`` Delta table (row count from the Delta log's
+  add actions, no data read), ledgers/s, micro-batches;
+- ``loss``: for each of ``--losses`` bookies, ``t0`` = just before its ``available/<id>`` znode is deleted
+  (a graceful loss; ``lostBookieRecoveryDelay`` is 0). An alert is "on Kafka" when the broker acknowledged
+  it: the sink's producer gets a callback per alert (:class:`AlertAcks`; a consumer would time the embedded
+  broker's fetch path, which serves backlogs of one-record batches at a few hundred records/s). Figures:
+  time to ``BOOKIE_LOST``, to the first and to the last firing ``LEDGER_UNDER_REPLICATED``/
+  ``LEDGER_UNRECOVERABLE`` of the bookie's ledgers (all of ``bookie_ledger_index``'s ledgers required), and
+  a timeline (watcher event time, trigger start, sink start, publish start/acked, sink end). The bookie then
+  registers again and the time until all its alerts are resolved is reported (the next loss starts clean);
+- ``ratio_full_read_to_last_alert``: Java full read time / loss-to-last-alert time (p50 of the losses, and
+  the first loss alone: "from one run");
+- ``sustained``: ledger znodes rewritten through ZooKeeper (``set`` of the same bytes: new version and
+  mzxid, so the watcher reads and publishes each) at each ``--rate``/s for ``--duration`` s by a child
+  process; each change's end-to-end lag = wall time the job's sink finished the micro-batch that applied it
+  (the sink's ``process`` is wrapped) − wall time just before its ``set``: applied events/s, p50/p90/p99/max;
+- ``profile``: where the job's time goes — per phase the query's ``durationMs`` sums (``addBatch`` is the
+  whole Spark pipeline: Kafka source → decode → transformWithStateInPandas → the sink), the sink's own
+  seconds, timers around the sink's Delta writes, index reads and alert publishing (wrapped in this process
+  only; the code is unchanged), and with ``--spark-ui`` per-stage and per-task times from Spark's REST API.
+
+``--sink-only`` (:func:`run_sink_scale`) measures the sink alone at full scale, without ZooKeeper, watcher
+or Spark: the START snapshot's decisions (built with the job's own decode and processor logic) go to the
+unchanged sink in batches, then the losses, optionally with several alert producer batch sizes.
+
+Targets (issue): loss → last alert ≤ 2 s p50 with 1 M ledgers on 100 bookies, ≥ 100× faster than the full
+read; ≥ 10 k change events/s at p99 end-to-end lag ≤ 5 s.
+
+Run as a script for the full figure (long: run it in the background), or through pytest (``-m benchmark``)
+at a small count::
+
+    python tests/benchmarks/bench_stream.py --ledgers 1000000 --bookies 100 --racks 10
+    python tests/benchmarks/bench_stream.py --sink-only --ledgers 1000000 --alert-batch-sizes 0,262144
+    pytest tests/benchmarks/bench_stream.py -m benchmark -s -o addopts=""
+
+Example:
+    >>> _parse_args(["--ledgers", "10"]).ledgers
+    10
+    >>> _percentile([1.0, 2.0, 3.0, 4.0], 0.5)
+    3.0
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import itertools
+import json
+import logging
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+PYTEST_LEDGERS = 20_000
+INSTANCE_ID = "bench-0000-4000-8000-000000000002"
+RACK_MAP_PATH = "/bookies"
+LOST_KINDS = ("LEDGER_UNDER_REPLICATED", "LEDGER_UNRECOVERABLE")
+REPO = Path(__file__).resolve().parents[2]
+
+logger = logging.getLogger("bench_stream")
+
+
+def _parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    add = parser.add_argument
+    add("--ledgers", type=int, default=1_000_000)
+    add("--bookies", type=int, default=100)
+    add("--racks", type=int, default=10)
+    add("--seed", type=int, default=0)
+    add("--heap", default="3g", help="ZooKeeper JVM heap")
+    add("--partitions", type=int, default=4, help="partitions of the changes topic")
+    add("--alert-partitions", type=int, default=4, help="partitions of the alerts topic")
+    add("--master", default="local[2]")
+    add("--shuffle-partitions", type=int, default=4)
+    add("--driver-memory", default="4g")
+    add("--trigger-s", type=float, default=0.5, help="stream.trigger_interval_s")
+    add("--watermark-s", type=float, default=5.0, help="stream.watermark_delay_s")
+    add("--max-offsets", type=int, default=0, help="stream.max_offsets_per_trigger (0: unlimited)")
+    add("--snapshot-timeout", type=float, default=7200.0, help="seconds for the watcher's snapshot")
+    add("--ingest-timeout", type=float, default=7200.0, help="seconds for the job's snapshot ingest")
+    add("--losses", type=int, default=3, help="bookies lost one after another")
+    add("--loss-timeout", type=float, default=600.0)
+    add("--read-in-flight", type=int, default=1000, help="full read: gets outstanding")
+    add("--full-read-clients", default="java,kazoo", help="full reads before the job: java, kazoo")
+    add("--rate", default="10000", help="sustained: znode sets per second; a list (100,1000) runs each")
+    add("--duration", type=float, default=60.0, help="sustained: seconds of writing")
+    add("--set-in-flight", type=int, default=2000, help="sustained: sets outstanding")
+    add("--drain-timeout", type=float, default=600.0, help="sustained: wait for the job to apply all")
+    add("--spark-ui", action="store_true", help="enable Spark's UI: per-stage times (binds a port)")
+    add("--skip-loss", action="store_true")
+    add("--skip-full-read", action="store_true")
+    add("--skip-sustained", action="store_true")
+    add(
+        "--sink-only",
+        action="store_true",
+        help="no ZooKeeper/watcher/Spark: feed the sink the decisions of the START snapshot, then losses",
+    )
+    add("--sink-chunk", type=int, default=100_000, help="--sink-only: decisions per sink batch")
+    add(
+        "--alert-batch-sizes",
+        default="0",
+        help="--sink-only: producer batch_size for the sink's alerts, a list runs the losses once each "
+        "(0: one record per request, the default for the embedded broker)",
+    )
+    add("--state-dir", type=Path, help="services and lakehouse here, kept (default: a temp dir, removed)")
+    add("--progress-file", type=Path, help="append a line per phase here (for long runs)")
+    return parser.parse_args(argv)
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def _summary(values: list[float], digits: int = 3) -> dict[str, Any]:
+    if not values:
+        return {"n": 0}
+    return {
+        "n": len(values),
+        "p50": round(statistics.median(values), digits),
+        "p90": round(_percentile(values, 0.90), digits),
+        "p99": round(_percentile(values, 0.99), digits),
+        "max": round(max(values), digits),
+        "mean": round(statistics.fmean(values), digits),
+    }
+
+
+def _load() -> list[float]:
+    return [round(x, 1) for x in os.getloadavg()]
+
+
+# ------------------------------------------------------------------------------------------------ profiling
+
+
+class Timers:
+    """Accumulated wall time and call counts per name, around functions patched in this process."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self._undo: list[tuple[Any, str, Any]] = []
+
+    def wrap(self, owner: Any, attribute: str, name: str) -> None:
+        original = getattr(owner, attribute)
+
+        @functools.wraps(original)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.seconds[name] += time.perf_counter() - started
+                self.calls[name] += 1
+
+        setattr(owner, attribute, timed)
+        self._undo.append((owner, attribute, original))
+
+    def restore(self) -> None:
+        for owner, attribute, original in reversed(self._undo):
+            setattr(owner, attribute, original)
+        self._undo.clear()
+
+    def snapshot(self) -> dict[str, tuple[float, int]]:
+        return {name: (self.seconds[name], self.calls[name]) for name in self.seconds}
+
+    @staticmethod
+    def delta(after: dict[str, tuple[float, int]], before: dict[str, tuple[float, int]]) -> dict[str, Any]:
+        out = {}
+        for name, (seconds, calls) in sorted(after.items()):
+            s0, c0 = before.get(name, (0.0, 0))
+            if calls - c0:
+                out[name] = {"seconds": round(seconds - s0, 2), "calls": calls - c0}
+        return out
+
+
+def _instrument(timers: Timers) -> None:
+    """Timers around the sink's expensive helpers (this process only; the code itself is unchanged)."""
+    import streaming.sink as sink_module
+    from connectors.delta import tables
+
+    for method in ("upsert", "replace_keys", "append"):
+        timers.wrap(tables.BatchWriter, method, f"delta.{method}")
+    timers.wrap(sink_module, "table_before_batch", "delta.open_before_batch")
+    timers.wrap(sink_module, "_read_filtered", "delta.read_filtered")
+    timers.wrap(sink_module.AuditSink, "_vanished", "sink.snapshot_reconcile")
+    timers.wrap(sink_module.AuditSink, "_publish", "sink.publish_kafka")
+    timers.wrap(sink_module.AuditSink, "_probe", "sink.probes")
+
+
+class AlertAcks:
+    """When the broker acknowledged each alert the sink published: the moment it is on Kafka.
+
+    The sink's producer ``send`` gets a callback (run on the producer's I/O thread) that keeps the ack's wall
+    time and the record; records are parsed only when asked. (A consumer's arrival times would measure the
+    embedded broker's fetch path instead: Tansu serves a backlog of one-record batches at a few hundred
+    records/s, so a consumer falls minutes behind a 6,000-alert burst.)
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._raw: list[tuple[float, bytes]] = []
+        self.arrivals: dict[tuple[str, str, str], float] = {}
+
+    def acked(self, value: bytes) -> None:
+        at = time.time()
+        with self.lock:
+            self._raw.append((at, value))
+
+    def _parse(self) -> None:
+        with self.lock:
+            raw, self._raw = self._raw, []
+        for at, value in raw:
+            alert = json.loads(value)
+            ledger = alert.get("ledger_id")
+            entity = str(ledger) if ledger is not None else (alert.get("bookies") or ["?"])[0]
+            key = (alert["kind"], entity, alert["state"])
+            self.arrivals[key] = min(self.arrivals.get(key, at), at)
+
+    def times(self, kinds: tuple[str, ...], entities: set[str], state: str) -> dict[str, float]:
+        """Entity → first ack of a ``state`` alert of one of ``kinds``, among ``entities``."""
+        self._parse()
+        found: dict[str, float] = {}
+        for (kind, entity, seen_state), at in self.arrivals.items():
+            if seen_state == state and kind in kinds and entity in entities:
+                found[entity] = min(found.get(entity, at), at)
+        return found
+
+    def forget(self) -> None:
+        self._parse()
+        self.arrivals.clear()
+
+
+class SinkRecorder:
+    """Wraps one sink: per batch when ``process`` ran and the ledger versions it applied; per ``_publish``
+    call its wall times; every alert's broker ack (:class:`AlertAcks`)."""
+
+    def __init__(self, sink: Any, acks: AlertAcks | None = None) -> None:
+        self.sink = sink
+        self.original = sink.process
+        self.lock = threading.Lock()
+        self.batches: list[dict[str, Any]] = []
+        self.publishes: list[tuple[float, float]] = []  # (started, returned: every record acked)
+        self.applied: dict[tuple[int, int], float] = {}  # (ledger id, znode version) -> wall time applied
+        self.track_versions = False
+        self.lost_event_times: dict[str, float] = {}  # bookie -> event time of its bookie_lost decision
+        self.acks = acks or AlertAcks()
+        # Instance attributes: AuditSink looks these up on self.
+        sink.process = self.process
+        publish, make_producer = sink._publish, sink._kafka
+        alerts_topic = sink.config.kafka.alerts_topic
+
+        def timed_publish(*args: Any, **kwargs: Any) -> Any:
+            started = time.time()
+            try:
+                return publish(*args, **kwargs)
+            finally:
+                with self.lock:
+                    self.publishes.append((started, time.time()))
+
+        def producer() -> Any:
+            made = make_producer()
+            if not getattr(made, "_bench_acks", False):
+                send = made.send
+
+                def send_recorded(topic: str, *args: Any, **kwargs: Any) -> Any:
+                    future = send(topic, *args, **kwargs)
+                    if topic == alerts_topic:
+                        value = bytes(kwargs.get("value") or b"")
+                        future.add_callback(lambda _metadata: self.acks.acked(value))
+                    return future
+
+                made.send = send_recorded
+                made._bench_acks = True
+            return made
+
+        sink._publish, sink._kafka = timed_publish, producer
+
+    def process(self, decisions: Any, batch_id: int) -> Any:
+        import pyarrow.compute as pc
+
+        started = time.time()
+        keys: list[tuple[int, int]] = []
+        if decisions.num_rows:
+            lost = decisions.filter(pc.equal(decisions.column("kind"), "bookie_lost"))
+            for bookie, at in zip(
+                lost.column("bookie_id").to_pylist(), lost.column("event_time").to_pylist(), strict=True
+            ):
+                self.lost_event_times.setdefault(bookie, at.timestamp())
+        if self.track_versions and decisions.num_rows:
+            states = decisions.filter(pc.equal(decisions.column("kind"), "ledger_state"))
+            if states.num_rows:
+                ids = states.column("ledger_id").to_pylist()
+                found = pc.extract_regex(states.column("payload"), r'"version":(?P<v>-?\d+)')
+                versions = pc.struct_field(found, "v").to_pylist()
+                keys = [(i, int(v)) for i, v in zip(ids, versions, strict=True) if v is not None]
+        report = self.original(decisions, batch_id)
+        finished = time.time()
+        with self.lock:
+            self.batches.append(
+                {
+                    "batch_id": batch_id,
+                    "started": started,
+                    "finished": finished,
+                    "decisions": decisions.num_rows,
+                    "sink_seconds": getattr(report, "seconds", None),
+                    "alerts": len(getattr(report, "alerts", None) or []),
+                    "ledgers_written": getattr(report, "ledgers_written", 0),
+                }
+            )
+            for key in keys:
+                self.applied.setdefault(key, finished)
+        return report
+
+
+def _query_progress(query: Any) -> list[dict[str, Any]]:
+    return [p if isinstance(p, dict) else json.loads(p.json) for p in query.recentProgress]
+
+
+def _progress_profile(progress: list[dict[str, Any]], since_batch: int = -1) -> dict[str, Any]:
+    """Sums of the query's per-batch durations (s) over batches after ``since_batch``."""
+    totals: dict[str, float] = defaultdict(float)
+    batches = rows = dropped = 0
+    for entry in progress:
+        if entry.get("batchId", -1) <= since_batch:
+            continue
+        batches += 1
+        rows += int(entry.get("numInputRows") or 0)
+        for operator in entry.get("stateOperators") or []:
+            dropped += int(operator.get("numRowsDroppedByWatermark") or 0)
+        for name, value in (entry.get("durationMs") or {}).items():
+            totals[name] += value / 1000
+    return {
+        "batches": batches,
+        "input_rows": rows,
+        "rows_dropped_by_watermark": dropped,
+        "duration_s": {name: round(value, 2) for name, value in sorted(totals.items())},
+    }
+
+
+def _batch_durations(query: Any, batch_ids: set[int]) -> list[dict[str, Any]]:
+    """The query's progress (trigger start, input rows, durationMs) of the given micro-batches."""
+    return [
+        {
+            "batch_id": p.get("batchId"),
+            "timestamp": p.get("timestamp"),
+            "rows": p.get("numInputRows"),
+            "ms": p.get("durationMs"),
+        }
+        for p in _query_progress(query)
+        if p.get("batchId") in batch_ids
+    ]
+
+
+def _iso_s(text: str) -> float:
+    """Epoch seconds of a progress timestamp (``2026-01-01T00:00:00.123Z``)."""
+    from datetime import datetime
+
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _stage_breakdown(spark: Any, batch_ids: set[int]) -> list[dict[str, Any]]:
+    """Spark stages of the given micro-batches from the UI's REST API (``--spark-ui``): per stage its tasks,
+    wall time and summed task time, per task its duration. The result stage's first ``shuffle_partitions``
+    tasks run transformWithStateInPandas; the others re-read the source for the dead-letter branch."""
+    import urllib.request
+
+    url = spark.sparkContext.uiWebUrl
+    if not url:
+        return []
+    base = f"{url}/api/v1/applications/{spark.sparkContext.applicationId}"
+
+    def get(path: str) -> Any:
+        with urllib.request.urlopen(base + path, timeout=30) as answer:
+            return json.loads(answer.read())
+
+    out = []
+    for job in get("/jobs"):
+        match = re.search(r"batch = (\d+)", job.get("description") or "")
+        if not match or int(match.group(1)) not in batch_ids:
+            continue
+        for stage_id in sorted(job.get("stageIds") or []):
+            for stage in get(f"/stages/{stage_id}"):
+                if stage.get("status") != "COMPLETE":
+                    continue
+                tasks = get(f"/stages/{stage_id}/{stage['attemptId']}/taskList?length=1000")
+                out.append(
+                    {
+                        "batch": int(match.group(1)),
+                        "stage": stage_id,
+                        "name": stage.get("name"),
+                        "tasks": stage.get("numTasks"),
+                        "wall_ms": _ui_ms(stage.get("completionTime")) - _ui_ms(stage.get("submissionTime")),
+                        "task_run_ms": stage.get("executorRunTime"),
+                        "jvm_cpu_ms": round((stage.get("executorCpuTime") or 0) / 1e6),
+                        "shuffle_write_records": stage.get("shuffleWriteRecords"),
+                        "task_ms": [
+                            t.get("duration") for t in sorted(tasks, key=lambda t: t.get("index", 0))
+                        ],
+                    }
+                )
+    return out
+
+
+def _ui_ms(text: str | None) -> int:
+    from datetime import datetime
+
+    if not text:
+        return 0
+    return int(datetime.strptime(text.replace("GMT", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp() * 1000)
+
+
+# ---------------------------------------------------------------------------------------------- the cluster
+
+
+def _write_cluster(admin: Any, spec: Any, root: str) -> None:
+    """The znodes of a BookKeeper cluster around the bulk-loaded ledgers (``initnewcluster`` + Auditor)."""
+    from bkaudit.domain.layout import available_path, cookies_path, instance_id_path, readonly_path
+    from bkaudit.domain.underreplication import (
+        UnderreplicationPaths,
+        format_lost_bookie_recovery_delay,
+        format_rereplication_layout,
+    )
+
+    paths = UnderreplicationPaths(root)
+    admin.ensure_path(root)
+    for path, data in (
+        (available_path(root), b""),
+        (readonly_path(root), b""),
+        (instance_id_path(root), INSTANCE_ID.encode()),
+        (cookies_path(root), b""),
+        (paths.base, b""),
+        (paths.layout, format_rereplication_layout().encode()),
+        (paths.urledgers, b""),
+        (paths.locks, b""),
+        (paths.lost_bookie_recovery_delay, format_lost_bookie_recovery_delay(0).encode()),
+    ):
+        admin.create(path, data, makepath=True)
+    group = {b.bookie_id: {"rack": b.rack, "hostname": b.bookie_id.split(":")[0]} for b in spec.bookies}
+    admin.create(RACK_MAP_PATH, json.dumps({"default": group}, separators=(",", ":")).encode(), makepath=True)
+
+
+def _registration(bookie_id: str) -> bytes:
+    from bkaudit.domain.registration import encode_bookie_service_info
+    from bkaudit.sim.bookie import service_info_for
+
+    host, port = bookie_id.rsplit(":", 1)
+    return encode_bookie_service_info(service_info_for(host, int(port)))
+
+
+def _register_bookies(admin: Any, session: Any, spec: Any, root: str) -> None:
+    """A cookie per bookie (admin) and every ephemeral ``available/<id>`` on ``session``."""
+    from bkaudit.domain.cookie import Cookie, format_cookie
+    from bkaudit.domain.registration import cookie_path, writable_bookie_path
+
+    for placement in spec.bookies:
+        bookie_id = placement.bookie_id
+        cookie = Cookie.create(bookie_id, ["/data/journal"], ["/data/ledgers"], instance_id=INSTANCE_ID)
+        admin.create(cookie_path(bookie_id, root), format_cookie(cookie).encode())
+        session.create(writable_bookie_path(bookie_id, root), _registration(bookie_id), ephemeral=True)
+
+
+# ----------------------------------------------------------------------------------------- child processes
+
+
+def _child(function: str, *args: Any) -> list[str]:
+    """Command running ``function(argv)`` of this module in a fresh interpreter (cwd: the repository)."""
+    code = f"import sys; from tests.benchmarks.bench_stream import {function}; {function}(sys.argv[1:])"
+    return [sys.executable, "-c", code, *[str(a) for a in args]]
+
+
+def _start_watcher(hosts: str, kafka: Any, partitions: int, log: Path) -> subprocess.Popen[bytes]:
+    """``bkaudit watch`` as its own process, as in production; its log tells when the snapshot is out."""
+    command = [
+        sys.executable,
+        "-m",
+        "bkaudit.cli.main",
+        "watch",
+        "--zookeeper",
+        hosts,
+        "--bootstrap",
+        kafka.bootstrap_servers,
+        "--topic",
+        kafka.changes_topic,
+        "--partitions",
+        str(partitions),
+        "--rack-map-znode",
+        RACK_MAP_PATH,
+        "--reconciliation-interval",
+        "0",
+        "--heartbeat-interval",
+        "1",
+        "--log-level",
+        "INFO",
+    ]
+    env = {**os.environ, "BKAUDIT_WATCHER__PROGRESS": "off", "BKAUDIT_ZOOKEEPER__SESSION_TIMEOUT_S": "30"}
+    with log.open("wb") as out:
+        return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+
+
+_SNAPSHOT_DONE = re.compile(
+    r"snapshot \S+ \(START\) complete: (\d+) ledgers read, (\d+) published.*?([\d.]+) s"
+)
+
+
+def _wait_snapshot(process: subprocess.Popen[bytes], log: Path, timeout_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        match = _SNAPSHOT_DONE.search(log.read_text(errors="replace"))
+        if match:
+            return {
+                "ledgers_read": int(match.group(1)),
+                "events_published": int(match.group(2)),
+                "duration_s": float(match.group(3)),
+            }
+        if process.poll() is not None:
+            raise RuntimeError(f"bkaudit watch exited ({process.returncode}): {log.read_text()[-3000:]}")
+        time.sleep(1.0)
+    raise RuntimeError(f"the watcher's START snapshot did not complete within {timeout_s:.0f} s")
+
+
+def _stop(process: subprocess.Popen[Any] | None, timeout_s: float = 60.0) -> None:
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+
+
+def writer_main(argv: list[str]) -> None:
+    """Child: rewrite ledger znodes at a fixed rate; writes ``[[ledger, new version, wall time], ...]``."""
+    from kazoo.client import KazooClient
+
+    from bkaudit.domain.layout import ledger_path
+    from bkaudit.sim.bulk import BulkLoadSpec, synthetic_bookies
+
+    hosts, root, ledgers, bookies, racks, seed, rate, duration, in_flight, out_path = argv
+    spec = BulkLoadSpec(
+        bookies=synthetic_bookies(int(bookies), racks=int(racks)), count=int(ledgers), seed=int(seed)
+    )
+    ids = list(spec.ledger_ids())
+    total = int(float(rate) * float(duration))
+    step = (
+        7919 if len(ids) % 7919 else 7907
+    )  # coprime with the count: distinct ledgers while there are enough
+    order = [ids[(i * step) % len(ids)] for i in range(min(total, len(ids)))]
+    client = KazooClient(hosts=hosts, timeout=60.0)
+    client.start(timeout=60)
+    slots = threading.BoundedSemaphore(int(in_flight))
+    data_of: dict[int, bytes] = {}
+
+    def keep(ledger_id: int) -> Any:
+        def completed(result: Any) -> None:
+            data_of[ledger_id] = result.get()[0]
+            slots.release()
+
+        return completed
+
+    for ledger_id in order:
+        slots.acquire()
+        client.get_async(ledger_path(ledger_id, root=root)).rawlink(keep(ledger_id))
+    for _ in range(int(in_flight)):
+        slots.acquire()
+    for _ in range(int(in_flight)):
+        slots.release()
+    print("READY", flush=True)
+    sys.stdin.readline()
+    sent: list[tuple[int, int, float]] = []
+    errors = [0]
+
+    def record(ledger_id: int, at: float) -> Any:
+        def completed(result: Any) -> None:
+            try:
+                sent.append((ledger_id, result.get().version, at))
+            except Exception:
+                errors[0] += 1
+            slots.release()
+
+        return completed
+
+    interval = 1.0 / float(rate)
+    started = time.time()
+    next_at = time.monotonic()
+    for n in range(total):
+        ledger_id = order[n % len(order)]
+        next_at += interval
+        ahead = next_at - time.monotonic()
+        if ahead > 0.002:
+            time.sleep(ahead)
+        slots.acquire()
+        at = time.time()
+        client.set_async(ledger_path(ledger_id, root=root), data_of[ledger_id]).rawlink(record(ledger_id, at))
+    for _ in range(int(in_flight)):
+        slots.acquire()
+    finished = time.time()
+    client.stop()
+    client.close()
+    Path(out_path).write_text(
+        json.dumps(
+            {"sent": sent, "errors": errors[0], "started": started, "finished": finished, "writes": total}
+        )
+    )
+
+
+# BookKeeper's Auditor is Java: the same work with the ZooKeeper Java client is the baseline of record; the
+# kazoo figure is for reference. Run as ``java FullRead.java`` (a JDK 11+ runs a single source file).
+_FULL_READ_JAVA = r"""
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.atomic.AtomicLong;
+import org.apache.zookeeper.AsyncCallback;
+import org.apache.zookeeper.KeeperException;
+import org.apache.zookeeper.Watcher;
+import org.apache.zookeeper.ZooKeeper;
+
+/** BookieLedgerIndexer's work: list every ledger znode (2-4-4 hierarchical layout), read every one. */
+public class FullRead {
+    public static void main(String[] args) throws Exception {
+        String hosts = args[0];
+        String root = args[1];
+        int inFlight = Integer.parseInt(args[2]);
+        CountDownLatch connected = new CountDownLatch(1);
+        ZooKeeper zk = new ZooKeeper(hosts, 60000, event -> {
+            if (event.getState() == Watcher.Event.KeeperState.SyncConnected) connected.countDown();
+        });
+        connected.await();
+        long started = System.nanoTime();
+        List<String> leaves = new ArrayList<>();
+        for (String l1 : zk.getChildren(root, false)) {
+            if (l1.length() != 2 || !l1.chars().allMatch(Character::isDigit)) continue;
+            for (String l2 : zk.getChildren(root + "/" + l1, false)) {
+                if (!l2.chars().allMatch(Character::isDigit)) continue;
+                String dir = root + "/" + l1 + "/" + l2;
+                for (String leaf : zk.getChildren(dir, false)) {
+                    if (leaf.startsWith("L")) leaves.add(dir + "/" + leaf);
+                }
+            }
+        }
+        long listed = System.nanoTime();
+        Semaphore slots = new Semaphore(inFlight);
+        CountDownLatch done = new CountDownLatch(leaves.size());
+        AtomicLong bytes = new AtomicLong();
+        AtomicLong errors = new AtomicLong();
+        AsyncCallback.DataCallback callback = (rc, path, ctx, data, stat) -> {
+            if (rc == KeeperException.Code.OK.intValue()) {
+                bytes.addAndGet(data.length);
+            } else {
+                errors.incrementAndGet();
+            }
+            slots.release();
+            done.countDown();
+        };
+        for (String path : leaves) {
+            slots.acquire();
+            zk.getData(path, false, callback, null);
+        }
+        done.await();
+        long finished = System.nanoTime();
+        zk.close();
+        System.out.printf(
+            "{\"ledgers_read\": %d, \"errors\": %d, \"in_flight\": %d, \"list_s\": %.2f, "
+                + "\"get_s\": %.2f, \"total_s\": %.2f, \"metadata_bytes\": %d}%n",
+            leaves.size(), errors.get(), inFlight, (listed - started) / 1e9, (finished - listed) / 1e9,
+            (finished - started) / 1e9, bytes.get());
+    }
+}
+"""
+
+
+def full_read_main(argv: list[str]) -> None:
+    """Child: the kazoo full read; prints its figures as JSON."""
+    hosts, root, in_flight = argv
+    print(json.dumps(_full_read(hosts, root, int(in_flight))))
+
+
+def _run_full_read(kind: str, hosts: str, root: str, in_flight: int, work_dir: Path) -> dict[str, Any]:
+    """A full read in its own process (``java`` or ``kazoo``), never sharing a GIL or a JVM with the job."""
+    if kind == "java":
+        import pyspark
+
+        source = work_dir / "FullRead.java"
+        source.write_text(_FULL_READ_JAVA)
+        jars = Path(pyspark.__file__).parent / "jars"
+        command = ["java", "-Xmx1g", "-cp", f"{jars}/*", str(source), hosts, root, str(in_flight)]
+    else:
+        command = _child("full_read_main", hosts, root, in_flight)
+    started = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=7200, cwd=REPO, check=False)
+    if done.returncode != 0:
+        return {"error": done.stderr[-2000:]}
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    figures["process_wall_s"] = round(time.monotonic() - started, 1)
+    figures["reads_per_s"] = round(figures["ledgers_read"] / max(figures["get_s"], 1e-9))
+    figures["load_average"] = _load()
+    return figures
+
+
+def _full_read(hosts: str, root: str, in_flight: int) -> dict[str, Any]:
+    """BookieLedgerIndexer's work with kazoo: list the ledger tree, ``get`` every ledger znode."""
+    from kazoo.client import KazooClient
+
+    from bkaudit.domain.layout import is_special_znode
+
+    client = KazooClient(hosts=hosts, timeout=60.0)
+    client.start(timeout=60)
+    try:
+        started = time.monotonic()
+        # 2-4-4 hierarchical: <root>/DD/DDDD/LDDDD; each level's listings all in flight.
+        level1 = [f"{root}/{c}" for c in client.get_children(root) if len(c) == 2 and c.isdigit()]
+        level2: list[str] = []
+        for path, result in [(p, client.get_children_async(p)) for p in level1]:
+            level2.extend(f"{path}/{c}" for c in result.get(timeout=60) if c.isdigit())
+        leaves: list[str] = []
+        for path, result in [(p, client.get_children_async(p)) for p in level2]:
+            leaves.extend(f"{path}/{c}" for c in result.get(timeout=60) if not is_special_znode(c))
+        listed = time.monotonic()
+        slots = threading.BoundedSemaphore(in_flight)
+        done = threading.Event()
+        counts = {"remaining": len(leaves), "bytes": 0, "errors": 0}
+        lock = threading.Lock()
+
+        def completed(result: Any) -> None:
+            try:
+                size, failed = len(result.get()[0] or b""), 0
+            except Exception:
+                size, failed = 0, 1
+            slots.release()
+            with lock:
+                counts["bytes"] += size
+                counts["errors"] += failed
+                counts["remaining"] -= 1
+                if counts["remaining"] == 0:
+                    done.set()
+
+        if not leaves:
+            done.set()
+        for path in leaves:
+            slots.acquire()
+            client.get_async(path).rawlink(completed)
+        done.wait(7200)
+        finished = time.monotonic()
+        return {
+            "ledgers_read": len(leaves),
+            "errors": counts["errors"],
+            "in_flight": in_flight,
+            "list_s": round(listed - started, 2),
+            "get_s": round(finished - listed, 2),
+            "total_s": round(finished - started, 2),
+            "metadata_bytes": counts["bytes"],
+        }
+    finally:
+        client.stop()
+        client.close()
+
+
+# -------------------------------------------------------------------------------------------------- phases
+
+
+def _ledger_rows(lakehouse: Path) -> int:
+    """Rows of the ``ledgers`` table from the Delta log (add actions' record counts; no data file read)."""
+    from deltalake import DeltaTable
+
+    actions = DeltaTable(str(lakehouse / "ledgers")).get_add_actions(flatten=True)
+    return int(sum(actions.column("num_records").to_pylist())) if actions.num_rows else 0
+
+
+def _check(query: Any) -> None:
+    if query.exception() is not None:
+        raise RuntimeError(f"the streaming query failed: {query.exception()}")
+
+
+def _wait_idle(query: Any, recorder: SinkRecorder, quiet_batches: int = 2, timeout_s: float = 600.0) -> bool:
+    """Wait until the job has caught up: ``quiet_batches`` micro-batches started after this call produced no
+    decision (the watcher's heartbeats make every batch non-empty, so "no input" never happens), or no batch
+    ran for 30 s."""
+    called = time.time()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        _check(query)
+        with recorder.lock:
+            recent = [b for b in recorder.batches if b["started"] >= called]
+            last = recorder.batches[-1]["finished"] if recorder.batches else called
+        if len(recent) >= quiet_batches and all(b["decisions"] == 0 for b in recent[-quiet_batches:]):
+            return True
+        if time.time() - max(last, called) > 30 and not query.status.get("isTriggerActive"):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _wait_for(
+    acks: AlertAcks, kinds: tuple[str, ...], entities: set[str], state: str, timeout: float, query: Any = None
+) -> dict[str, float]:
+    deadline = time.monotonic() + timeout
+    found: dict[str, float] = {}
+    while time.monotonic() < deadline:
+        found = acks.times(kinds, entities, state)
+        if len(found) >= len(entities):
+            return found
+        if query is not None:
+            _check(query)
+        time.sleep(0.05)
+    return found
+
+
+def _lose_bookies(
+    args: argparse.Namespace,
+    session: Any,
+    spec: Any,
+    index: dict[str, Any],
+    root: str,
+    query: Any,
+    recorder: SinkRecorder,
+    spark: Any,
+) -> dict[str, Any]:
+    from bkaudit.domain.registration import writable_bookie_path
+
+    bookies = [b.bookie_id for b in spec.bookies]
+    chosen = [bookies[(i * 37 + 11) % len(bookies)] for i in range(min(args.losses, len(bookies)))]
+    runs = []
+    acks = recorder.acks
+    for bookie_id in chosen:
+        ledgers = {str(i) for i in index[bookie_id]}
+        _wait_idle(query, recorder, timeout_s=300)
+        acks.forget()
+        recorder.lost_event_times.pop(bookie_id, None)
+        with recorder.lock:
+            first_batch, first_publish = len(recorder.batches), len(recorder.publishes)
+        load = _load()
+        t0 = time.time()
+        session.delete(writable_bookie_path(bookie_id, root))
+        fired = _wait_for(acks, LOST_KINDS, ledgers, "firing", args.loss_timeout, query)
+        lost_at = acks.times(("BOOKIE_LOST",), {bookie_id}, "firing").get(bookie_id)
+        run: dict[str, Any] = {
+            "bookie": bookie_id,
+            "ledgers": len(ledgers),
+            "alerts_acked": len(fired),
+            "complete": len(fired) == len(ledgers),
+            "load_average": load,
+            "bookie_lost_alert_s": round(lost_at - t0, 3) if lost_at else None,
+            "first_ledger_alert_s": round(min(fired.values()) - t0, 3) if fired else None,
+            "last_ledger_alert_s": round(max(fired.values()) - t0, 3) if fired else None,
+        }
+        _wait_idle(query, recorder, timeout_s=300)
+        with recorder.lock:
+            batches = [b for b in recorder.batches[first_batch:] if b["decisions"]]
+            publishes = recorder.publishes[first_publish:]
+        durations = _batch_durations(query, {b["batch_id"] for b in batches})
+        event_at = recorder.lost_event_times.get(bookie_id)
+        trigger = next((d for d in durations if d.get("timestamp")), None)
+        run["timeline_s"] = {
+            "watcher_event": round(event_at - t0, 3) if event_at else None,
+            "trigger_start": round(_iso_s(trigger["timestamp"]) - t0, 3) if trigger else None,
+            "sink_start": round(batches[0]["started"] - t0, 3) if batches else None,
+            "publish_start": round(publishes[0][0] - t0, 3) if publishes else None,
+            "publish_acked": round(publishes[0][1] - t0, 3) if publishes else None,
+            "sink_end": round(batches[0]["finished"] - t0, 3) if batches else None,
+        }
+        run["sink_batches"] = [
+            {k: (round(v - t0, 3) if k in ("started", "finished") else v) for k, v in b.items()}
+            for b in batches
+        ]
+        run["query_batches"] = durations
+        if args.spark_ui:
+            run["stages"] = _stage_breakdown(spark, {b["batch_id"] for b in batches})
+        # Come back: the alerts resolve; wait for that so the next loss starts clean.
+        acks.forget()
+        t1 = time.time()
+        session.create(writable_bookie_path(bookie_id, root), _registration(bookie_id), ephemeral=True)
+        resolved = _wait_for(acks, LOST_KINDS, ledgers, "resolved", args.loss_timeout, query)
+        run["return_last_resolved_s"] = round(max(resolved.values()) - t1, 3) if resolved else None
+        run["resolved_complete"] = len(resolved) == len(ledgers)
+        runs.append(run)
+        logger.info("loss of %s: %s", bookie_id, {k: v for k, v in run.items() if "batches" not in k})
+        if not run["complete"]:
+            break
+    lasts = [r["last_ledger_alert_s"] for r in runs if r["complete"]]
+    firsts = [r["first_ledger_alert_s"] for r in runs if r["complete"]]
+    return {
+        "runs": runs,
+        "last_alert_p50_s": round(statistics.median(lasts), 3) if lasts else None,
+        "first_alert_p50_s": round(statistics.median(firsts), 3) if firsts else None,
+        "ledgers_per_bookie_mean": round(statistics.mean(len(v) for v in index.values()), 1),
+    }
+
+
+def _sustained(
+    args: argparse.Namespace,
+    rate: float,
+    hosts: str,
+    root: str,
+    query: Any,
+    recorder: SinkRecorder,
+    work_dir: Path,
+) -> dict[str, Any]:
+    """Rewrite ledger znodes at ``--rate`` (a child); lag = sink batch finished − just before the set."""
+    out_path = work_dir / f"writes-{rate:g}.json"
+    writer = subprocess.Popen(
+        _child(
+            "writer_main",
+            hosts,
+            root,
+            args.ledgers,
+            args.bookies,
+            args.racks,
+            args.seed,
+            rate,
+            args.duration,
+            args.set_in_flight,
+            out_path,
+        ),
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert writer.stdin is not None and writer.stdout is not None
+        if writer.stdout.readline().strip() != b"READY":
+            raise RuntimeError("the writer did not start")
+        _wait_idle(query, recorder, timeout_s=300)
+        recorder.track_versions = True
+        with recorder.lock:
+            first_batch = len(recorder.batches)
+        load = _load()
+        writer.stdin.write(b"go\n")
+        writer.stdin.flush()
+        writer.wait(args.duration * 20 + 600)
+    finally:
+        _stop(writer, 10)
+    result = json.loads(out_path.read_text())
+    sent = {(ledger_id, version): at for ledger_id, version, at in result["sent"]}
+    deadline = time.monotonic() + args.drain_timeout
+    while time.monotonic() < deadline:
+        with recorder.lock:
+            missing = sum(1 for key in sent if key not in recorder.applied)
+        if not missing:
+            break
+        _check(query)
+        time.sleep(0.5)
+    recorder.track_versions = False
+    with recorder.lock:
+        applied = {key: recorder.applied[key] for key in sent if key in recorder.applied}
+        batches = [b for b in recorder.batches[first_batch:] if b["decisions"]]
+    lags = [applied[key] - sent[key] for key in applied]
+    last_applied = max(applied.values(), default=result["finished"])
+    started = result["started"]
+    return {
+        "target_rate_per_s": rate,
+        "duration_s": args.duration,
+        "load_average_at_start": load,
+        "writes": result["writes"],
+        "write_errors": result["errors"],
+        "writer_rate_per_s": round(result["writes"] / max(result["finished"] - started, 1e-9)),
+        "applied": len(applied),
+        "applied_per_s": round(len(applied) / max(last_applied - started, 1e-9)),
+        "drain_after_writes_s": round(last_applied - result["finished"], 2),
+        "lag_s": _summary(lags),
+        "batches": len(batches),
+        "decisions_per_batch": _summary([float(b["decisions"]) for b in batches], 0),
+        "sink_seconds_per_batch": _summary([float(b["sink_seconds"] or 0) for b in batches]),
+        "batch_interval_s": _summary([b["finished"] - a["finished"] for a, b in itertools.pairwise(batches)]),
+    }
+
+
+# -------------------------------------------------------------------------------------------- sink only
+
+
+def _decision_table(decisions: list[dict[str, Any]], cluster: str) -> Any:
+    """Decisions (processor output) as the Arrow table the sink receives (``DECISION_SCHEMA``)."""
+    import pyarrow as pa
+
+    from streaming.sink import _ts
+
+    return pa.Table.from_pylist(
+        [
+            {
+                "kind": d["kind"],
+                "event_time": _ts(d["event_time_ms"]),
+                "cluster": cluster,
+                "ledger_id": d.get("ledger_id"),
+                "bookie_id": d.get("bookie_id"),
+                "payload": json.dumps(d["payload"], separators=(",", ":"), sort_keys=True),
+            }
+            for d in decisions
+        ],
+        schema=pa.schema(
+            [
+                ("kind", pa.string()),
+                ("event_time", pa.timestamp("us", tz="UTC")),
+                ("cluster", pa.string()),
+                ("ledger_id", pa.int64()),
+                ("bookie_id", pa.string()),
+                ("payload", pa.string()),
+                ("topic", pa.string()),
+                ("partition", pa.int32()),
+                ("offset", pa.int64()),
+            ]
+        ),
+    )
+
+
+class _Stat:
+    """A znode stat for events built without ZooKeeper."""
+
+    def __init__(self, zxid: int, at_ms: int, length: int) -> None:
+        self.czxid = self.mzxid = zxid
+        self.ctime = self.mtime = at_ms
+        self.version = 0
+        self.dataLength = length
+
+
+class _Processor:
+    """The job's stage 1 and 2 without Spark: decode (``streaming.decode``) and the processor's logic."""
+
+    def __init__(self, cluster: str) -> None:
+        from bkaudit import events as ev
+        from streaming.processor import ClusterLogic, LedgerLogic, ProcessorConfig
+
+        self.cluster = cluster
+        self.builder = ev.EventBuilder(cluster, "bench-sink-only")
+        self.cluster_logic = ClusterLogic(ProcessorConfig())
+        self.ledger_logic = LedgerLogic(ProcessorConfig())
+        self.cluster_state: dict[str, Any] | None = None
+
+    def decide(self, payload: Any, snapshot_id: str = "") -> list[dict[str, Any]]:
+        from streaming.decode import _event_row
+
+        row = _event_row(self.builder.build(payload, snapshot_id=snapshot_id))
+        change = {
+            "kind": row["kind"],
+            "event_time_ms": row["event_time"] // 1000,
+            "ledger_id": row["ledger_id"],
+            "bookie_id": row["bookie_id"],
+            "snapshot_id": row["snapshot_id"],
+            "cluster": row["cluster"],
+            "payload": json.loads(row["payload"]),
+        }
+        if row["state_key"] == "cluster":
+            self.cluster_state, out, _ = self.cluster_logic.apply(self.cluster_state, [change])
+        else:  # a new ledger: no state yet
+            _, out, _ = self.ledger_logic.apply(None, [change])
+        return out
+
+
+def _snapshot_decisions(spec: Any, processor: _Processor, partitions: int, root: str) -> Any:
+    """The decisions of the watcher's START snapshot of the bulk-loaded cluster, in the watcher's order."""
+    from bkaudit import events as ev
+    from bkaudit.domain.layout import ledger_path
+    from bkaudit.domain.metadata import encode_ledger_metadata
+    from bkaudit.domain.rackmap import parse_rack_map
+    from bkaudit.domain.registration import decode_bookie_service_info
+    from bkaudit.sim.bulk import plan_ledgers, planned_metadata
+
+    snapshot = "bench-sink-only-snapshot"
+    start, full = ev.SnapshotReason.START, ev.SnapshotMode.FULL
+    for p in range(partitions):
+        yield processor.decide(
+            ev.snapshot_begin(snapshot, start, full, partition=p, partition_count=partitions)
+        )
+    yield processor.decide(ev.recovery_delay(0, present=True), snapshot)
+    group = {b.bookie_id: {"rack": b.rack, "hostname": b.bookie_id.split(":")[0]} for b in spec.bookies}
+    rack_map = parse_rack_map(json.dumps({"default": group}).encode())
+    yield processor.decide(ev.rack_map_event(RACK_MAP_PATH, rack_map, present=True), snapshot)
+    zxid = 1000
+    for ledger in plan_ledgers(spec):
+        zxid += 1
+        md = planned_metadata(ledger, spec)
+        stat = _Stat(zxid, int(time.time() * 1000), len(encode_ledger_metadata(md)))
+        path = ledger_path(ledger.ledger_id, root=root)
+        yield processor.decide(ev.ledger_upserted(ledger.ledger_id, md, stat, path), snapshot)
+    for placement in spec.bookies:
+        info = decode_bookie_service_info(placement.bookie_id, _registration(placement.bookie_id))
+        status = ev.BookieStatusValue.WRITABLE
+        yield processor.decide(
+            ev.bookie_status(placement.bookie_id, status, info=info, has_cookie=True), snapshot
+        )
+    counts = ev.SnapshotCounts(ledgers_scanned=spec.count, ledgers_published=spec.count)
+    for p in range(partitions):
+        end = ev.snapshot_end(
+            snapshot,
+            full,
+            complete=True,
+            partition=p,
+            partition_count=partitions,
+            partition_events=0,
+            counts=counts,
+            duration_ms=0,
+        )
+        yield processor.decide(end)
+
+
+def run_sink_scale(args: argparse.Namespace) -> dict[str, Any]:
+    """``--sink-only``: the sink's ingest and lost-bookie fan-out at full scale, without Spark.
+
+    The job's stages 1-2 are replayed in this process (the same decode and processor logic, no Spark, no
+    state store), the sink (:class:`streaming.sink.AuditSink`, unchanged) gets the decisions in batches of
+    ``--sink-chunk``; then for each loss the cluster logic's decisions for ``GONE`` (delay 0) go to the sink
+    as one batch, and each alert's broker ack is timed. What this leaves out is Spark's own
+    per-batch cost (source, shuffle, transformWithStateInPandas), measured by the full benchmark.
+    """
+    from bkaudit import events as ev
+    from bkaudit.domain.registration import decode_bookie_service_info
+    from bkaudit.settings import Settings
+    from bkaudit.sim.bulk import BulkLoadSpec, bookie_ledger_index, synthetic_bookies
+    from connectors.kafka.embedded import EmbeddedBroker
+    from connectors.kafka.topics import ensure_topic
+    from streaming.job import sink_config
+    from streaming.sink import AuditSink
+
+    state_dir = args.state_dir or Path(tempfile.mkdtemp(prefix="bkaudit-bench-sink-"))
+    state_dir.mkdir(parents=True, exist_ok=True)
+    broker = EmbeddedBroker(state_dir / "broker")
+    broker.start()
+    figures: dict[str, Any] = {
+        "mode": "sink-only (no Spark: decode + processor logic in process, the sink unchanged)",
+        "ledgers": args.ledgers,
+        "bookies": args.bookies,
+        "racks": args.racks,
+        "cpus": os.cpu_count(),
+        "load_average_at_start": _load(),
+        "config": {k: v for k, v in vars(args).items() if k not in ("state_dir", "progress_file")},
+    }
+    timers = Timers()
+    closers: list[Any] = [timers.restore]
+    try:
+        spec = BulkLoadSpec(
+            bookies=synthetic_bookies(args.bookies, racks=args.racks), count=args.ledgers, seed=args.seed
+        )
+        index = bookie_ledger_index(spec)
+        suffix = f"{os.getpid()}-{int(time.time())}"
+        kafka_values = {
+            "bootstrap_servers": broker.bootstrap,
+            "changes_topic": f"bench.changes.{suffix}",
+            "alerts_topic": f"bench.alerts.{suffix}",
+            "feedback_topic": f"bench.feedback.{suffix}",
+        }
+        settings = Settings(
+            cluster=INSTANCE_ID,
+            kafka=kafka_values,
+            lakehouse_root=state_dir / "lakehouse",
+            checkpoint_root=state_dir / "checkpoints",
+        )
+        for topic in (settings.kafka.changes_topic, settings.kafka.feedback_topic):
+            ensure_topic(settings.kafka, topic, partitions=args.partitions)
+        ensure_topic(settings.kafka, settings.kafka.alerts_topic, partitions=args.alert_partitions)
+        _instrument(timers)
+        sink = AuditSink(sink_config(settings, args.partitions))
+        closers.append(sink.close)
+        processor = _Processor(INSTANCE_ID)
+        batch_id = 0
+        pending: list[dict[str, Any]] = []
+        chunks = []
+        decide_s = 0.0
+        started = time.monotonic()
+        mark = time.monotonic()
+        for decisions in _snapshot_decisions(spec, processor, args.partitions, "/ledgers"):
+            pending.extend(decisions)
+            if len(pending) >= args.sink_chunk:
+                decide_s += time.monotonic() - mark
+                report = sink.process(_decision_table(pending, INSTANCE_ID), batch_id)
+                chunks.append({"batch_id": batch_id, "decisions": len(pending), "sink_s": report.seconds})
+                _note(args, f"sink-only ingest: {chunks[-1]}")
+                batch_id += 1
+                pending = []
+                mark = time.monotonic()
+        decide_s += time.monotonic() - mark
+        if pending:
+            report = sink.process(_decision_table(pending, INSTANCE_ID), batch_id)
+            chunks.append({"batch_id": batch_id, "decisions": len(pending), "sink_s": report.seconds})
+            batch_id += 1
+        total = time.monotonic() - started
+        sink_s = sum(c["sink_s"] for c in chunks)
+        figures["ingest"] = {
+            "seconds": round(total, 1),
+            "decode_and_logic_s": round(decide_s, 1),
+            "sink_s": round(sink_s, 1),
+            "sink_decisions_per_s": round(sum(c["decisions"] for c in chunks) / max(sink_s, 1e-9)),
+            "ledger_rows": _ledger_rows(Path(settings.lakehouse_root)),
+            "batches": chunks,
+            "sink_helpers": Timers.delta(timers.snapshot(), {}),
+        }
+        _note(args, f"sink-only ingest done: {total:.0f} s")
+
+        bookies = [b.bookie_id for b in spec.bookies]
+        chosen = [bookies[(i * 37 + 11) % len(bookies)] for i in range(min(args.losses, len(bookies)))]
+        figures["loss"] = []
+        for batch_size in (int(b) for b in args.alert_batch_sizes.split(",") if b):
+            kafka = settings.kafka.model_copy(
+                update={"producer_batch_size": batch_size, "producer_linger_ms": 5 if batch_size else 0}
+            )
+            sink.close()
+            sink = AuditSink(sink_config(settings.model_copy(update={"kafka": kafka}), args.partitions))
+            closers.append(sink.close)
+            recorder = SinkRecorder(sink)
+            runs: list[dict[str, Any]] = []
+            for bookie_id in chosen:
+                ledgers = {str(i) for i in index[bookie_id]}
+                before = timers.snapshot()
+                recorder.acks.forget()
+                t0 = time.time()
+                gone = processor.decide(
+                    ev.bookie_status(bookie_id, ev.BookieStatusValue.GONE, has_cookie=True)
+                )
+                report = sink.process(_decision_table(gone, INSTANCE_ID), batch_id)
+                batch_id += 1
+                fired = _wait_for(recorder.acks, LOST_KINDS, ledgers, "firing", args.loss_timeout)
+                published = recorder.publishes[-1] if recorder.publishes else (t0, t0)
+                run = {
+                    "bookie": bookie_id,
+                    "ledgers": len(ledgers),
+                    "alerts_acked": len(fired),
+                    "complete": len(fired) == len(ledgers),
+                    "sink_s": report.seconds,
+                    "publish_start_s": round(published[0] - t0, 3),
+                    "publish_acked_s": round(published[1] - t0, 3),
+                    "first_ledger_alert_s": round(min(fired.values()) - t0, 3) if fired else None,
+                    "last_ledger_alert_s": round(max(fired.values()) - t0, 3) if fired else None,
+                    "sink_helpers": Timers.delta(timers.snapshot(), before),
+                }
+                info = decode_bookie_service_info(bookie_id, _registration(bookie_id))
+                back = processor.decide(
+                    ev.bookie_status(bookie_id, ev.BookieStatusValue.WRITABLE, info=info, has_cookie=True)
+                )
+                run["return_sink_s"] = sink.process(_decision_table(back, INSTANCE_ID), batch_id).seconds
+                batch_id += 1
+                runs.append(run)
+                _note(args, f"sink-only loss (alert batch_size {batch_size}): {run}")
+            lasts = [float(r["last_ledger_alert_s"]) for r in runs if r["complete"]]
+            figures["loss"].append(
+                {
+                    "alert_producer_batch_size": batch_size,
+                    "runs": runs,
+                    "last_alert_p50_s": round(statistics.median(lasts), 3) if lasts else None,
+                }
+            )
+        return figures
+    finally:
+        for close in reversed(closers):
+            with contextlib.suppress(Exception):
+                close()
+        broker.stop()
+        if args.state_dir is None:
+            import shutil
+
+            shutil.rmtree(state_dir, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------------- main
+
+
+def _note(args: argparse.Namespace, text: str) -> None:
+    logger.info(text)
+    if args.progress_file is not None:
+        with args.progress_file.open("a") as out:
+            out.write(f"{time.strftime('%H:%M:%S')} {text}\n")
+
+
+def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
+    """Start everything, measure; returns the figures (see the module docstring)."""
+    from bkaudit.settings import Settings, SparkSettings
+    from bkaudit.sim.bulk import BulkLoadSpec, bookie_ledger_index, bulk_load, synthetic_bookies
+    from bkaudit.testing.harness import ServiceHarness
+    from connectors.kafka.topics import ensure_topic
+    from streaming import job
+    from streaming.session import build_spark_session
+
+    state_dir = args.state_dir or Path(tempfile.mkdtemp(prefix="bkaudit-bench-stream-"))
+    state_dir.mkdir(parents=True, exist_ok=True)
+    harness = ServiceHarness(state_dir / "services", zookeeper_heap=args.heap)
+    harness.start()
+    excluded = ("state_dir", "progress_file")
+    figures: dict[str, Any] = {
+        "ledgers": args.ledgers,
+        "bookies": args.bookies,
+        "racks": args.racks,
+        "cpus": os.cpu_count(),
+        "load_average_at_start": _load(),
+        "config": {k: v for k, v in vars(args).items() if k not in excluded},
+    }
+    closers: list[Any] = []
+    try:
+        root = "/ledgers"
+        chroot = harness.new_chroot()
+        hosts = harness.zookeeper_hosts(chroot)
+        admin = harness.kazoo_client(chroot, timeout=60)
+        closers.append(lambda: (admin.stop(), admin.close()))
+        spec = BulkLoadSpec(
+            bookies=synthetic_bookies(args.bookies, racks=args.racks), count=args.ledgers, seed=args.seed
+        )
+        _write_cluster(admin, spec, root)
+        started = time.monotonic()
+        load = bulk_load(admin, spec, root=root, create_layout=True, progress=False)
+        figures["load"] = {"created": load.created, "seconds": round(time.monotonic() - started, 1)}
+        started = time.monotonic()
+        index = bookie_ledger_index(spec)
+        figures["load"]["index_seconds"] = round(time.monotonic() - started, 1)
+        session = harness.kazoo_client(chroot, timeout=30)
+        closers.append(lambda: (session.stop(), session.close()))
+        _register_bookies(admin, session, spec, root)
+        _note(args, f"loaded {load.created} ledgers in {figures['load']['seconds']} s")
+        if not args.skip_full_read:
+            # Before the watcher and the job: the Auditor's full read at its best (nothing else running).
+            figures["full_read"] = {
+                kind: _run_full_read(kind, hosts, root, args.read_in_flight, state_dir)
+                for kind in args.full_read_clients.split(",")
+                if kind
+            }
+            _note(args, f"full read: {figures['full_read']}")
+
+        kafka = harness.kafka_settings(topic_partitions=args.alert_partitions)
+        ensure_topic(kafka, kafka.changes_topic, partitions=args.partitions)
+        ensure_topic(kafka, kafka.alerts_topic, partitions=args.alert_partitions)
+        watch_log = state_dir / "watch.log"
+        watcher = _start_watcher(hosts, kafka, args.partitions, watch_log)
+        closers.append(lambda: _stop(watcher))
+        started = time.monotonic()
+        snapshot = _wait_snapshot(watcher, watch_log, args.snapshot_timeout)
+        figures["snapshot"] = {
+            "watcher_snapshot_s": snapshot["duration_s"],
+            "watcher_wait_s": round(time.monotonic() - started, 1),
+            "watcher_events": snapshot["events_published"],
+            "watcher_events_per_s": round(snapshot["events_published"] / max(snapshot["duration_s"], 1e-9)),
+        }
+        _note(args, f"watcher snapshot: {figures['snapshot']}")
+
+        spark = build_spark_session(
+            SparkSettings(
+                master=args.master,
+                ui_enabled=args.spark_ui,
+                shuffle_partitions=args.shuffle_partitions,
+                driver_memory=args.driver_memory,
+            )
+        )
+        timers = Timers()
+        closers.append(timers.restore)
+        _instrument(timers)
+        settings = Settings(
+            kafka=kafka.model_dump(),
+            lakehouse_root=state_dir / "lakehouse",
+            checkpoint_root=state_dir / "checkpoints",
+            stream={
+                "trigger_interval_s": args.trigger_s,
+                "watermark_delay_s": args.watermark_s,
+                "max_offsets_per_trigger": args.max_offsets or None,
+                "maintenance_every_batches": 0,
+            },
+        )
+        started = time.monotonic()
+        query, sink = job.start(spark, settings)
+        recorder = SinkRecorder(sink)
+
+        def stop_job() -> None:
+            _stop(watcher)  # no more input (heartbeats included): the running batch is the last one
+            job.stop_gracefully(query, timeout_s=120)
+            sink.close()
+
+        closers.append(stop_job)
+        lakehouse = Path(settings.lakehouse_root)
+        deadline = time.monotonic() + args.ingest_timeout
+        rows = 0
+        last_note = time.monotonic()
+        while time.monotonic() < deadline:
+            _check(query)
+            rows = _ledger_rows(lakehouse)
+            if rows >= args.ledgers:
+                break
+            if time.monotonic() - last_note > 60:
+                _note(args, f"ingest: {rows} ledger rows after {time.monotonic() - started:.0f} s")
+                last_note = time.monotonic()
+            time.sleep(0.5)
+        ingest_s = time.monotonic() - started
+        figures["snapshot"].update(
+            {
+                "job_ingest_s": round(ingest_s, 1),
+                "job_ingest_complete": rows >= args.ledgers,
+                "job_ledger_rows": rows,
+                "job_ledgers_per_s": round(rows / max(ingest_s, 1e-9)),
+            }
+        )
+        _wait_idle(query, recorder, timeout_s=600)
+        with recorder.lock:
+            ingest_batches = [b for b in recorder.batches if b["decisions"]]
+        progress = _query_progress(query)
+        by_id = {p.get("batchId"): p for p in progress}
+        figures["snapshot"]["job_batches"] = len(ingest_batches)
+        figures["profile"] = {
+            "ingest": {
+                "query": _progress_profile(progress),
+                "sink_process_s": round(sum(b["finished"] - b["started"] for b in ingest_batches), 2),
+                "sink_helpers": Timers.delta(timers.snapshot(), {}),
+                "batches": [
+                    {
+                        "batch_id": b["batch_id"],
+                        "decisions": b["decisions"],
+                        "sink_s": b["sink_seconds"],
+                        "input_rows": (by_id.get(b["batch_id"]) or {}).get("numInputRows"),
+                        "ms": (by_id.get(b["batch_id"]) or {}).get("durationMs"),
+                    }
+                    for b in ingest_batches[:100]
+                ],
+                "stages": _stage_breakdown(spark, {b["batch_id"] for b in ingest_batches[:2]})
+                if args.spark_ui
+                else [],
+            }
+        }
+        _note(args, f"ingest: {figures['snapshot']}")
+        if rows < args.ledgers:
+            return figures
+
+        if not args.skip_loss:
+            before = timers.snapshot()
+            since = max((p.get("batchId", -1) for p in _query_progress(query)), default=-1)
+            figures["loss"] = _lose_bookies(args, session, spec, index, root, query, recorder, spark)
+            figures["profile"]["loss"] = {
+                "query": _progress_profile(_query_progress(query), since),
+                "sink_helpers": Timers.delta(timers.snapshot(), before),
+            }
+            _note(args, f"loss: p50 last alert {figures['loss']['last_alert_p50_s']} s")
+        if not args.skip_full_read and "java" in figures.get("full_read", {}):
+            figures["full_read"]["java_under_job"] = _run_full_read(
+                "java", hosts, root, args.read_in_flight, state_dir
+            )
+            _note(args, f"full read under the job: {figures['full_read']['java_under_job']}")
+            runs = [r for r in (figures.get("loss") or {}).get("runs", []) if r["complete"]]
+            baseline = figures["full_read"]["java"].get("total_s")
+            if runs and baseline:
+                figures["ratio_full_read_to_last_alert"] = {
+                    "baseline": "java full read on the quiet cluster (its fastest)",
+                    "full_read_s": baseline,
+                    "p50": round(baseline / figures["loss"]["last_alert_p50_s"], 2),
+                    "first_run": round(baseline / runs[0]["last_ledger_alert_s"], 2),
+                }
+        if not args.skip_sustained:
+            figures["sustained"] = []
+            for rate in (float(r) for r in str(args.rate).split(",") if r):
+                before = timers.snapshot()
+                since = max((p.get("batchId", -1) for p in _query_progress(query)), default=-1)
+                level = _sustained(args, rate, hosts, root, query, recorder, state_dir)
+                level["profile"] = {
+                    "query": _progress_profile(_query_progress(query), since),
+                    "sink_helpers": Timers.delta(timers.snapshot(), before),
+                }
+                figures["sustained"].append(level)
+                _note(args, f"sustained: {level}")
+        return figures
+    finally:
+        for close in reversed(closers):
+            with contextlib.suppress(Exception):
+                close()
+        harness.stop()
+        if args.state_dir is None:
+            import shutil
+
+            shutil.rmtree(state_dir, ignore_errors=True)
+
+
+@pytest.mark.benchmark
+def test_stream_figures() -> None:
+    """Prints the figures at a small scale; asserts completeness only (no timing: machines differ)."""
+    args = _parse_args(
+        [
+            *("--ledgers", str(PYTEST_LEDGERS), "--heap", "1g", "--driver-memory", "2g"),
+            *("--losses", "2", "--rate", "500", "--duration", "20"),
+        ]
+    )
+    figures = run_benchmark(args)
+    print(json.dumps(figures, indent=2))
+    assert figures["snapshot"]["job_ingest_complete"]
+    assert all(run["complete"] for run in figures["loss"]["runs"])
+    assert figures["full_read"]["java"]["ledgers_read"] == PYTEST_LEDGERS
+    for level in figures["sustained"]:
+        assert level["applied"] == level["writes"] - level["write_errors"]
+
+
+if __name__ == "__main__":
+    import signal
+
+    # SIGTERM (kill <pid>) unwinds like an exception: services stopped, children stopped, temp dir removed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logger.setLevel(logging.INFO)
+    arguments = _parse_args(sys.argv[1:])
+    run = run_sink_scale if arguments.sink_only else run_benchmark
+    print(json.dumps(run(arguments), indent=2))
