@@ -106,9 +106,9 @@ def kafka_partition(key: str, partitions: int) -> int:
         >>> kafka_partition("ledger/1", 1)
         0
     """
-    from kafka.partitioner.default import murmur2
+    from connectors.kafka.publisher import partition_for_key
 
-    return (murmur2(key.encode("utf-8")) & 0x7FFFFFFF) % partitions
+    return partition_for_key(key.encode("utf-8"), partitions)  # the watcher's own rule: one implementation
 
 
 def _ts(ms: int | None) -> datetime | None:
