@@ -273,7 +273,8 @@ class SinkRecorder:
         self.publishes: list[tuple[float, float]] = []  # (started, returned: every record acked)
         self.applied: dict[tuple[int, int], float] = {}  # (ledger id, znode version) -> wall time applied
         self.track_versions = False
-        self.lost_event_times: dict[str, float] = {}  # bookie -> event time of its bookie_lost decision
+        # bookie -> (event time of its bookie_lost decision, micro-batch that carried it)
+        self.lost_event_times: dict[str, tuple[float, int]] = {}
         self.acks = acks or AlertAcks()
         # Instance attributes: AuditSink looks these up on self.
         sink.process = self.process
@@ -316,7 +317,7 @@ class SinkRecorder:
             for bookie, at in zip(
                 lost.column("bookie_id").to_pylist(), lost.column("event_time").to_pylist(), strict=True
             ):
-                self.lost_event_times.setdefault(bookie, at.timestamp())
+                self.lost_event_times.setdefault(bookie, (at.timestamp(), batch_id))
         if self.track_versions and decisions.num_rows:
             states = decisions.filter(pc.equal(decisions.column("kind"), "ledger_state"))
             if states.num_rows:
@@ -881,15 +882,24 @@ def _lose_bookies(
             batches = [b for b in recorder.batches[first_batch:] if b["decisions"]]
             publishes = recorder.publishes[first_publish:]
         durations = _batch_durations(query, {b["batch_id"] for b in batches})
-        event_at = recorder.lost_event_times.get(bookie_id)
-        trigger = next((d for d in durations if d.get("timestamp")), None)
+        event_at, loss_batch_id = recorder.lost_event_times.get(bookie_id, (None, None))
+        loss_batch = next((b for b in batches if b["batch_id"] == loss_batch_id), None)
+        trigger = next((d for d in durations if d["batch_id"] == loss_batch_id and d.get("timestamp")), None)
+        publish = next(
+            (
+                (started, acked)
+                for started, acked in publishes
+                if loss_batch and loss_batch["started"] <= started <= loss_batch["finished"]
+            ),
+            None,
+        )
         run["timeline_s"] = {
             "watcher_event": round(event_at - t0, 3) if event_at else None,
             "trigger_start": round(_iso_s(trigger["timestamp"]) - t0, 3) if trigger else None,
-            "sink_start": round(batches[0]["started"] - t0, 3) if batches else None,
-            "publish_start": round(publishes[0][0] - t0, 3) if publishes else None,
-            "publish_acked": round(publishes[0][1] - t0, 3) if publishes else None,
-            "sink_end": round(batches[0]["finished"] - t0, 3) if batches else None,
+            "sink_start": round(loss_batch["started"] - t0, 3) if loss_batch else None,
+            "publish_start": round(publish[0] - t0, 3) if publish else None,
+            "publish_acked": round(publish[1] - t0, 3) if publish else None,
+            "sink_end": round(loss_batch["finished"] - t0, 3) if loss_batch else None,
         }
         run["sink_batches"] = [
             {k: (round(v - t0, 3) if k in ("started", "finished") else v) for k, v in b.items()}
