@@ -143,21 +143,31 @@ BOOKIES = TableSpec(
     key=("bookie_id",),
 )
 
+# Columns an alert row has in both alert tables (one definition: the two tables must agree).
+_ALERT = {
+    field.name: field
+    for field in (
+        _f("alert_id", pa.string(), "stable id of the condition", nullable=False),
+        _f("cluster", pa.string(), "the cluster's INSTANCEID"),
+        _f("kind", pa.string(), "alert kind (interfaces §2)"),
+        _f("severity", pa.string(), "critical, warning or info"),
+        _f("ledger_id", pa.int64(), "the ledger, for ledger alerts"),
+        _f("bookies", pa.list_(pa.string()), "bookies involved"),
+        _f("pulsar_topic", pa.string(), "Pulsar topic of the ledger, when known"),
+        _f("detail", pa.string(), "alert detail (JSON)"),
+    )
+}
+
 OPEN_ALERTS = TableSpec(
     "open_alerts",
     pa.schema(
         [
-            _f("alert_id", pa.string(), "stable id of the condition", nullable=False),
-            _f("cluster", pa.string(), "the cluster's INSTANCEID"),
-            _f("kind", pa.string(), "alert kind (interfaces §2)"),
+            *(_ALERT[name] for name in ("alert_id", "cluster", "kind")),
             _f("entity", pa.string(), "ledger/<id> or bookie/<id>"),
-            _f("severity", pa.string(), "critical, warning or info"),
-            _f("ledger_id", pa.int64(), "the ledger, for ledger alerts"),
-            _f("bookies", pa.list_(pa.string()), "bookies involved"),
-            _f("pulsar_topic", pa.string(), "Pulsar topic of the ledger, when known"),
+            *(_ALERT[name] for name in ("severity", "ledger_id", "bookies", "pulsar_topic")),
             _f("started_at", _TS, "event time the condition started"),
             _f("detected_at", _TS, "event time it was detected"),
-            _f("detail", pa.string(), "alert detail (JSON)"),
+            _ALERT["detail"],
         ]
     ),
     "Alerts currently firing (one row per alert id).",
@@ -168,17 +178,12 @@ VIOLATIONS = TableSpec(
     "violations",
     pa.schema(
         [
-            _f("alert_id", pa.string(), "stable id of the condition", nullable=False),
-            _f("cluster", pa.string(), "the cluster's INSTANCEID"),
-            _f("kind", pa.string(), "alert kind (interfaces §2)"),
+            *(_ALERT[name] for name in ("alert_id", "cluster", "kind")),
             _f("state", pa.string(), "firing or resolved"),
-            _f("severity", pa.string(), "critical, warning or info"),
-            _f("ledger_id", pa.int64(), "the ledger, for ledger alerts"),
-            _f("bookies", pa.list_(pa.string()), "bookies involved"),
-            _f("pulsar_topic", pa.string(), "Pulsar topic of the ledger, when known"),
+            *(_ALERT[name] for name in ("severity", "ledger_id", "bookies", "pulsar_topic")),
             _f("detected_at", _TS, "event time of this transition"),
             _f("detected_date", pa.date32(), "date of detected_at (partition column)"),
-            _f("detail", pa.string(), "alert detail (JSON)"),
+            _ALERT["detail"],
             _f("batch_id", pa.int64(), "streaming micro-batch that recorded it"),
         ]
     ),
