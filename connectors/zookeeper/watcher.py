@@ -364,6 +364,9 @@ class _Router:
 OP_LEDGER, OP_MARK, OP_DELAY, OP_REGISTRATION, OP_BOOKIE_LIST, OP_RACK, OP_FALLBACK_LIST = range(7)
 OP_BEGIN, OP_END, OP_STATE, OP_HEARTBEAT, OP_RACK_FILE, OP_STOP, OP_RACK_REFRESH = range(7, 14)
 OP_BATCH = 14  # a multiRead of ledgers or marks: extra = (leaf op, paths, ids)
+# A round trip (exists) issued for a deleted cluster-level znode: its answer comes after every read issued
+# before it, so the delete is applied in ZooKeeper's order relative to them. extra = the delete to apply.
+OP_DELETE_BARRIER = 15
 WATCH_EVENT = "watch-event"
 
 # The index packs mzxid << 16 | scan epoch. Epochs wrap at 65536; a stale stamp could only match again after
@@ -381,6 +384,7 @@ _PURPOSE = {
     OP_RACK: "rack_map",
     OP_FALLBACK_LIST: "fallback_list",
     OP_BATCH: "multi_read",
+    OP_DELETE_BARRIER: "delete_barrier",
 }
 
 
@@ -1122,12 +1126,12 @@ class ChangeWatcher:
                 packed = self._marks.pop(info, None)
                 last = (packed >> _EPOCH_BITS) if packed is not None else 0
                 self._emit(events.underreplication_cleared(info, last_mzxid=last), None)
-            elif route == R_DELAY:
-                self._apply_delay(None, None, None)
-            elif route in (R_WRITABLE, R_READONLY):
-                self._set_registration(info, _registration_kind(route), None, None)
-            elif route == R_COOKIE:
-                self._set_cookie(info, False, None)
+            elif route in (R_DELAY, R_WRITABLE, R_READONLY, R_COOKIE):
+                # Cluster-level facts share one Kafka key, so their order is the job's order: a delete must
+                # not overtake the read of an earlier change (delay set to 30 s, then a bookie restarted:
+                # applying the restart first would judge it by the old delay). Apply it behind a round trip.
+                self._read_counter[OP_DELETE_BARRIER].inc()
+                self._reads.exists(path, (OP_DELETE_BARRIER, path, None, (route, info)))
             elif route == R_RACK:
                 self._read_rack(None)
 
@@ -1154,6 +1158,11 @@ class ChangeWatcher:
     def _on_read(
         self, op: int, path: str, snapshot: Snapshot | None, extra: Any, value: Any, error: Any
     ) -> None:
+        if op == OP_DELETE_BARRIER:
+            # Whatever the round trip answered (the znode may already be back, or the connection lost),
+            # the delete happened: apply it now. A later re-creation has its own notification and read.
+            self._apply_delete(*extra)
+            return
         if error is not None:
             if op == OP_REGISTRATION:
                 # Gone already (its delete notification came first) or a lost read: publish what is known.
@@ -1202,6 +1211,17 @@ class ChangeWatcher:
             # an exists() answer (the znode appeared or not): read it for real
             elif value is not None:
                 self._read_rack(snapshot)
+
+    def _apply_delete(self, route: int, info: Any) -> None:
+        """A cluster-level znode was deleted (applied in order, see OP_DELETE_BARRIER)."""
+        if route == R_DELAY:
+            self._apply_delay(None, None, None)
+        elif route in (R_WRITABLE, R_READONLY):
+            # Reads still pending for this bookie were issued *after* the delete (the barrier's answer comes
+            # after every earlier one): publish the gap now, or a quick re-registration would hide it.
+            self._set_registration(info, _registration_kind(route), None, None, after_delete=True)
+        elif route == R_COOKIE:
+            self._set_cookie(info, False, None)
 
     def _on_absent(self, op: int, path: str, snapshot: Snapshot | None, extra: Any) -> None:
         if op == OP_DELAY:
@@ -1309,6 +1329,8 @@ class ChangeWatcher:
         kind: RegistrationKind,
         read: tuple[bytes | None, Any] | None,
         snapshot: Snapshot | None,
+        *,
+        after_delete: bool = False,
     ) -> None:
         bookie = self._bookie(bookie_id)
         registration: _Registration | None = None
@@ -1323,7 +1345,7 @@ class ChangeWatcher:
             bookie.writable = registration
         else:
             bookie.readonly = registration
-        self._publish_bookie(bookie_id, bookie, snapshot)
+        self._publish_bookie(bookie_id, bookie, snapshot, ignore_pending=after_delete)
 
     def _set_cookie(self, bookie_id: str, present: bool, snapshot: Snapshot | None) -> None:
         bookie = self._bookie(bookie_id)
@@ -1333,9 +1355,15 @@ class ChangeWatcher:
         self._publish_bookie(bookie_id, bookie, snapshot)
 
     def _publish_bookie(
-        self, bookie_id: str, bookie: _Bookie, snapshot: Snapshot | None, *, force: bool = False
+        self,
+        bookie_id: str,
+        bookie: _Bookie,
+        snapshot: Snapshot | None,
+        *,
+        force: bool = False,
+        ignore_pending: bool = False,
     ) -> None:
-        if bookie.pending_reads > 0 and not force:
+        if bookie.pending_reads > 0 and not (force or ignore_pending):
             return
         signature = bookie.signature()
         in_bracket = snapshot is not None and bookie.published_in == snapshot.snapshot_id

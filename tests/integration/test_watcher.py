@@ -611,6 +611,43 @@ def reader_partitions(reader: TopicReader) -> int:
 
 
 @pytest.mark.integration
+def test_cluster_level_changes_are_published_in_zookeeper_order(
+    bk_services: Any, kafka_settings: Any, zk_chroot: str, tree: ClusterTree, bookie_client: KazooClient
+) -> None:
+    """An SRE raises the delay and restarts a bookie at once: the job must see the delay first.
+
+    The delay change is a notification plus a read; a deleted registration needs no read. Applied as it
+    arrives, the delete would overtake the delay's read and the job would judge the restart by the old
+    delay (a false BOOKIE_LOST with delay 0). Deletes of cluster-level znodes wait behind earlier reads.
+    """
+    tree.register(bookie_client, BOOKIES[0])
+    tree.set_delay(b"0")
+    settings = watcher_settings(bk_services, kafka_settings, zk_chroot)
+    with running_watcher(settings) as (watcher, reader):
+        assert watcher.wait_for_snapshots(1, 30)
+        for round_number in range(5):
+            tree.set_delay(str(30 + round_number).encode())
+            tree.unregister(bookie_client, BOOKIES[0])
+            tree.register(bookie_client, BOOKIES[0])
+        quiesce(watcher, reader)
+        live = [
+            e
+            for e in reader.events(live=True)
+            if e.HasField("recovery_delay")
+            or (e.HasField("bookie_status") and e.bookie_status.bookie_id == BOOKIES[0])
+        ]
+        seen = [
+            f"delay={e.recovery_delay.seconds}"
+            if e.HasField("recovery_delay")
+            else pb.BookieStatus.Status.Name(e.bookie_status.status)
+            for e in live
+        ]
+        expected = []
+        for round_number in range(5):
+            expected += [f"delay={30 + round_number}", "GONE", "WRITABLE"]
+        assert seen == expected
+
+
 def test_replaying_the_topic_after_a_storm_reproduces_zookeeper(
     bk_services: Any, kafka_settings: Any, zk_chroot: str, tree: ClusterTree, bookie_client: KazooClient
 ) -> None:
