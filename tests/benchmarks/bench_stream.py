@@ -126,6 +126,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
         help="no ZooKeeper/watcher/Spark: feed the sink the decisions of the START snapshot, then losses",
     )
     add("--sink-chunk", type=int, default=100_000, help="--sink-only: decisions per sink batch")
+    add("--profile-sink", action="store_true", help="--sink-only: cProfile the first loss's sink batch")
     add(
         "--alert-batch-sizes",
         default="0",
@@ -1134,6 +1135,19 @@ def _snapshot_decisions(spec: Any, processor: _Processor, partitions: int, root:
         yield processor.decide(end)
 
 
+def _profile_lines(profiler: Any, limit: int = 30) -> list[str]:
+    """The top of a cProfile by cumulative time, one line per function (seconds, calls, where)."""
+    import pstats
+
+    stats = pstats.Stats(profiler)
+    rows = sorted(stats.stats.items(), key=lambda item: item[1][3], reverse=True)  # type: ignore[attr-defined]
+    lines = []
+    for (path, line, name), (_, calls, own, cumulative, _) in rows[:limit]:
+        where = f"{Path(path).name}:{line}({name})" if line else name
+        lines.append(f"{cumulative:8.3f} s cum {own:8.3f} s own {calls:>8} calls  {where}")
+    return lines
+
+
 def run_sink_scale(args: argparse.Namespace) -> dict[str, Any]:
     """``--sink-only``: the sink's ingest and lost-bookie fan-out at full scale, without Spark.
 
@@ -1224,7 +1238,7 @@ def run_sink_scale(args: argparse.Namespace) -> dict[str, Any]:
             "batches": chunks,
             "sink_helpers": Timers.delta(timers.snapshot(), {}),
         }
-        _note(args, f"sink-only ingest done: {total:.0f} s")
+        _note(args, f"sink-only ingest done: {total:.0f} s", figures)
 
         bookies = [b.bookie_id for b in spec.bookies]
         chosen = [bookies[(i * 37 + 11) % len(bookies)] for i in range(min(args.losses, len(bookies)))]
@@ -1246,7 +1260,16 @@ def run_sink_scale(args: argparse.Namespace) -> dict[str, Any]:
                 gone = processor.decide(
                     ev.bookie_status(bookie_id, ev.BookieStatusValue.GONE, has_cookie=True)
                 )
+                profiler = None
+                if args.profile_sink and not runs and not figures["loss"]:
+                    import cProfile
+
+                    profiler = cProfile.Profile()
+                    profiler.enable()
                 report = sink.process(_decision_table(gone, INSTANCE_ID), batch_id)
+                if profiler is not None:
+                    profiler.disable()
+                    figures["sink_profile"] = _profile_lines(profiler)
                 batch_id += 1
                 fired = _wait_for(recorder.acks, LOST_KINDS, ledgers, "firing", args.loss_timeout)
                 published = recorder.publishes[-1] if recorder.publishes else (t0, t0)
@@ -1269,7 +1292,7 @@ def run_sink_scale(args: argparse.Namespace) -> dict[str, Any]:
                 run["return_sink_s"] = sink.process(_decision_table(back, INSTANCE_ID), batch_id).seconds
                 batch_id += 1
                 runs.append(run)
-                _note(args, f"sink-only loss (alert batch_size {batch_size}): {run}")
+                _note(args, f"sink-only loss (alert batch_size {batch_size}): {run}", figures)
             lasts = [float(r["last_ledger_alert_s"]) for r in runs if r["complete"]]
             figures["loss"].append(
                 {
@@ -1293,11 +1316,16 @@ def run_sink_scale(args: argparse.Namespace) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------------- main
 
 
-def _note(args: argparse.Namespace, text: str) -> None:
+def _note(args: argparse.Namespace, text: str, figures: dict[str, Any] | None = None) -> None:
+    """Log a phase; with ``--progress-file`` append it there and keep the figures so far next to it."""
     logger.info(text)
     if args.progress_file is not None:
         with args.progress_file.open("a") as out:
             out.write(f"{time.strftime('%H:%M:%S')} {text}\n")
+        if figures is not None:
+            args.progress_file.with_suffix(".partial.json").write_text(
+                json.dumps(figures, indent=2, default=str)
+            )
 
 
 def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
@@ -1342,7 +1370,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         session = harness.kazoo_client(chroot, timeout=30)
         closers.append(lambda: (session.stop(), session.close()))
         _register_bookies(admin, session, spec, root)
-        _note(args, f"loaded {load.created} ledgers in {figures['load']['seconds']} s")
+        _note(args, f"loaded {load.created} ledgers in {figures['load']['seconds']} s", figures)
         if not args.skip_full_read:
             # Before the watcher and the job: the Auditor's full read at its best (nothing else running).
             figures["full_read"] = {
@@ -1350,7 +1378,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                 for kind in args.full_read_clients.split(",")
                 if kind
             }
-            _note(args, f"full read: {figures['full_read']}")
+            _note(args, f"full read: {figures['full_read']}", figures)
 
         kafka = harness.kafka_settings(topic_partitions=args.alert_partitions)
         ensure_topic(kafka, kafka.changes_topic, partitions=args.partitions)
@@ -1366,7 +1394,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             "watcher_events": snapshot["events_published"],
             "watcher_events_per_s": round(snapshot["events_published"] / max(snapshot["duration_s"], 1e-9)),
         }
-        _note(args, f"watcher snapshot: {figures['snapshot']}")
+        _note(args, f"watcher snapshot: {figures['snapshot']}", figures)
 
         spark = build_spark_session(
             SparkSettings(
@@ -1448,7 +1476,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                 else [],
             }
         }
-        _note(args, f"ingest: {figures['snapshot']}")
+        _note(args, f"ingest: {figures['snapshot']}", figures)
         if rows < args.ledgers:
             return figures
 
@@ -1460,12 +1488,12 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                 "query": _progress_profile(_query_progress(query), since),
                 "sink_helpers": Timers.delta(timers.snapshot(), before),
             }
-            _note(args, f"loss: p50 last alert {figures['loss']['last_alert_p50_s']} s")
+            _note(args, f"loss: p50 last alert {figures['loss']['last_alert_p50_s']} s", figures)
         if not args.skip_full_read and "java" in figures.get("full_read", {}):
             figures["full_read"]["java_under_job"] = _run_full_read(
                 "java", hosts, root, args.read_in_flight, state_dir
             )
-            _note(args, f"full read under the job: {figures['full_read']['java_under_job']}")
+            _note(args, f"full read under the job: {figures['full_read']['java_under_job']}", figures)
             runs = [r for r in (figures.get("loss") or {}).get("runs", []) if r["complete"]]
             baseline = figures["full_read"]["java"].get("total_s")
             if runs and baseline:
@@ -1486,7 +1514,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                     "sink_helpers": Timers.delta(timers.snapshot(), before),
                 }
                 figures["sustained"].append(level)
-                _note(args, f"sustained: {level}")
+                _note(args, f"sustained: {level}", figures)
         return figures
     finally:
         for close in reversed(closers):
