@@ -2,7 +2,8 @@
 
 Two families, both in a private ``CollectorRegistry``:
 
-- query health from a ``StreamingQueryListener``: batch duration, input rows, rows/s, watermark lag, state
+- query health from a ``StreamingQueryListener``: batch duration, input rows, rows/s, watermark lag (and the
+  watermark itself, so ``time() - watermark`` keeps growing when batches stop), the input backlog, state
   rows, and ``bkaudit_last_batch_timestamp_seconds`` (a liveness heartbeat: alert when it stops moving);
 - audit gauges named after BookKeeper's Auditor metrics, set after every batch from the open alerts, so they
   are true gauges of the current state (BookKeeper's ``NUM_UNDER_REPLICATED_LEDGERS`` is not, issue #4572,
@@ -66,6 +67,35 @@ AUDIT_GAUGES = {
 }
 
 
+def source_backlog(sources: list[Mapping[str, Any]]) -> int:
+    """Records the sources had beyond what the batch read: latest offset minus end offset, summed.
+
+    Spark reports the offsets of each source as ``{"topic": {"partition": offset}}`` (the Python Kafka
+    source reports its latest offsets too). Partitions missing from either side, and sources whose offsets
+    are not in that shape (another source format), count nothing.
+
+    Example:
+        >>> source_backlog([{"endOffset": {"t": {"0": 5, "1": 7}}, "latestOffset": {"t": {"0": 9, "1": 7}}}])
+        4
+        >>> source_backlog([{"endOffset": "opaque", "latestOffset": None}])
+        0
+    """
+    total = 0
+    for source in sources:
+        end, latest = source.get("endOffset"), source.get("latestOffset")
+        if not isinstance(end, Mapping) or not isinstance(latest, Mapping):
+            continue
+        for topic, partitions in latest.items():
+            read = end.get(topic)
+            if not isinstance(partitions, Mapping) or not isinstance(read, Mapping):
+                continue
+            for partition, newest in partitions.items():
+                position = read.get(partition)
+                if isinstance(newest, int) and isinstance(position, int):
+                    total += max(0, newest - position)
+    return total
+
+
 def _iso_to_epoch(value: str | None) -> float | None:
     if not value:
         return None
@@ -94,6 +124,16 @@ class StreamMetrics:
         self.watermark_lag = Gauge(
             "bkaudit_stream_watermark_lag_seconds",
             "wall clock minus event-time watermark",
+            registry=self.registry,
+        )
+        self.watermark = Gauge(
+            "bkaudit_stream_watermark_timestamp_seconds",
+            "event-time watermark after the last batch (epoch seconds)",
+            registry=self.registry,
+        )
+        self.source_backlog = Gauge(
+            "bkaudit_stream_source_backlog_records",
+            "records the last batch left unread (nonzero only when maxOffsetsPerTrigger caps a batch)",
             registry=self.registry,
         )
         self.state_rows = Gauge(
@@ -125,7 +165,9 @@ class StreamMetrics:
         self.batch_id.set(progress.get("batchId") or 0)
         watermark = _iso_to_epoch((progress.get("eventTime") or {}).get("watermark"))
         if watermark is not None and watermark > 0:
+            self.watermark.set(watermark)
             self.watermark_lag.set(max(0.0, time.time() - watermark))
+        self.source_backlog.set(source_backlog(progress.get("sources") or []))
         self.state_rows.set(sum(op.get("numRowsTotal") or 0 for op in progress.get("stateOperators") or []))
         self.last_batch.set(time.time())
 
