@@ -254,3 +254,34 @@ def test_spark_submit_wrapper_is_valid_and_points_at_the_entry_file(tmp_path):
         ["bash", str(script)], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}
     )
     assert missing.returncode != 0 and "SPARK_MASTER" in missing.stderr
+
+
+# ------------------------------------------------------------------------------------------ documentation
+
+OPERATIONS_DOCS = [
+    REPO / "README.md",
+    REPO / "infra" / "README.md",
+    REPO / "docs" / "alerts.md",
+    REPO / "docs" / "troubleshooting.md",
+]
+
+
+def _anchors(markdown: str) -> set[str]:
+    headings = re.findall(r"^#{1,6}\s+(.+?)\s*$", markdown, flags=re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
+
+
+@pytest.mark.parametrize("document", OPERATIONS_DOCS, ids=lambda p: str(p.relative_to(REPO)))
+def test_relative_links_of_the_operations_docs_resolve(document):
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", document.read_text()):
+        if re.match(r"[a-z]+://", target):
+            continue
+        path_part, _, anchor = target.partition("#")
+        linked = (document.parent / path_part).resolve() if path_part else document
+        if not linked.exists():
+            broken.append(target)
+            continue
+        if anchor and linked.suffix == ".md" and anchor not in _anchors(linked.read_text()):
+            broken.append(target)
+    assert not broken, f"{document.name}: {broken}"
