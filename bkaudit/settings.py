@@ -143,6 +143,12 @@ class StreamSettings(BaseModel):
     trigger_interval_s: float = Field(1.0, ge=0)
     watermark_delay_s: float = Field(5.0, ge=0, description="how late an event may arrive")
     max_offsets_per_trigger: int | None = Field(None, ge=1)
+    ledger_state_buckets: int = Field(
+        64,
+        ge=1,
+        le=65536,
+        description="ledger state groups (ledger id modulo this); fixed for a checkpoint's life",
+    )
     default_recovery_delay_s: int = Field(
         0, ge=0, description="lostBookieRecoveryDelay when the znode is absent (BookKeeper's default 0)"
     )

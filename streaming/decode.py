@@ -24,7 +24,10 @@ import pyarrow as pa
 from bkaudit import events as ev
 from bkaudit.errors import FormatError
 from bkaudit.pb import change_events_pb2 as pb
-from streaming.schemas import CLUSTER_STATE_KEY
+from streaming.schemas import CLUSTER_STATE_KEY, ledger_state_key
+
+#: Ledger state groups when the caller does not say (the job passes ``stream.ledger_state_buckets``).
+DEFAULT_LEDGER_BUCKETS = 64
 
 ARROW_CHANGE_SCHEMA = pa.schema(
     [
@@ -105,7 +108,7 @@ def _bookie_payload(status: pb.BookieStatus) -> dict[str, Any]:
     }
 
 
-def _event_row(event: pb.ChangeEvent) -> dict[str, Any]:
+def _event_row(event: pb.ChangeEvent, ledger_buckets: int) -> dict[str, Any]:
     kind = ev.payload_type(event)
     row: dict[str, Any] = {
         "kind": kind,
@@ -173,12 +176,12 @@ def _event_row(event: pb.ChangeEvent) -> dict[str, Any]:
     else:  # decode_event guarantees a known payload; keep the type checker and future versions honest
         raise FormatError(f"change event: unsupported payload {kind!r}")
     if row["ledger_id"] is not None:
-        row["state_key"] = f"ledger/{row['ledger_id']}"
+        row["state_key"] = ledger_state_key(row["ledger_id"], ledger_buckets)
     row["payload"] = _json(payload)
     return row
 
 
-def _feedback_row(value: bytes) -> dict[str, Any]:
+def _feedback_row(value: bytes, ledger_buckets: int) -> dict[str, Any]:
     try:
         message = json.loads(value.decode("utf-8"))
         kind = message["kind"]
@@ -191,7 +194,7 @@ def _feedback_row(value: bytes) -> dict[str, Any]:
         raise FormatError(f"feedback record: unknown kind {kind!r}")
     return {
         "kind": kind,
-        "state_key": f"ledger/{ledger_id}",
+        "state_key": ledger_state_key(ledger_id, ledger_buckets),
         "event_time": event_time_ms * 1000,
         "cluster": cluster,
         "run_id": "feedback",
@@ -204,13 +207,23 @@ def _feedback_row(value: bytes) -> dict[str, Any]:
 
 
 def decode_record(
-    key: bytes | None, value: bytes | None, topic: str, partition: int, offset: int, *, feedback_topic: str
+    key: bytes | None,
+    value: bytes | None,
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
+    feedback_topic: str,
+    ledger_buckets: int = DEFAULT_LEDGER_BUCKETS,
 ) -> dict[str, Any]:
     """One Kafka record → one change row (a ``dead_letter`` row when it cannot be decoded)."""
     try:
         if value is None:
             raise FormatError("record has no value")
-        row = _feedback_row(value) if topic == feedback_topic else _event_row(ev.decode_event(value))
+        if topic == feedback_topic:
+            row = _feedback_row(value, ledger_buckets)
+        else:
+            row = _event_row(ev.decode_event(value), ledger_buckets)
     except FormatError as err:
         row = {
             "kind": "dead_letter",
@@ -228,7 +241,9 @@ def decode_record(
     return row
 
 
-def decode_batches(batches: Iterator[pa.RecordBatch], feedback_topic: str) -> Iterator[pa.RecordBatch]:
+def decode_batches(
+    batches: Iterator[pa.RecordBatch], feedback_topic: str, ledger_buckets: int = DEFAULT_LEDGER_BUCKETS
+) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function: Kafka source batches → change rows.
 
     Dead letters get the record's Kafka timestamp as event time so the watermark never drops them.
@@ -245,7 +260,15 @@ def decode_batches(batches: Iterator[pa.RecordBatch], feedback_topic: str) -> It
             columns["timestamp"],
             strict=True,
         ):
-            row = decode_record(key, value, topic, partition, offset, feedback_topic=feedback_topic)
+            row = decode_record(
+                key,
+                value,
+                topic,
+                partition,
+                offset,
+                feedback_topic=feedback_topic,
+                ledger_buckets=ledger_buckets,
+            )
             if row["kind"] == "dead_letter" and timestamp is not None:
                 row["event_time"] = int(timestamp.timestamp() * 1_000_000)
             rows.append(row)

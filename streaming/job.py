@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import signal
 import threading
@@ -22,6 +23,7 @@ from typing import Any
 
 from pyspark.sql import functions as F
 
+from bkaudit.errors import ConfigError
 from bkaudit.settings import Settings, StreamSettings
 from streaming.decode import decode_batches
 from streaming.evaluate import PlacementPolicyConfig
@@ -98,7 +100,10 @@ def decisions_frame(spark: Any, settings: Settings) -> Any:
         reader = reader.option("maxOffsetsPerTrigger", str(stream.max_offsets_per_trigger))
     raw = reader.load()
     decoded = raw.mapInArrow(
-        functools.partial(decode_batches, feedback_topic=kafka.feedback_topic), CHANGE_SCHEMA
+        functools.partial(
+            decode_batches, feedback_topic=kafka.feedback_topic, ledger_buckets=stream.ledger_state_buckets
+        ),
+        CHANGE_SCHEMA,
     )
     watched = decoded.filter(F.col("kind") != "dead_letter").withWatermark(
         "event_time", f"{int(stream.watermark_delay_s * 1000)} milliseconds"
@@ -113,17 +118,65 @@ def decisions_frame(spark: Any, settings: Settings) -> Any:
     return decisions.unionByName(dead)
 
 
+STATE_LAYOUT_FILE = "bkaudit-state-layout.json"
+STATE_LAYOUT_VERSION = 2  # 1: one state group per ledger; 2: ledger buckets with a map state
+
+
+def check_state_layout(checkpoint: Path, stream: StreamSettings) -> None:
+    """Refuse a checkpoint whose state was grouped differently (its ledgers' state would be silently lost).
+
+    The first start records the layout next to Spark's own checkpoint files; later starts must match it.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     check_state_layout(Path(tmp) / "cp", StreamSettings(ledger_state_buckets=8))
+        ...     try:
+        ...         check_state_layout(Path(tmp) / "cp", StreamSettings(ledger_state_buckets=16))
+        ...     except ConfigError as err:
+        ...         print("refused:", "keeps ledger state in 8 buckets" in str(err))
+        refused: True
+    """
+    wanted = {"state_layout": STATE_LAYOUT_VERSION, "ledger_state_buckets": stream.ledger_state_buckets}
+    marker = checkpoint / STATE_LAYOUT_FILE
+    if marker.exists():
+        try:
+            found = json.loads(marker.read_text())
+        except ValueError as err:
+            raise ConfigError(f"{marker}: unreadable state layout ({err}); reset the checkpoint") from None
+        if found.get("state_layout") != STATE_LAYOUT_VERSION:
+            raise ConfigError(
+                f"checkpoint {checkpoint} has state layout {found.get('state_layout')}, this version "
+                f"needs {STATE_LAYOUT_VERSION}: reset the checkpoint (docs/deployment.md)"
+            )
+        if found.get("ledger_state_buckets") != stream.ledger_state_buckets:
+            raise ConfigError(
+                f"checkpoint {checkpoint} keeps ledger state in {found.get('ledger_state_buckets')} "
+                f"buckets; stream.ledger_state_buckets is {stream.ledger_state_buckets}: set it back or "
+                "reset the checkpoint"
+            )
+        return
+    if (checkpoint / "offsets").exists():
+        raise ConfigError(
+            f"checkpoint {checkpoint} was written before state layout {STATE_LAYOUT_VERSION} "
+            "(one state group per ledger): reset the checkpoint (docs/deployment.md)"
+        )
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps(wanted, sort_keys=True) + "\n")
+
+
 def start(spark: Any, settings: Settings, *, available_now: bool = False) -> tuple[Any, AuditSink]:
     """Start the query; returns it with its sink (whose reports tests and the demo read)."""
     from streaming.metrics import StreamMetrics, make_listener
 
+    checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
+    check_state_layout(checkpoint, settings.stream)
     partitions = ensure_topics(settings)
     metrics = StreamMetrics()
     spark.streams.addListener(make_listener(metrics))
     if settings.stream.metrics_port:
         metrics.serve(settings.stream.metrics_port)
     sink = AuditSink(sink_config(settings, partitions), metrics)
-    checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
     writer = (
         decisions_frame(spark, settings)
         .writeStream.queryName(QUERY_NAME)

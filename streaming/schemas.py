@@ -30,12 +30,28 @@ from pyspark.sql.types import (
 )
 
 CLUSTER_STATE_KEY = "cluster"
+LEDGER_STATE_KEY_PREFIX = "ledgers/"
+
+
+def ledger_state_key(ledger_id: int, buckets: int) -> str:
+    """The state group of a ledger: ledgers share ``buckets`` groups (ledger id modulo ``buckets``).
+
+    One group per ledger would cost Spark a Python round trip per ledger per micro-batch; a bucket holds its
+    ledgers in a map state instead, so a batch costs one call per *touched bucket* plus two state calls per
+    ledger.
+
+    Example:
+        >>> ledger_state_key(130, 64)
+        'ledgers/2'
+    """
+    return f"{LEDGER_STATE_KEY_PREFIX}{ledger_id % buckets}"
+
 
 CHANGE_SCHEMA = StructType(
     [
         StructField(
             "state_key", StringType(), False
-        ),  # "cluster", "ledger/<id>" or "dead/<topic>/<p>/<offset>"
+        ),  # "cluster", "ledgers/<bucket>" or "dead/<topic>/<p>/<offset>"
         StructField("kind", StringType(), False),  # see CHANGE_KINDS
         StructField("event_time", TimestampType(), False),  # watcher clock (feedback: the timer's time)
         StructField("cluster", StringType(), True),

@@ -1069,9 +1069,9 @@ class _Processor:
         self.cluster_state: dict[str, Any] | None = None
 
     def decide(self, payload: Any, snapshot_id: str = "") -> list[dict[str, Any]]:
-        from streaming.decode import _event_row
+        from streaming.decode import DEFAULT_LEDGER_BUCKETS, _event_row
 
-        row = _event_row(self.builder.build(payload, snapshot_id=snapshot_id))
+        row = _event_row(self.builder.build(payload, snapshot_id=snapshot_id), DEFAULT_LEDGER_BUCKETS)
         change = {
             "kind": row["kind"],
             "event_time_ms": row["event_time"] // 1000,

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from streaming.processor import ClusterLogic, LedgerLogic, ProcessorConfig, make_processor
+from streaming.schemas import ledger_state_key
 
 
 def row(kind, t, ledger_id=None, bookie_id=None, snap=None, **payload):
@@ -247,13 +248,95 @@ def test_spark_adapter_keeps_state_and_fires_event_time_timers(tester):
 def test_spark_adapter_orders_rows_and_drops_duplicates_per_ledger(tester):
     payload = {"mzxid": 5, "state": "CLOSED"}
     out = tester.testInPandas(
-        "ledger/7",
+        "ledgers/7",
         frame(
             [
-                ("ledger/7", "ledger_upserted", 1_000, 7, None, payload),
-                ("ledger/7", "ledger_upserted", 1_001, 7, None, payload),
+                ("ledgers/7", "ledger_upserted", 1_000, 7, None, payload),
+                ("ledgers/7", "ledger_upserted", 1_001, 7, None, payload),
             ]
         ),
     )
     assert list(out["kind"]) == ["ledger_state"]
     assert int(out["ledger_id"].iloc[0]) == 7
+
+
+def test_a_bucket_keeps_each_ledgers_state_apart(tester):
+    # Ledgers 3 and 67 share bucket 3 of 64; each one's versions are judged on their own.
+    key = ledger_state_key(3, 64)
+    assert key == ledger_state_key(67, 64)
+    out = tester.testInPandas(
+        key,
+        frame(
+            [
+                (key, "ledger_upserted", 1_000, 3, None, {"mzxid": 9, "state": "OPEN"}),
+                (key, "ledger_upserted", 1_001, 67, None, {"mzxid": 5, "state": "OPEN"}),
+                (key, "ledger_upserted", 1_002, 67, None, {"mzxid": 5, "state": "OPEN"}),  # duplicate
+                (key, "ledger_upserted", 1_003, 3, None, {"mzxid": 8, "state": "OPEN"}),  # stale
+            ]
+        ),
+    )
+    assert [(d, int(i)) for d, i in zip(out["kind"], out["ledger_id"], strict=True)] == [
+        ("ledger_state", 3),
+        ("ledger_state", 67),
+    ]
+    stored = tester.peekMapState("ledgers", key)
+    assert {k[0]: json.loads(v[0])["mzxid"] for k, v in stored.items()} == {3: 9, 67: 5}
+    # A newer version of 67 alone passes; 3's state is untouched.
+    out = tester.testInPandas(
+        key, frame([(key, "ledger_upserted", 2_000, 67, None, {"mzxid": 6, "state": "CLOSED"})])
+    )
+    assert list(out["kind"]) == ["ledger_state"] and int(out["ledger_id"].iloc[0]) == 67
+
+
+def test_a_bucket_fires_each_ledgers_timer_at_its_own_time():
+    from pyspark.sql.streaming.tws_tester import TwsTester
+
+    tester = TwsTester(
+        make_processor(ProcessorConfig(reprobe_delay_s=10, reprobe_rounds=3)),
+        timeMode="EventTime",
+        eventTimeExtractor=lambda r: int(r["event_time"].timestamp() * 1000),
+    )
+    key = ledger_state_key(1, 4)
+    failing = {"round": 0, "failing": True, "mzxid": 5}
+    tester.testInPandas(
+        key,
+        frame(
+            [
+                (key, "ledger_upserted", 1_000, 1, None, {"mzxid": 5, "state": "CLOSED"}),
+                (key, "ledger_upserted", 1_000, 5, None, {"mzxid": 5, "state": "CLOSED"}),
+                (key, "probe_result", 1_000, 1, None, failing),  # due 11 000
+                (key, "probe_result", 4_000, 5, None, failing),  # due 14 000
+            ]
+        ),
+    )
+    assert json.loads(tester.peekValueState("state", key)[0])["agenda"] == {"1": 11_000, "5": 14_000}
+    fired = tester.setWatermark(11_500)
+    assert [
+        (k, int(i), t.value // 1_000_000)
+        for k, i, t in zip(fired["kind"], fired["ledger_id"], fired["event_time"], strict=True)
+    ] == [("probe_request", 1, 11_000)]
+    fired = tester.setWatermark(14_500)
+    assert [(k, int(i)) for k, i in zip(fired["kind"], fired["ledger_id"], strict=True)] == [
+        ("probe_request", 5)
+    ]
+    # A passing probe of ledger 1 takes it off the agenda; ledger 5 stays due at its next round.
+    tester.testInPandas(
+        key, frame([(key, "probe_result", 15_000, 1, None, {"round": 1, "failing": False, "mzxid": 5})])
+    )
+    agenda = json.loads(tester.peekValueState("state", key)[0])["agenda"]
+    assert set(agenda) == {"5"} and agenda["5"] > 14_500
+
+
+def test_decode_puts_every_ledger_row_in_its_bucket():
+    from bkaudit import events as ev
+    from streaming.decode import decode_record
+
+    builder = ev.EventBuilder(cluster="c1", run_id="r")
+    event = builder.build(ev.ledger_deleted(130, last_mzxid=1), snapshot_id="")
+    row = decode_record(
+        None, event.SerializeToString(), "changes", 0, 1, feedback_topic="fb", ledger_buckets=64
+    )
+    assert row["state_key"] == "ledgers/2" and row["ledger_id"] == 130
+    feedback = json.dumps({"kind": "probe_result", "ledger_id": 130, "event_time_ms": 1, "cluster": "c1"})
+    row = decode_record(None, feedback.encode(), "fb", 0, 2, feedback_topic="fb", ledger_buckets=64)
+    assert row["state_key"] == "ledgers/2"
