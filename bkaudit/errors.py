@@ -27,3 +27,11 @@ class ConfigError(BkauditError):
 
 class ServiceError(BkauditError):
     """An external service could not be started, reached or stopped."""
+
+
+class NotFoundError(BkauditError, LookupError):
+    """Something named that does not exist: a lakehouse directory, a Delta table, a ledger."""
+
+
+class InvalidArgumentError(BkauditError, ValueError):
+    """An argument a command or query does not accept (an unknown kind, a group-by key, a negative limit)."""

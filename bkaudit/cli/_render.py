@@ -1,0 +1,122 @@
+"""Arrow tables as command output: aligned text for terminals, one JSON array, or CSV with a header.
+
+Values print the same way in every format: timestamps as RFC 3339 UTC with milliseconds (as in the alert
+stream), dates as ``YYYY-MM-DD``. Lists are JSON in CSV and comma-joined in the text table, where long cells
+are cut at :data:`MAX_CELL` characters (``…``); JSON and CSV are never cut.
+
+Example:
+    >>> import io, pyarrow as pa
+    >>> out = io.StringIO()
+    >>> render(pa.table({"ledger_id": [7, 12], "bookies": [["b1", "b2"], []]}), "table", out)
+    >>> print(out.getvalue(), end="")
+    ledger_id  bookies
+    ---------  -------
+            7  b1,b2
+           12
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import json
+from datetime import UTC, date, datetime
+from typing import IO, Any
+
+import pyarrow as pa
+
+from connectors.delta.queries import naive_utc
+
+FORMATS = ("table", "json", "csv")
+MAX_CELL = 60
+
+
+def plain(value: Any) -> Any:
+    """A JSON-ready value: timestamps as RFC 3339 UTC (milliseconds), dates ISO, bytes base64.
+
+    Example:
+        >>> plain(datetime(2024, 5, 1, 12, 0, 0, 250000, tzinfo=UTC))
+        '2024-05-01T12:00:00.250Z'
+        >>> plain({"a": [date(2024, 5, 1)]})
+        {'a': ['2024-05-01']}
+    """
+    if isinstance(value, datetime):
+        moment = value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+        return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return value
+
+
+def _csv_cell(value: Any) -> str:
+    value = plain(value)
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _text_cell(value: Any) -> str:
+    value = plain(value)
+    if value is None:
+        text = ""
+    elif isinstance(value, list):
+        text = ",".join(_text_cell(v) for v in value)
+    elif isinstance(value, dict):
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    elif isinstance(value, bool):
+        text = "true" if value else "false"
+    else:
+        text = str(value)
+    text = " ".join(text.split())  # one line per row, whatever the data holds
+    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
+
+
+def _numeric(kind: pa.DataType) -> bool:
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
+
+
+def render(table: pa.Table, fmt: str, out: IO[str]) -> None:
+    """Write ``table`` to ``out`` as ``table`` (aligned text), ``json`` (one array) or ``csv``.
+
+    Example:
+        >>> import io, pyarrow as pa
+        >>> out = io.StringIO()
+        >>> render(pa.table({"kind": ["BOOKIE_LOST"], "alerts": [1]}), "json", out)
+        >>> out.getvalue()
+        '[{"kind": "BOOKIE_LOST", "alerts": 1}]\\n'
+    """
+    rows = naive_utc(table).to_pylist()
+    if fmt == "json":
+        out.write(json.dumps([plain(r) for r in rows], ensure_ascii=False) + "\n")
+    elif fmt == "csv":
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(table.column_names)
+        for row in rows:
+            writer.writerow([_csv_cell(row[name]) for name in table.column_names])
+    elif fmt == "table":
+        names = table.column_names
+        cells = [[_text_cell(row[name]) for name in names] for row in rows]
+        widths = [max([len(name), *(len(line[i]) for line in cells)]) for i, name in enumerate(names)]
+        right = [_numeric(table.schema.field(name).type) for name in names]
+
+        def line(values: list[str]) -> str:
+            parts = [v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right, strict=True)]
+            return "  ".join(parts).rstrip()
+
+        out.write(line(list(names)) + "\n")
+        out.write(line(["-" * w for w in widths]) + "\n")
+        for values in cells:
+            out.write(line(values) + "\n")
+        if not rows:
+            out.write("(no rows)\n")
+    else:
+        raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    out.flush()

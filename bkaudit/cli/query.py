@@ -1,0 +1,289 @@
+"""`bkaudit query ...`: the SRE's questions over the Delta tables (DuckDB through Arrow; no Spark).
+
+Every command reads the lakehouse under the ``lakehouse_root`` setting (``--lakehouse PATH`` overrides it;
+the demo's tables are in ``lakehouse/demo``) and prints ``--format table`` (aligned text, the default),
+``json`` (one array) or ``csv`` (with a header). Listings stop at ``--limit`` rows (1000; 0 = all) with a
+note on stderr. A missing lakehouse, table or ledger, or an argument a command does not take, exits 2 with
+one line on stderr. The queries themselves live in :mod:`connectors.delta.queries`.
+
+Status: first version (issue 7).
+
+Example:
+    $ bkaudit query alerts --group-by kind --lakehouse lakehouse/demo
+    $ bkaudit query under-replicated --group-by rack
+    $ bkaudit query ledgers --bookie bookie-00 --format csv
+    $ bkaudit query history --ledger-id 7
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from bkaudit.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from connectors.delta.queries import Lakehouse
+
+app = typer.Typer(
+    help="Ask the Delta tables what is at risk, why and since when (DuckDB; no Spark).", no_args_is_help=True
+)
+
+
+class OutputFormat(StrEnum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+LakehouseOption = Annotated[
+    Path | None,
+    typer.Option("--lakehouse", help="root of the Delta tables (default: the lakehouse_root setting)"),
+]
+FormatOption = Annotated[
+    OutputFormat, typer.Option("--format", "-f", help="table (aligned text), json (one array) or csv")
+]
+LimitOption = Annotated[int, typer.Option("--limit", help="print at most this many rows; 0 prints all")]
+GroupByOption = Annotated[list[str] | None, typer.Option("--group-by", help="count per key (repeatable)")]
+KindOption = Annotated[list[str] | None, typer.Option("--kind", help="alert kind (repeatable)")]
+BookieOption = Annotated[str | None, typer.Option("--bookie", help="bookie id")]
+RackOption = Annotated[
+    str | None, typer.Option("--rack", help="rack, e.g. /rack-0 (/default-rack: none set)")
+]
+TopicOption = Annotated[
+    str | None, typer.Option("--topic", help="Pulsar topic, persistent://tenant/ns/topic")
+]
+NamespaceOption = Annotated[str | None, typer.Option("--namespace", help="Pulsar namespace, tenant/ns")]
+LedgerIdOption = Annotated[int | None, typer.Option("--ledger-id", help="ledger id")]
+
+DEFAULT_LIMIT = 1000
+
+
+def _lakehouse(path: Path | None) -> Lakehouse:
+    from connectors.delta.queries import Lakehouse
+
+    if path is None:
+        from bkaudit.settings import load_settings
+
+        path = load_settings().lakehouse_root
+    return Lakehouse(path)
+
+
+def _print(
+    lakehouse: Path | None,
+    fmt: OutputFormat,
+    limit: int | None,
+    query: Callable[[Lakehouse, int | None], pa.Table],
+) -> None:
+    """Run ``query`` with one row more than ``limit`` (to know whether rows were cut) and print it."""
+    from bkaudit.cli._render import render
+
+    if limit is not None and limit < 0:
+        raise InvalidArgumentError(f"--limit must be 0 (all) or more, got {limit}")
+    wanted = limit or None  # 0 and None: every row
+    with _lakehouse(lakehouse) as opened:
+        table = query(opened, None if wanted is None else wanted + 1)
+    if wanted is not None and table.num_rows > wanted:
+        table = table.slice(0, wanted)
+        sys.stderr.write(f"bkaudit: showing the first {wanted} rows; --limit 0 prints all\n")
+    render(table, fmt.value, sys.stdout)
+
+
+def _moment(text: str | None, option: str) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidArgumentError(
+            f"{option} must be an ISO date or time (UTC unless given), got {text!r}"
+        ) from None
+
+
+@app.command("alerts")
+def alerts(
+    kind: KindOption = None,
+    severity: Annotated[str | None, typer.Option("--severity", help="critical, warning or info")] = None,
+    bookie: BookieOption = None,
+    rack: RackOption = None,
+    ledger_id: LedgerIdOption = None,
+    topic: TopicOption = None,
+    namespace: NamespaceOption = None,
+    group_by: GroupByOption = None,
+    lakehouse: LakehouseOption = None,
+    fmt: FormatOption = OutputFormat.table,
+    limit: LimitOption = DEFAULT_LIMIT,
+) -> None:
+    """Open alerts, oldest first; --group-by kind|severity|bookie|rack|topic|namespace counts them."""
+    _print(
+        lakehouse,
+        fmt,
+        limit,
+        lambda lh, rows: lh.open_alerts(
+            kinds=kind,
+            severity=severity,
+            bookie=bookie,
+            rack=rack,
+            ledger_id=ledger_id,
+            topic=topic,
+            namespace=namespace,
+            group_by=group_by,
+            limit=rows,
+        ),
+    )
+
+
+@app.command("under-replicated")
+def under_replicated(
+    bookie: Annotated[str | None, typer.Option("--bookie", help="lost bookie the ledgers name")] = None,
+    rack: Annotated[str | None, typer.Option("--rack", help="rack of the lost bookie")] = None,
+    topic: TopicOption = None,
+    namespace: NamespaceOption = None,
+    unrecoverable: Annotated[
+        bool, typer.Option("--unrecoverable", help="only ledgers with entries that have no copy left")
+    ] = False,
+    group_by: GroupByOption = None,
+    lakehouse: LakehouseOption = None,
+    fmt: FormatOption = OutputFormat.table,
+    limit: LimitOption = DEFAULT_LIMIT,
+) -> None:
+    """Ledgers under-replicated or unrecoverable now; --group-by bookie|rack|topic|namespace|kind."""
+    _print(
+        lakehouse,
+        fmt,
+        limit,
+        lambda lh, rows: lh.under_replicated(
+            bookie=bookie,
+            rack=rack,
+            topic=topic,
+            namespace=namespace,
+            unrecoverable_only=unrecoverable,
+            group_by=group_by,
+            limit=rows,
+        ),
+    )
+
+
+@app.command("placement")
+def placement(
+    rack: RackOption = None,
+    kind: KindOption = None,
+    topic: TopicOption = None,
+    namespace: NamespaceOption = None,
+    ledgers: Annotated[
+        bool, typer.Option("--ledgers", help="one row per ledger instead of per rack")
+    ] = False,
+    lakehouse: LakehouseOption = None,
+    fmt: FormatOption = OutputFormat.table,
+    limit: LimitOption = DEFAULT_LIMIT,
+) -> None:
+    """Open placement violations per rack (PLACEMENT_NOT_ADHERING, PLACEMENT_SOFT); --ledgers lists them."""
+    _print(
+        lakehouse,
+        fmt,
+        limit,
+        lambda lh, rows: lh.placement(
+            rack=rack, kinds=kind, topic=topic, namespace=namespace, by_ledger=ledgers, limit=rows
+        ),
+    )
+
+
+@app.command("ledgers")
+def ledgers(
+    bookie: Annotated[
+        str | None, typer.Option("--bookie", help="ledgers whose metadata names this bookie")
+    ] = None,
+    rack: Annotated[str | None, typer.Option("--rack", help="ledgers naming a bookie of this rack")] = None,
+    topic: TopicOption = None,
+    namespace: NamespaceOption = None,
+    state: Annotated[str | None, typer.Option("--state", help="OPEN, IN_RECOVERY or CLOSED")] = None,
+    placement: Annotated[
+        str | None, typer.Option("--placement", help="FAIL, MEETS_SOFT or MEETS_STRICT")
+    ] = None,
+    include_deleted: Annotated[bool, typer.Option("--include-deleted", help="also deleted ledgers")] = False,
+    lakehouse: LakehouseOption = None,
+    fmt: FormatOption = OutputFormat.table,
+    limit: LimitOption = DEFAULT_LIMIT,
+) -> None:
+    """Ledgers with their ensemble, topic, placement and open alerts (e.g. a dead bookie's: --bookie)."""
+    _print(
+        lakehouse,
+        fmt,
+        limit,
+        lambda lh, rows: lh.ledgers(
+            bookie=bookie,
+            rack=rack,
+            topic=topic,
+            namespace=namespace,
+            state=state,
+            placement=placement,
+            include_deleted=include_deleted,
+            limit=rows,
+        ),
+    )
+
+
+@app.command("history")
+def history(
+    ledger_id: Annotated[int, typer.Option("--ledger-id", help="the ledger")],
+    lakehouse: LakehouseOption = None,
+    fmt: FormatOption = OutputFormat.table,
+) -> None:
+    """One ledger's story: its metadata versions (Delta change feed) and alert transitions, in time order."""
+    _print(lakehouse, fmt, None, lambda lh, _rows: lh.ledger_history(ledger_id))
+
+
+@app.command("bookies")
+def bookies(
+    status: Annotated[
+        str | None, typer.Option("--status", help="WRITABLE, READ_ONLY, GONE or UNKNOWN")
+    ] = None,
+    rack: RackOption = None,
+    lost: Annotated[bool | None, typer.Option("--lost/--not-lost", help="only lost / only not lost")] = None,
+    lakehouse: LakehouseOption = None,
+    fmt: FormatOption = OutputFormat.table,
+) -> None:
+    """Bookies: membership, rack, flaps, how many ledgers name each, what is open about it."""
+    _print(lakehouse, fmt, None, lambda lh, _rows: lh.bookies(status=status, rack=rack, lost=lost))
+
+
+@app.command("violations")
+def violations(
+    kind: KindOption = None,
+    state: Annotated[str | None, typer.Option("--state", help="firing or resolved")] = None,
+    ledger_id: LedgerIdOption = None,
+    bookie: BookieOption = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="from this time (ISO 8601; UTC unless given)")
+    ] = None,
+    until: Annotated[str | None, typer.Option("--until", help="before this time (ISO 8601)")] = None,
+    group_by: GroupByOption = None,
+    lakehouse: LakehouseOption = None,
+    fmt: FormatOption = OutputFormat.table,
+    limit: LimitOption = DEFAULT_LIMIT,
+) -> None:
+    """Alert transitions in time order; --group-by kind|state|severity|bookie|rack|namespace|day."""
+    since_at, until_at = _moment(since, "--since"), _moment(until, "--until")
+    _print(
+        lakehouse,
+        fmt,
+        limit,
+        lambda lh, rows: lh.violations(
+            kinds=kind,
+            state=state,
+            ledger_id=ledger_id,
+            bookie=bookie,
+            since=since_at,
+            until=until_at,
+            group_by=group_by,
+            limit=rows,
+        ),
+    )

@@ -1,0 +1,144 @@
+"""`bkaudit query ...` over the example lakehouse: formats, the lakehouse setting, and the error contract.
+
+The example lakehouse (``connectors.delta.queries.write_example_lakehouse``): bookie-1 (/rack-0) lost, its
+ledgers 1 and 2 under-replicated; ledger 1 also badly placed (bookie-1 and bookie-2 both in /rack-0).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable
+
+import pytest
+
+from connectors.delta.queries import write_example_lakehouse
+from tests.conftest import CliResult
+
+Cli = Callable[..., CliResult]
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(write_example_lakehouse(tmp_path_factory.mktemp("example-lakehouse")))
+
+
+def query(cli: Cli, lakehouse: str, *args: str) -> CliResult:
+    return cli("query", *args, "--lakehouse", lakehouse)
+
+
+def one_error_line(result: CliResult) -> str:
+    assert result.exit_code == 2, (result.exit_code, result.stderr)
+    assert result.stdout == b""
+    assert result.stderr.startswith("bkaudit: ") and result.stderr.count("\n") == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    return result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "first_column"),
+    [
+        (("alerts",), "kind"),
+        (("alerts", "--group-by", "kind"), "kind"),
+        (("under-replicated",), "ledger_id"),
+        (("under-replicated", "--group-by", "rack", "--group-by", "namespace"), "rack"),
+        (("placement",), "rack"),
+        (("placement", "--ledgers"), "ledger_id"),
+        (("ledgers", "--bookie", "bookie-1"), "ledger_id"),
+        (("history", "--ledger-id", "1"), "at"),
+        (("bookies",), "bookie_id"),
+        (("violations", "--group-by", "day"), "day"),
+    ],
+)
+def test_every_command_prints_the_same_rows_as_json_csv_and_table(cli, example, args, first_column):
+    as_json = query(cli, example, *args, "--format", "json")
+    assert as_json.exit_code == 0, as_json.stderr
+    rows = as_json.json()
+    assert isinstance(rows, list) and rows and next(iter(rows[0])) == first_column
+    as_csv = list(csv.DictReader(io.StringIO(query(cli, example, *args, "--format", "csv").text)))
+    assert len(as_csv) == len(rows)
+    assert [r[first_column] for r in as_csv] == [str(r[first_column]) for r in rows]
+    table = query(cli, example, *args).text.splitlines()
+    assert table[0].split()[0] == first_column and set(table[1]) <= {"-", " "}
+    assert len(table) == len(rows) + 2
+
+
+def test_the_dead_bookies_ledgers_and_why_they_are_at_risk(cli, example):
+    rows = query(cli, example, "under-replicated", "--bookie", "bookie-1", "-f", "json").json()
+    assert [(r["ledger_id"], r["lost_bookies"], r["since"]) for r in rows] == [
+        (1, ["bookie-1"], "2024-05-01T12:10:00.000Z"),
+        (2, ["bookie-1"], "2024-05-01T12:10:00.000Z"),
+    ]
+    by_rack = query(cli, example, "placement", "--ledgers", "-f", "json").json()
+    assert by_rack[0]["racks"] == ["/rack-0", "/rack-0", "/rack-1"]
+
+
+def test_the_lakehouse_comes_from_the_settings_when_not_given(cli, example, monkeypatch):
+    monkeypatch.setenv("BKAUDIT_LAKEHOUSE_ROOT", example)
+    result = cli("query", "bookies", "--lost", "-f", "json")
+    assert result.exit_code == 0, result.stderr
+    assert [r["bookie_id"] for r in result.json()] == ["bookie-1"]
+
+
+def test_a_cut_listing_says_so_on_stderr_and_limit_0_prints_all(cli, example):
+    cut = query(cli, example, "alerts", "--limit", "2", "-f", "json")
+    assert cut.exit_code == 0 and len(cut.json()) == 2
+    assert cut.stderr == "bkaudit: showing the first 2 rows; --limit 0 prints all\n"
+    whole = query(cli, example, "alerts", "--limit", "0", "-f", "json")
+    assert len(whole.json()) == 4 and whole.stderr == ""
+
+
+def test_an_empty_answer_is_an_empty_array_a_header_or_no_rows(cli, example):
+    assert query(cli, example, "ledgers", "--bookie", "nobody", "-f", "json").json() == []
+    assert query(cli, example, "ledgers", "--bookie", "nobody", "-f", "csv").text.startswith(
+        "ledger_id,state,"
+    )
+    assert query(cli, example, "ledgers", "--bookie", "nobody").text.endswith("(no rows)\n")
+
+
+def test_a_missing_lakehouse_is_one_line_naming_it(cli, tmp_path):
+    assert (
+        one_error_line(query(cli, str(tmp_path / "none"), "alerts"))
+        == f"bkaudit: no lakehouse at {tmp_path / 'none'}\n"
+    )
+
+
+def test_a_lakehouse_without_tables_points_at_the_demo_tables(cli, tmp_path):
+    (tmp_path / "demo").mkdir()
+    message = one_error_line(query(cli, str(tmp_path), "bookies"))
+    assert "no Delta table 'bookies'" in message and str(tmp_path / "demo") in message
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("history", "--ledger-id", "abc"), "--ledger-id"),
+        (("history", "--ledger-id", "1; DROP TABLE ledgers"), "--ledger-id"),
+        (("history",), "--ledger-id"),
+        (("history", "--ledger-id", "99"), "ledger 99 is not in the lakehouse"),
+        (("history", "--ledger-id", "-3"), "ledger id -3 is outside"),
+        (("history", "--ledger-id", str(2**64)), "is outside"),
+        (("alerts", "--kind", "NOPE"), "unknown alert kind 'NOPE'"),
+        (("alerts", "--group-by", "kind,rack"), "unknown group-by key 'kind,rack'"),
+        (("alerts", "--format", "xml"), "--format"),
+        (("alerts", "--limit", "-1"), "--limit must be 0 (all) or more"),
+        (("ledgers", "--state", "closed"), "unknown ledger state 'closed'"),
+        (("violations", "--since", "yesterday"), "--since must be an ISO date or time"),
+    ],
+)
+def test_bad_arguments_are_exit_2_with_one_line(cli, example, args, expected):
+    assert expected in one_error_line(query(cli, example, *args))
+
+
+def test_an_injection_looking_filter_matches_nothing_and_changes_nothing(cli, example):
+    hostile = "bookie-1' OR '1'='1"
+    assert query(cli, example, "under-replicated", "--bookie", hostile, "-f", "json").json() == []
+    assert query(cli, example, "ledgers", "--topic", "x'); DROP TABLE ledgers; --", "-f", "json").json() == []
+    assert len(query(cli, example, "ledgers", "-f", "json").json()) == 3
+
+
+def test_query_is_listed_in_help(cli):
+    result = cli("query", "--help")
+    assert result.exit_code == 0
+    for command in ("alerts", "under-replicated", "placement", "ledgers", "history", "bookies", "violations"):
+        assert command in result.text
