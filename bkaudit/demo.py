@@ -208,6 +208,10 @@ def run_demo(settings: Settings, *, keep_running: bool = False, out: TextIO | No
         sim.kill_bookie(victim)
         _wait("BOOKIE_LOST", lambda: open_kinds()["BOOKIE_LOST"] >= 1, printer)
         timings["bookie_death_to_alerts_s"] = round(time.monotonic() - step, 1)
+        # What the auditor had to flag while the bookie was dead (the tables keep it in `violations`).
+        death_truth = sim.ground_truth(
+            params=TruthParameters(probe_timeout_s=0.5, under_replication_grace_s=3600)
+        )
         printer.say(f"  ... {victim} is restarted: its alerts resolve")
         sim.restart_bookie(victim)
         _wait("the alerts to resolve", lambda: open_kinds()["BOOKIE_LOST"] == 0, printer)
@@ -262,6 +266,23 @@ def run_demo(settings: Settings, *, keep_running: bool = False, out: TextIO | No
             "alert_transitions": len(tail.seen),
             "lakehouse": str(lakehouse),
             "timings_s": timings,
+            # Who played which part, and the simulator's ground truth by id (at the end, and while the
+            # first bookie was dead), for checking the tables afterwards.
+            "story": {
+                "dead_bookie": victim,
+                "moved_bookies": list(moved),
+                "flapping_bookie": flapper,
+                "silent_bookie": silent,
+            },
+            "ground_truth_ids": {
+                "alerts": {k: v for k, v in truth["alerts"].items() if v},
+                "may_alert": {k: v for k, v in truth.get("may_alert", {}).items() if v},
+                "while_dead_bookie_was_lost": {
+                    k: v
+                    for k, v in death_truth["alerts"].items()
+                    if v and k in ("BOOKIE_LOST", "LEDGER_UNDER_REPLICATED", "LEDGER_UNRECOVERABLE")
+                },
+            },
         }
     finally:
         if tail is not None:
