@@ -119,7 +119,6 @@ class KafkaSettings(BaseModel):
     producer_linger_ms: int = Field(0, ge=0)
     producer_retries: int = Field(2_147_483_647, ge=0)
     producer_max_in_flight: int = Field(1, ge=1, description="1 keeps per-key order across retries")
-    producer_buffer_memory: int = Field(32 * 1024 * 1024, gt=0)
     producer_max_block_ms: int = Field(60_000, gt=0, description="back-pressure: block, never drop")
     consumer_session_timeout_ms: int = Field(6_000, gt=0)
     consumer_heartbeat_interval_ms: int = Field(1_000, gt=0)

@@ -66,7 +66,6 @@ FALLBACK_DESCRIPTIONS: dict[str, str] = {
     "needs it); on real Kafka use e.g. 65536 with producer_linger_ms 5",
     "kafka.producer_linger_ms": "how long the producer waits to fill a batch",
     "kafka.producer_retries": "producer retries (endless by default: a change is never dropped)",
-    "kafka.producer_buffer_memory": "not passed to the client: kafka-python 3 has no buffer_memory option",
     "kafka.consumer_session_timeout_ms": "consumer group session timeout (short: fast joins on the embedded "
     "broker)",
     "kafka.consumer_heartbeat_interval_ms": "consumer group heartbeat interval",

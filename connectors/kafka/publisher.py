@@ -6,11 +6,11 @@
   partition count, as the Java client does), so the watcher knows where each event lands: heartbeats and
   snapshot markers go to every partition explicitly, and each SnapshotEnd carries how many snapshot events
   its partition received.
-* Never drop: when the producer's buffer is full, ``send`` blocks (``max_block_ms``) and then raises; the
-  publisher retries until the event is accepted, which stops the caller — back-pressure up the watch loop
-  instead of a silent loss. The publisher also caps the records not yet acknowledged (``max_unacked``):
-  kafka-python's buffer limit counts payload bytes only, and with one record per batch (the embedded
-  broker's setting) each pending record costs kilobytes of Python objects.
+* Never drop: the publisher caps the records not yet acknowledged (``max_unacked``) and blocks the caller
+  at the cap — back-pressure up the watch loop instead of a silent loss. That cap is what bounds memory:
+  kafka-python 3 has no buffer limit of its own (no ``buffer_memory``), and with one record per batch (the
+  embedded broker's setting) each pending record costs kilobytes of Python objects. When ``send`` blocks
+  for want of metadata (``max_block_ms``) and raises, the publisher retries until the event is accepted.
 * A record that still fails after the producer's retries (delivery timeout) sets
   :attr:`ChangePublisher.failed`; the watcher then publishes a full snapshot once the broker accepts
   records again.
