@@ -72,6 +72,12 @@ class ZooKeeperSettings(BaseModel):
     )
     ledgers_root: str = Field("/ledgers", description="BookKeeper's zkLedgersRootPath")
     session_timeout_s: float = Field(30.0, gt=0)
+    connect_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="how long `bkaudit watch` waits for its first ZooKeeper connection before it exits with "
+        "an error; default: session_timeout_s, at least 10 s",
+    )
     auth_scheme: Literal["none", "digest", "sasl"] = "none"
     auth_username: str | None = None
     auth_password: SecretStr | None = None
@@ -100,6 +106,12 @@ class KafkaSettings(BaseModel):
     """
 
     bootstrap_servers: str = "127.0.0.1:9092"
+    bootstrap_timeout_ms: int = Field(
+        30_000,
+        gt=0,
+        description="how long a Kafka client waits to reach a first broker; at start a process then exits "
+        "with an error",
+    )
     changes_topic: str = "bkaudit.changes"
     alerts_topic: str = "bkaudit.alerts"
     feedback_topic: str = "bkaudit.feedback"

@@ -42,7 +42,8 @@ MASK = "**********"
 FALLBACK_DESCRIPTIONS: dict[str, str] = {
     "lakehouse_root": "root directory of the Delta tables (a local or mounted path; see infra/README.md)",
     "checkpoint_root": "Structured Streaming checkpoints; the query's is `<checkpoint_root>/<stream.app_id>`",
-    "zookeeper.session_timeout_s": "ZooKeeper session timeout; also bounds the connect wait at start",
+    "zookeeper.session_timeout_s": "ZooKeeper session timeout; also the connect wait at start "
+    "unless connect_timeout_s is set (at least 10 s)",
     "zookeeper.auth_scheme": "`digest` (username/password), `sasl` (DIGEST-MD5, or GSSAPI without a "
     "username), or none",
     "zookeeper.auth_username": "user of the digest or SASL DIGEST-MD5 authentication",

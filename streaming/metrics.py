@@ -25,7 +25,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest, start_http_server
+from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+
+from bkaudit.metrics_http import serve_metrics
 
 # Alert kind → gauge name (BookKeeper's Auditor names, lower-cased, bkaudit_ prefix).
 AUDIT_GAUGES = {
@@ -175,8 +177,11 @@ class StreamMetrics:
         return generate_latest(self.registry)
 
     def serve(self, port: int) -> None:
-        """Expose ``/metrics`` on ``port`` (all interfaces: Prometheus scrapes from elsewhere)."""
-        start_http_server(port, registry=self.registry)
+        """Expose ``/metrics`` on ``port`` (all interfaces: Prometheus scrapes from elsewhere).
+
+        Raises :class:`~bkaudit.errors.ServiceError` (one line naming the port) when it cannot bind.
+        """
+        serve_metrics(self.registry, port, "0.0.0.0", setting="stream.metrics_port")
 
 
 def make_listener(metrics: StreamMetrics) -> Any:

@@ -15,8 +15,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
+from kafka.errors import KafkaError
+
+from bkaudit.errors import ServiceError
 from bkaudit.settings import KafkaSettings
 
 
@@ -31,6 +36,7 @@ def common_config(settings: KafkaSettings) -> dict[str, Any]:
         "bootstrap_servers": settings.bootstrap_servers.split(","),
         "client_id": settings.client_id,
         "request_timeout_ms": settings.request_timeout_ms,
+        "bootstrap_timeout_ms": settings.bootstrap_timeout_ms,
         "security_protocol": settings.security_protocol,
     }
     if settings.sasl_mechanism is not None:
@@ -99,3 +105,44 @@ def admin_config(settings: KafkaSettings) -> dict[str, Any]:
         True
     """
     return common_config(settings)
+
+
+def _secrets(settings: KafkaSettings) -> list[str]:
+    return [
+        secret.get_secret_value()
+        for secret in (settings.sasl_password, settings.ssl_password)
+        if secret is not None and secret.get_secret_value()
+    ]
+
+
+@contextlib.contextmanager
+def kafka_errors(settings: KafkaSettings, action: str) -> Iterator[None]:
+    """Turn a kafka-python error raised while ``action`` runs into one :class:`ServiceError` line.
+
+    The line names the brokers and what to check; it never carries a password (kafka-python's messages
+    have none, but they are scrubbed anyway: a broker's error text is not ours to trust).
+
+    Example:
+        >>> from kafka.errors import KafkaTimeoutError
+        >>> try:
+        ...     with kafka_errors(KafkaSettings(bootstrap_servers="k1:9092"), "creating topic 't'"):
+        ...         raise KafkaTimeoutError("Unable to bootstrap from ['k1:9092']")
+        ... except ServiceError as err:
+        ...     print(str(err).split(";")[0])
+        Kafka at k1:9092: creating topic 't' failed (KafkaTimeoutError: Unable to bootstrap from ['k1:9092'])
+    """
+    try:
+        yield
+    except KafkaError as err:
+        detail = str(err)  # kafka-python's errors print as "ClassName: text" (the bare name when empty)
+        for secret in _secrets(settings):
+            detail = detail.replace(secret, "***")
+        hint = (
+            "check kafka.bootstrap_servers (BKAUDIT_KAFKA__BOOTSTRAP_SERVERS) and that the brokers are up "
+            "and reachable from this host"
+        )
+        if settings.security_protocol != "PLAINTEXT":
+            hint += f", and the {settings.security_protocol} settings (kafka.sasl_*, kafka.ssl_*)"
+        raise ServiceError(
+            f"Kafka at {settings.bootstrap_servers}: {action} failed ({detail}); {hint}"
+        ) from None

@@ -37,7 +37,7 @@ from kafka.partitioner.default import murmur2
 from bkaudit.events import encode_event, kafka_key, payload_type
 from bkaudit.pb import change_events_pb2 as pb
 from bkaudit.settings import KafkaSettings
-from connectors.kafka.client_config import producer_config
+from connectors.kafka.client_config import kafka_errors, producer_config
 from connectors.kafka.topics import ensure_topic
 
 logger = logging.getLogger(__name__)
@@ -103,7 +103,9 @@ class ChangePublisher:
     def start(self) -> None:
         """Ensure the topic exists and open the producer."""
         self.partition_count = ensure_topic(self.settings, self.topic, self._wanted_partitions)
-        self._producer = self._producer_factory(**producer_config(self.settings))
+        # The producer bootstraps on its own (the brokers may have gone between the two calls).
+        with kafka_errors(self.settings, "opening the producer"):
+            self._producer = self._producer_factory(**producer_config(self.settings))
         logger.info("publishing change events to %s (%d partitions)", self.topic, self.partition_count)
 
     @property

@@ -79,6 +79,7 @@ from bkaudit.domain.underreplication import (
     parse_urledger_path,
 )
 from bkaudit.errors import ConfigError, FormatError, ServiceError
+from bkaudit.metrics_http import serve_metrics
 from bkaudit.pb import change_events_pb2 as pb
 from bkaudit.settings import Settings, ZooKeeperSettings
 from connectors.kafka.publisher import ChangePublisher
@@ -535,11 +536,24 @@ class ChangeWatcher:
                         client.close()
             with contextlib.suppress(Exception):
                 self.publisher.close(1.0)
+            if self._metrics_server is not None:
+                self._metrics_server.shutdown()
+                self._metrics_server = None
             raise
 
     def _start(self) -> None:
+        if self.config.metrics_port:
+            # First: a taken port then fails at once, before any connection is opened, and a watcher still
+            # waiting for ZooKeeper or Kafka is already visible to Prometheus.
+            self._metrics_server = serve_metrics(
+                self.metrics.registry,
+                self.config.metrics_port,
+                self.config.metrics_host,
+                setting="watcher.metrics_port",
+                host_setting="watcher.metrics_host",
+            )
         client = self.zookeeper
-        client.start(timeout=max(10.0, self.settings.zookeeper.session_timeout_s))
+        self._connect(client, self.settings.zookeeper.connect, "zookeeper.connect")
         self._connected.set()
         self.metrics.set_session_state("CONNECTED")
         self._detect_cluster()
@@ -557,12 +571,6 @@ class ChangeWatcher:
         self.metrics.unacked_events.set_function(lambda: self.publisher.unacked)
         self._start_thread("bkaudit-watch-worker", self._worker_loop)
         self._start_rack_source()
-        if self.config.metrics_port:
-            from prometheus_client import start_http_server
-
-            self._metrics_server, _ = start_http_server(
-                self.config.metrics_port, addr=self.config.metrics_host, registry=self.metrics.registry
-            )
         self._start_thread("bkaudit-watch-heartbeat", self._heartbeat_loop)
         self._started = True
         self.request_snapshot(pb.SnapshotBegin.START)
@@ -655,6 +663,25 @@ class ChangeWatcher:
                 self._status_lock.wait(remaining)
         return True
 
+    def _connect(self, client: KazooClient, hosts: str, setting: str) -> None:
+        """Start ``client``; a ZooKeeper that does not answer in time becomes one ServiceError line."""
+        zookeeper = self.settings.zookeeper
+        timeout_s = zookeeper.connect_timeout_s or max(10.0, zookeeper.session_timeout_s)
+        try:
+            client.start(timeout=timeout_s)
+        except (client.handler.timeout_exception, KazooException) as err:
+            # kazoo's own text ("Connection time-out") names neither the address nor what to do. The hosts
+            # string carries no credentials (those are in zookeeper.auth_*), so it is safe to print.
+            what = (
+                "no connection" if isinstance(err, client.handler.timeout_exception) else type(err).__name__
+            )
+            auth = "" if zookeeper.auth_scheme == "none" else f" and the {zookeeper.auth_scheme} credentials"
+            raise ServiceError(
+                f"ZooKeeper at {hosts}: {what} within {timeout_s:g} s; check {setting} "
+                f"(BKAUDIT_{setting.upper().replace('.', '__')}), that ZooKeeper is up and reachable from "
+                f"this host{auth}"
+            ) from None
+
     def _start_thread(self, name: str, target: Callable[[], None]) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
         self._threads.append(thread)
@@ -674,6 +701,8 @@ class ChangeWatcher:
                 )
             except FormatError as err:
                 raise ServiceError(f"cannot read the cluster's LAYOUT: {err}") from None
+            except KazooException as err:
+                raise self._unreadable(layout_path(self.root), err) from None
         if self.manager is LedgerManagerType.MS:
             raise ConfigError(
                 "the ms ledger manager keeps ledger metadata outside ZooKeeper: nothing to watch"
@@ -683,6 +712,8 @@ class ChangeWatcher:
             self.cluster = (data or b"").decode("utf-8", "replace").strip()
         except NoNodeError:
             self.cluster = ""
+        except KazooException as err:
+            raise self._unreadable(instance_id_path(self.root), err) from None
         if not self.cluster:
             if not self.settings.cluster:
                 raise ServiceError(
@@ -690,6 +721,13 @@ class ChangeWatcher:
                     f"(is {self.root} a BookKeeper ledgers root?); set `cluster` to watch anyway"
                 )
             self.cluster = self.settings.cluster
+
+    def _unreadable(self, path: str, err: KazooException) -> ServiceError:
+        # NoAuthError is the usual one: BookKeeper with zkEnableSecurity writes creator-only ACLs.
+        return ServiceError(
+            f"ZooKeeper at {self.settings.zookeeper.connect}: cannot read {path} ({type(err).__name__}); "
+            "check zookeeper.auth_scheme and its credentials (BKAUDIT_ZOOKEEPER__AUTH_*) and the znode's ACL"
+        )
 
     def _choose_watch_mode(self) -> None:
         mode = self.config.watch_mode
@@ -717,7 +755,7 @@ class ChangeWatcher:
             client = KazooClient(
                 **kazoo_client_options(self.settings.zookeeper, self.config.rack_map_zookeeper)
             )
-            client.start(timeout=max(10.0, self.settings.zookeeper.session_timeout_s))
+            self._connect(client, self.config.rack_map_zookeeper, "watcher.rack_map_zookeeper")
             self._rack_client = client
             self._rack_reads = OrderedReads(client, self._deliver)
             self._rack_reads.marker((OP_RACK_REFRESH, "", None, None))
