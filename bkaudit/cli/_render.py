@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import csv
 import json
+from collections.abc import Callable
 from datetime import UTC, date, datetime
 from typing import IO, Any
 
@@ -54,13 +55,36 @@ def plain(value: Any) -> Any:
     return value
 
 
-def _csv_cell(value: Any) -> str:
-    value = plain(value)
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+def _rfc3339(value: datetime) -> str:
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"  # naive UTC here
+
+
+def _nested(kind: pa.DataType) -> bool:
+    return pa.types.is_nested(kind) or pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
+
+
+def _json_cell(kind: pa.DataType) -> Callable[[Any], Any]:
+    if pa.types.is_timestamp(kind):
+        return lambda v: None if v is None else _rfc3339(v)
+    if pa.types.is_date(kind) or _nested(kind):
+        return plain
+    return lambda v: v
+
+
+def _csv_cell(kind: pa.DataType) -> Callable[[Any], str]:
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return lambda v: "" if v is None else v
+    if pa.types.is_boolean(kind):
+        return lambda v: "" if v is None else ("true" if v else "false")
+    if pa.types.is_timestamp(kind):
+        return lambda v: "" if v is None else _rfc3339(v)
+    if _nested(kind) or pa.types.is_date(kind):
+        return lambda v: "" if v is None else _csv_text(plain(v))
+    return lambda v: "" if v is None else str(v)
+
+
+def _csv_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _text_cell(value: Any) -> str:
@@ -75,8 +99,22 @@ def _text_cell(value: Any) -> str:
         text = "true" if value else "false"
     else:
         text = str(value)
-    text = " ".join(text.split())  # one line per row, whatever the data holds
+    return _fit(text)
+
+
+def _fit(text: str) -> str:
+    text = " ".join(text.split()) if any(c in text for c in "\n\r\t") else text  # one line per row
     return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
+
+
+def _table_cell(kind: pa.DataType) -> Callable[[Any], str]:
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return lambda v: "" if v is None else _fit(v)
+    if pa.types.is_integer(kind) or pa.types.is_floating(kind):
+        return lambda v: "" if v is None else str(v)
+    if pa.types.is_timestamp(kind):
+        return lambda v: "" if v is None else _rfc3339(v)
+    return _text_cell
 
 
 def _numeric(kind: pa.DataType) -> bool:
@@ -93,19 +131,25 @@ def render(table: pa.Table, fmt: str, out: IO[str]) -> None:
         >>> out.getvalue()
         '[{"kind": "BOOKIE_LOST", "alerts": 1}]\\n'
     """
-    rows = naive_utc(table).to_pylist()
+    table = naive_utc(table)
+    names, kinds = table.column_names, [field.type for field in table.schema]
+    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
     if fmt == "json":
-        out.write(json.dumps([plain(r) for r in rows], ensure_ascii=False) + "\n")
+        converted = [list(map(_json_cell(kind), values)) for kind, values in zip(kinds, columns, strict=True)]
+        rows = [dict(zip(names, values, strict=True)) for values in zip(*converted, strict=True)]
+        out.write(json.dumps(rows, ensure_ascii=False) + "\n")
     elif fmt == "csv":
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(table.column_names)
-        for row in rows:
-            writer.writerow([_csv_cell(row[name]) for name in table.column_names])
+        writer.writerow(names)
+        converted = [list(map(_csv_cell(kind), values)) for kind, values in zip(kinds, columns, strict=True)]
+        writer.writerows(zip(*converted, strict=True))
     elif fmt == "table":
-        names = table.column_names
-        cells = [[_text_cell(row[name]) for name in names] for row in rows]
+        converted = [
+            list(map(_table_cell(kind), values)) for kind, values in zip(kinds, columns, strict=True)
+        ]
+        cells = list(zip(*converted, strict=True))
         widths = [max([len(name), *(len(line[i]) for line in cells)]) for i, name in enumerate(names)]
-        right = [_numeric(table.schema.field(name).type) for name in names]
+        right = [_numeric(kind) for kind in kinds]
 
         def line(values: list[str]) -> str:
             parts = [v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right, strict=True)]
@@ -114,8 +158,8 @@ def render(table: pa.Table, fmt: str, out: IO[str]) -> None:
         out.write(line(list(names)) + "\n")
         out.write(line(["-" * w for w in widths]) + "\n")
         for values in cells:
-            out.write(line(values) + "\n")
-        if not rows:
+            out.write(line(list(values)) + "\n")
+        if not cells:
             out.write("(no rows)\n")
     else:
         raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")

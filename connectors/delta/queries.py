@@ -301,6 +301,20 @@ class Lakehouse:
                 f"cannot read the tables under {self.root}: {str(err).splitlines()[0]}"
             ) from err
 
+    def _table_of_rows(self, rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+        """Rows of Python values (timestamps naive UTC) as a table of ``schema``, built by DuckDB: pyarrow
+        imports pandas to convert any Python list (see :func:`naive_utc`)."""
+        kinds = {"timestamp[us, tz=UTC]": ("TIMESTAMP", "TIMESTAMPTZ"), "string": ("VARCHAR",) * 2}
+        kinds["int64"] = ("BIGINT", "BIGINT")
+        columns, params = [], {}
+        for index, field in enumerate(schema):
+            given, wanted = kinds[str(field.type)]
+            params[f"c{index}"] = [row[field.name] for row in rows]
+            columns.append(
+                f"CAST(unnest(CAST($c{index} AS {given}[])) AS {wanted}) AS {_identifier(field.name)}"
+            )
+        return self._con.sql(f"SELECT {', '.join(columns)}", params=params).to_arrow_table()
+
     @staticmethod
     def _limit_sql(limit: int | None, filters: _Filters) -> str:
         if _limit(limit) is None:
@@ -889,10 +903,7 @@ class Lakehouse:
                 r["kind"] or "",
             )
         )
-        # Naive UTC in Python, zoned in Arrow (see naive_utc).
-        return _with_zone(
-            pa.Table.from_pylist(rows, schema=naive_utc(HISTORY_SCHEMA.empty_table()).schema), "UTC"
-        )
+        return self._table_of_rows(rows, HISTORY_SCHEMA)
 
     def _ledger_changes(self, ledger_id: int) -> tuple[list[dict[str, Any]], int | None]:
         """The ledger's rows from the change data feed, oldest first, and the first complete version when

@@ -142,3 +142,24 @@ def test_query_is_listed_in_help(cli):
     assert result.exit_code == 0
     for command in ("alerts", "under-replicated", "placement", "ledgers", "history", "bookies", "violations"):
         assert command in result.text
+
+
+def test_values_print_the_same_way_in_csv_json_and_the_text_table(cli, example):
+    (as_json,) = query(
+        cli, example, "under-replicated", "--bookie", "bookie-1", "--limit", "1", "-f", "json"
+    ).json()
+    (as_csv,) = csv.DictReader(
+        io.StringIO(
+            query(cli, example, "under-replicated", "--bookie", "bookie-1", "--limit", "1", "-f", "csv").text
+        )
+    )
+    assert as_json["since"] == as_csv["since"] == "2024-05-01T12:10:00.000Z"
+    assert as_json["lost_bookies"] == ["bookie-1"] and as_csv["lost_bookies"] == '["bookie-1"]'
+    assert as_json["under_replication_marked"] is None and as_csv["under_replication_marked"] == ""
+    assert as_json["ensemble_size"] == 3 and as_csv["ensemble_size"] == "3"
+    text = query(cli, example, "under-replicated", "--bookie", "bookie-1", "--limit", "1").text.splitlines()[
+        2
+    ]
+    assert "2024-05-01T12:10:00.000Z" in text and " bookie-1 " in text
+    (bookie,) = query(cli, example, "bookies", "--lost", "-f", "csv").text.splitlines()[1:]
+    assert bookie.startswith("bookie-1,GONE,true,")
