@@ -25,11 +25,54 @@ if [[ -z "$python_bin" ]]; then
   exit 2
 fi
 
+# System packages come from Debian when we run as root with apt-get (CI, a fresh container); `apt-get update`
+# runs at most once per bootstrap, whatever is missing.
+apt_updated=""
+can_apt() { [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; }
+apt_install() {
+  if [[ -z "$apt_updated" ]]; then
+    apt-get update -qq || return  # explicit: callers may run this where set -e does not apply
+    apt_updated=1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+# The rule tests (tests/unit/test_observability_assets.py) run promtool, which ships in Debian's prometheus
+# package. Its postinst starts the Prometheus daemon unless /usr/sbin/policy-rc.d says no (exit 101; Docker
+# images ship one, other machines may not), so a refusing policy is put in place for the install, and on a
+# systemd host the unit the package enables is disabled again: we want the tool, not a server.
+ensure_promtool() {
+  command -v promtool >/dev/null 2>&1 && return 0
+  if ! can_apt; then
+    echo "bootstrap: promtool is not on PATH and cannot be installed here (not root or no apt-get); the" \
+      "promtool tests will fail: install Debian's prometheus package or put promtool on PATH" >&2
+    return 0
+  fi
+  echo "bootstrap: installing promtool (Debian's prometheus package; the service is not started)" >&2
+  local policy=/usr/sbin/policy-rc.d own_policy=""
+  if [[ ! -e "$policy" ]]; then
+    own_policy=1
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT  # never leave it behind: it would stop every service start
+    printf '#!/bin/sh\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+  fi
+  local status=0
+  apt_install --no-install-recommends prometheus || status=$?
+  if [[ -n "$own_policy" ]]; then
+    rm -f "$policy"
+    trap - EXIT
+  fi
+  if [[ -d /run/systemd/system ]]; then
+    systemctl disable prometheus.service >/dev/null 2>&1 || true
+  fi
+  return "$status"
+}
+
 # ZooKeeper (from pyspark's jars) and Spark need a JVM. Install one from Debian when we can.
 if ! command -v java >/dev/null 2>&1; then
-  if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+  if can_apt; then
     echo "bootstrap: installing a Java runtime (openjdk-17-jre-headless)" >&2
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+    apt_install openjdk-17-jre-headless
   else
     echo "bootstrap: Java 17+ is required (ZooKeeper and Spark run on the JVM); install it and retry" >&2
     exit 2
@@ -56,6 +99,7 @@ case "$action" in
     exec bkaudit demo "$@"
     ;;
   test)
+    ensure_promtool
     # Exit code 5 (no tests collected) is a failure for us: a suite that ran nothing proves nothing.
     exec python -m pytest "$@"
     ;;
