@@ -3,8 +3,8 @@
 The exported names come from the code itself: the watcher's and the job's metric objects are instantiated in
 fresh registries and their families listed with every sample suffix Prometheus will see (``_total``,
 ``_created``, ``_bucket``, ``_count``, ``_sum``). The rules are also checked and unit-tested by ``promtool``,
-and every dashboard expression is parsed by it; ``make test`` installs it (Debian's prometheus package) when it
-is missing, and without it those tests fail rather than skip.
+and every dashboard expression is parsed by it; ``make test`` installs it (Debian's prometheus package) when
+it is missing, and without it those tests fail rather than skip.
 """
 
 from __future__ import annotations
