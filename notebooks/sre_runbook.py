@@ -169,15 +169,15 @@ save(figure, "dead_bookie_ledgers")
 # ## 3. Since when: ledgers at risk over time
 #
 # A step function from the `violations` history: each firing adds one, each resolution removes one; the
-# last value holds until now.
+# last value holds until the latest transition the auditor recorded (of any kind).
 
 # %%
 over_time = frame(tables.open_alerts_over_time(kinds=list(LEDGER_RISK_KINDS)))
-now = pd.Timestamp.now(tz="UTC")
+latest = frame(tables.violations(group_by=["state"]))["last"].max()
 figure, axes = plt.subplots(figsize=(9, 3.5))
 if len(over_time):
     for kind, steps in over_time.groupby("kind"):
-        times = [*steps["detected_at"], max(now, steps["detected_at"].max())]
+        times = [*steps["detected_at"], max(latest, steps["detected_at"].max())]
         counts = [*steps["open_alerts"], steps["open_alerts"].iloc[-1]]
         axes.step(times, counts, where="post", label=kind, linewidth=2)
     axes.set_ylabel("open alerts")
