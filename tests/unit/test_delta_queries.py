@@ -442,3 +442,33 @@ def test_the_namespace_of_a_topic_is_what_pulsar_parses(tmp_path):
     write(tmp_path, "ledgers", 0, rows)
     found = {r["pulsar_topic"]: r["namespace"] for r in Lakehouse(tmp_path).ledgers().to_pylist()}
     assert found == {**TOPICS, None: None}
+
+
+def test_tables_duckdb_cannot_read_alone_go_through_deltalakes_dataset_with_the_same_answers(
+    lakehouse, monkeypatch
+):
+    direct = {
+        "under_replicated": lakehouse.under_replicated().to_pylist(),
+        "ledgers": lakehouse.ledgers(bookie="b4").to_pylist(),
+        "bookies": lakehouse.bookies().to_pylist(),
+    }
+    real_protocol = DeltaTable.protocol
+    datasets = []
+
+    def needs_reader_features(table):  # e.g. deletion vectors or column mapping
+        return real_protocol(table)._replace(min_reader_version=3)
+
+    def counted(table, *args, **kwargs):
+        datasets.append(table.table_uri)
+        return real_dataset(table, *args, **kwargs)
+
+    real_dataset = DeltaTable.to_pyarrow_dataset
+    monkeypatch.setattr(DeltaTable, "protocol", needs_reader_features)
+    monkeypatch.setattr(DeltaTable, "to_pyarrow_dataset", counted)
+    through_dataset = {
+        "under_replicated": lakehouse.under_replicated().to_pylist(),
+        "ledgers": lakehouse.ledgers(bookie="b4").to_pylist(),
+        "bookies": lakehouse.bookies().to_pylist(),
+    }
+    assert datasets  # the fallback was taken
+    assert through_dataset == direct
