@@ -189,6 +189,20 @@ class LedgerLogic:
     def new_state() -> dict[str, Any]:
         return {"mzxid": -1, "deleted": False, "corrupt": False, "suspect": None, "mark": None}
 
+    @staticmethod
+    def needs_state(state: dict[str, Any]) -> bool:
+        """Whether the ledger must be *tracked* (kept in Spark state) after this event.
+
+        Only a suspicion or an under-replication mark outlives an event. Version dedupe of everything else
+        is the sink's (it reads each ledger's row before applying a decision), so the common case — an
+        upsert of a healthy ledger — costs no state-server round trip.
+
+        Example:
+            >>> LedgerLogic.needs_state(LedgerLogic.new_state())
+            False
+        """
+        return state.get("suspect") is not None or state.get("mark") is not None
+
     def _reprobe_delay_ms(self, round_number: int) -> int:
         delay = min(
             self.config.reprobe_delay_s * (2 ** max(0, round_number - 1)), self.config.reprobe_max_delay_s
@@ -307,6 +321,10 @@ class LedgerLogic:
         if payload.get("mzxid") is not None and payload["mzxid"] != state["mzxid"] and state["mzxid"] >= 0:
             state["suspect"] = None  # the probe saw other metadata: the new version is evaluated on its own
             return []
+        if state["mzxid"] < 0 and payload.get("mzxid") is not None:
+            # An untracked ledger (see make_processor): the probe saw this version, so a later upsert of a
+            # newer one still ends the suspicion.
+            state["mzxid"] = payload["mzxid"]
         failing = bool(payload.get("failing"))
         if not failing:
             state["suspect"] = None
@@ -547,10 +565,16 @@ def make_processor(config: ProcessorConfig) -> Any:
             before: str | None,
             agenda: dict[str, int],
             due: set[int],
+            tracked: set[int],
         ) -> None:
-            encoded = json.dumps(state, separators=(",", ":"))
-            if encoded != before:  # a duplicate or stale event changes nothing: no state write
-                self.ledgers.updateValue((ledger_id,), (encoded,))
+            if LedgerLogic.needs_state(state):
+                encoded = json.dumps(state, separators=(",", ":"))
+                if encoded != before:  # a duplicate or stale event changes nothing: no state write
+                    self.ledgers.updateValue((ledger_id,), (encoded,))
+                tracked.add(ledger_id)
+            elif ledger_id in tracked:
+                self.ledgers.removeKey((ledger_id,))
+                tracked.discard(ledger_id)
             if due:
                 agenda[str(ledger_id)] = min(due)
             else:
@@ -568,15 +592,19 @@ def make_processor(config: ProcessorConfig) -> Any:
                 yield _frame(out, cluster)
                 return
             before = dict((state or {}).get("agenda") or {})
-            agenda = dict(before)
+            tracked_before = set((state or {}).get("tracked") or [])
+            agenda, tracked = dict(before), set(tracked_before)
             out = []
             for ledger_id, ledger_rows in _by_ledger(decoded).items():
-                ledger_state, encoded = self._ledger_state(ledger_id)
+                if ledger_id in tracked:
+                    ledger_state, encoded = self._ledger_state(ledger_id)
+                else:
+                    ledger_state, encoded = None, None  # untracked: no state-server round trip at all
                 new_state, decisions, due = self.ledger_logic.apply(ledger_state, ledger_rows)
-                self._store_ledger(ledger_id, new_state, encoded, agenda, due)
+                self._store_ledger(ledger_id, new_state, encoded, agenda, due, tracked)
                 out.extend(decisions)
-            if state is None or agenda != before or cluster != stored_cluster:
-                self._save({"agenda": agenda}, cluster)
+            if state is None or agenda != before or tracked != tracked_before or cluster != stored_cluster:
+                self._save({"agenda": agenda, "tracked": sorted(tracked)}, cluster)
             if _next_due(agenda) != _next_due(before):
                 self._set_timers(_timer_set(agenda))
             yield _frame(out, cluster)
@@ -594,7 +622,7 @@ def make_processor(config: ProcessorConfig) -> Any:
             # Everything due by the watermark is due now (its own timer would fire in this batch anyway).
             limit = max(at_ms, int(timerValues.getCurrentWatermarkInMs()))
             before = dict((state or {}).get("agenda") or {})
-            agenda = dict(before)
+            agenda, tracked = dict(before), set((state or {}).get("tracked") or [])
             out = []
             for ledger_key, due_ms in sorted(before.items(), key=lambda item: (item[1], int(item[0]))):
                 if due_ms > limit:
@@ -603,11 +631,12 @@ def make_processor(config: ProcessorConfig) -> Any:
                 ledger_state, encoded = self._ledger_state(ledger_id)
                 if ledger_state is None:
                     agenda.pop(ledger_key, None)
+                    tracked.discard(ledger_id)
                     continue
                 new_state, decisions, due = self.ledger_logic.on_timer(ledger_state, due_ms, ledger_id)
-                self._store_ledger(ledger_id, new_state, encoded, agenda, due)
+                self._store_ledger(ledger_id, new_state, encoded, agenda, due, tracked)
                 out.extend(decisions)
-            self._save({"agenda": agenda}, cluster)
+            self._save({"agenda": agenda, "tracked": sorted(tracked)}, cluster)
             # The fired timer is gone: always register the next one.
             self._set_timers(_timer_set(agenda))
             yield _frame(out, cluster)

@@ -36,9 +36,9 @@ LEDGER_STATE_KEY_PREFIX = "ledgers/"
 def ledger_state_key(ledger_id: int, buckets: int) -> str:
     """The state group of a ledger: ledgers share ``buckets`` groups (ledger id modulo ``buckets``).
 
-    One group per ledger would cost Spark a Python round trip per ledger per micro-batch; a bucket holds its
-    ledgers in a map state instead, so a batch costs one call per *touched bucket* plus two state calls per
-    ledger.
+    One group per ledger would cost Spark a Python round trip per ledger per micro-batch; a bucket keeps the
+    few ledgers that need state (suspects, marks) in a map state, so a batch costs one call per *touched
+    bucket* and state calls only for those ledgers.
 
     Example:
         >>> ledger_state_key(130, 64)

@@ -155,6 +155,19 @@ def _ledger_row(ledger_id: int, payload: Mapping[str, Any], cluster: str, at_ms:
     }
 
 
+def _is_stale(row: Mapping[str, Any] | None, mzxid: int | None) -> bool:
+    """Whether a ledger event of version ``mzxid`` is not newer than the ledger's row (znode versions only
+    grow; a deleted row keeps the delete's version).
+
+    Example:
+        >>> _is_stale({"mzxid": 7}, 7), _is_stale({"mzxid": 7}, 8), _is_stale(None, 1)
+        (True, False, False)
+    """
+    if row is None or mzxid is None or row.get("mzxid") is None:
+        return False
+    return bool(mzxid <= row["mzxid"])
+
+
 def _as_payload(row: Mapping[str, Any]) -> dict[str, Any]:
     """A ``ledgers`` row back into the evaluation shape."""
     return {
@@ -284,6 +297,12 @@ class AuditSink:
             kind, payload, at_ms = row["kind"], row["payload"], row["at_ms"]
             ledger_id, bookie_id = row.get("ledger_id"), row.get("bookie_id")
             if kind == "ledger_state":
+                if _is_stale(ledgers.get(ledger_id), payload.get("mzxid")):
+                    # A duplicate or an older version (the processor tracks only suspect ledgers): a
+                    # snapshot still learns the ledger exists.
+                    if not (ledgers.get(ledger_id) or {}).get("deleted"):
+                        seen(ledger_id, payload.get("snapshot_id"))
+                    continue
                 ledgers[ledger_id] = _ledger_row(ledger_id, payload, cluster, at_ms)
                 index_replace[ledger_id] = sorted(ledger_bookies(payload))
                 touch(ledger_id, at_ms)
@@ -296,9 +315,13 @@ class AuditSink:
                     "ledger_id": ledger_id,
                     "ledger_bucket": ledger_id % LEDGER_BUCKETS,
                 }
+                if existing.get("deleted"):
+                    continue  # a duplicate delete
                 ledgers[ledger_id] = {
                     **existing,
                     "deleted": True,
+                    # Upserts up to the delete's version are stale from now on.
+                    "mzxid": max(existing.get("mzxid") or -1, payload.get("last_mzxid") or -1),
                     "cluster": cluster,
                     "updated_at": _ts(at_ms),
                 }
@@ -309,6 +332,10 @@ class AuditSink:
                     "ledger_id": ledger_id,
                     "ledger_bucket": ledger_id % LEDGER_BUCKETS,
                 }
+                if existing.get("undecodable_reason") is not None and _is_stale(
+                    existing, payload.get("mzxid")
+                ):
+                    continue  # the same corrupt version again
                 ledgers[ledger_id] = {
                     **existing,
                     "cluster": cluster,

@@ -157,3 +157,35 @@ def test_a_crash_between_table_commits_ends_in_the_same_tables_after_replay(
         4,
         5,
     ]  # not 3: it moved off b1
+
+
+def test_the_sink_drops_duplicate_and_older_ledger_versions_but_snapshots_still_see_them(
+    kafka_settings, tmp_path
+):
+    # The processor keeps state only for suspect ledgers, so version dedupe is the sink's, from the rows.
+    from connectors.kafka.topics import ensure_topic
+
+    ensure_topic(kafka_settings, kafka_settings.alerts_topic, 1)
+    root = tmp_path / "lh"
+    sink = AuditSink(SinkConfig(lakehouse_root=root, app_id="dedupe-test", kafka=kafka_settings))
+    bookies = [("bookie_state", 1_000, None, b, {"status": "WRITABLE", "lost": False}) for b in ("b1", "b2")]
+    sink.process(decisions(*bookies, ("ledger_state", 1_000, 1, None, ledger(1, ["b1", "b2"], 10))), 0)
+    older = {**ledger(1, ["b2", "b1"], 9), "snapshot_id": "snap-1"}
+    duplicate = {**ledger(1, ["b2", "b1"], 10), "snapshot_id": "snap-1"}
+    report = sink.process(
+        decisions(("ledger_state", 2_000, 1, None, older), ("ledger_state", 2_001, 1, None, duplicate)), 1
+    )
+    row = read_table(root, "ledgers").to_pylist()[0]
+    assert (row["mzxid"], [s["ensemble"] for s in row["segments"]]) == (10, [["b1", "b2"]])
+    assert report.ledgers_written == 0
+    seen = read_table(root, "snapshot_seen").to_pylist()
+    assert {(r["snapshot_id"], r["ledger_id"]) for r in seen} == {("snap-1", 1)}
+    # A delete fixes the version: the same version again is stale, a newer one re-creates the ledger.
+    sink.process(decisions(("ledger_deleted", 3_000, 1, None, {"last_mzxid": 12, "inferred": False})), 2)
+    sink.process(decisions(("ledger_deleted", 3_001, 1, None, {"last_mzxid": 12, "inferred": False})), 3)
+    sink.process(decisions(("ledger_state", 3_002, 1, None, ledger(1, ["b1", "b2"], 12))), 4)
+    row = read_table(root, "ledgers").to_pylist()[0]
+    assert (row["deleted"], row["mzxid"]) == (True, 12)
+    sink.process(decisions(("ledger_state", 4_000, 1, None, ledger(1, ["b1", "b2"], 13))), 5)
+    row = read_table(root, "ledgers").to_pylist()[0]
+    assert (row["deleted"], row["mzxid"]) == (False, 13)

@@ -245,47 +245,58 @@ def test_spark_adapter_keeps_state_and_fires_event_time_timers(tester):
     assert json.loads(stored["membership"])["bookies"]["b1"][2] is True  # lost
 
 
-def test_spark_adapter_orders_rows_and_drops_duplicates_per_ledger(tester):
+def test_spark_adapter_passes_healthy_ledgers_through_without_keeping_state(tester):
+    # An upsert of a healthy ledger costs no state: version dedupe is the sink's (it reads the row).
     payload = {"mzxid": 5, "state": "CLOSED"}
-    out = tester.testInPandas(
-        "ledgers/7",
-        frame(
-            [
-                ("ledgers/7", "ledger_upserted", 1_000, 7, None, payload),
-                ("ledgers/7", "ledger_upserted", 1_001, 7, None, payload),
-            ]
-        ),
-    )
-    assert list(out["kind"]) == ["ledger_state"]
-    assert int(out["ledger_id"].iloc[0]) == 7
-
-
-def test_a_bucket_keeps_each_ledgers_state_apart(tester):
-    # Ledgers 3 and 67 share bucket 3 of 64; each one's versions are judged on their own.
-    key = ledger_state_key(3, 64)
-    assert key == ledger_state_key(67, 64)
+    key = ledger_state_key(7, 64)
     out = tester.testInPandas(
         key,
         frame(
             [
-                (key, "ledger_upserted", 1_000, 3, None, {"mzxid": 9, "state": "OPEN"}),
-                (key, "ledger_upserted", 1_001, 67, None, {"mzxid": 5, "state": "OPEN"}),
-                (key, "ledger_upserted", 1_002, 67, None, {"mzxid": 5, "state": "OPEN"}),  # duplicate
-                (key, "ledger_upserted", 1_003, 3, None, {"mzxid": 8, "state": "OPEN"}),  # stale
+                (key, "ledger_upserted", 1_001, 7, None, payload),
+                (key, "ledger_upserted", 1_000, 71, None, {"mzxid": 9, "state": "OPEN"}),
             ]
         ),
     )
-    assert [(d, int(i)) for d, i in zip(out["kind"], out["ledger_id"], strict=True)] == [
-        ("ledger_state", 3),
-        ("ledger_state", 67),
+    assert [(k, int(i)) for k, i in zip(out["kind"], out["ledger_id"], strict=True)] == [
+        ("ledger_state", 71),  # event-time order across the bucket's ledgers
+        ("ledger_state", 7),
     ]
-    stored = tester.peekMapState("ledgers", key)
-    assert {k[0]: json.loads(v[0])["mzxid"] for k, v in stored.items()} == {3: 9, 67: 5}
-    # A newer version of 67 alone passes; 3's state is untouched.
-    out = tester.testInPandas(
-        key, frame([(key, "ledger_upserted", 2_000, 67, None, {"mzxid": 6, "state": "CLOSED"})])
+    assert tester.peekMapState("ledgers", key) == {}
+    assert json.loads(tester.peekValueState("state", key)[0]) == {"agenda": {}, "tracked": []}
+
+
+def test_a_suspect_ledger_is_tracked_until_its_probe_passes(tester):
+    # Ledgers 3 and 67 share bucket 3 of 64; only the suspect one is kept in the map state.
+    key = ledger_state_key(3, 64)
+    assert key == ledger_state_key(67, 64)
+    tester.testInPandas(
+        key,
+        frame(
+            [
+                (key, "ledger_upserted", 1_000, 3, None, {"mzxid": 9, "state": "CLOSED"}),
+                (key, "ledger_upserted", 1_001, 67, None, {"mzxid": 5, "state": "CLOSED"}),
+                (key, "probe_result", 1_002, 67, None, {"round": 0, "failing": True, "mzxid": 5}),
+            ]
+        ),
     )
-    assert list(out["kind"]) == ["ledger_state"] and int(out["ledger_id"].iloc[0]) == 67
+    stored = tester.peekMapState("ledgers", key)
+    assert list(stored) == [(67,)]
+    assert json.loads(stored[(67,)][0])["mzxid"] == 5  # the probed version: a newer one ends the suspicion
+    assert json.loads(tester.peekValueState("state", key)[0])["tracked"] == [67]
+    # While tracked, its own duplicates are dropped here; a newer version clears the suspicion.
+    out = tester.testInPandas(
+        key,
+        frame(
+            [
+                (key, "ledger_upserted", 2_000, 67, None, {"mzxid": 5, "state": "CLOSED"}),
+                (key, "ledger_upserted", 2_001, 67, None, {"mzxid": 6, "state": "CLOSED"}),
+            ]
+        ),
+    )
+    assert list(out["kind"]) == ["ledger_state"]
+    assert tester.peekMapState("ledgers", key) == {}
+    assert json.loads(tester.peekValueState("state", key)[0]) == {"agenda": {}, "tracked": []}
 
 
 def test_a_bucket_fires_each_ledgers_timer_at_its_own_time():
