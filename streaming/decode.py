@@ -9,7 +9,7 @@ Pure per record (no I/O); Arrow in, Arrow out.
 Example:
     >>> rows = decode_record(b"k", b"\\xff", "bkaudit.changes", 0, 7, feedback_topic="bkaudit.feedback")
     >>> rows["kind"], rows["state_key"], rows["payload"]
-    ('dead_letter', 'dead/bkaudit.changes/0/7', '{"reason":"change event: not a valid protobuf message"}')
+    ('dead_letter', 'dead', '{"reason":"change event: not a valid protobuf message"}')
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pyarrow as pa
 from bkaudit import events as ev
 from bkaudit.errors import FormatError
 from bkaudit.pb import change_events_pb2 as pb
-from streaming.schemas import CLUSTER_STATE_KEY, ledger_state_key
+from streaming.state_keys import CLUSTER_STATE_KEY, DEAD_LETTER_STATE_KEY, ledger_state_key
 
 #: Ledger state groups when the caller does not say (the job passes ``stream.ledger_state_buckets``).
 DEFAULT_LEDGER_BUCKETS = 64
@@ -44,6 +44,7 @@ ARROW_CHANGE_SCHEMA = pa.schema(
         ("topic", pa.string()),
         ("partition", pa.int32()),
         ("offset", pa.int64()),
+        ("watermark_time", pa.timestamp("us", tz="UTC")),
     ]
 )
 
@@ -227,7 +228,7 @@ def decode_record(
     except FormatError as err:
         row = {
             "kind": "dead_letter",
-            "state_key": f"dead/{topic}/{partition}/{offset}",
+            "state_key": DEAD_LETTER_STATE_KEY,
             "event_time": 0,
             "cluster": None,
             "run_id": None,
@@ -246,7 +247,8 @@ def decode_batches(
 ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function: Kafka source batches → change rows.
 
-    Dead letters get the record's Kafka timestamp as event time so the watermark never drops them.
+    Dead letters get the record's Kafka timestamp as event time and no watermark time, so the watermark
+    never drops them.
     """
     for batch in batches:
         columns = batch.to_pydict()
@@ -269,7 +271,11 @@ def decode_batches(
                 feedback_topic=feedback_topic,
                 ledger_buckets=ledger_buckets,
             )
-            if row["kind"] == "dead_letter" and timestamp is not None:
-                row["event_time"] = int(timestamp.timestamp() * 1_000_000)
+            if row["kind"] == "dead_letter":
+                if timestamp is not None:
+                    row["event_time"] = int(timestamp.timestamp() * 1_000_000)
+                row["watermark_time"] = None  # never late (see CHANGE_SCHEMA)
+            else:
+                row["watermark_time"] = row["event_time"]
             rows.append(row)
         yield pa.RecordBatch.from_pylist(rows, schema=ARROW_CHANGE_SCHEMA)

@@ -21,8 +21,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import functions as F
-
 from bkaudit.errors import ConfigError
 from bkaudit.settings import Settings, StreamSettings
 from streaming.decode import decode_batches
@@ -83,7 +81,7 @@ def ensure_topics(settings: Settings) -> int:
 
 
 def decisions_frame(spark: Any, settings: Settings) -> Any:
-    """The streaming DataFrame of decisions (processor output plus dead letters)."""
+    """The streaming DataFrame of decisions (the processor's output, dead letters passed through)."""
     kafka, stream = settings.kafka, settings.stream
     if stream.source_format == "bkaudit_kafka":
         from connectors.kafka.spark_source import KafkaDataSource
@@ -105,17 +103,15 @@ def decisions_frame(spark: Any, settings: Settings) -> Any:
         ),
         CHANGE_SCHEMA,
     )
-    watched = decoded.filter(F.col("kind") != "dead_letter").withWatermark(
-        "event_time", f"{int(stream.watermark_delay_s * 1000)} milliseconds"
-    )
-    decisions = watched.groupBy("state_key").transformWithStateInPandas(
+    # One pass over Kafka: dead letters go through the processor too (passed through), rather than a second
+    # branch of the plan that would read and decode every record again.
+    watched = decoded.withWatermark("watermark_time", f"{int(stream.watermark_delay_s * 1000)} milliseconds")
+    return watched.groupBy("state_key").transformWithStateInPandas(
         statefulProcessor=make_processor(processor_config(stream)),
         outputStructType=DECISION_SCHEMA,
         outputMode="Append",
         timeMode="EventTime",
     )
-    dead = decoded.filter(F.col("kind") == "dead_letter").select(*DECISION_SCHEMA.fieldNames())
-    return decisions.unionByName(dead)
 
 
 STATE_LAYOUT_FILE = "bkaudit-state-layout.json"

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streaming.rules.lost_bookie import BookieMembership, BookieStatus, Transition, TransitionKind
+from streaming.state_keys import DEAD_LETTER_STATE_KEY
 
 Decision = dict[str, Any]
 
@@ -494,6 +495,26 @@ def _frame(decisions: list[Decision], cluster: str | None) -> Any:
     )
 
 
+_DECISION_COLUMNS = (
+    "kind",
+    "event_time",
+    "cluster",
+    "ledger_id",
+    "bookie_id",
+    "payload",
+    "topic",
+    "partition",
+    "offset",
+)
+
+
+def _passed_through(frames: Iterator[Any]) -> Iterator[Any]:
+    """Dead letters: the input rows as decisions, unchanged (the sink records them with their reason)."""
+    for frame in frames:
+        if len(frame):
+            yield frame[list(_DECISION_COLUMNS)]
+
+
 def _by_ledger(rows: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
     """A bucket's rows split per ledger, each ledger's rows still in order (first appearance order)."""
     grouped: dict[int, list[dict[str, Any]]] = {}
@@ -515,7 +536,7 @@ def _timer_set(agenda: dict[str, int]) -> set[int]:
 def make_processor(config: ProcessorConfig) -> Any:
     """The :class:`StatefulProcessor` for ``transformWithStateInPandas`` (imports pyspark lazily).
 
-    Two kinds of group (see :func:`streaming.schemas.ledger_state_key`):
+    Two kinds of group (see :func:`streaming.state_keys.ledger_state_key`):
 
     - ``"cluster"``: the value state ``state`` holds :class:`ClusterLogic`'s state; one timer at its deadline.
     - ``"ledgers/<bucket>"``: the map state ``ledgers`` holds each ledger's :class:`LedgerLogic` state (ledger
@@ -582,6 +603,9 @@ def make_processor(config: ProcessorConfig) -> Any:
 
         def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any) -> Iterator[Any]:
             state_key = key[0]
+            if state_key == DEAD_LETTER_STATE_KEY:
+                yield from _passed_through(rows)
+                return
             decoded = _rows_from_frames(rows)
             state, stored_cluster = self._load()
             cluster = next((r["cluster"] for r in reversed(decoded) if r.get("cluster")), stored_cluster)

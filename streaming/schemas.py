@@ -29,29 +29,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-CLUSTER_STATE_KEY = "cluster"
-LEDGER_STATE_KEY_PREFIX = "ledgers/"
-
-
-def ledger_state_key(ledger_id: int, buckets: int) -> str:
-    """The state group of a ledger: ledgers share ``buckets`` groups (ledger id modulo ``buckets``).
-
-    One group per ledger would cost Spark a Python round trip per ledger per micro-batch; a bucket keeps the
-    few ledgers that need state (suspects, marks) in a map state, so a batch costs one call per *touched
-    bucket* and state calls only for those ledgers.
-
-    Example:
-        >>> ledger_state_key(130, 64)
-        'ledgers/2'
-    """
-    return f"{LEDGER_STATE_KEY_PREFIX}{ledger_id % buckets}"
-
-
 CHANGE_SCHEMA = StructType(
     [
-        StructField(
-            "state_key", StringType(), False
-        ),  # "cluster", "ledgers/<bucket>" or "dead/<topic>/<p>/<offset>"
+        StructField("state_key", StringType(), False),  # "cluster", "ledgers/<bucket>" or "dead"
         StructField("kind", StringType(), False),  # see CHANGE_KINDS
         StructField("event_time", TimestampType(), False),  # watcher clock (feedback: the timer's time)
         StructField("cluster", StringType(), True),
@@ -64,6 +44,10 @@ CHANGE_SCHEMA = StructType(
         StructField("topic", StringType(), True),
         StructField("partition", IntegerType(), True),
         StructField("offset", LongType(), True),
+        # The watermark's column: event_time, but null for dead letters. Spark drops input rows older than
+        # the watermark; a null is never older, so an undecodable record (stamped with its Kafka time, which
+        # may be behind the watcher's clock) still reaches the sink, through the same single read of Kafka.
+        StructField("watermark_time", TimestampType(), True),
     ]
 )
 

@@ -93,3 +93,46 @@ def test_lost_bookie_fans_out_to_exactly_its_ledgers_and_resolves_when_it_return
     assert violations == len(alerts)
     dead = read_table(settings.lakehouse_root, "dead_letters").to_pylist()
     assert [(d["source"], d["ledger_id"]) for d in dead] == [("znode", 5)]
+
+
+def test_undecodable_records_reach_dead_letters_even_behind_the_watermark(spark, kafka_settings, tmp_path):
+    # The watcher's clock runs an hour ahead of the broker's: every garbage record's Kafka timestamp is far
+    # behind the watermark, which must not drop it (dead letters carry no watermark time).
+    from kafka import KafkaProducer
+
+    from connectors.kafka.client_config import producer_config
+
+    kafka = kafka_settings.model_copy(update={"topic_partitions": 2})
+    settings = Settings(
+        kafka=kafka,
+        lakehouse_root=tmp_path / "lh",
+        checkpoint_root=tmp_path / "cp",
+        stream={"watermark_delay_s": 0.5, "default_recovery_delay_s": 0},
+    )
+    ensure_topic(kafka, kafka.changes_topic, partitions=2)
+    t0 = int(time.time() * 1000) + 3_600_000
+    clock = iter(range(t0, t0 + 10**9, 10))
+    watcher = Watcher(kafka, lambda: next(clock))
+    watcher.bookie(BOOKIES[0], "WRITABLE")
+    watcher.ledger(1, BOOKIES[0:3])
+    watcher.heartbeat(t0 + 60_000)
+    watcher.flush()
+    run_once(spark, settings)  # the watermark is now ~t0 + 60 s
+    producer = KafkaProducer(**producer_config(kafka))
+    garbage = [b"\xff\x00not a change event", b""]
+    for value in garbage:
+        producer.send(kafka.changes_topic, key=b"ledger/9", value=value, partition=1)
+    producer.flush()
+    producer.close()
+    watcher.ledger(2, BOOKIES[1:4])  # and processing goes on around them
+    watcher.heartbeat(t0 + 61_000)
+    watcher.flush()
+    run_once(spark, settings)
+    dead = read_table(settings.lakehouse_root, "dead_letters").to_pylist()
+    assert sorted((d["source"], d["topic"], d["partition"]) for d in dead) == [
+        ("kafka", kafka.changes_topic, 1),
+        ("kafka", kafka.changes_topic, 1),
+    ]
+    assert all(d["reason"] for d in dead)
+    ledgers = {r["ledger_id"] for r in read_table(settings.lakehouse_root, "ledgers").to_pylist()}
+    assert ledgers == {1, 2}

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from streaming.processor import ClusterLogic, LedgerLogic, ProcessorConfig, make_processor
-from streaming.schemas import ledger_state_key
+from streaming.state_keys import ledger_state_key
 
 
 def row(kind, t, ledger_id=None, bookie_id=None, snap=None, **payload):
