@@ -50,9 +50,9 @@ from streaming.alert_book import AlertBook, alert_to_row
 from streaming.alerts import AlertKind, AlertState
 from streaming.evaluate import (
     PlacementPolicyConfig,
+    adherence_of,
     ledger_bookies,
     lost_bookie_condition,
-    placement_adherence,
     placement_condition,
 )
 
@@ -320,8 +320,6 @@ class AuditSink:
                 ledgers[ledger_id] = {
                     **existing,
                     "deleted": True,
-                    # Upserts up to the delete's version are stale from now on.
-                    "mzxid": max(existing.get("mzxid") or -1, payload.get("last_mzxid") or -1),
                     "cluster": cluster,
                     "updated_at": _ts(at_ms),
                 }
@@ -558,7 +556,8 @@ class AuditSink:
                     pulsar_topic=row_now.get("pulsar_topic"),
                     detail=placement[1] if holds and placement else None,
                 )
-            new_placement = placement_adherence(payload, racks, self.config.placement)
+            # The condition above already holds the verdict: no second evaluation for the column.
+            new_placement = adherence_of(placement) if payload.get("state") == "CLOSED" else None
             if row_now.get("placement") != new_placement:
                 ledgers[ledger_id] = {**row_now, "placement": new_placement}
                 changed_ledgers.add(ledger_id)
