@@ -464,22 +464,24 @@ def _rows_from_frames(frames: Iterator[Any]) -> list[dict[str, Any]]:
     return rows
 
 
+_DECISION_COLUMNS = (
+    "kind",
+    "event_time",
+    "cluster",
+    "ledger_id",
+    "bookie_id",
+    "payload",
+    "topic",
+    "partition",
+    "offset",
+)
+
+
 def _frame(decisions: list[Decision], cluster: str | None) -> Any:
     import pandas as pd
 
-    columns = [
-        "kind",
-        "event_time",
-        "cluster",
-        "ledger_id",
-        "bookie_id",
-        "payload",
-        "topic",
-        "partition",
-        "offset",
-    ]
     if not decisions:
-        return pd.DataFrame({c: pd.Series(dtype="object") for c in columns})
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in _DECISION_COLUMNS})
     return pd.DataFrame(
         {
             "kind": [d["kind"] for d in decisions],
@@ -493,19 +495,6 @@ def _frame(decisions: list[Decision], cluster: str | None) -> Any:
             "offset": pd.array([None] * len(decisions), dtype="Int64"),
         }
     )
-
-
-_DECISION_COLUMNS = (
-    "kind",
-    "event_time",
-    "cluster",
-    "ledger_id",
-    "bookie_id",
-    "payload",
-    "topic",
-    "partition",
-    "offset",
-)
 
 
 def _passed_through(frames: Iterator[Any]) -> Iterator[Any]:

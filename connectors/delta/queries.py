@@ -44,6 +44,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from bkaudit.errors import BkauditError, InvalidArgumentError, NotFoundError
 from connectors.delta.tables import LEDGER_BUCKETS, TABLES
+from streaming.alerts import AlertKind
 
 __all__ = [
     "ALERT_KINDS",
@@ -56,19 +57,8 @@ __all__ = [
     "write_example_lakehouse",
 ]
 
-ALERT_KINDS = (
-    "LEDGER_UNDER_REPLICATED",
-    "LEDGER_UNRECOVERABLE",
-    "PLACEMENT_NOT_ADHERING",
-    "PLACEMENT_SOFT",
-    "REPLICAS_NO_REPLICA",
-    "REPLICAS_LESS_THAN_AQ",
-    "REPLICAS_LESS_THAN_WQ",
-    "BOOKIE_LOST",
-    "BOOKIE_UNRESPONSIVE",
-    "UNDER_REPLICATION_STUCK",
-    "METADATA_CORRUPT",
-)
+#: Every alert kind (interfaces §2), from the one enum that defines them.
+ALERT_KINDS = tuple(kind.value for kind in AlertKind)
 LEDGER_RISK_KINDS = ("LEDGER_UNDER_REPLICATED", "LEDGER_UNRECOVERABLE")
 PLACEMENT_KINDS = ("PLACEMENT_NOT_ADHERING", "PLACEMENT_SOFT")
 SEVERITIES = ("critical", "warning", "info")

@@ -20,6 +20,22 @@ BOOKIES = [f"10.0.0.{i}:3181" for i in range(1, 7)]
 RACKS = {b: f"/rack{i % 3}" for i, b in enumerate(BOOKIES)}
 
 
+def job_with_watcher(kafka_settings, tmp_path, *, clock_offset_ms):
+    """Settings for one job on a 2-partition changes topic, and a fake watcher whose clock starts at
+    now + ``clock_offset_ms`` (10 ms per event)."""
+    kafka = kafka_settings.model_copy(update={"topic_partitions": 2})
+    settings = Settings(
+        kafka=kafka,
+        lakehouse_root=tmp_path / "lh",
+        checkpoint_root=tmp_path / "cp",
+        stream={"watermark_delay_s": 0.5, "default_recovery_delay_s": 0},
+    )
+    ensure_topic(kafka, kafka.changes_topic, partitions=2)
+    t0 = int(time.time() * 1000) + clock_offset_ms
+    clock = iter(range(t0, t0 + 10**9, 10))
+    return settings, Watcher(kafka, lambda: next(clock)), t0
+
+
 def run_once(spark, settings):
     query, sink = job.start(spark, settings, available_now=True)
     query.awaitTermination(180)
@@ -31,17 +47,8 @@ def run_once(spark, settings):
 def test_lost_bookie_fans_out_to_exactly_its_ledgers_and_resolves_when_it_returns(
     spark, kafka_settings, tmp_path
 ):
-    kafka = kafka_settings.model_copy(update={"topic_partitions": 2})
-    settings = Settings(
-        kafka=kafka,
-        lakehouse_root=tmp_path / "lh",
-        checkpoint_root=tmp_path / "cp",
-        stream={"watermark_delay_s": 0.5, "default_recovery_delay_s": 0},
-    )
-    ensure_topic(kafka, kafka.changes_topic, partitions=2)
-    t0 = int(time.time() * 1000) - 60_000
-    clock = iter(range(t0, t0 + 10**9, 10))
-    watcher = Watcher(kafka, lambda: next(clock))
+    settings, watcher, t0 = job_with_watcher(kafka_settings, tmp_path, clock_offset_ms=-60_000)
+    kafka = settings.kafka
     watcher.send(ev.rack_map_event("file:/racks.json", RackMap.from_racks(RACKS), present=True))
     for bookie in BOOKIES:
         watcher.bookie(bookie, "WRITABLE")
@@ -102,17 +109,8 @@ def test_undecodable_records_reach_dead_letters_even_behind_the_watermark(spark,
 
     from connectors.kafka.client_config import producer_config
 
-    kafka = kafka_settings.model_copy(update={"topic_partitions": 2})
-    settings = Settings(
-        kafka=kafka,
-        lakehouse_root=tmp_path / "lh",
-        checkpoint_root=tmp_path / "cp",
-        stream={"watermark_delay_s": 0.5, "default_recovery_delay_s": 0},
-    )
-    ensure_topic(kafka, kafka.changes_topic, partitions=2)
-    t0 = int(time.time() * 1000) + 3_600_000
-    clock = iter(range(t0, t0 + 10**9, 10))
-    watcher = Watcher(kafka, lambda: next(clock))
+    settings, watcher, t0 = job_with_watcher(kafka_settings, tmp_path, clock_offset_ms=3_600_000)
+    kafka = settings.kafka
     watcher.bookie(BOOKIES[0], "WRITABLE")
     watcher.ledger(1, BOOKIES[0:3])
     watcher.heartbeat(t0 + 60_000)
