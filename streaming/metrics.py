@@ -1,10 +1,16 @@
 """Prometheus metrics of the streaming auditor.
 
-Two families, both in a private ``CollectorRegistry``:
+Three families, all in a private ``CollectorRegistry``:
 
 - query health from a ``StreamingQueryListener``: batch duration, input rows, rows/s, watermark lag (and the
   watermark itself, so ``time() - watermark`` keeps growing when batches stop), the input backlog, state
   rows, and ``bkaudit_last_batch_timestamp_seconds`` (a liveness heartbeat: alert when it stops moving);
+- what the sink did, from its :class:`~streaming.sink.BatchReport` after every batch (:meth:`on_batch`):
+  probes by reason and outcome, dead letters by source, alert transitions published by kind and state,
+  ledger rows written, and the sink's own seconds per batch (the batch duration above is the whole trigger:
+  reading, decoding, the stateful stage and the sink). These counters count work done, not unique events: a
+  batch Spark replays after a crash between the sink and the checkpoint commit is counted again (its alerts
+  are published again, with the same ids; its table writes are skipped as done but still counted);
 - audit gauges named after BookKeeper's Auditor metrics, set after every batch from the open alerts, so they
   are true gauges of the current state (BookKeeper's ``NUM_UNDER_REPLICATED_LEDGERS`` is not, issue #4572,
   and its replicas-check gauges only count the last range, PR #4822).
@@ -23,11 +29,15 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from bkaudit.metrics_http import serve_metrics
+from streaming.alerts import AlertKind, AlertState
+
+if TYPE_CHECKING:
+    from streaming.sink import BatchReport
 
 # Alert kind → gauge name (BookKeeper's Auditor names, lower-cased, bkaudit_ prefix).
 AUDIT_GAUGES = {
@@ -67,6 +77,12 @@ AUDIT_GAUGES = {
         "registered bookies that never answer probes",
     ),
 }
+
+# Label values the sink reports (streaming.sink.BatchReport), created at zero so that rates and `increase()`
+# see the first event and the dashboard's checker knows them. A value outside these is still counted.
+PROBE_REASONS = ("reprobe", "scrutiny")
+PROBE_OUTCOMES = ("healthy", "failing")
+DEAD_LETTER_SOURCES = ("kafka", "znode")
 
 
 def source_backlog(sources: list[Mapping[str, Any]]) -> int:
@@ -147,15 +163,95 @@ class StreamMetrics:
             registry=self.registry,
         )
         self.batch_id = Gauge("bkaudit_stream_batch_id", "id of the last batch", registry=self.registry)
+        self.sink_duration = Histogram(
+            "bkaudit_stream_sink_duration_seconds",
+            "seconds the foreachBatch sink took per batch (tables, probes, alerts; not the stateful stage)",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120),
+            registry=self.registry,
+        )
+        self.probes = Counter(
+            "bkaudit_stream_probes",
+            "ledger probes the sink ran, by reason (reprobe, scrutiny) and outcome (healthy, failing)",
+            ["reason", "outcome"],
+            registry=self.registry,
+        )
+        self.dead_letters = Counter(
+            "bkaudit_stream_dead_letters",
+            "dead_letters rows the sink wrote, by source (kafka: not a change event; znode: undecodable)",
+            ["source"],
+            registry=self.registry,
+        )
+        self.alert_transitions = Counter(
+            "bkaudit_stream_alert_transitions",
+            "alert transitions published to the alerts topic, by kind and state (firing, resolved)",
+            ["kind", "state"],
+            registry=self.registry,
+        )
+        self.ledgers_written = Counter(
+            "bkaudit_stream_ledgers_written",
+            "ledger rows the sink upserted (new versions, deletes, under-replication marks, placement)",
+            registry=self.registry,
+        )
+        for reason in PROBE_REASONS:
+            for outcome in PROBE_OUTCOMES:
+                self.probes.labels(reason, outcome)
+        for source in DEAD_LETTER_SOURCES:
+            self.dead_letters.labels(source)
+        for kind in AlertKind:
+            for state in AlertState:
+                self.alert_transitions.labels(kind.value, state.value)
         self.audit = {
             kind: Gauge(name, help_text, registry=self.registry)
             for kind, (name, help_text) in AUDIT_GAUGES.items()
         }
 
     def set_open_alerts(self, counts: Mapping[str, int]) -> None:
-        """Set every audit gauge from the current open-alert counts (absent kinds are 0)."""
+        """Set every audit gauge from the current open-alert counts (absent kinds are 0).
+
+        Example:
+            >>> metrics = StreamMetrics()
+            >>> metrics.set_open_alerts({"BOOKIE_LOST": 1})
+            >>> metrics.registry.get_sample_value("bkaudit_num_lost_bookies")
+            1.0
+        """
         for kind, gauge in self.audit.items():
             gauge.set(counts.get(kind, 0))
+
+    def on_batch(self, report: BatchReport) -> None:
+        """Record what the sink did in one batch: the sink counters, its duration and the audit gauges.
+
+        The sink calls this once at the end of every batch it completes (a batch that fails is counted when
+        its replay completes). A replayed batch counts again: these count work done, not unique events.
+
+        Example:
+            >>> from streaming.sink import BatchReport
+            >>> metrics = StreamMetrics()
+            >>> metrics.on_batch(
+            ...     BatchReport(
+            ...         3,
+            ...         probe_outcomes={("scrutiny", "failing"): 2},
+            ...         dead_letters={"kafka": 1},
+            ...         alerts=[{"kind": "BOOKIE_LOST", "state": "firing"}],
+            ...         ledgers_written=5,
+            ...         open_alerts={"BOOKIE_LOST": 1},
+            ...         seconds=0.4,
+            ...     )
+            ... )
+            >>> labels = {"reason": "scrutiny", "outcome": "failing"}
+            >>> metrics.registry.get_sample_value("bkaudit_stream_probes_total", labels)
+            2.0
+            >>> metrics.registry.get_sample_value("bkaudit_stream_ledgers_written_total")
+            5.0
+        """
+        for (reason, outcome), probes in report.probe_outcomes.items():
+            self.probes.labels(reason, outcome).inc(probes)
+        for source, rows in report.dead_letters.items():
+            self.dead_letters.labels(source).inc(rows)
+        for alert in report.alerts:
+            self.alert_transitions.labels(alert["kind"], alert["state"]).inc()
+        self.ledgers_written.inc(report.ledgers_written)
+        self.sink_duration.observe(report.seconds)
+        self.set_open_alerts(report.open_alerts)
 
     def on_progress(self, progress: Mapping[str, Any]) -> None:
         """Record one ``StreamingQueryProgress`` (as its JSON dict)."""

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -55,6 +55,9 @@ from streaming.evaluate import (
     lost_bookie_condition,
     placement_condition,
 )
+
+if TYPE_CHECKING:
+    from streaming.metrics import StreamMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -86,13 +89,23 @@ class SinkConfig:
 
 @dataclass
 class BatchReport:
-    """What one batch did (for logs, metrics and tests)."""
+    """What one batch did (for logs, metrics and tests).
+
+    The counts are the work this run of the batch did: a batch Spark replays (the sink ran, the commit did
+    not) reports its probes, alerts and rows again, even when the tables skip its writes as already done.
+    ``probe_outcomes`` is keyed ``(reason, outcome)``: reason ``reprobe`` (the processor asked) or
+    ``scrutiny`` (the background pass), outcome ``healthy`` or ``failing``
+    (:attr:`~connectors.bookie.ledger_probe.LedgerProbeOutcome.failing`). ``dead_letters`` is keyed by the
+    rows' ``source``: ``kafka`` (a record that is not a change event) or ``znode`` (undecodable metadata).
+    """
 
     batch_id: int
     decisions: int = 0
     alerts: list[dict[str, Any]] = field(default_factory=list)
     feedback: int = 0
     probes: int = 0
+    probe_outcomes: dict[tuple[str, str], int] = field(default_factory=dict)  # (reason, outcome) → probes
+    dead_letters: dict[str, int] = field(default_factory=dict)  # source → rows
     ledgers_written: int = 0
     skipped_replay_tables: int = 0
     open_alerts: dict[str, int] = field(default_factory=dict)  # kind → open count after the batch
@@ -190,9 +203,9 @@ class SinkStopping(RuntimeError):
 class AuditSink:
     """The ``foreachBatch`` function (``sink(batch_df, batch_id)``); keeps its Kafka and bookie clients."""
 
-    def __init__(self, config: SinkConfig, metrics: Any = None) -> None:
+    def __init__(self, config: SinkConfig, metrics: StreamMetrics | None = None) -> None:
         self.config = config
-        self.metrics = metrics  # streaming.metrics.StreamMetrics, optional
+        self.metrics = metrics
         # Held while a batch runs; a graceful stop takes it so the query is never interrupted mid-call.
         self.busy = threading.Lock()
         self.stopping = threading.Event()
@@ -619,11 +632,12 @@ class AuditSink:
                 )
             )
         report.skipped_replay_tables = sum(1 for w in written if not w)
+        report.dead_letters = dict(Counter(row["source"] for row in dead_letters))
         report.open_alerts = dict(sorted(Counter(kind.value for _, kind in book.open).items()))
-        if self.metrics is not None:
-            self.metrics.set_open_alerts(report.open_alerts)
         self._maintain(batch_id)
         report.seconds = round(time.monotonic() - started, 3)
+        if self.metrics is not None:
+            self.metrics.on_batch(report)  # the one place the sink's metrics are updated
         self.reports.append(report)
         return report
 
@@ -726,6 +740,15 @@ class AuditSink:
             concurrency=self.config.probe_concurrency,
         )
         report.probes = len(outcomes)
+        report.probe_outcomes = dict(
+            Counter(
+                (
+                    "scrutiny" if request.get("scrutiny") else "reprobe",
+                    "failing" if outcome.failing else "healthy",
+                )
+                for (request, _), outcome in zip(targets, outcomes, strict=True)
+            )
+        )
         now_ms = int(time.time() * 1000)
         messages = []
         for (request, target), outcome in zip(targets, outcomes, strict=True):

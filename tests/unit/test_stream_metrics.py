@@ -1,12 +1,20 @@
-"""The job's Prometheus gauges from a StreamingQueryProgress (the JSON dict the listener receives)."""
+"""The job's Prometheus metrics: query gauges from a StreamingQueryProgress (the JSON dict the listener
+receives), and the sink's counters from its BatchReport (``StreamMetrics.on_batch``)."""
 
 from __future__ import annotations
 
+import json
 import time
+from datetime import UTC, datetime
 
+import pyarrow as pa
 import pytest
 
-from streaming.metrics import StreamMetrics
+from bkaudit.settings import KafkaSettings
+from connectors.delta.tables import read_table
+from streaming.alerts import AlertKind, AlertState
+from streaming.metrics import DEAD_LETTER_SOURCES, PROBE_OUTCOMES, PROBE_REASONS, StreamMetrics
+from streaming.sink import AuditSink, BatchReport, SinkConfig
 
 # Shaped like Spark 4's StreamingQueryProgress.json for the bkaudit_kafka source (offsets parsed as JSON).
 PROGRESS = {
@@ -27,8 +35,8 @@ PROGRESS = {
 }
 
 
-def sample(metrics: StreamMetrics, name: str) -> float | None:
-    return metrics.registry.get_sample_value(name)
+def sample(metrics: StreamMetrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
 
 
 def test_progress_sets_every_query_gauge():
@@ -63,3 +71,135 @@ def test_progress_without_watermark_or_latest_offsets_keeps_the_gauges_sane():
     assert sample(metrics, "bkaudit_stream_watermark_lag_seconds") == 0
     assert sample(metrics, "bkaudit_stream_source_backlog_records") == 0
     assert sample(metrics, "bkaudit_stream_batch_duration_seconds_count") == 0
+
+
+# ------------------------------------------------------------------------------------------ the sink
+
+
+def test_on_batch_counts_what_the_sink_did_and_adds_up_over_batches():
+    metrics = StreamMetrics()
+    first = BatchReport(
+        1,
+        probes=15,
+        probe_outcomes={("reprobe", "healthy"): 3, ("reprobe", "failing"): 2, ("scrutiny", "healthy"): 10},
+        dead_letters={"kafka": 2, "znode": 1},
+        alerts=[
+            {"kind": "BOOKIE_LOST", "state": "firing"},
+            {"kind": "LEDGER_UNDER_REPLICATED", "state": "firing"},
+            {"kind": "LEDGER_UNDER_REPLICATED", "state": "firing"},
+        ],
+        ledgers_written=7,
+        open_alerts={"BOOKIE_LOST": 1, "LEDGER_UNDER_REPLICATED": 2},
+        seconds=1.5,
+    )
+    second = BatchReport(
+        2,
+        probe_outcomes={("scrutiny", "failing"): 1, ("scrutiny", "healthy"): 4},
+        dead_letters={"kafka": 1},
+        alerts=[
+            {"kind": "BOOKIE_LOST", "state": "resolved"},
+            {"kind": "LEDGER_UNDER_REPLICATED", "state": "resolved"},
+        ],
+        ledgers_written=3,
+        open_alerts={"LEDGER_UNDER_REPLICATED": 1},
+        seconds=0.2,
+    )
+    metrics.on_batch(first)
+    metrics.on_batch(second)
+
+    def probes(reason, outcome):
+        return sample(metrics, "bkaudit_stream_probes_total", reason=reason, outcome=outcome)
+
+    def transitions(kind, state):
+        return sample(metrics, "bkaudit_stream_alert_transitions_total", kind=kind, state=state)
+
+    assert [probes(r, o) for r in PROBE_REASONS for o in PROBE_OUTCOMES] == [3, 2, 14, 1]
+    assert sample(metrics, "bkaudit_stream_dead_letters_total", source="kafka") == 3
+    assert sample(metrics, "bkaudit_stream_dead_letters_total", source="znode") == 1
+    assert transitions("BOOKIE_LOST", "firing") == 1 and transitions("BOOKIE_LOST", "resolved") == 1
+    assert transitions("LEDGER_UNDER_REPLICATED", "firing") == 2
+    assert transitions("LEDGER_UNDER_REPLICATED", "resolved") == 1
+    assert transitions("METADATA_CORRUPT", "firing") == 0
+    assert sample(metrics, "bkaudit_stream_ledgers_written_total") == 10
+    assert sample(metrics, "bkaudit_stream_sink_duration_seconds_count") == 2
+    assert sample(metrics, "bkaudit_stream_sink_duration_seconds_sum") == pytest.approx(1.7)
+    assert sample(metrics, "bkaudit_stream_sink_duration_seconds_bucket", le="0.25") == 1
+    # The audit gauges are the state after the last batch, not a sum.
+    assert sample(metrics, "bkaudit_num_lost_bookies") == 0
+    assert sample(metrics, "bkaudit_num_under_replicated_ledgers") == 1
+
+
+def test_every_sink_series_exists_at_zero_before_the_first_batch():
+    # So that increase() sees the first dead letter, and the dashboard's checker knows the label values.
+    metrics = StreamMetrics()
+    for reason in PROBE_REASONS:
+        for outcome in PROBE_OUTCOMES:
+            assert sample(metrics, "bkaudit_stream_probes_total", reason=reason, outcome=outcome) == 0
+    for source in DEAD_LETTER_SOURCES:
+        assert sample(metrics, "bkaudit_stream_dead_letters_total", source=source) == 0
+    for kind in AlertKind:
+        for state in AlertState:
+            labels = {"kind": kind.value, "state": state.value}
+            assert sample(metrics, "bkaudit_stream_alert_transitions_total", **labels) == 0
+    assert sample(metrics, "bkaudit_stream_ledgers_written_total") == 0
+    assert sample(metrics, "bkaudit_stream_sink_duration_seconds_count") == 0
+
+
+def test_an_empty_batch_counts_one_sink_run_and_nothing_else():
+    metrics = StreamMetrics()
+    metrics.on_batch(BatchReport(0, open_alerts={"BOOKIE_LOST": 1}, seconds=0.01))
+    metrics.on_batch(BatchReport(1, seconds=0.01))
+    assert sample(metrics, "bkaudit_stream_sink_duration_seconds_count") == 2
+    assert sample(metrics, "bkaudit_stream_ledgers_written_total") == 0
+    assert sample(metrics, "bkaudit_stream_dead_letters_total", source="kafka") == 0
+    assert sample(metrics, "bkaudit_num_lost_bookies") == 0  # absent from the last batch's open alerts
+
+
+def _decisions(*rows: dict) -> pa.Table:
+    schema = pa.schema(
+        [
+            ("kind", pa.string()),
+            ("event_time", pa.timestamp("us", tz="UTC")),
+            ("cluster", pa.string()),
+            ("ledger_id", pa.int64()),
+            ("bookie_id", pa.string()),
+            ("payload", pa.string()),
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+        ]
+    )
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    return pa.Table.from_pylist(
+        [{"event_time": at, "cluster": "c1", **row, "payload": json.dumps(row["payload"])} for row in rows],
+        schema=schema,
+    )
+
+
+def test_the_sink_reports_each_batch_once_and_a_replay_counts_again(tmp_path, monkeypatch):
+    # A batch that publishes nothing (no alert, no feedback), so no Kafka is needed: fail if it is asked for.
+    def no_kafka(self):
+        raise AssertionError("this batch must not publish")
+
+    monkeypatch.setattr(AuditSink, "_kafka", no_kafka)
+    metrics = StreamMetrics()
+    sink = AuditSink(
+        SinkConfig(lakehouse_root=tmp_path, app_id="metrics-test", kafka=KafkaSettings()), metrics
+    )
+    batch = _decisions(
+        {"kind": "dead_letter", "payload": {"reason": "not a change event"}, "topic": "t", "partition": 0},
+        {"kind": "dead_letter", "payload": {"reason": "truncated"}, "topic": "t", "partition": 1},
+        {"kind": "ledger_deleted", "ledger_id": 7, "payload": {"last_mzxid": 3, "inferred": False}},
+    )
+    report = sink.process(batch, 0)
+    assert (report.dead_letters, report.ledgers_written, report.probe_outcomes) == ({"kafka": 2}, 1, {})
+    assert sample(metrics, "bkaudit_stream_dead_letters_total", source="kafka") == 2
+    assert sample(metrics, "bkaudit_stream_ledgers_written_total") == 1
+    assert sample(metrics, "bkaudit_stream_sink_duration_seconds_count") == 1
+
+    replay = sink.process(batch, 0)  # Spark re-runs a batch whose commit was lost
+    assert replay.skipped_replay_tables > 0
+    assert read_table(tmp_path, "dead_letters").num_rows == 2  # the table holds the batch once ...
+    assert sample(metrics, "bkaudit_stream_dead_letters_total", source="kafka") == 4  # ... the counter twice
+    assert sample(metrics, "bkaudit_stream_ledgers_written_total") == 2
+    assert sample(metrics, "bkaudit_stream_sink_duration_seconds_count") == 2
