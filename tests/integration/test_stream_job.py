@@ -44,6 +44,16 @@ def run_once(spark, settings):
     return sink
 
 
+def counted(sink, name):
+    """The nonzero samples of one of the sink's counters in the job's registry: label values → count."""
+    family = next(f for f in sink.metrics.registry.collect() if f.name == name)
+    return {
+        tuple(sample.labels.values()): sample.value
+        for sample in family.samples
+        if sample.name == f"{name}_total" and sample.value
+    }
+
+
 def test_lost_bookie_fans_out_to_exactly_its_ledgers_and_resolves_when_it_returns(
     spark, kafka_settings, tmp_path
 ):
@@ -59,16 +69,22 @@ def test_lost_bookie_fans_out_to_exactly_its_ledgers_and_resolves_when_it_return
     watcher.send(ev.ledger_undecodable(5, "/ledgers/L5", Stat(1, 1, 0, 0, 0, 3), "bad header"))
     watcher.heartbeat(t0 + 50_000)
     watcher.flush()
-    run_once(spark, settings)
+    sink = run_once(spark, settings)
     # Healthy, well-placed cluster: only the corrupt znode is flagged.
     assert [(a["kind"], a["ledger_id"], a["state"]) for _, a in alerts_on(kafka)] == [
         ("METADATA_CORRUPT", 5, "firing")
     ]
+    # The job's metrics count what its sink did (each start has a fresh registry).
+    assert counted(sink, "bkaudit_stream_alert_transitions") == {("METADATA_CORRUPT", "firing"): 1}
+    assert counted(sink, "bkaudit_stream_dead_letters") == {("znode",): 1}
+    assert counted(sink, "bkaudit_stream_ledgers_written") == {(): 5}
+    assert counted(sink, "bkaudit_stream_probes") == {}  # no scrutiny, no suspect
+    assert sink.metrics.registry.get_sample_value("bkaudit_stream_sink_duration_seconds_count") >= 1
 
     watcher.bookie(BOOKIES[0], "GONE")
     watcher.heartbeat(t0 + 55_000)
     watcher.flush()
-    run_once(spark, settings)
+    sink = run_once(spark, settings)
     firing = {(a["kind"], a["ledger_id"]) for _, a in alerts_on(kafka) if a["state"] == "firing"}
     assert firing == {
         ("METADATA_CORRUPT", 5),
@@ -84,14 +100,24 @@ def test_lost_bookie_fans_out_to_exactly_its_ledgers_and_resolves_when_it_return
     assert bookies[BOOKIES[0]]["lost"] is True and bookies[BOOKIES[1]]["status"] == "WRITABLE"
     open_kinds = sorted(read_table(settings.lakehouse_root, "open_alerts").column("kind").to_pylist())
     assert len(open_kinds) == 5
+    fired = {
+        ("BOOKIE_LOST", "firing"): 1,
+        ("LEDGER_UNDER_REPLICATED", "firing"): 2,
+        ("LEDGER_UNRECOVERABLE", "firing"): 1,
+    }
+    assert counted(sink, "bkaudit_stream_alert_transitions") == fired
+    assert sink.metrics.registry.get_sample_value("bkaudit_num_under_replicated_ledgers") == 2
 
     watcher.bookie(BOOKIES[0], "WRITABLE")
     watcher.heartbeat(t0 + 58_000)
     watcher.flush()
-    run_once(spark, settings)
+    sink = run_once(spark, settings)
     alerts = [a for _, a in alerts_on(kafka)]
     resolved = {(a["kind"], a["ledger_id"]) for a in alerts if a["state"] == "resolved"}
     assert resolved == firing - {("METADATA_CORRUPT", 5)}
+    assert counted(sink, "bkaudit_stream_alert_transitions") == {
+        (kind, "resolved"): count for (kind, _), count in fired.items()
+    }
     by_id = {}
     for alert in alerts:
         by_id.setdefault(alert["alert_id"], []).append(alert["state"])
@@ -125,12 +151,13 @@ def test_undecodable_records_reach_dead_letters_even_behind_the_watermark(spark,
     watcher.ledger(2, BOOKIES[1:4])  # and processing goes on around them
     watcher.heartbeat(t0 + 61_000)
     watcher.flush()
-    run_once(spark, settings)
+    sink = run_once(spark, settings)
     dead = read_table(settings.lakehouse_root, "dead_letters").to_pylist()
     assert sorted((d["source"], d["topic"], d["partition"]) for d in dead) == [
         ("kafka", kafka.changes_topic, 1),
         ("kafka", kafka.changes_topic, 1),
     ]
     assert all(d["reason"] for d in dead)
+    assert counted(sink, "bkaudit_stream_dead_letters") == {("kafka",): 2}
     ledgers = {r["ledger_id"] for r in read_table(settings.lakehouse_root, "ledgers").to_pylist()}
     assert ledgers == {1, 2}
