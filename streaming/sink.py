@@ -44,6 +44,7 @@ from connectors.delta.tables import (
     VIOLATIONS,
     BatchWriter,
     ensure_tables,
+    latest_version,
     table_before_batch,
 )
 from streaming.alert_book import AlertBook, alert_to_row
@@ -214,6 +215,10 @@ class AuditSink:
         self._scrutiny_cursor = -1
         self._scrutiny_last_ms: int | None = None
         self.reports: list[BatchReport] = []
+        # The open alerts after the last batch, with the open_alerts table version they match: the next batch
+        # reuses them when the table is still at that version instead of re-reading every open alert (a lost
+        # bookie leaves thousands open, and every later batch would pay for them).
+        self._open_alerts_cache: tuple[int, dict[Any, Any]] | None = None
         ensure_tables(config.lakehouse_root)
 
     # -- clients ------------------------------------------------------------------------------------------
@@ -267,9 +272,12 @@ class AuditSink:
             r["bookie_id"]: r
             for r in table_before_batch(root, "bookies", app, batch_id).to_pyarrow_table().to_pylist()
         }
-        book = AlertBook.from_rows(
-            cluster, table_before_batch(root, "open_alerts", app, batch_id).to_pyarrow_table().to_pylist()
-        )
+        open_table = table_before_batch(root, "open_alerts", app, batch_id)
+        cached, self._open_alerts_cache = self._open_alerts_cache, None  # valid again only if all goes well
+        if cached is not None and cached[0] == open_table.version():
+            book = AlertBook(cluster, open=dict(cached[1]))
+        else:
+            book = AlertBook.from_rows(cluster, open_table.to_pyarrow_table().to_pylist())
         ledgers_table = table_before_batch(root, "ledgers", app, batch_id)
         index_table = table_before_batch(root, "ledger_bookies", app, batch_id)
 
@@ -609,14 +617,16 @@ class AuditSink:
         if bookies_changed:
             rows_out = [bookie_rows[b] for b in sorted(bookies_changed)]
             written.append(writer.upsert("bookies", pa.Table.from_pylist(rows_out, schema=BOOKIES.schema)))
+        open_alerts_version: int | None = open_table.version()  # unchanged unless written below
         if book.transitions:
             ids = {a.alert_id for a in book.transitions}
             open_rows = [r for r in book.firing_rows() if r["alert_id"] in ids]
-            written.append(
-                writer.replace_keys(
-                    "open_alerts", "alert_id", ids, pa.Table.from_pylist(open_rows, schema=OPEN_ALERTS.schema)
-                )
+            open_written = writer.replace_keys(
+                "open_alerts", "alert_id", ids, pa.Table.from_pylist(open_rows, schema=OPEN_ALERTS.schema)
             )
+            written.append(open_written)
+            # Written now: the table's new version. Skipped (a replay found it done): unknown, no cache.
+            open_alerts_version = latest_version(root, "open_alerts") if open_written else None
             violations = [{**alert_to_row(a), "batch_id": batch_id} for a in book.transitions]
             written.append(
                 writer.append("violations", pa.Table.from_pylist(violations, schema=VIOLATIONS.schema))
@@ -632,6 +642,8 @@ class AuditSink:
                 )
             )
         report.skipped_replay_tables = sum(1 for w in written if not w)
+        if open_alerts_version is not None:
+            self._open_alerts_cache = (open_alerts_version, dict(book.open))
         report.dead_letters = dict(Counter(row["source"] for row in dead_letters))
         report.open_alerts = dict(sorted(Counter(kind.value for _, kind in book.open).items()))
         self._maintain(batch_id)

@@ -266,6 +266,18 @@ def _commit(app_id: str, batch_id: int) -> CommitProperties:
     )
 
 
+def latest_version(root: str | Path, name: str) -> int:
+    """The table's current version.
+
+    Example:
+        >>> import tempfile
+        >>> root = tempfile.mkdtemp(); _ = ensure_tables(root)
+        >>> latest_version(root, "bookies")
+        0
+    """
+    return int(DeltaTable(table_path(root, name)).version())
+
+
 def table_before_batch(root: str | Path, name: str, app_id: str, batch_id: int) -> DeltaTable:
     """The table as it was before ``batch_id`` of ``app_id`` was committed to it (latest if it was not).
 

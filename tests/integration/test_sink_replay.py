@@ -189,3 +189,46 @@ def test_the_sink_drops_duplicate_and_older_ledger_versions_but_snapshots_still_
     sink.process(decisions(("ledger_state", 4_000, 1, None, ledger(1, ["b1", "b2"], 13))), 5)
     row = read_table(root, "ledgers").to_pylist()[0]
     assert (row["deleted"], row["mzxid"]) == (False, 13)
+
+
+def test_open_alerts_are_reread_only_when_the_table_moved_on(kafka_settings, tmp_path, monkeypatch):
+    # After its own batch the sink keeps the open alerts in memory with the table version they match; a
+    # table changed behind its back (compaction, another writer, a replayed batch) is read again.
+    from connectors.kafka.topics import ensure_topic
+    from streaming import alert_book
+
+    ensure_topic(kafka_settings, kafka_settings.alerts_topic, 1)
+    reads = []
+    original = alert_book.AlertBook.from_rows.__func__
+    monkeypatch.setattr(
+        alert_book.AlertBook,
+        "from_rows",
+        classmethod(lambda cls, cluster, rows: reads.append(1) or original(cls, cluster, rows)),
+    )
+    root = tmp_path / "lh"
+    sink = AuditSink(SinkConfig(lakehouse_root=root, app_id="cache-test", kafka=kafka_settings))
+    bookies = [("bookie_state", 1_000, None, b, {"status": "WRITABLE", "lost": False}) for b in ("b1", "b2")]
+    sink.process(decisions(*bookies, ("ledger_state", 1_000, 1, None, ledger(1, ["b1", "b2"], 10))), 0)
+    lost = decisions(
+        ("bookie_state", 2_000, None, "b1", {"status": "GONE", "lost": True, "missing_since_ms": 1_500}),
+        ("bookie_lost", 2_000, None, "b1", {"missing_since_ms": 1_500}),
+    )
+    first = sink.process(lost, 1)
+    assert {a["kind"] for a in first.alerts} == {"BOOKIE_LOST", "LEDGER_UNDER_REPLICATED"}
+    assert len(reads) == 1  # only the first batch read the table; the second reused what the first left
+    back = decisions(
+        ("bookie_state", 3_000, None, "b1", {"status": "WRITABLE", "lost": False}),
+        ("bookie_returned", 3_000, None, "b1", {"missing_since_ms": 1_500}),
+    )
+    resolved = sink.process(back, 2)
+    assert len(reads) == 1  # from memory again, after the second batch's own write
+    assert {(a["kind"], a["state"]) for a in resolved.alerts} == {
+        ("BOOKIE_LOST", "resolved"),
+        ("LEDGER_UNDER_REPLICATED", "resolved"),
+    }
+    # The table moves on behind the sink's back: the next batch reads it again.
+    DeltaTable(table_path(root, "open_alerts")).optimize.compact()
+    DeltaTable(table_path(root, "open_alerts")).delete("true")
+    sink.process(decisions(("bookie_state", 4_000, None, "b2", {"status": "WRITABLE", "lost": False})), 3)
+    assert len(reads) == 2
+    assert read_table(root, "open_alerts").num_rows == 0
