@@ -88,6 +88,23 @@ class SinkConfig:
     changes_partitions: int = 1  # partitions of the changes topic (snapshot reconciliation per partition)
 
 
+#: What the sink receives per batch (:data:`streaming.schemas.DECISION_SCHEMA` as Arrow); tests and
+#: benchmarks build their decision tables with it.
+ARROW_DECISION_SCHEMA = pa.schema(
+    [
+        ("kind", pa.string()),
+        ("event_time", pa.timestamp("us", tz="UTC")),
+        ("cluster", pa.string()),
+        ("ledger_id", pa.int64()),
+        ("bookie_id", pa.string()),
+        ("payload", pa.string()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+    ]
+)
+
+
 @dataclass
 class BatchReport:
     """What one batch did (for logs, metrics and tests).

@@ -1015,7 +1015,7 @@ def _decision_table(decisions: list[dict[str, Any]], cluster: str) -> Any:
     """Decisions (processor output) as the Arrow table the sink receives (``DECISION_SCHEMA``)."""
     import pyarrow as pa
 
-    from streaming.sink import _ts
+    from streaming.sink import ARROW_DECISION_SCHEMA, _ts
 
     return pa.Table.from_pylist(
         [
@@ -1029,19 +1029,7 @@ def _decision_table(decisions: list[dict[str, Any]], cluster: str) -> Any:
             }
             for d in decisions
         ],
-        schema=pa.schema(
-            [
-                ("kind", pa.string()),
-                ("event_time", pa.timestamp("us", tz="UTC")),
-                ("cluster", pa.string()),
-                ("ledger_id", pa.int64()),
-                ("bookie_id", pa.string()),
-                ("payload", pa.string()),
-                ("topic", pa.string()),
-                ("partition", pa.int32()),
-                ("offset", pa.int64()),
-            ]
-        ),
+        schema=ARROW_DECISION_SCHEMA,
     )
 
 

@@ -11,23 +11,9 @@ from deltalake import DeltaTable
 
 from connectors.delta.tables import TABLES, read_table, table_path
 from streaming.decode import ledger_payload  # noqa: F401  (the payload shape the sink consumes)
-from streaming.sink import AuditSink, SinkConfig
+from streaming.sink import ARROW_DECISION_SCHEMA, AuditSink, SinkConfig
 
 pytestmark = pytest.mark.integration
-
-SCHEMA = pa.schema(
-    [
-        ("kind", pa.string()),
-        ("event_time", pa.timestamp("us", tz="UTC")),
-        ("cluster", pa.string()),
-        ("ledger_id", pa.int64()),
-        ("bookie_id", pa.string()),
-        ("payload", pa.string()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-    ]
-)
 
 
 def decisions(*rows):
@@ -43,7 +29,7 @@ def decisions(*rows):
             }
             for kind, t, ledger_id, bookie_id, payload in rows
         ],
-        schema=SCHEMA,
+        schema=ARROW_DECISION_SCHEMA,
     )
 
 

@@ -14,7 +14,7 @@ from bkaudit.settings import KafkaSettings
 from connectors.delta.tables import read_table
 from streaming.alerts import AlertKind, AlertState
 from streaming.metrics import DEAD_LETTER_SOURCES, PROBE_OUTCOMES, PROBE_REASONS, StreamMetrics
-from streaming.sink import AuditSink, BatchReport, SinkConfig
+from streaming.sink import ARROW_DECISION_SCHEMA, AuditSink, BatchReport, SinkConfig
 
 # Shaped like Spark 4's StreamingQueryProgress.json for the bkaudit_kafka source (offsets parsed as JSON).
 PROGRESS = {
@@ -156,23 +156,10 @@ def test_an_empty_batch_counts_one_sink_run_and_nothing_else():
 
 
 def _decisions(*rows: dict) -> pa.Table:
-    schema = pa.schema(
-        [
-            ("kind", pa.string()),
-            ("event_time", pa.timestamp("us", tz="UTC")),
-            ("cluster", pa.string()),
-            ("ledger_id", pa.int64()),
-            ("bookie_id", pa.string()),
-            ("payload", pa.string()),
-            ("topic", pa.string()),
-            ("partition", pa.int32()),
-            ("offset", pa.int64()),
-        ]
-    )
     at = datetime(2026, 1, 1, tzinfo=UTC)
     return pa.Table.from_pylist(
         [{"event_time": at, "cluster": "c1", **row, "payload": json.dumps(row["payload"])} for row in rows],
-        schema=schema,
+        schema=ARROW_DECISION_SCHEMA,
     )
 
 
