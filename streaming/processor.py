@@ -5,11 +5,13 @@ Grouped by ``state_key``:
 - ``"cluster"``: one :class:`~streaming.rules.lost_bookie.BookieMembership` (registrations, the recovery
   delay, the several-missing rule) plus the rack map. An event-time timer at the next deadline lets a delay
   expire on an idle cluster: the watcher's heartbeats move the watermark.
-- ``"ledgers/<bucket>"`` (ledger id modulo ``stream.ledger_state_buckets``), per ledger in a map state: the
-  last applied znode version (stale and duplicate upserts are dropped by mzxid), the deleted/corrupt flags,
-  the suspicion of a failing replicas probe with its re-probe timer and round (BP-34), and the
-  under-replication mark with its grace timer. Buckets, not a group per ledger: Spark's per-group cost
-  (~10 ms of Python round trips) would cap the job near 100 ledger events/s.
+- ``"ledgers/<bucket>"`` (ledger id modulo ``stream.ledger_state_buckets``): in a map state, only the
+  *tracked* ledgers — those with a suspicion of a failing replicas probe (its re-probe timer and round,
+  BP-34) or an under-replication mark (its grace timer) — with their last znode version and deleted/corrupt
+  flags. Everything else passes through without a state call; duplicate and older versions of those are
+  dropped by the sink, which reads each ledger's row anyway. Buckets, not a group per ledger: Spark's
+  per-group cost (~10 ms of Python round trips) capped the job near 100 ledger events/s.
+- ``"dead"``: undecodable records, passed through.
 
 Output rows follow :data:`streaming.schemas.DECISION_SCHEMA`; the sink acts on them. A ledger whose bookie
 is *missing* is governed by the lost-bookie delay: when it expires the registration is re-checked (the
