@@ -556,8 +556,10 @@ def make_processor(config: ProcessorConfig) -> Any:
         def _save(self, state: dict[str, Any], cluster: str | None) -> None:
             self.state.update((json.dumps(state, separators=(",", ":")), cluster))
 
-        def _set_timers(self, wanted: set[int]) -> None:
-            existing = set(self.handle.listTimers())
+        def _set_timers(self, wanted: set[int], fired: int | None = None) -> None:
+            # Inside handleExpiredTimer the firing timer is still listed but already being removed by Spark:
+            # deleting it again only makes Spark log a warning per group.
+            existing = set(self.handle.listTimers()) - {fired}
             for stale in existing - wanted:
                 self.handle.deleteTimer(stale)
             for due in wanted - existing:
@@ -630,7 +632,7 @@ def make_processor(config: ProcessorConfig) -> Any:
             state, cluster = self._load()
             if state_key == "cluster":
                 new_state, out, deadline = self.cluster_logic.on_timer(state, at_ms)
-                self._set_timers({deadline} if deadline is not None else set())
+                self._set_timers({deadline} if deadline is not None else set(), fired=at_ms)
                 self._save(new_state, cluster)
                 yield _frame(out, cluster)
                 return
@@ -653,7 +655,7 @@ def make_processor(config: ProcessorConfig) -> Any:
                 out.extend(decisions)
             self._save({"agenda": agenda, "tracked": sorted(tracked)}, cluster)
             # The fired timer is gone: always register the next one.
-            self._set_timers(_timer_set(agenda))
+            self._set_timers(_timer_set(agenda), fired=at_ms)
             yield _frame(out, cluster)
 
         def close(self) -> None:
