@@ -466,7 +466,8 @@ def _rows_from_frames(frames: Iterator[Any]) -> list[dict[str, Any]]:
     return rows
 
 
-_DECISION_COLUMNS = (
+#: The decision columns, in :data:`streaming.schemas.DECISION_SCHEMA` order.
+DECISION_COLUMNS = (
     "kind",
     "event_time",
     "cluster",
@@ -483,7 +484,7 @@ def _frame(decisions: list[Decision], cluster: str | None) -> Any:
     import pandas as pd
 
     if not decisions:
-        return pd.DataFrame({c: pd.Series(dtype="object") for c in _DECISION_COLUMNS})
+        return pd.DataFrame({c: pd.Series(dtype="object") for c in DECISION_COLUMNS})
     return pd.DataFrame(
         {
             "kind": [d["kind"] for d in decisions],
@@ -503,7 +504,7 @@ def _passed_through(frames: Iterator[Any]) -> Iterator[Any]:
     """Dead letters: the input rows as decisions, unchanged (the sink records them with their reason)."""
     for frame in frames:
         if len(frame):
-            yield frame[list(_DECISION_COLUMNS)]
+            yield frame[list(DECISION_COLUMNS)]
 
 
 def _by_ledger(rows: list[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:

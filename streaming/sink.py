@@ -49,6 +49,7 @@ from connectors.delta.tables import (
 )
 from streaming.alert_book import AlertBook, alert_to_row
 from streaming.alerts import AlertKind, AlertState
+from streaming.decode import ARROW_CHANGE_SCHEMA
 from streaming.evaluate import (
     PlacementPolicyConfig,
     adherence_of,
@@ -56,6 +57,7 @@ from streaming.evaluate import (
     lost_bookie_condition,
     placement_condition,
 )
+from streaming.processor import DECISION_COLUMNS
 
 if TYPE_CHECKING:
     from streaming.metrics import StreamMetrics
@@ -88,20 +90,10 @@ class SinkConfig:
     changes_partitions: int = 1  # partitions of the changes topic (snapshot reconciliation per partition)
 
 
-#: What the sink receives per batch (:data:`streaming.schemas.DECISION_SCHEMA` as Arrow); tests and
-#: benchmarks build their decision tables with it.
+#: What the sink receives per batch (:data:`streaming.schemas.DECISION_SCHEMA` as Arrow): the processor's
+#: decision columns, typed as the decoder types them; tests and benchmarks build decision tables with it.
 ARROW_DECISION_SCHEMA = pa.schema(
-    [
-        ("kind", pa.string()),
-        ("event_time", pa.timestamp("us", tz="UTC")),
-        ("cluster", pa.string()),
-        ("ledger_id", pa.int64()),
-        ("bookie_id", pa.string()),
-        ("payload", pa.string()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-    ]
+    [pa.field(name, ARROW_CHANGE_SCHEMA.field(name).type) for name in DECISION_COLUMNS]
 )
 
 

@@ -98,22 +98,12 @@ def test_the_sink_compacts_every_n_batches_without_changing_contents(tmp_path, k
     import json
     from datetime import UTC, datetime
 
-    from streaming.sink import AuditSink, SinkConfig
+    from streaming.sink import ARROW_DECISION_SCHEMA, AuditSink, SinkConfig
 
     config = SinkConfig(
         lakehouse_root=tmp_path, app_id="m", kafka=kafka_settings, maintenance_every_batches=3
     )
     sink = AuditSink(config)
-    schema = pa.schema(
-        [
-            ("kind", pa.string()),
-            ("event_time", pa.timestamp("us", tz="UTC")),
-            ("cluster", pa.string()),
-            ("ledger_id", pa.int64()),
-            ("bookie_id", pa.string()),
-            ("payload", pa.string()),
-        ]
-    )
     for batch in range(4):
         row = {
             "kind": "bookie_state",
@@ -122,7 +112,7 @@ def test_the_sink_compacts_every_n_batches_without_changing_contents(tmp_path, k
             "bookie_id": f"b{batch}",
             "payload": json.dumps({"status": "WRITABLE"}),
         }
-        sink.process(pa.Table.from_pylist([row], schema=schema), batch)
+        sink.process(pa.Table.from_pylist([row], schema=ARROW_DECISION_SCHEMA), batch)
     history = [c["operation"] for c in DeltaTable(table_path(tmp_path, "bookies")).history()]
     assert "OPTIMIZE" in history  # batch 3 ran the maintenance
     assert sorted(read_table(tmp_path, "bookies").column("bookie_id").to_pylist()) == ["b0", "b1", "b2", "b3"]
