@@ -110,6 +110,9 @@ def test_every_simulator_fault_yields_its_events(
 
         # create_ledger (open, entries), add_entries, ensemble_change, close_ledger.
         open_ledger = sim.create_ledger(entries=3, close=False, name="open")
+        # Wait for the open version: the watcher reads after each notification, so back-to-back writes
+        # may coalesce into the latest one (the last version always arrives).
+        reader.wait_for(lambda evs: "OPEN" in ledger_states(reader, open_ledger))
         sim.add_entries("open", 2)
         replaced = sim.ensemble_change("open", sim.ledger_metadata("open").segments[-1].ensemble[0])
         sim.close_ledger("open")
