@@ -95,8 +95,11 @@ class KafkaSettings(BaseModel):
 
     Defaults that exist because of the embedded Tansu broker, each safe on real Kafka and overridable:
 
-    - ``producer_batch_size = 0``: Tansu reports a wrong high watermark for multi-record batches, so the
-      producer sends one record per batch. On a real cluster raise it (e.g. 65536) with ``linger_ms`` 5–20.
+    - ``single_record_tails = true``: Tansu sets a partition's high watermark to its last batch's base
+      offset + 1, hiding the rest of a multi-record batch until the next write. Senders keep batching but
+      end every burst with a one-record batch per partition (:mod:`connectors.kafka.tail_sender`); one
+      extra round trip per burst. It can be turned off on real Kafka. (``producer_batch_size = 0``, one
+      record per request, is the slower alternative.)
     - ``consumer_session_timeout_ms``/``heartbeat_interval_ms``/``max_poll_interval_ms`` short: Tansu's
       first group join waits for the full rebalance timeout; short timeouts keep joins fast.
 
@@ -127,8 +130,13 @@ class KafkaSettings(BaseModel):
     client_id: str = "bkaudit"
     request_timeout_ms: int = Field(30_000, gt=0)
     producer_acks: Literal["all", "1", "0"] = "all"
-    producer_batch_size: int = Field(0, ge=0)
+    producer_batch_size: int = Field(65_536, ge=0)
     producer_linger_ms: int = Field(0, ge=0)
+    single_record_tails: bool = Field(
+        True,
+        description="end each burst with a one-record batch per partition (the embedded broker's high "
+        "watermark is wrong after a multi-record batch); may be false on real Kafka",
+    )
     producer_retries: int = Field(2_147_483_647, ge=0)
     producer_max_in_flight: int = Field(1, ge=1, description="1 keeps per-key order across retries")
     producer_max_block_ms: int = Field(60_000, gt=0, description="back-pressure: block, never drop")

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from bkaudit.errors import ServiceError
 from bkaudit.settings import KafkaSettings
 from connectors.delta.tables import (
     BOOKIES,
@@ -831,18 +832,38 @@ class AuditSink:
     def _publish(self, book: AlertBook, feedback: list[dict[str, Any]]) -> None:
         if not book.transitions and not feedback:
             return
+        from connectors.kafka.client_config import holds_tails
+        from connectors.kafka.publisher import partition_for_key
+        from connectors.kafka.tail_sender import TailSender
+
         producer = self._kafka()
+        # Explicit partitions (Kafka's default rule) so each partition's last record can be held back and
+        # sent alone: the embedded broker's high watermark is wrong after a multi-record batch.
+        sender = TailSender(producer, hold_tails=holds_tails(self.config.kafka))
+        counts: dict[str, int] = {}
+        failures: list[BaseException] = []
+
+        def send(topic: str, key: bytes, value: bytes) -> None:
+            if topic not in counts:
+                counts[topic] = len(producer.partitions_for(topic))
+            partition = partition_for_key(key, counts[topic])
+            sender.send(topic, key=key, value=value, partition=partition, on_error=failures.append)
+
         for alert in book.transitions:
-            producer.send(
-                self.config.kafka.alerts_topic, key=alert.kafka_key().encode(), value=alert.to_bytes()
-            )
+            send(self.config.kafka.alerts_topic, alert.kafka_key().encode(), alert.to_bytes())
         for message in feedback:
-            producer.send(
+            send(
                 self.config.kafka.feedback_topic,
-                key=f"ledger/{message['ledger_id']}".encode(),
-                value=json.dumps(message, separators=(",", ":")).encode(),
+                f"ledger/{message['ledger_id']}".encode(),
+                json.dumps(message, separators=(",", ":")).encode(),
             )
-        producer.flush()
+        sender.flush()
+        if failures:
+            # Fail the batch: it is replayed, and a replay publishes the same alert ids again.
+            raise ServiceError(
+                f"{len(failures)} alert or feedback records were not delivered to Kafka "
+                f"({type(failures[0]).__name__}); the batch fails and is replayed when the job restarts"
+            )
         for alert in book.transitions:
             logger.info(
                 "alert %s %s %s %s",

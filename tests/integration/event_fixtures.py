@@ -21,7 +21,9 @@ from bkaudit.domain.metadata import LedgerMetadata, LedgerState, Segment
 from bkaudit.domain.rackmap import RackMap
 from bkaudit.domain.registration import BookieServiceInfo, Endpoint
 from bkaudit.domain.underreplication import UnderreplicatedLedger
-from connectors.kafka.client_config import consumer_config, producer_config
+from connectors.kafka.client_config import consumer_config, holds_tails, producer_config
+from connectors.kafka.publisher import partition_for_key
+from connectors.kafka.tail_sender import TailSender
 
 # kazoo's ZnodeStat field names (what the event helpers read).
 Stat = namedtuple("Stat", "czxid mzxid ctime mtime version dataLength")
@@ -39,12 +41,17 @@ class Watcher:
         self.kafka = kafka
         self.builder = ev.EventBuilder(cluster, "run-1", clock_ms=clock)
         self.producer = KafkaProducer(**producer_config(kafka))
+        # Batches with one-record tails, as the real publisher sends (exact high watermarks on Tansu).
+        self.sender = TailSender(self.producer, hold_tails=holds_tails(kafka))
         self.mzxid = 100
         self.sent = 0
 
     def send(self, payload: Any, **kw: Any) -> None:
         event = self.builder.build(payload, **kw)
-        self.producer.send(self.kafka.changes_topic, key=ev.kafka_key(event), value=ev.encode_event(event))
+        key = ev.kafka_key(event)
+        topic = self.kafka.changes_topic
+        partition = partition_for_key(key, len(self.producer.partitions_for(topic)))
+        self.sender.send(topic, key=key, value=ev.encode_event(event), partition=partition)
         self.sent += 1
 
     def heartbeat(self, at_ms: int, partitions: int = 2) -> None:
@@ -52,7 +59,7 @@ class Watcher:
             event = self.builder.build(
                 ev.heartbeat(at_ms, partition=p, partition_count=partitions), event_time_ms=at_ms
             )
-            self.producer.send(
+            self.sender.send(
                 self.kafka.changes_topic, key=ev.kafka_key(event), value=ev.encode_event(event), partition=p
             )
             self.sent += 1
@@ -120,10 +127,10 @@ class Watcher:
         self.send(ev.rack_map_event("file:/racks.json", RackMap.from_racks(racks), present=True))
 
     def flush(self) -> None:
-        self.producer.flush()
+        self.sender.flush()
 
     def close(self) -> None:
-        self.producer.flush()
+        self.sender.flush()
         self.producer.close()
 
 

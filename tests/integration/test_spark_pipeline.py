@@ -15,7 +15,8 @@ pytestmark = pytest.mark.integration
 
 
 def _produce(settings, topic: str, start: int, count: int) -> None:
-    producer = KafkaProducer(**producer_config(settings))
+    # One record per batch: exact high watermarks on the embedded broker (TailSender has no headers).
+    producer = KafkaProducer(**{**producer_config(settings), "batch_size": 0})
     for i in range(start, start + count):
         producer.send(topic, key=f"k{i % 3}".encode(), value=f"{i}".encode(), headers=[("h", b"x")])
     producer.flush()

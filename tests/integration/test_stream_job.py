@@ -142,7 +142,7 @@ def test_undecodable_records_reach_dead_letters_even_behind_the_watermark(spark,
     watcher.heartbeat(t0 + 60_000)
     watcher.flush()
     run_once(spark, settings)  # the watermark is now ~t0 + 60 s
-    producer = KafkaProducer(**producer_config(kafka))
+    producer = KafkaProducer(**{**producer_config(kafka), "batch_size": 0})  # one-record batches: exact ends
     garbage = [b"\xff\x00not a change event", b""]
     for value in garbage:
         producer.send(kafka.changes_topic, key=b"ledger/9", value=value, partition=1)

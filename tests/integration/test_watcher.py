@@ -1243,13 +1243,16 @@ class _FullBufferProducer:
 def test_publisher_blocks_on_a_full_buffer_instead_of_dropping_and_flags_failed_deliveries() -> None:
     from bkaudit.settings import KafkaSettings
     from connectors.kafka.publisher import ChangePublisher, partition_for_key
+    from connectors.kafka.tail_sender import TailSender
 
     delivered: list[tuple[str, int]] = []
     publisher = ChangePublisher(
         KafkaSettings(), "t", on_delivered=lambda kind, t, _change: delivered.append((kind, t))
     )
     producer = _FullBufferProducer(refusals=3)
+    # Straight sends (no held tails) so each publish reaches the producer at once.
     publisher._producer, publisher.partition_count = producer, 8
+    publisher._sender = TailSender(producer, hold_tails=False)
     event = events.EventBuilder("c", "r", clock_ms=lambda: 5).build(events.ledger_deleted(42))
     partition = publisher.publish(event)
     assert partition == partition_for_key(b"ledger/42", 8)

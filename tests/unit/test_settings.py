@@ -8,7 +8,7 @@ import pytest
 
 from bkaudit.errors import ConfigError
 from bkaudit.settings import CONFIG_FILE_ENV, Settings, load_settings
-from connectors.kafka.client_config import consumer_config, producer_config
+from connectors.kafka.client_config import consumer_config, holds_tails, producer_config
 from streaming.session import ROCKSDB_PROVIDER, spark_conf
 
 
@@ -99,7 +99,10 @@ def test_ledgers_root_must_be_absolute():
 def test_kafka_client_defaults_work_around_tansu_and_keep_order():
     settings = load_settings().kafka
     producer = producer_config(settings)
-    assert producer["batch_size"] == 0  # Tansu's high watermark is wrong after multi-record batches
+    # Batching, with each burst ending in one-record batches (Tansu's high watermark counts only the first
+    # record of a partition's last batch).
+    assert producer["batch_size"] > 0 and holds_tails(settings)
+    assert not holds_tails(settings.model_copy(update={"single_record_tails": False}))
     assert producer["acks"] == "all"
     assert producer["max_in_flight_requests_per_connection"] == 1
     consumer = consumer_config(settings, "g")
