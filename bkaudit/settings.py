@@ -130,7 +130,7 @@ class KafkaSettings(BaseModel):
     client_id: str = "bkaudit"
     request_timeout_ms: int = Field(30_000, gt=0)
     producer_acks: Literal["all", "1", "0"] = "all"
-    producer_batch_size: int = Field(65_536, ge=0)
+    producer_batch_size: int = Field(262_144, ge=0)
     producer_linger_ms: int = Field(0, ge=0)
     single_record_tails: bool = Field(
         True,
