@@ -112,10 +112,15 @@ def test_callbacks_are_attached_to_the_record_they_belong_to():
     assert producer.futures[1].callbacks == [] and producer.futures[1].errbacks == []
 
 
-def test_a_refused_send_loses_neither_the_held_record_nor_the_new_one():
+def _holding_a() -> tuple[_Recorder, TailSender]:
     producer = _Recorder()
     sender = TailSender(producer, hold_tails=True)
     sender.send("t", key=None, value=b"a", partition=0)
+    return producer, sender
+
+
+def test_a_refused_send_loses_neither_the_held_record_nor_the_new_one():
+    producer, sender = _holding_a()
     producer.fail_sends = 1
     with pytest.raises(KafkaTimeoutError):
         sender.send("t", key=None, value=b"b", partition=0)
@@ -126,9 +131,7 @@ def test_a_refused_send_loses_neither_the_held_record_nor_the_new_one():
 
 
 def test_a_flush_timeout_keeps_the_tails_for_the_next_release():
-    producer = _Recorder()
-    sender = TailSender(producer, hold_tails=True)
-    sender.send("t", key=None, value=b"a", partition=0)
+    producer, sender = _holding_a()
     producer.fail_flushes = 1
     with pytest.raises(KafkaTimeoutError):
         sender.release(timeout_s=0.1)
