@@ -110,27 +110,19 @@ def placement_condition(
     return None
 
 
-def placement_adherence(
-    ledger: Mapping[str, Any], racks: Mapping[str, str | None], config: PlacementPolicyConfig
-) -> str | None:
-    """The ``placement`` column: FAIL / MEETS_SOFT / MEETS_STRICT for closed ledgers, else None.
+def placement_column(ledger: Mapping[str, Any], condition: tuple[str, dict[str, Any]] | None) -> str | None:
+    """The ``placement`` column from the ledger's :func:`placement_condition` (None: it adheres):
+    FAIL / MEETS_SOFT / MEETS_STRICT for a closed ledger, None for any other.
 
     Example:
-        >>> placement_adherence({"state": "OPEN"}, {}, PlacementPolicyConfig()) is None
+        >>> conditions = (None, ("PLACEMENT_SOFT", {}), ("PLACEMENT_NOT_ADHERING", {}))
+        >>> [placement_column({"state": "CLOSED"}, c) for c in conditions]
+        ['MEETS_STRICT', 'MEETS_SOFT', 'FAIL']
+        >>> placement_column({"state": "OPEN"}, None) is None
         True
     """
     if ledger.get("state") != "CLOSED":
         return None
-    return adherence_of(placement_condition(ledger, racks, config))
-
-
-def adherence_of(condition: tuple[str, dict[str, Any]] | None) -> str:
-    """A closed ledger's ``placement`` column from its :func:`placement_condition` (None: it adheres).
-
-    Example:
-        >>> [adherence_of(c) for c in (None, ("PLACEMENT_SOFT", {}), ("PLACEMENT_NOT_ADHERING", {}))]
-        ['MEETS_STRICT', 'MEETS_SOFT', 'FAIL']
-    """
     if condition is None:
         return "MEETS_STRICT"
     return "FAIL" if condition[0] == "PLACEMENT_NOT_ADHERING" else "MEETS_SOFT"

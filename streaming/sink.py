@@ -53,9 +53,9 @@ from streaming.alerts import AlertKind, AlertState
 from streaming.decode import ARROW_CHANGE_SCHEMA
 from streaming.evaluate import (
     PlacementPolicyConfig,
-    adherence_of,
     ledger_bookies,
     lost_bookie_condition,
+    placement_column,
     placement_condition,
 )
 from streaming.processor import DECISION_COLUMNS
@@ -587,8 +587,8 @@ class AuditSink:
                     pulsar_topic=row_now.get("pulsar_topic"),
                     detail=placement[1] if holds and placement else None,
                 )
-            # The condition above already holds the verdict: no second evaluation for the column.
-            new_placement = adherence_of(placement) if payload.get("state") == "CLOSED" else None
+            # The column comes from the condition evaluated above (one placement evaluation per ledger).
+            new_placement = placement_column(payload, placement)
             if row_now.get("placement") != new_placement:
                 ledgers[ledger_id] = {**row_now, "placement": new_placement}
                 changed_ledgers.add(ledger_id)
