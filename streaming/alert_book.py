@@ -167,10 +167,6 @@ class AlertBook:
             if (resolved := self._resolve(entity, kind, at_ms, {"resolution": reason})) is not None
         ]
 
-    def firing_rows(self) -> list[dict[str, Any]]:
-        """Rows for the ``open_alerts`` table: every alert open now."""
-        return [alert_to_row(a) for a in self.open.values()]
-
     @property
     def resolved_ids(self) -> list[str]:
         return [a.alert_id for a in self.transitions if a.state is AlertState.RESOLVED]

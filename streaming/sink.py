@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,6 +37,7 @@ from bkaudit.settings import KafkaSettings
 from connectors.delta.tables import (
     BOOKIES,
     DEAD_LETTERS,
+    INDEX_LEDGER_COLUMNS,
     LEDGER_BOOKIES,
     LEDGER_BUCKETS,
     LEDGERS,
@@ -49,7 +50,7 @@ from connectors.delta.tables import (
     table_before_batch,
 )
 from streaming.alert_book import AlertBook, alert_to_row
-from streaming.alerts import AlertKind, AlertState
+from streaming.alerts import AlertKind, AlertState, alert_bytes
 from streaming.decode import ARROW_CHANGE_SCHEMA
 from streaming.evaluate import (
     PlacementPolicyConfig,
@@ -139,12 +140,35 @@ def _ts(ms: int | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
-def _read_filtered(table: Any, column: str, values: Iterable[Any]) -> list[dict[str, Any]]:
+def _read_filtered(
+    table: Any, column: str, values: Iterable[Any], columns: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
     wanted = sorted(set(values))
     if not wanted:
         return []
     dataset = table.to_pyarrow_dataset()
-    return dataset.to_table(filter=pc.field(column).isin(wanted)).to_pylist()
+    projection = list(columns) if columns is not None else None
+    return dataset.to_table(filter=pc.field(column).isin(wanted), columns=projection).to_pylist()
+
+
+def _read_partitions(
+    table: Any, column: str, values: Iterable[Any], columns: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Rows of the partitions ``column IN values`` only (files of other partitions are never opened)."""
+    wanted = sorted(set(values))
+    if not wanted:
+        return []
+    dataset = table.to_pyarrow_dataset(file_pruning_predicate=[(column, "in", wanted)])
+    return dataset.to_table(filter=pc.field(column).isin(wanted), columns=list(columns)).to_pylist()
+
+
+# What the lost-bookie rule reads of a ledger (_as_payload, the deleted / undecodable checks): copied into
+# the index rows, read from the ledgers table only for index rows written before the copy existed.
+_LOSS_EVALUATION_COLUMNS = ("ledger_id", *INDEX_LEDGER_COLUMNS, "deleted")
+
+
+def _compact_json(message: Mapping[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":")).encode()
 
 
 def _ledger_row(ledger_id: int, payload: Mapping[str, Any], cluster: str, at_ms: int) -> dict[str, Any]:
@@ -515,22 +539,39 @@ class AuditSink:
 
         # 2b. the ledgers affected through the index (lost / returned / moved bookies) ----------------------
         fanout_bookies = set(lost_changed) | set(moved)
+        # Ledgers reached only through a lost or returned bookie: their metadata and racks did not change in
+        # this batch, so only the lost-bookie rule is evaluated, from the few columns it reads (a loss at 1 M
+        # ledgers reaches ~30 k of them; reading whole rows and re-checking placement doubled its cost).
+        loss_only_rows: dict[int, dict[str, Any]] = {}
         if fanout_bookies:
-            indexed = _read_filtered(index_table, "bookie", fanout_bookies)
+            indexed = _read_partitions(
+                index_table, "bookie", fanout_bookies, ["bookie", "ledger_id", *INDEX_LEDGER_COLUMNS]
+            )
             affected: dict[int, int] = {}
+            on_moved: set[int] = set()
             for entry in indexed:
                 if entry["ledger_id"] in index_replace:
                     continue  # this batch replaced the ledger's bookies: use the new ones below
                 when = max(lost_changed.get(entry["bookie"], 0), moved.get(entry["bookie"], 0))
                 affected[entry["ledger_id"]] = max(affected.get(entry["ledger_id"], 0), when)
+                if entry["bookie"] in moved:
+                    on_moved.add(entry["ledger_id"])
+                elif entry["state"] is not None:  # null: written before the index carried the columns
+                    loss_only_rows[entry["ledger_id"]] = entry
             for ledger_id, bookies_now in index_replace.items():
                 hits = fanout_bookies & set(bookies_now)
                 if hits:
                     when = max(max(lost_changed.get(b, 0), moved.get(b, 0)) for b in hits)
                     affected[ledger_id] = max(affected.get(ledger_id, 0), when)
             missing_rows = [i for i in affected if i not in ledgers]
-            for found in _read_filtered(ledgers_table, "ledger_id", missing_rows):
+            whole_rows = [i for i in missing_rows if i in on_moved]
+            for found in _read_filtered(ledgers_table, "ledger_id", whole_rows):
                 ledgers[found["ledger_id"]] = found
+            for ledger_id in on_moved:
+                loss_only_rows.pop(ledger_id, None)  # also on a lost bookie: evaluated whole, from its row
+            not_copied = [i for i in missing_rows if i not in on_moved and i not in loss_only_rows]
+            for found in _read_filtered(ledgers_table, "ledger_id", not_copied, _LOSS_EVALUATION_COLUMNS):
+                loss_only_rows[found["ledger_id"]] = found
             for ledger_id, when in affected.items():
                 trigger_ms[ledger_id] = max(trigger_ms.get(ledger_id, when), when)
 
@@ -549,7 +590,11 @@ class AuditSink:
         # 2d. evaluate the affected ledgers ------------------------------------------------------------------
         lost = {b for b, r in bookie_rows.items() if r.get("lost")}
         for ledger_id in sorted(trigger_ms):
+            # A snapshot's reconciliation may have put a loss-only ledger into `ledgers`: then it is whole.
             current = ledgers.get(ledger_id)
+            loss_only_row = current is None and ledger_id in loss_only_rows
+            if current is None:
+                current = loss_only_rows.get(ledger_id)
             at_ms = trigger_ms[ledger_id]
             if current is None:
                 continue
@@ -575,6 +620,8 @@ class AuditSink:
                     pulsar_topic=row_now.get("pulsar_topic"),
                     detail=condition[1] if holds and condition else None,
                 )
+            if loss_only_row:
+                continue  # placement unchanged (see loss_only_rows); the row is not written
             placement = placement_condition(payload, racks, self.config.placement)
             for kind in _PLACEMENT_KINDS:
                 holds = placement is not None and placement[0] == kind.value
@@ -600,8 +647,7 @@ class AuditSink:
         report.feedback = len(feedback)
 
         # 4. publish (before the tables: a crash in between replays the same alert ids) ----------------------
-        self._publish(book, feedback)
-        report.alerts = [a.to_json() for a in book.transitions]
+        report.alerts = self._publish(book, feedback)
 
         # 5. tables -----------------------------------------------------------------------------------------
         writer = BatchWriter(root, app, batch_id)
@@ -611,11 +657,13 @@ class AuditSink:
             written.append(writer.upsert("ledgers", pa.Table.from_pylist(ledger_rows, schema=LEDGERS.schema)))
             report.ledgers_written = len(ledger_rows)
         if index_replace:
-            index_rows = [
-                {"bookie": b, "ledger_id": i, "mzxid": (ledgers.get(i) or {}).get("mzxid")}
-                for i, names in sorted(index_replace.items())
-                for b in names
-            ]
+            index_rows = []
+            for ledger_id, names in sorted(index_replace.items()):
+                row = ledgers.get(ledger_id) or {}
+                copied = {name: row.get(name) for name in INDEX_LEDGER_COLUMNS}
+                index_rows.extend(
+                    {"bookie": b, "ledger_id": ledger_id, "mzxid": row.get("mzxid"), **copied} for b in names
+                )
             written.append(
                 writer.replace_keys(
                     "ledger_bookies",
@@ -629,15 +677,19 @@ class AuditSink:
             written.append(writer.upsert("bookies", pa.Table.from_pylist(rows_out, schema=BOOKIES.schema)))
         open_alerts_version: int | None = open_table.version()  # unchanged unless written below
         if book.transitions:
+            # Each transition's row once: its violations row, and its open_alerts row when still open.
+            transition_rows = {id(a): alert_to_row(a) for a in book.transitions}
             ids = {a.alert_id for a in book.transitions}
-            open_rows = [r for r in book.firing_rows() if r["alert_id"] in ids]
+            open_rows = [
+                transition_rows.get(id(a)) or alert_to_row(a) for a in book.open.values() if a.alert_id in ids
+            ]
             open_written = writer.replace_keys(
                 "open_alerts", "alert_id", ids, pa.Table.from_pylist(open_rows, schema=OPEN_ALERTS.schema)
             )
             written.append(open_written)
             # Written now: the table's new version. Skipped (a replay found it done): unknown, no cache.
             open_alerts_version = latest_version(root, "open_alerts") if open_written else None
-            violations = [{**alert_to_row(a), "batch_id": batch_id} for a in book.transitions]
+            violations = [{**transition_rows[id(a)], "batch_id": batch_id} for a in book.transitions]
             written.append(
                 writer.append("violations", pa.Table.from_pylist(violations, schema=VIOLATIONS.schema))
             )
@@ -829,34 +881,39 @@ class AuditSink:
         self._scrutiny_cursor = picked[-1]
         return [{"ledger_id": i, "round": 0, "scrutiny": True} for i in picked if i not in requested]
 
-    def _publish(self, book: AlertBook, feedback: list[dict[str, Any]]) -> None:
+    def _publish(self, book: AlertBook, feedback: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Send the batch's alert transitions and feedback; returns the alerts as published (JSON objects)."""
         if not book.transitions and not feedback:
-            return
+            return []
         from connectors.kafka.client_config import holds_tails
-        from connectors.kafka.publisher import partition_for_key
+        from connectors.kafka.publisher import partitions_for_keys
         from connectors.kafka.tail_sender import TailSender
 
         producer = self._kafka()
         # Explicit partitions (Kafka's default rule) so each partition's last record can be held back and
         # sent alone: the embedded broker's high watermark is wrong after a multi-record batch.
         sender = TailSender(producer, hold_tails=holds_tails(self.config.kafka))
-        counts: dict[str, int] = {}
         failures: list[BaseException] = []
 
-        def send(topic: str, key: bytes, value: bytes) -> None:
-            if topic not in counts:
-                counts[topic] = len(producer.partitions_for(topic))
-            partition = partition_for_key(key, counts[topic])
-            sender.send(topic, key=key, value=value, partition=partition, on_error=failures.append)
+        def send_all(topic: str, records: list[tuple[bytes, bytes]]) -> None:
+            if not records:
+                return
+            partitions = partitions_for_keys([key for key, _ in records], len(producer.partitions_for(topic)))
+            for (key, value), partition in zip(records, partitions, strict=True):
+                sender.send(topic, key=key, value=value, partition=partition, on_error=failures.append)
 
-        for alert in book.transitions:
-            send(self.config.kafka.alerts_topic, alert.kafka_key().encode(), alert.to_bytes())
-        for message in feedback:
-            send(
-                self.config.kafka.feedback_topic,
-                f"ledger/{message['ledger_id']}".encode(),
-                json.dumps(message, separators=(",", ":")).encode(),
-            )
+        published = [alert.to_json() for alert in book.transitions]
+        send_all(
+            self.config.kafka.alerts_topic,
+            [
+                (alert.kafka_key().encode(), alert_bytes(body))
+                for alert, body in zip(book.transitions, published, strict=True)
+            ],
+        )
+        send_all(
+            self.config.kafka.feedback_topic,
+            [(f"ledger/{message['ledger_id']}".encode(), _compact_json(message)) for message in feedback],
+        )
         sender.flush()
         if failures:
             # Fail the batch: it is replayed, and a replay publishes the same alert ids again.
@@ -864,14 +921,21 @@ class AuditSink:
                 f"{len(failures)} alert or feedback records were not delivered to Kafka "
                 f"({type(failures[0]).__name__}); the batch fails and is replayed when the job restarts"
             )
-        for alert in book.transitions:
+        # One line per batch at INFO (a lost bookie's tens of thousands of lines cost seconds), each alert at
+        # DEBUG; the alerts themselves are on the topic and in the violations table.
+        counts_by_kind = Counter(f"{body['state']} {body['kind']}" for body in published)
+        if published:
             logger.info(
-                "alert %s %s %s %s",
-                alert.state.value,
-                alert.kind.value,
-                alert.entity,
-                alert.alert_id,
+                "published %d alert transitions: %s",
+                len(published),
+                ", ".join(f"{n} {what}" for what, n in sorted(counts_by_kind.items())),
             )
+        if logger.isEnabledFor(logging.DEBUG):
+            for alert in book.transitions:
+                logger.debug(
+                    "alert %s %s %s %s", alert.state.value, alert.kind.value, alert.entity, alert.alert_id
+                )
+        return published
 
 
 def open_alert_counts(root: str | Path) -> dict[str, int]:

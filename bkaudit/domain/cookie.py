@@ -31,7 +31,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bkaudit.domain.textformat import parse_message, print_message
+from bkaudit.domain.textformat import java_trim, parse_message, print_message
 from bkaudit.errors import FormatError
 from bkaudit.pb import data_formats_pb2 as pb
 
@@ -157,16 +157,6 @@ def _decode_text(data: bytes | str) -> str:
         raise FormatError(f"cookie: not UTF-8 ({err.reason} at byte {err.start})") from None
 
 
-def _java_trim(text: str) -> str:
-    # String.trim removes every char <= U+0020 at both ends.
-    start, end = 0, len(text)
-    while start < end and text[start] <= " ":
-        start += 1
-    while end > start and text[end - 1] <= " ":
-        end -= 1
-    return text[start:end]
-
-
 def parse_cookie(data: bytes | str) -> Cookie:
     """Decode a cookie the way ``Cookie.parse`` reads it; anything it cannot read raises FormatError.
 
@@ -184,7 +174,7 @@ def parse_cookie(data: bytes | str) -> Cookie:
     first_end = _LINE_END.search(text)
     version_line = text[: first_end.start()] if first_end else text
     rest = text[first_end.end() :] if first_end else ""
-    trimmed = _java_trim(version_line)
+    trimmed = java_trim(version_line)
     if not _JAVA_INT.fullmatch(trimmed) or not -(2**31) <= int(trimmed) <= 2**31 - 1:
         raise FormatError(f"cookie: invalid layout version line {version_line[:40]!r}")
     version = int(trimmed)

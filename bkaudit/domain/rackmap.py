@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bkaudit.domain.registration import is_valid_bookie_id, parse_host_port
+from bkaudit.domain.textformat import java_trim
 from bkaudit.errors import FormatError
 
 # net/NetworkTopology.java
@@ -52,11 +53,6 @@ DEFAULT_ZONE = "/default-zone"
 DEFAULT_UPGRADEDOMAIN = "/default-upgradedomain"
 
 
-def _java_trim(text: str) -> str:
-    # String.trim strips every char <= U+0020.
-    return text.strip("".join(chr(c) for c in range(0x21)))
-
-
 def normalize_rack(rack: str | None) -> str | None:
     """A rack as Pulsar hands it to BookKeeper: leading ``/`` added; None/empty/``"/"`` → None (default).
 
@@ -64,7 +60,7 @@ def normalize_rack(rack: str | None) -> str | None:
         >>> normalize_rack("rack0"), normalize_rack("/r/x"), normalize_rack(" / "), normalize_rack("")
         ('/rack0', '/r/x', None, None)
     """
-    if rack is None or rack == "" or _java_trim(rack) == "/":
+    if rack is None or rack == "" or java_trim(rack) == "/":
         return None
     return rack if rack.startswith("/") else "/" + rack
 

@@ -45,6 +45,21 @@ _SPECIAL_ESCAPES = {
 }
 
 
+# Java's String.trim strips every char <= U+0020 at both ends (built once: racks are trimmed per evaluation).
+_JAVA_TRIMMED = "".join(chr(code) for code in range(0x21))
+
+
+def java_trim(text: str) -> str:
+    """``String.trim()`` as Java does it: every char ``<= U+0020`` removed at both ends (Python's
+    ``str.strip()`` would also remove other Unicode whitespace and keep control characters).
+
+    Example:
+        >>> java_trim("\x00 /rack \t"), java_trim("\u00a0x")
+        ('/rack', '\xa0x')
+    """
+    return text.strip(_JAVA_TRIMMED)
+
+
 def escape_bytes(data: bytes) -> str:
     """Java ``TextFormat.escapeBytes``: printable ASCII as is, C escapes, everything else 3-digit octal.
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Field, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 logger = logging.getLogger(__name__)
@@ -105,6 +105,27 @@ LEDGERS = TableSpec(
     z_order=("ledger_id",),
 )
 
+#: The ``ledgers`` columns copied into every ``ledger_bookies`` row: what the lost-bookie rule reads, so a
+#: loss reads only the lost bookie's partition (a read of the ``ledgers`` table would scan every ledger).
+INDEX_LEDGER_COLUMNS = (
+    "state",
+    "format_version",
+    "ensemble_size",
+    "write_quorum",
+    "ack_quorum",
+    "last_entry_id",
+    "length",
+    "segments",
+    "pulsar_topic",
+)
+
+
+def _copied_from_ledgers(name: str) -> pa.Field:
+    original = LEDGERS.schema.field(name)
+    comment = (original.metadata or {}).get(b"comment", b"").decode()
+    return _f(name, original.type, f"copy of ledgers.{name}: {comment}")
+
+
 LEDGER_BOOKIES = TableSpec(
     "ledger_bookies",
     pa.schema(
@@ -114,9 +135,11 @@ LEDGER_BOOKIES = TableSpec(
             ),
             _f("ledger_id", pa.int64(), "the ledger", nullable=False),
             _f("mzxid", pa.int64(), "metadata version the row was derived from"),
+            *(_copied_from_ledgers(name) for name in INDEX_LEDGER_COLUMNS),
         ]
     ),
-    "Index from bookie to the ledgers whose metadata names it (deleted ledgers removed).",
+    "Index from bookie to the ledgers whose metadata names it (deleted ledgers removed), with the ledger "
+    "columns a lost bookie's evaluation reads (null in rows written before they were added).",
     key=("ledger_id",),
     partition_by=("bookie",),
 )
@@ -247,6 +270,7 @@ def ensure_tables(root: str | Path) -> list[str]:
     for spec in TABLES.values():
         path = table_path(root, spec.name)
         if DeltaTable.is_deltatable(path):
+            _add_missing_columns(DeltaTable(path), spec)
             continue
         DeltaTable.create(
             path,
@@ -257,6 +281,15 @@ def ensure_tables(root: str | Path) -> list[str]:
             configuration={"delta.enableChangeDataFeed": "true"},
         )
     return sorted(TABLES)
+
+
+def _add_missing_columns(table: DeltaTable, spec: TableSpec) -> None:
+    """Columns a newer bkaudit added to ``spec`` are appended (nullable, existing rows null); nothing else
+    about an existing table is changed."""
+    present = set(table.schema().to_arrow().names)
+    missing = [Field.from_arrow(f) for f in spec.schema if f.name not in present]
+    if missing:
+        table.alter.add_columns(missing)
 
 
 def _commit(app_id: str, batch_id: int) -> CommitProperties:

@@ -31,7 +31,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -67,6 +68,57 @@ def partition_for_key(key: bytes, partition_count: int) -> int:
         True
     """
     return (murmur2(key) & 0x7FFFFFFF) % partition_count
+
+
+_MURMUR2_SEED = 0x9747B28C
+_MURMUR2_M = 0x5BD1E995
+
+
+def partitions_for_keys(keys: Sequence[bytes], partition_count: int) -> list[int]:
+    """:func:`partition_for_key` of many keys at once, vectorised over keys of equal length (kafka-python's
+    murmur2 is pure Python, ~15 µs a key; a lost bookie's 30 k alerts spent half a second there).
+
+    Example:
+        >>> keys = [b"c1/ledger/%d" % i for i in range(100)] + [b"", b"x"]
+        >>> partitions_for_keys(keys, 8) == [partition_for_key(k, 8) for k in keys]
+        True
+    """
+    import numpy as np
+
+    out = [0] * len(keys)
+    by_length: dict[int, list[int]] = defaultdict(list)
+    for position, key in enumerate(keys):
+        by_length[len(key)].append(position)
+    m = np.uint32(_MURMUR2_M)
+    for length, positions in by_length.items():
+        data = np.frombuffer(b"".join(keys[p] for p in positions), dtype=np.uint8).reshape(
+            len(positions), length
+        )
+        h = np.full(len(positions), (_MURMUR2_SEED ^ length) & 0xFFFFFFFF, dtype=np.uint32)
+        whole = length & ~3
+        if whole:
+            blocks = np.ascontiguousarray(data[:, :whole]).view("<u4")
+            for column in range(whole // 4):
+                k = blocks[:, column] * m
+                k ^= k >> np.uint32(24)
+                k *= m
+                h *= m
+                h ^= k
+        tail = length - whole
+        if tail >= 3:
+            h ^= data[:, whole + 2].astype(np.uint32) << np.uint32(16)
+        if tail >= 2:
+            h ^= data[:, whole + 1].astype(np.uint32) << np.uint32(8)
+        if tail >= 1:
+            h ^= data[:, whole].astype(np.uint32)
+            h *= m
+        h ^= h >> np.uint32(13)
+        h *= m
+        h ^= h >> np.uint32(15)
+        chosen = (h & np.uint32(0x7FFFFFFF)) % np.uint32(partition_count)
+        for position, partition in zip(positions, chosen.tolist(), strict=True):
+            out[position] = partition
+    return out
 
 
 class ChangePublisher:

@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -98,6 +99,7 @@ class PlacementVerdict:
         }
 
 
+@functools.lru_cache(maxsize=4096)  # pure, and a cluster has few distinct racks: each evaluated once
 def normalize_location(location: str | None) -> str | None:
     """A network location in canonical form, or ``None`` when it means "not mapped".
 

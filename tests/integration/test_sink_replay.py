@@ -218,3 +218,62 @@ def test_open_alerts_are_reread_only_when_the_table_moved_on(kafka_settings, tmp
     sink.process(decisions(("bookie_state", 4_000, None, "b2", {"status": "WRITABLE", "lost": False})), 3)
     assert len(reads) == 2
     assert read_table(root, "open_alerts").num_rows == 0
+
+
+def test_a_loss_checks_only_the_lost_bookie_rule_and_a_rack_move_rechecks_placement(kafka_settings, tmp_path):
+    # The ledgers a loss reaches through the index keep their placement (metadata and racks did not change):
+    # their rows are not rewritten and their placement alerts stay as they were. A rack move in a later
+    # batch re-checks the placement of exactly the ledgers on the moved bookie.
+    from connectors.kafka.topics import ensure_topic
+
+    ensure_topic(kafka_settings, kafka_settings.alerts_topic, 1)
+    root = tmp_path / "lh"
+    sink = AuditSink(SinkConfig(lakehouse_root=root, app_id="loss-only-test", kafka=kafka_settings))
+    racks = {"b1": "/r1", "b2": "/r1", "b3": "/r2", "b4": "/r2"}
+    setup = decisions(
+        ("rack_map", 1_000, None, None, {"racks": racks, "moved": []}),
+        *[("bookie_state", 1_000, None, b, {"status": "WRITABLE", "lost": False}) for b in racks],
+        ("ledger_state", 1_000, 1, None, ledger(1, ["b1", "b2"], 10)),  # one rack: not adhering
+        ("ledger_state", 1_000, 2, None, ledger(2, ["b1", "b3"], 11)),
+        ("ledger_state", 1_000, 3, None, ledger(3, ["b3", "b4"], 12)),  # one rack, not on b1
+    )
+    placed = sink.process(setup, 0)
+    assert {(a["ledger_id"], a["kind"]) for a in placed.alerts} == {
+        (1, "PLACEMENT_NOT_ADHERING"),
+        (3, "PLACEMENT_NOT_ADHERING"),
+    }
+    ledgers_version = DeltaTable(table_path(root, "ledgers")).version()
+
+    loss = sink.process(
+        decisions(
+            ("bookie_state", 2_000, None, "b1", {"status": "GONE", "lost": True, "missing_since_ms": 1_500}),
+            ("bookie_lost", 2_000, None, "b1", {"missing_since_ms": 1_500}),
+        ),
+        1,
+    )
+    assert {(a["ledger_id"], a["kind"], a["state"]) for a in loss.alerts} == {
+        (None, "BOOKIE_LOST", "firing"),
+        (1, "LEDGER_UNDER_REPLICATED", "firing"),
+        (2, "LEDGER_UNDER_REPLICATED", "firing"),
+    }
+    assert DeltaTable(table_path(root, "ledgers")).version() == ledgers_version  # no ledger row rewritten
+    open_now = {(r["ledger_id"], r["kind"]) for r in read_table(root, "open_alerts").to_pylist()}
+    assert {(1, "PLACEMENT_NOT_ADHERING"), (3, "PLACEMENT_NOT_ADHERING")} <= open_now
+
+    moved = sink.process(
+        decisions(
+            ("rack_map", 3_000, None, None, {"racks": {**racks, "b2": "/r2"}, "moved": ["b2"]}),
+            ("bookie_state", 3_000, None, "b1", {"status": "WRITABLE", "lost": False}),
+            ("bookie_returned", 3_000, None, "b1", {"missing_since_ms": 1_500}),
+        ),
+        2,
+    )
+    assert {(a["ledger_id"], a["kind"], a["state"]) for a in moved.alerts} == {
+        (None, "BOOKIE_LOST", "resolved"),
+        (1, "LEDGER_UNDER_REPLICATED", "resolved"),
+        (2, "LEDGER_UNDER_REPLICATED", "resolved"),
+        (1, "PLACEMENT_NOT_ADHERING", "resolved"),  # b2 moved: ledger 1 now spans two racks
+    }
+    rows = {r["ledger_id"]: r for r in read_table(root, "ledgers").to_pylist()}
+    assert rows[1]["placement"] == "MEETS_STRICT" and rows[3]["placement"] == "FAIL"
+    assert rows[1]["segments"] and rows[1]["custom_metadata"] == []  # the whole row, not the loss's columns
