@@ -191,6 +191,13 @@ class StreamSettings(BaseModel):
     )
     scrutiny_max_per_batch: int = Field(1000, ge=1)
     maintenance_every_batches: int = Field(200, ge=0, description="compact/vacuum the tables; 0 = never")
+    publish_processes: int = Field(
+        2,
+        ge=1,
+        le=32,
+        description="processes sending a batch's alerts when it has thousands (kafka-python's sends are "
+        "Python work: one process sends ~30 k records/s); 1 = the job's own process only",
+    )
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus endpoint; 0 = off")
 
 

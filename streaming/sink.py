@@ -47,6 +47,7 @@ from connectors.delta.tables import (
     BatchWriter,
     ensure_tables,
     latest_version,
+    ledger_index_rows,
     table_before_batch,
 )
 from streaming.alert_book import AlertBook, alert_to_row
@@ -90,6 +91,7 @@ class SinkConfig:
     scrutiny_max_per_batch: int = 1000
     maintenance_every_batches: int = 0  # compact + vacuum every N batches; 0 = never
     changes_partitions: int = 1  # partitions of the changes topic (snapshot reconciliation per partition)
+    publish_processes: int = 1  # > 1: bursts of POOL_MIN_RECORDS or more go through a PublisherPool
 
 
 #: What the sink receives per batch (:data:`streaming.schemas.DECISION_SCHEMA` as Arrow): the processor's
@@ -245,6 +247,7 @@ class AuditSink:
         self.busy = threading.Lock()
         self.stopping = threading.Event()
         self._producer: Any = None
+        self._publisher_pool: Any = None
         self._probe_client: Any = None
         self._scrutiny_cursor = -1
         self._scrutiny_last_ms: int | None = None
@@ -272,7 +275,22 @@ class AuditSink:
             self._probe_client = BlockingBookieClient(timeout=self.config.probe_timeout_s)
         return self._probe_client
 
+    def start_publisher_pool(self) -> None:
+        """Start the alert publishing processes now (``publish_processes > 1``), not at the first burst."""
+        if self.config.publish_processes > 1:
+            self._pool().start()
+
+    def _pool(self) -> Any:
+        if self._publisher_pool is None:
+            from connectors.kafka.publisher_pool import PublisherPool
+
+            self._publisher_pool = PublisherPool(self.config.kafka, self.config.publish_processes)
+        return self._publisher_pool
+
     def close(self) -> None:
+        if self._publisher_pool is not None:
+            self._publisher_pool.close()
+            self._publisher_pool = None
         if self._producer is not None:
             self._producer.flush()
             self._producer.close()
@@ -657,13 +675,11 @@ class AuditSink:
             written.append(writer.upsert("ledgers", pa.Table.from_pylist(ledger_rows, schema=LEDGERS.schema)))
             report.ledgers_written = len(ledger_rows)
         if index_replace:
-            index_rows = []
-            for ledger_id, names in sorted(index_replace.items()):
-                row = ledgers.get(ledger_id) or {}
-                copied = {name: row.get(name) for name in INDEX_LEDGER_COLUMNS}
-                index_rows.extend(
-                    {"bookie": b, "ledger_id": ledger_id, "mzxid": row.get("mzxid"), **copied} for b in names
-                )
+            index_rows = [
+                row
+                for ledger_id, names in sorted(index_replace.items())
+                for row in ledger_index_rows(ledgers.get(ledger_id) or {"ledger_id": ledger_id}, names)
+            ]
             written.append(
                 writer.replace_keys(
                     "ledger_bookies",
@@ -887,39 +903,49 @@ class AuditSink:
             return []
         from connectors.kafka.client_config import holds_tails
         from connectors.kafka.publisher import partitions_for_keys
+        from connectors.kafka.publisher_pool import POOL_MIN_RECORDS
         from connectors.kafka.tail_sender import TailSender
 
         producer = self._kafka()
-        # Explicit partitions (Kafka's default rule) so each partition's last record can be held back and
-        # sent alone: the embedded broker's high watermark is wrong after a multi-record batch.
-        sender = TailSender(producer, hold_tails=holds_tails(self.config.kafka))
-        failures: list[BaseException] = []
+        records: list[tuple[str, int, bytes | None, bytes]] = []
 
-        def send_all(topic: str, records: list[tuple[bytes, bytes]]) -> None:
-            if not records:
-                return
-            partitions = partitions_for_keys([key for key, _ in records], len(producer.partitions_for(topic)))
-            for (key, value), partition in zip(records, partitions, strict=True):
-                sender.send(topic, key=key, value=value, partition=partition, on_error=failures.append)
+        def place(topic: str, keyed: list[tuple[bytes, bytes]]) -> None:
+            # Explicit partitions (Kafka's default rule) so each partition's last record can be held back and
+            # sent alone: the embedded broker's high watermark is wrong after a multi-record batch.
+            if keyed:
+                partitions = partitions_for_keys([k for k, _ in keyed], len(producer.partitions_for(topic)))
+                for (key, value), partition in zip(keyed, partitions, strict=True):
+                    records.append((topic, partition, key, value))
 
         published = [alert.to_json() for alert in book.transitions]
-        send_all(
+        place(
             self.config.kafka.alerts_topic,
             [
                 (alert.kafka_key().encode(), alert_bytes(body))
                 for alert, body in zip(book.transitions, published, strict=True)
             ],
         )
-        send_all(
+        place(
             self.config.kafka.feedback_topic,
             [(f"ledger/{message['ledger_id']}".encode(), _compact_json(message)) for message in feedback],
         )
-        sender.flush()
-        if failures:
+        if self.config.publish_processes > 1 and len(records) >= POOL_MIN_RECORDS:
+            kafka = self.config.kafka
+            timeout_s = (kafka.bootstrap_timeout_ms + kafka.producer_delivery_timeout_ms) / 1000 + 60
+            failed, first_failure = self._pool().publish(records, timeout_s)
+        else:
+            failures: list[BaseException] = []
+            sender = TailSender(producer, hold_tails=holds_tails(self.config.kafka))
+            for topic, partition, key, value in records:
+                sender.send(topic, key=key, value=value, partition=partition, on_error=failures.append)
+            sender.flush()
+            failed = len(failures)
+            first_failure = type(failures[0]).__name__ if failures else None
+        if failed:
             # Fail the batch: it is replayed, and a replay publishes the same alert ids again.
             raise ServiceError(
-                f"{len(failures)} alert or feedback records were not delivered to Kafka "
-                f"({type(failures[0]).__name__}); the batch fails and is replayed when the job restarts"
+                f"{failed} alert or feedback records were not delivered to Kafka ({first_failure}); "
+                "the batch fails and is replayed when the job restarts"
             )
         # One line per batch at INFO (a lost bookie's tens of thousands of lines cost seconds), each alert at
         # DEBUG; the alerts themselves are on the topic and in the violations table.

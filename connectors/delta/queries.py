@@ -1004,7 +1004,7 @@ def write_example_lakehouse(root: str | Path) -> Path:
         >>> sorted(p.name for p in write_example_lakehouse(tempfile.mkdtemp()).iterdir())[:2]
         ['bookies', 'dead_letters']
     """
-    from connectors.delta.tables import BatchWriter, ensure_tables
+    from connectors.delta.tables import BatchWriter, ensure_tables, ledger_index_rows
 
     root = Path(root)
     ensure_tables(root)
@@ -1062,7 +1062,7 @@ def write_example_lakehouse(root: str | Path) -> Path:
     BatchWriter(root, "example", 0).upsert(
         "ledgers", pa.Table.from_pylist(ledgers, schema=TABLES["ledgers"].schema)
     )
-    index = [{"bookie": b, "ledger_id": i, "mzxid": 1} for i, names in ensembles.items() for b in names]
+    index = [row for one in ledgers for row in ledger_index_rows(one, ensembles[one["ledger_id"]])]
     BatchWriter(root, "example", 0).append(
         "ledger_bookies", pa.Table.from_pylist(index, schema=TABLES["ledger_bookies"].schema)
     )

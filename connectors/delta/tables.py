@@ -29,9 +29,10 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Field, Transaction, write_deltalake
@@ -124,6 +125,21 @@ def _copied_from_ledgers(name: str) -> pa.Field:
     original = LEDGERS.schema.field(name)
     comment = (original.metadata or {}).get(b"comment", b"").decode()
     return _f(name, original.type, f"copy of ledgers.{name}: {comment}")
+
+
+def ledger_index_rows(ledger_row: Mapping[str, Any], bookies: Iterable[str]) -> list[dict[str, Any]]:
+    """The ``ledger_bookies`` rows of one ledger: one per bookie, each with the copied ledger columns.
+
+    Example:
+        >>> rows = ledger_index_rows({"ledger_id": 7, "mzxid": 3, "state": "CLOSED"}, ["b1", "b2"])
+        >>> [(r["bookie"], r["ledger_id"], r["state"], r["segments"]) for r in rows]
+        [('b1', 7, 'CLOSED', None), ('b2', 7, 'CLOSED', None)]
+    """
+    copied = {name: ledger_row.get(name) for name in INDEX_LEDGER_COLUMNS}
+    return [
+        {"bookie": bookie, "ledger_id": ledger_row["ledger_id"], "mzxid": ledger_row.get("mzxid"), **copied}
+        for bookie in bookies
+    ]
 
 
 LEDGER_BOOKIES = TableSpec(

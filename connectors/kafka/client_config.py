@@ -10,7 +10,7 @@ Example:
     >>> from bkaudit.settings import KafkaSettings
     >>> config = producer_config(KafkaSettings(bootstrap_servers="127.0.0.1:9092"))
     >>> config["acks"], config["batch_size"], config["max_in_flight_requests_per_connection"]
-    ('all', 0, 1)
+    ('all', 262144, 1)
 """
 
 from __future__ import annotations

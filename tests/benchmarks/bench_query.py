@@ -48,6 +48,7 @@ import pytest
 
 from connectors.delta.tables import (
     BOOKIES,
+    INDEX_LEDGER_COLUMNS,
     LEDGER_BOOKIES,
     LEDGER_BUCKETS,
     LEDGERS,
@@ -307,15 +308,14 @@ def write_synthetic_lakehouse(
     started = time.perf_counter()
     ledger_table = _ledger_rows(cluster)
     BatchWriter(root, APP_ID, 0).append("ledgers", ledger_table)
+    parents = pc.list_parent_indices(ledger_table.column("bookies"))
     index = pa.table(
         {
             "bookie": pc.list_flatten(ledger_table.column("bookies")),
-            "ledger_id": pc.take(
-                ledger_table.column("ledger_id"), pc.list_parent_indices(ledger_table.column("bookies"))
-            ),
-            "mzxid": pc.take(
-                ledger_table.column("mzxid"), pc.list_parent_indices(ledger_table.column("bookies"))
-            ),
+            **{
+                name: pc.take(ledger_table.column(name), parents)
+                for name in ("ledger_id", "mzxid", *INDEX_LEDGER_COLUMNS)
+            },
         }
     )
     BatchWriter(root, APP_ID, 0).append("ledger_bookies", index.cast(LEDGER_BOOKIES.schema))

@@ -105,6 +105,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     add("--driver-memory", default="4g")
     add("--trigger-s", type=float, default=0.5, help="stream.trigger_interval_s")
     add("--watermark-s", type=float, default=5.0, help="stream.watermark_delay_s")
+    add("--publish-processes", type=int, default=2, help="stream.publish_processes")
     add("--max-offsets", type=int, default=0, help="stream.max_offsets_per_trigger (0: unlimited)")
     add("--snapshot-timeout", type=float, default=7200.0, help="seconds for the watcher's snapshot")
     add("--ingest-timeout", type=float, default=7200.0, help="seconds for the job's snapshot ingest")
@@ -230,7 +231,7 @@ class AlertAcks:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self._raw: list[tuple[float, bytes]] = []
+        self._raw: list[tuple[float, bytes | dict[str, Any]]] = []
         self.arrivals: dict[tuple[str, str, str], float] = {}
 
     def acked(self, value: bytes) -> None:
@@ -238,11 +239,17 @@ class AlertAcks:
         with self.lock:
             self._raw.append((at, value))
 
+    def published(self, at: float, alerts: list[dict[str, Any]]) -> None:
+        """Alerts the sink's publish call returned at ``at``: all acknowledged by then (an upper bound; the
+        only time known when the sink's worker processes sent them, ``stream.publish_processes``)."""
+        with self.lock:
+            self._raw.extend((at, alert) for alert in alerts)
+
     def _parse(self) -> None:
         with self.lock:
             raw, self._raw = self._raw, []
         for at, value in raw:
-            alert = json.loads(value)
+            alert = json.loads(value) if isinstance(value, bytes) else value
             ledger = alert.get("ledger_id")
             entity = str(ledger) if ledger is not None else (alert.get("bookies") or ["?"])[0]
             key = (alert["kind"], entity, alert["state"])
@@ -285,7 +292,9 @@ class SinkRecorder:
         def timed_publish(*args: Any, **kwargs: Any) -> Any:
             started = time.time()
             try:
-                return publish(*args, **kwargs)
+                published = publish(*args, **kwargs)
+                self.acks.published(time.time(), published or [])
+                return published
             finally:
                 with self.lock:
                     self.publishes.append((started, time.time()))
@@ -1186,6 +1195,7 @@ def run_sink_scale(args: argparse.Namespace) -> dict[str, Any]:
             kafka=kafka_values,
             lakehouse_root=state_dir / "lakehouse",
             checkpoint_root=state_dir / "checkpoints",
+            stream={"publish_processes": args.publish_processes},
         )
         for topic in (settings.kafka.changes_topic, settings.kafka.feedback_topic):
             ensure_topic(settings.kafka, topic, partitions=args.partitions)
@@ -1401,6 +1411,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             checkpoint_root=state_dir / "checkpoints",
             stream={
                 "trigger_interval_s": args.trigger_s,
+                "publish_processes": args.publish_processes,
                 "watermark_delay_s": args.watermark_s,
                 "max_offsets_per_trigger": args.max_offsets or None,
                 "maintenance_every_batches": 0,

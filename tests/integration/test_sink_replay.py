@@ -277,3 +277,42 @@ def test_a_loss_checks_only_the_lost_bookie_rule_and_a_rack_move_rechecks_placem
     rows = {r["ledger_id"]: r for r in read_table(root, "ledgers").to_pylist()}
     assert rows[1]["placement"] == "MEETS_STRICT" and rows[3]["placement"] == "FAIL"
     assert rows[1]["segments"] and rows[1]["custom_metadata"] == []  # the whole row, not the loss's columns
+
+
+def test_index_rows_without_the_copied_columns_fall_back_to_the_ledgers_table(kafka_settings, tmp_path):
+    # Index rows written before ledger_bookies carried the ledger columns have nulls there; a loss reads those
+    # ledgers from the ledgers table instead, with the same verdicts.
+    from connectors.delta.tables import LEDGER_BOOKIES, BatchWriter
+    from connectors.kafka.topics import ensure_topic
+
+    ensure_topic(kafka_settings, kafka_settings.alerts_topic, 1)
+    root = tmp_path / "lh"
+    sink = AuditSink(SinkConfig(lakehouse_root=root, app_id="fallback-test", kafka=kafka_settings))
+    bookies = [("bookie_state", 1_000, None, b, {"status": "WRITABLE", "lost": False}) for b in ("b1", "b2")]
+    one_copy = {**ledger(2, ["b1"], 11), "ensemble_size": 1, "write_quorum": 1, "ack_quorum": 1}
+    sink.process(
+        decisions(
+            *bookies,
+            ("ledger_state", 1_000, 1, None, ledger(1, ["b1", "b2"], 10)),
+            ("ledger_state", 1_000, 2, None, one_copy),
+        ),
+        0,
+    )
+    copied = read_table(root, "ledger_bookies").to_pylist()
+    assert {r["state"] for r in copied} == {"CLOSED"} and all(r["segments"] for r in copied)
+    old_style = [{"bookie": r["bookie"], "ledger_id": r["ledger_id"], "mzxid": r["mzxid"]} for r in copied]
+    BatchWriter(root, "an older bkaudit", 0).replace_keys(
+        "ledger_bookies", "ledger_id", [1, 2], pa.Table.from_pylist(old_style, schema=LEDGER_BOOKIES.schema)
+    )
+    loss = sink.process(
+        decisions(
+            ("bookie_state", 2_000, None, "b1", {"status": "GONE", "lost": True, "missing_since_ms": 1_500}),
+            ("bookie_lost", 2_000, None, "b1", {"missing_since_ms": 1_500}),
+        ),
+        1,
+    )
+    assert {(a["ledger_id"], a["kind"]) for a in loss.alerts} == {
+        (None, "BOOKIE_LOST"),
+        (1, "LEDGER_UNDER_REPLICATED"),
+        (2, "LEDGER_UNRECOVERABLE"),  # WQ=1 on the lost bookie: read from the ledgers table, judged the same
+    }
