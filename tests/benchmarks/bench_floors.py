@@ -71,13 +71,15 @@ def _alert_record(index: int) -> tuple[bytes, bytes]:
     return alert.kafka_key().encode(), alert.to_bytes()
 
 
-def _publisher(bootstrap: str, topic: str, records: list[tuple[int, bytes, bytes]], out: Any) -> None:
+def _publisher(
+    bootstrap: str, topic: str, records: list[tuple[int, bytes, bytes]], out: Any, go: Any
+) -> None:
     from kafka import KafkaProducer
 
     producer = KafkaProducer(bootstrap_servers=bootstrap, batch_size=262_144, linger_ms=5, acks=1)
     producer.partitions_for(topic)  # metadata before the clock starts
     out.put("ready")
-    out.get()  # the start signal
+    go.wait()
     started = time.perf_counter()
     futures = [producer.send(topic, key=k, value=v, partition=p) for p, k, v in records]
     producer.flush()
@@ -103,8 +105,9 @@ def publish_floor(bootstrap: str, alerts: int, processes: int, partitions: int) 
         shares[partition % processes].append((partition, key, value))  # each partition has one producer
     context = multiprocessing.get_context("spawn")
     channels = [context.Queue() for _ in range(processes)]
+    go = context.Event()
     workers = [
-        context.Process(target=_publisher, args=(bootstrap, topic, share, channel))
+        context.Process(target=_publisher, args=(bootstrap, topic, share, channel, go))
         for share, channel in zip(shares, channels, strict=True)
     ]
     for worker in workers:
@@ -112,8 +115,7 @@ def publish_floor(bootstrap: str, alerts: int, processes: int, partitions: int) 
     for channel in channels:
         assert channel.get(timeout=120) == "ready"
     started = time.perf_counter()
-    for channel in channels:
-        channel.put("go")
+    go.set()
     results = [channel.get(timeout=300) for channel in channels]
     wall = time.perf_counter() - started
     for worker in workers:

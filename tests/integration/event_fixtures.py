@@ -3,7 +3,8 @@
 :class:`Watcher` publishes change events the way ``bkaudit watch`` does (one
 :class:`~bkaudit.events.EventBuilder`, Kafka key = entity, heartbeats to every partition), so a test can
 script a cluster's history without ZooKeeper.
-:func:`alerts_on` reads back everything on an alerts topic.
+:func:`alerts_on` reads back everything on an alerts topic. :func:`decision_table` builds what the sink
+receives from the processor, for tests of the sink alone.
 """
 
 from __future__ import annotations
@@ -150,3 +151,27 @@ def alerts_on(kafka: Any, timeout_s: float = 20.0) -> list[tuple[str, dict[str, 
             out.extend((r.key.decode(), json.loads(r.value)) for r in records)
     consumer.close()
     return out
+
+
+def decision_table(*rows: tuple[str, int, int | None, str | None, dict[str, Any]]) -> Any:
+    """Decisions ``(kind, event time ms, ledger id, bookie id, payload)`` as the Arrow table the sink gets."""
+    from datetime import UTC, datetime
+
+    import pyarrow as pa
+
+    from streaming.sink import ARROW_DECISION_SCHEMA
+
+    return pa.Table.from_pylist(
+        [
+            {
+                "kind": kind,
+                "event_time": datetime.fromtimestamp(t / 1000, tz=UTC),
+                "cluster": "c1",
+                "ledger_id": ledger_id,
+                "bookie_id": bookie_id,
+                "payload": json.dumps(payload),
+            }
+            for kind, t, ledger_id, bookie_id, payload in rows
+        ],
+        schema=ARROW_DECISION_SCHEMA,
+    )

@@ -6,9 +6,7 @@ from __future__ import annotations
 import json
 import signal
 import time
-from datetime import UTC, datetime
 
-import pyarrow as pa
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
@@ -18,6 +16,7 @@ from connectors.kafka.publisher import partition_for_key
 from connectors.kafka.publisher_pool import POOL_MIN_RECORDS, PublisherPool
 from connectors.kafka.topics import ensure_topic
 from connectors.process import free_port
+from tests.integration.event_fixtures import decision_table as decisions
 
 pytestmark = pytest.mark.integration
 
@@ -109,7 +108,7 @@ def test_an_unreachable_broker_is_an_error_for_the_caller_and_no_secret_is_on_a_
 def test_the_sink_publishes_a_big_burst_through_its_processes_with_the_same_alert_ids(
     kafka_settings, tmp_path
 ):
-    from streaming.sink import ARROW_DECISION_SCHEMA, AuditSink, SinkConfig
+    from streaming.sink import AuditSink, SinkConfig
 
     ensure_topic(kafka_settings, kafka_settings.alerts_topic, 3)
     sink = AuditSink(
@@ -118,22 +117,6 @@ def test_the_sink_publishes_a_big_burst_through_its_processes_with_the_same_aler
         )
     )
     ledgers = POOL_MIN_RECORDS + 100
-
-    def decisions(rows):
-        return pa.Table.from_pylist(
-            [
-                {
-                    "kind": kind,
-                    "event_time": datetime.fromtimestamp(t / 1000, tz=UTC),
-                    "cluster": "c1",
-                    "ledger_id": ledger_id,
-                    "bookie_id": bookie_id,
-                    "payload": json.dumps(payload),
-                }
-                for kind, t, ledger_id, bookie_id, payload in rows
-            ],
-            schema=ARROW_DECISION_SCHEMA,
-        )
 
     ledger = {
         "state": "CLOSED",
@@ -151,7 +134,7 @@ def test_the_sink_publishes_a_big_burst_through_its_processes_with_the_same_aler
     setup += [("bookie_state", 1_000, None, b, {"status": "WRITABLE", "lost": False}) for b in ("b1", "b2")]
     setup += [("ledger_state", 1_000, i, None, {**ledger, "mzxid": 10 + i}) for i in range(ledgers)]
     try:
-        assert sink.process(decisions(setup), 0).alerts == []
+        assert sink.process(decisions(*setup), 0).alerts == []
         report = sink.process(
             decisions(
                 [

@@ -2,35 +2,16 @@
 
 from __future__ import annotations
 
-import json
-from datetime import UTC, datetime
-
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
 from connectors.delta.tables import TABLES, read_table, table_path
 from streaming.decode import ledger_payload  # noqa: F401  (the payload shape the sink consumes)
-from streaming.sink import ARROW_DECISION_SCHEMA, AuditSink, SinkConfig
+from streaming.sink import AuditSink, SinkConfig
+from tests.integration.event_fixtures import decision_table as decisions
 
 pytestmark = pytest.mark.integration
-
-
-def decisions(*rows):
-    return pa.Table.from_pylist(
-        [
-            {
-                "kind": kind,
-                "event_time": datetime.fromtimestamp(t / 1000, tz=UTC),
-                "cluster": "c1",
-                "ledger_id": ledger_id,
-                "bookie_id": bookie_id,
-                "payload": json.dumps(payload),
-            }
-            for kind, t, ledger_id, bookie_id, payload in rows
-        ],
-        schema=ARROW_DECISION_SCHEMA,
-    )
 
 
 def ledger(ledger_id, ensemble, mzxid):
