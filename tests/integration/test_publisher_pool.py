@@ -137,16 +137,14 @@ def test_the_sink_publishes_a_big_burst_through_its_processes_with_the_same_aler
         assert sink.process(decisions(*setup), 0).alerts == []
         report = sink.process(
             decisions(
-                [
-                    (
-                        "bookie_state",
-                        2_000,
-                        None,
-                        "b1",
-                        {"status": "GONE", "lost": True, "missing_since_ms": 1_500},
-                    ),
-                    ("bookie_lost", 2_000, None, "b1", {"missing_since_ms": 1_500}),
-                ]
+                (
+                    "bookie_state",
+                    2_000,
+                    None,
+                    "b1",
+                    {"status": "GONE", "lost": True, "missing_since_ms": 1_500},
+                ),
+                ("bookie_lost", 2_000, None, "b1", {"missing_since_ms": 1_500}),
             ),
             1,
         )
