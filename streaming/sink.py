@@ -143,25 +143,22 @@ def _ts(ms: int | None) -> datetime | None:
 
 
 def _read_filtered(
-    table: Any, column: str, values: Iterable[Any], columns: Sequence[str] | None = None
+    table: Any,
+    column: str,
+    values: Iterable[Any],
+    columns: Sequence[str] | None = None,
+    *,
+    partition_column: bool = False,
 ) -> list[dict[str, Any]]:
+    """Rows whose ``column`` is in ``values`` (``columns`` of them, or all). For the table's partition column,
+    files of other partitions are never opened."""
     wanted = sorted(set(values))
     if not wanted:
         return []
-    dataset = table.to_pyarrow_dataset()
+    pruning = [(column, "in", wanted)] if partition_column else None
+    dataset = table.to_pyarrow_dataset(file_pruning_predicate=pruning)
     projection = list(columns) if columns is not None else None
     return dataset.to_table(filter=pc.field(column).isin(wanted), columns=projection).to_pylist()
-
-
-def _read_partitions(
-    table: Any, column: str, values: Iterable[Any], columns: Sequence[str]
-) -> list[dict[str, Any]]:
-    """Rows of the partitions ``column IN values`` only (files of other partitions are never opened)."""
-    wanted = sorted(set(values))
-    if not wanted:
-        return []
-    dataset = table.to_pyarrow_dataset(file_pruning_predicate=[(column, "in", wanted)])
-    return dataset.to_table(filter=pc.field(column).isin(wanted), columns=list(columns)).to_pylist()
 
 
 # What the lost-bookie rule reads of a ledger (_as_payload, the deleted / undecodable checks): copied into
@@ -562,8 +559,12 @@ class AuditSink:
         # ledgers reaches ~30 k of them; reading whole rows and re-checking placement doubled its cost).
         loss_only_rows: dict[int, dict[str, Any]] = {}
         if fanout_bookies:
-            indexed = _read_partitions(
-                index_table, "bookie", fanout_bookies, ["bookie", "ledger_id", *INDEX_LEDGER_COLUMNS]
+            indexed = _read_filtered(
+                index_table,
+                "bookie",
+                fanout_bookies,
+                ["bookie", "ledger_id", *INDEX_LEDGER_COLUMNS],
+                partition_column=True,
             )
             affected: dict[int, int] = {}
             on_moved: set[int] = set()
@@ -693,11 +694,12 @@ class AuditSink:
             written.append(writer.upsert("bookies", pa.Table.from_pylist(rows_out, schema=BOOKIES.schema)))
         open_alerts_version: int | None = open_table.version()  # unchanged unless written below
         if book.transitions:
-            # Each transition's row once: its violations row, and its open_alerts row when still open.
+            # Each transition's row once: its violations row, and its open_alerts row when still open (an
+            # open alert with a transition's id is that transition: a re-fire is a new object).
             transition_rows = {id(a): alert_to_row(a) for a in book.transitions}
             ids = {a.alert_id for a in book.transitions}
             open_rows = [
-                transition_rows.get(id(a)) or alert_to_row(a) for a in book.open.values() if a.alert_id in ids
+                transition_rows[id(a)] for a in book.transitions if book.open.get((a.entity, a.kind)) is a
             ]
             open_written = writer.replace_keys(
                 "open_alerts", "alert_id", ids, pa.Table.from_pylist(open_rows, schema=OPEN_ALERTS.schema)
@@ -901,10 +903,8 @@ class AuditSink:
         """Send the batch's alert transitions and feedback; returns the alerts as published (JSON objects)."""
         if not book.transitions and not feedback:
             return []
-        from connectors.kafka.client_config import holds_tails
         from connectors.kafka.publisher import partitions_for_keys
-        from connectors.kafka.publisher_pool import POOL_MIN_RECORDS
-        from connectors.kafka.tail_sender import TailSender
+        from connectors.kafka.publisher_pool import POOL_MIN_RECORDS, send_records
 
         producer = self._kafka()
         records: list[tuple[str, int, bytes | None, bytes]] = []
@@ -930,17 +930,9 @@ class AuditSink:
             [(f"ledger/{message['ledger_id']}".encode(), _compact_json(message)) for message in feedback],
         )
         if self.config.publish_processes > 1 and len(records) >= POOL_MIN_RECORDS:
-            kafka = self.config.kafka
-            timeout_s = (kafka.bootstrap_timeout_ms + kafka.producer_delivery_timeout_ms) / 1000 + 60
-            failed, first_failure = self._pool().publish(records, timeout_s)
+            failed, first_failure = self._pool().publish(records)
         else:
-            failures: list[BaseException] = []
-            sender = TailSender(producer, hold_tails=holds_tails(self.config.kafka))
-            for topic, partition, key, value in records:
-                sender.send(topic, key=key, value=value, partition=partition, on_error=failures.append)
-            sender.flush()
-            failed = len(failures)
-            first_failure = type(failures[0]).__name__ if failures else None
+            failed, first_failure = send_records(producer, self.config.kafka, records)
         if failed:
             # Fail the batch: it is replayed, and a replay publishes the same alert ids again.
             raise ServiceError(

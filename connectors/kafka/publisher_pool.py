@@ -14,6 +14,9 @@ Kafka settings (secrets included) over their stdin pipe, never on the command li
 duplicate of their stdout (anything else they print goes to stderr). A worker that dies or does not answer
 in time is killed and replaced on the next call; the call raises :class:`~bkaudit.errors.ServiceError`.
 
+:func:`send_records` is the one send loop, used by the workers and by the sink's own process for smaller
+bursts.
+
 Status: new; used by the streaming sink for bursts of at least ``POOL_MIN_RECORDS`` records when
 ``stream.publish_processes > 1`` (the job starts the workers with the query).
 
@@ -42,6 +45,26 @@ Record = tuple[str, int, bytes | None, bytes]
 
 #: Below this many records a burst is sent in the caller's process (the hand-over costs more than it saves).
 POOL_MIN_RECORDS = 2_000
+
+
+def send_records(producer: Any, settings: KafkaSettings, records: Sequence[Record]) -> tuple[int, str | None]:
+    """Send ``records`` through ``producer`` (one-record tails when the settings ask for them) and wait for
+    every acknowledgement; returns (records that failed after the producer's retries, the first failure).
+
+    The one send loop: the sink's own process uses it for small bursts, each pool worker for its share.
+
+    Example:
+        >>> # failed, first_failure = send_records(KafkaProducer(**producer_config(s)), s, records)
+    """
+    from connectors.kafka.client_config import holds_tails
+    from connectors.kafka.tail_sender import TailSender
+
+    failures: list[BaseException] = []
+    sender = TailSender(producer, hold_tails=holds_tails(settings))
+    for topic, partition, key, value in records:
+        sender.send(topic, key=key, value=value, partition=partition, on_error=failures.append)
+    sender.flush()
+    return len(failures), (type(failures[0]).__name__ if failures else None)
 
 
 class _Worker:
@@ -126,13 +149,19 @@ class PublisherPool:
             worker = self._workers[index] = _Worker(self.settings)
         return worker
 
-    def publish(self, records: Sequence[Record], timeout_s: float) -> tuple[int, str | None]:
+    def publish(self, records: Sequence[Record], timeout_s: float | None = None) -> tuple[int, str | None]:
         """Send ``records`` (each partition's in the given order) and wait for every acknowledgement.
 
         Returns (records that failed after the producer's retries, the first failure's type); raises
         :class:`~bkaudit.errors.ServiceError` when a worker died or did not answer within ``timeout_s``
-        (that worker is replaced on the next call).
+        (default: a worker's bootstrap plus delivery timeouts and a minute; that worker is replaced on the
+        next call).
         """
+        if timeout_s is None:
+            timeout_s = (
+                self.settings.bootstrap_timeout_ms + self.settings.producer_delivery_timeout_ms
+            ) / 1000
+            timeout_s += 60
         shares: list[list[Record]] = [[] for _ in range(self.processes)]
         for record in records:
             shares[record[1] % self.processes].append(record)
@@ -171,8 +200,7 @@ def _serve(requests: IO[bytes], replies: IO[bytes]) -> None:
     """A worker's loop: settings first, then ``("send", records)`` until ``("close",)`` or end of input."""
     from kafka import KafkaProducer
 
-    from connectors.kafka.client_config import holds_tails, producer_config
-    from connectors.kafka.tail_sender import TailSender
+    from connectors.kafka.client_config import producer_config
 
     settings: KafkaSettings = pickle.load(requests)
     producer: Any = None
@@ -187,16 +215,10 @@ def _serve(requests: IO[bytes], replies: IO[bytes]) -> None:
                 return
             if message[0] == "close":
                 return
-            failures: list[BaseException] = []
             try:
                 if producer is None:
                     producer = KafkaProducer(**producer_config(settings))
-                sender = TailSender(producer, hold_tails=holds_tails(settings))
-                for topic, partition, key, value in message[1]:
-                    sender.send(topic, key=key, value=value, partition=partition, on_error=failures.append)
-                sender.flush()
-                first = type(failures[0]).__name__ if failures else None
-                reply: tuple[Any, ...] = ("done", len(failures), first)
+                reply: tuple[Any, ...] = ("done", *send_records(producer, settings, message[1]))
             except Exception as err:  # reported to the caller, which fails its batch
                 reply = ("error", f"{type(err).__name__}: {err}")
             pickle.dump(reply, replies, protocol=pickle.HIGHEST_PROTOCOL)
