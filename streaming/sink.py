@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from bkaudit.errors import ServiceError
 from bkaudit.settings import KafkaSettings
+from connectors.delta.scan import scan
 from connectors.delta.tables import (
     BOOKIES,
     DEAD_LETTERS,
@@ -155,10 +155,7 @@ def _read_filtered(
     wanted = sorted(set(values))
     if not wanted:
         return []
-    pruning = [(column, "in", wanted)] if partition_column else None
-    dataset = table.to_pyarrow_dataset(file_pruning_predicate=pruning)
-    projection = list(columns) if columns is not None else None
-    return dataset.to_table(filter=pc.field(column).isin(wanted), columns=projection).to_pylist()
+    return scan(table, [(column, "in", wanted)], columns, prune_partitions=partition_column).to_pylist()
 
 
 # What the lost-bookie rule reads of a ledger (_as_payload, the deleted / undecodable checks): copied into
@@ -763,14 +760,13 @@ class AuditSink:
         snapshot_id, partition = done["snapshot_id"], int(done["partition"])
         partitions = int(done.get("partition_count") or self.config.changes_partitions)
         seen_table = table_before_batch(root, "snapshot_seen", app, batch_id)
-        seen_ids = {
-            r["ledger_id"]
-            for r in seen_table.to_pyarrow_dataset()
-            .to_table(filter=pc.field("snapshot_id") == snapshot_id, columns=["ledger_id"])
+        seen_ids = set(
+            scan(seen_table, [("snapshot_id", "=", snapshot_id)], ["ledger_id"])
+            .column("ledger_id")
             .to_pylist()
-        }
+        )
         seen_ids |= {r["ledger_id"] for r in seen_now if r["snapshot_id"] == snapshot_id}
-        known = ledgers_table.to_pyarrow_dataset().to_table(columns=["ledger_id", "deleted"]).to_pylist()
+        known = scan(ledgers_table, columns=["ledger_id", "deleted"]).to_pylist()
         candidates = {r["ledger_id"] for r in known if not r["deleted"]}
         candidates |= {i for i, r in ledgers.items() if not r.get("deleted") and r.get("state") is not None}
         return sorted(
@@ -883,15 +879,12 @@ class AuditSink:
         if budget <= 0:
             return []
         self._scrutiny_last_ms = now_ms
-        dataset = ledgers_table.to_pyarrow_dataset()
-        closed = (pc.field("state") == "CLOSED") & (pc.field("deleted") == False)  # noqa: E712
-        candidates = (
-            dataset.to_table(
-                filter=closed & (pc.field("ledger_id") > self._scrutiny_cursor), columns=["ledger_id"]
-            )
-            .column("ledger_id")
-            .to_pylist()
-        )
+        closed_after_cursor = [
+            ("state", "=", "CLOSED"),
+            ("deleted", "=", False),
+            ("ledger_id", ">", self._scrutiny_cursor),
+        ]
+        candidates = scan(ledgers_table, closed_after_cursor, ["ledger_id"]).column("ledger_id").to_pylist()
         if not candidates:
             self._scrutiny_cursor = -1  # a full pass is done: start over
             return []

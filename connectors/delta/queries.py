@@ -43,6 +43,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from bkaudit.errors import BkauditError, InvalidArgumentError, NotFoundError
+from connectors.delta.scan import view_typed_dataset
 from connectors.delta.tables import LEDGER_BUCKETS, TABLES
 from streaming.alerts import AlertKind
 
@@ -252,7 +253,7 @@ class Lakehouse:
             # No files (DuckDB cannot read an empty file list), or a table DuckDB's Parquet reader cannot
             # read correctly by itself (deletion vectors, column mapping, files elsewhere): deltalake's own
             # Arrow dataset does it.
-            source: Any = schema.empty_table() if not paths else table.to_pyarrow_dataset()
+            source: Any = schema.empty_table() if not paths else view_typed_dataset(table)
             con.register(f"{name}__arrow", source)
             con.execute(
                 f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM {_identifier(name + '__arrow')}"

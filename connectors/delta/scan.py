@@ -1,0 +1,132 @@
+"""Filtered reads of a Delta table's current files: the one place a filter meets the Parquet files.
+
+A table's files need not share physical types: delta-rs writes the files of a MERGE with ``string_view``
+columns, while appends keep ``string``. A filter bound to the table's logical schema (``state == 'CLOSED'``)
+then fails on the MERGE-written files (``Function 'equal' has no kernel matching input types (string,
+string_view)``), during row-group pruning as much as during filtering. :func:`scan` compares every text
+column as the table's logical type, so each file is read whatever its physical type, and integer, boolean
+and timestamp conditions keep their statistics pruning.
+
+Conditions are ``(column, op, value)`` triples, all of which must hold, with the operators of delta-rs's
+own filters: ``=``, ``!=``, ``<``, ``<=``, ``>``, ``>=``, ``in`` and ``not in``.
+
+Example:
+    >>> import tempfile, pyarrow as pa
+    >>> from deltalake import DeltaTable, write_deltalake
+    >>> path = tempfile.mkdtemp()
+    >>> write_deltalake(path, pa.table({"id": [1, 2, 3], "state": ["OPEN", "CLOSED", "CLOSED"]}))
+    >>> scan(DeltaTable(path), [("state", "=", "CLOSED"), ("id", ">", 2)], ["id"]).to_pylist()
+    [{'id': 3}]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+
+Condition = tuple[str, str, Any]
+
+_COMPARISONS = {
+    "=": lambda f, v: f == v,
+    "==": lambda f, v: f == v,
+    "!=": lambda f, v: f != v,
+    "<": lambda f, v: f < v,
+    "<=": lambda f, v: f <= v,
+    ">": lambda f, v: f > v,
+    ">=": lambda f, v: f >= v,
+    "in": lambda f, v: f.isin(list(v)),
+    "not in": lambda f, v: ~f.isin(list(v)),
+}
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+        or pa.types.is_string_view(kind)
+        or pa.types.is_binary(kind)
+        or pa.types.is_large_binary(kind)
+        or pa.types.is_binary_view(kind)
+    )
+
+
+def _column(name: str, schema: pa.Schema) -> pc.Expression:
+    """The column as the table's logical type: text columns are cast, so files of either physical type
+    match."""
+    kind = schema.field(name).type
+    return pc.field(name).cast(kind) if _is_text(kind) else pc.field(name)
+
+
+def filter_expression(conditions: Sequence[Condition], schema: pa.Schema) -> pc.Expression | None:
+    """The conjunction of ``conditions`` over ``schema`` (None when there are none).
+
+    Example:
+        >>> schema = pa.schema([("state", pa.string()), ("id", pa.int64())])
+        >>> str(filter_expression([("id", "in", [1, 2])], schema))
+        'is_in(id, {value_set=int64:[\\n  1,\\n  2\\n], null_matching_behavior=MATCH})'
+    """
+    expression: pc.Expression | None = None
+    for name, op, value in conditions:
+        if op not in _COMPARISONS:
+            raise ValueError(
+                f"unsupported filter operator {op!r} on {name!r} (one of {sorted(_COMPARISONS)})"
+            )
+        term = _COMPARISONS[op](_column(name, schema), value)
+        expression = term if expression is None else expression & term
+    return expression
+
+
+def scan(
+    table: DeltaTable,
+    where: Sequence[Condition] = (),
+    columns: Sequence[str] | None = None,
+    *,
+    prune_partitions: bool = False,
+) -> pa.Table:
+    """The rows of ``table`` matching every condition of ``where``, with ``columns`` (all when None).
+
+    With ``prune_partitions``, conditions on the table's partition columns also select the files from the
+    Delta log, so files of other partitions are never opened.
+
+    Example:
+        >>> import tempfile
+        >>> from deltalake import write_deltalake
+        >>> path = tempfile.mkdtemp()
+        >>> index = pa.table({"bookie": ["b1", "b2"], "ledger_id": [7, 8]})
+        >>> write_deltalake(path, index, partition_by=["bookie"])
+        >>> on_b2 = [("bookie", "in", ["b2"])]
+        >>> scan(DeltaTable(path), on_b2, ["ledger_id"], prune_partitions=True).to_pylist()
+        [{'ledger_id': 8}]
+    """
+    pruning = None
+    if prune_partitions:
+        partitions = set(table.metadata().partition_columns)
+        pruning = [(name, op, value) for name, op, value in where if name in partitions] or None
+    dataset = table.to_pyarrow_dataset(file_pruning_predicate=pruning)
+    expression = filter_expression(where, dataset.schema)
+    return dataset.to_table(filter=expression, columns=list(columns) if columns is not None else None)
+
+
+def view_typed_dataset(table: DeltaTable) -> Any:
+    """The table's current files as an Arrow dataset whose text columns are ``string_view``, for engines
+    (DuckDB) that push their own filters into the scan: those filters then match files of either physical
+    type, where the table's ``string`` schema fails on the files a MERGE wrote.
+
+    Example:
+        >>> import tempfile
+        >>> from deltalake import write_deltalake
+        >>> path = tempfile.mkdtemp()
+        >>> write_deltalake(path, pa.table({"state": ["OPEN"]}))
+        >>> view_typed_dataset(DeltaTable(path)).schema.field("state").type
+        DataType(string_view)
+    """
+    logical = table.to_pyarrow_dataset().schema
+    viewed = pa.schema(
+        [f.with_type(pa.string_view()) if pa.types.is_string(f.type) else f for f in logical],
+        metadata=logical.metadata,
+    )
+    return table.to_pyarrow_dataset(schema=viewed)
