@@ -1,6 +1,6 @@
 # The two commands of the README, plus developer conveniences. Everything goes through infra/bootstrap.sh,
 # which creates or reuses the virtualenv and installs the project with its dev extras.
-.PHONY: demo test proto lint bench clean
+.PHONY: demo test proto lint bench lock clean
 
 demo:
 	@bash infra/bootstrap.sh demo
@@ -13,6 +13,9 @@ bench:
 
 lint:
 	@bash infra/bootstrap.sh lint
+
+lock:
+	@bash infra/bootstrap.sh lock
 
 proto:
 	@bash infra/bootstrap.sh proto

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Creates (or reuses) the project's virtualenv and runs one of: demo, test, bench, lint, proto.
+# Creates (or reuses) the project's virtualenv and runs one of: demo, test, bench, lint, proto, lock.
 #
 # The venv lives in .venv (override with BKAUDIT_VENV) and is rebuilt only when pyproject.toml changes:
 # its hash is stamped into the venv after a successful install. pip's wheel cache keeps the pyspark build
@@ -79,14 +79,16 @@ if ! command -v java >/dev/null 2>&1; then
   fi
 fi
 
+# The tested dependency set: every install takes its versions from constraints.txt (refreshed by `make lock`).
+constraints="$here/constraints.txt"
 stamp_file="$venv/.bkaudit-stamp"
-want_stamp="$( (cat pyproject.toml; "$python_bin" -c 'import sys; print(sys.version)') | sha256sum | cut -c1-16)"
+want_stamp="$( (cat pyproject.toml "$constraints"; "$python_bin" -c 'import sys; print(sys.version)') | sha256sum | cut -c1-16)"
 if [[ ! -x "$venv/bin/python" ]] || [[ "$(cat "$stamp_file" 2>/dev/null)" != "$want_stamp" ]]; then
   started=$(date +%s)
   echo "bootstrap: installing into $venv (first run on a machine takes a few minutes: pyspark is large)" >&2
   [[ -x "$venv/bin/python" ]] || "$python_bin" -m venv "$venv"
   "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
-  "$venv/bin/python" -m pip install -q -e ".[dev]"
+  "$venv/bin/python" -m pip install -q -c "$constraints" -e ".[dev]"
   echo "$want_stamp" > "$stamp_file"
   echo "bootstrap: install took $(( $(date +%s) - started )) s" >&2
 fi
@@ -109,13 +111,27 @@ case "$action" in
   lint)
     ruff check . && ruff format --check . && mypy bkaudit connectors streaming
     ;;
+  lock)
+    # Resolve pyproject.toml afresh (no constraints) in a scratch venv and pin what it installed.
+    scratch="$(mktemp -d)"
+    trap 'rm -rf "$scratch"' EXIT
+    "$python_bin" -m venv "$scratch/venv"
+    "$scratch/venv/bin/python" -m pip install -q --upgrade pip >/dev/null
+    "$scratch/venv/bin/python" -m pip install -q -e ".[dev]"
+    {
+      sed -n '/^#/p' "$constraints"
+      "$scratch/venv/bin/python" -m pip freeze --all --exclude-editable | grep -v '^-e \|^#\|^pip=='
+    } > "$constraints.new"
+    mv "$constraints.new" "$constraints"
+    echo "lock: rewrote constraints.txt ($(grep -vc '^#' "$constraints") pins); review 'git diff constraints.txt', then make test" >&2
+    ;;
   proto)
     python -m grpc_tools.protoc -Iproto --python_out=bkaudit/pb --pyi_out=bkaudit/pb proto/*.proto
     # protoc writes absolute-package imports between generated files; ours are self-contained, so nothing to fix.
     echo "generated: $(ls bkaudit/pb/*_pb2.py | tr '\n' ' ')"
     ;;
   *)
-    echo "bootstrap: unknown action '$action' (demo, test, bench, lint, proto)" >&2
+    echo "bootstrap: unknown action '$action' (demo, test, bench, lint, proto, lock)" >&2
     exit 2
     ;;
 esac
