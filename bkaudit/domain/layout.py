@@ -650,6 +650,29 @@ def classify_path(
     return LedgerTreeNode(ZnodeKind.OTHER)
 
 
+ZK_LEDGER_MANAGERS = tuple(manager for manager in LedgerManagerType if _FORMS[manager])
+"""The ledger managers that keep ledger metadata in ZooKeeper (all but the metastore manager)."""
+
+
+def managers_holding_path(path: str, root: str = DEFAULT_LEDGERS_ROOT) -> tuple[LedgerManagerType, ...]:
+    """The ZooKeeper ledger managers whose ledger tree holds ``path`` (as a ledger znode or a directory).
+
+    Tells a watcher why a znode under the root is no ledger of *its* manager: one that another manager would
+    read points at a wrong manager setting (or a second cluster's tree) rather than at foreign data.
+
+    Example:
+        >>> [manager.value for manager in managers_holding_path("/ledgers/L0000000059")]
+        ['flat']
+        >>> managers_holding_path("/ledgers/backup")
+        ()
+    """
+    return tuple(
+        manager
+        for manager in ZK_LEDGER_MANAGERS
+        if classify_path(path, manager, root).kind in (ZnodeKind.LEDGER, ZnodeKind.INTERMEDIATE)
+    )
+
+
 def ledger_id_from_path(
     path: str, manager: LedgerManagerType = LedgerManagerType.HIERARCHICAL, root: str = DEFAULT_LEDGERS_ROOT
 ) -> int | None:
