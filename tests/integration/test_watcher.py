@@ -926,6 +926,24 @@ def test_every_ledger_manager_under_a_custom_root(
         assert_replay_matches(reader, tree)
 
 
+@pytest.mark.integration
+def test_a_ledger_znode_with_garbage_after_valid_metadata_is_undecodable(
+    bk_services: Any, kafka_settings: Any, zk_chroot: str, tree: ClusterTree
+) -> None:
+    tree.create_ledger(1)
+    garbage = bytes(range(256)) * (3 * 1024 * 1024 // 256)  # 3 MiB after a complete v3 record
+    tree.zk.create(tree.path(2), ledger_metadata(2) + garbage, makepath=True)
+    settings = watcher_settings(bk_services, kafka_settings, zk_chroot)
+    with running_watcher(settings) as (watcher, reader):
+        assert watcher.wait_for_snapshots(1, 30)
+        reader.wait_for(lambda evs: any(e.HasField("ledger_undecodable") for e in evs))
+        quiesce(watcher, reader)
+        assert {u.ledger_id for u in payloads(reader, "ledger_upserted")} == {1}
+        [bad] = payloads(reader, "ledger_undecodable")
+        assert bad.ledger_id == 2 and bad.znode.data_length > len(garbage)
+        assert bad.reason == f"ledger metadata v3: {len(garbage)} trailing bytes after the metadata"
+
+
 def ignored_count(watcher: ChangeWatcher, reason: str) -> float:
     value = watcher.metrics.registry.get_sample_value(
         "bkaudit_watcher_ignored_znodes_total", {"reason": reason}
