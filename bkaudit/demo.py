@@ -74,7 +74,7 @@ class _AlertTail(threading.Thread):
                         entity = (
                             f"ledger {alert['ledger_id']}"
                             if alert["ledger_id"] is not None
-                            else alert["bookies"][0]
+                            else (alert["bookies"] or ["the rack map"])[0]
                         )
                         topic = f"  ({alert['pulsar_topic']})" if alert.get("pulsar_topic") else ""
                         self.printer.say(

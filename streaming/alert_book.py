@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from streaming.alerts import Alert, AlertKind, AlertState
+from streaming.alerts import RACK_MAP_ENTITY, Alert, AlertKind, AlertState
 
 
 def _ms(value: Any) -> int:
@@ -155,6 +155,21 @@ class AlertBook:
                     started_at_ms=at_ms,
                     detected_at_ms=at_ms,
                     detail=detail,
+                )
+            )
+        return self._resolve(entity, kind, at_ms, detail)
+
+    def set_cluster_condition(
+        self, kind: AlertKind, holds: bool, *, at_ms: int, detail: dict[str, Any] | None = None
+    ) -> Alert | None:
+        """Like :meth:`set_ledger_condition`, for a cluster-level kind (``RACK_MAP_INVALID``)."""
+        entity = RACK_MAP_ENTITY
+        if holds:
+            if (entity, kind) in self.open:
+                return None
+            return self._fire(
+                Alert.cluster_level(
+                    cluster=self.cluster, kind=kind, started_at_ms=at_ms, detected_at_ms=at_ms, detail=detail
                 )
             )
         return self._resolve(entity, kind, at_ms, detail)

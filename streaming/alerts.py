@@ -44,6 +44,7 @@ class AlertKind(enum.Enum):
     BOOKIE_UNRESPONSIVE = "BOOKIE_UNRESPONSIVE"
     UNDER_REPLICATION_STUCK = "UNDER_REPLICATION_STUCK"
     METADATA_CORRUPT = "METADATA_CORRUPT"
+    RACK_MAP_INVALID = "RACK_MAP_INVALID"
 
     @property
     def severity(self) -> str:
@@ -53,6 +54,15 @@ class AlertKind(enum.Enum):
     @property
     def is_bookie_kind(self) -> bool:
         return self in (AlertKind.BOOKIE_LOST, AlertKind.BOOKIE_UNRESPONSIVE)
+
+    @property
+    def is_cluster_kind(self) -> bool:
+        """A condition of the cluster's configuration (entity :data:`RACK_MAP_ENTITY`), not of one entity."""
+        return self is AlertKind.RACK_MAP_INVALID
+
+
+RACK_MAP_ENTITY = "rackmap"
+"""Entity of :attr:`AlertKind.RACK_MAP_INVALID`, the cluster's one rack map (key ``<cluster>/rackmap``)."""
 
 
 _SEVERITY = {
@@ -66,6 +76,7 @@ _SEVERITY = {
     AlertKind.BOOKIE_UNRESPONSIVE: "warning",
     AlertKind.UNDER_REPLICATION_STUCK: "warning",
     AlertKind.PLACEMENT_NOT_ADHERING: "warning",
+    AlertKind.RACK_MAP_INVALID: "warning",
     AlertKind.PLACEMENT_SOFT: "info",
 }
 
@@ -127,9 +138,9 @@ class Alert:
         pulsar_topic: str | None = None,
         detail: dict[str, Any] | None = None,
     ) -> Alert:
-        """A ledger alert (every kind except the bookie kinds)."""
-        if kind.is_bookie_kind:
-            raise ValueError(f"{kind.value} is a bookie alert")
+        """A ledger alert (every kind except the bookie and cluster kinds)."""
+        if kind.is_bookie_kind or kind.is_cluster_kind:
+            raise ValueError(f"{kind.value} is not a ledger alert")
         return cls(
             cluster,
             kind,
@@ -171,6 +182,27 @@ class Alert:
             bookies=(bookie_id,),
             detail=dict(detail or {}),
         )
+
+    @classmethod
+    def cluster_level(
+        cls,
+        *,
+        cluster: str,
+        kind: AlertKind,
+        started_at_ms: int,
+        detected_at_ms: int,
+        detail: dict[str, Any] | None = None,
+    ) -> Alert:
+        """A cluster-level alert (``RACK_MAP_INVALID``): no ledger, no bookies.
+
+        Example:
+            >>> Alert.cluster_level(cluster="c", kind=AlertKind.RACK_MAP_INVALID,
+            ...                     started_at_ms=1, detected_at_ms=2).kafka_key()
+            'c/rackmap'
+        """
+        if not kind.is_cluster_kind:
+            raise ValueError(f"{kind.value} is not a cluster-level alert")
+        return cls(cluster, kind, RACK_MAP_ENTITY, started_at_ms, detected_at_ms, detail=dict(detail or {}))
 
     @functools.cached_property
     def alert_id(self) -> str:

@@ -71,6 +71,10 @@ AUDIT_GAUGES = {
         "urL marks older than the grace period",
     ),
     "METADATA_CORRUPT": ("bkaudit_num_corrupt_ledger_znodes", "ledger znodes that cannot be decoded"),
+    "RACK_MAP_INVALID": (
+        "bkaudit_rack_map_invalid",
+        "1 while the current rack map cannot be read (placement unknown, not evaluated)",
+    ),
     "BOOKIE_LOST": ("bkaudit_num_lost_bookies", "bookies missing past lostBookieRecoveryDelay"),
     "BOOKIE_UNRESPONSIVE": (
         "bkaudit_num_unresponsive_bookies",

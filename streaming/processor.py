@@ -155,7 +155,10 @@ class ClusterLogic:
                 out.extend(self._transitions(membership, info, transitions))
             elif kind == "rack_map":
                 if payload.get("error"):
-                    continue  # keep the last valid map
+                    # Keep the last valid map (the next valid one is diffed against it); the sink marks
+                    # placement unknown while the current map is invalid.
+                    out.append(_decision("rack_map", at_ms, payload={"error": payload["error"]}))
+                    continue
                 racks = dict(payload.get("racks") or {})
                 previous = info["racks"]
                 moved = sorted(b for b in set(previous) | set(racks) if previous.get(b) != racks.get(b))

@@ -96,7 +96,8 @@ DECISION_KINDS = {
     "bookie_returned": "a lost bookie registered again: payload {missing_since_ms}",
     "bookie_flapped": "a missing bookie came back before the delay: payload {missing_since_ms, flaps}",
     "recovery_delay": "lostBookieRecoveryDelay in force: payload {seconds}",
-    "rack_map": "the rack map changed: payload {racks, moved: [bookies whose rack changed]}",
+    "rack_map": "the rack map changed: payload {racks, moved: [bookies whose rack changed since the last "
+    "valid map]}, or {error} when the current map is invalid (placement unknown)",
     "snapshot_complete": "a complete FULL snapshot on one partition: payload {snapshot_id, partition, "
     "partition_count}",
     "probe_request": "re-probe a suspect ledger now: payload {round, reason}",

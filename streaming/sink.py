@@ -51,7 +51,7 @@ from connectors.delta.tables import (
     table_before_batch,
 )
 from streaming.alert_book import AlertBook, alert_to_row
-from streaming.alerts import AlertKind, AlertState, alert_bytes
+from streaming.alerts import RACK_MAP_ENTITY, AlertKind, AlertState, alert_bytes
 from streaming.decode import ARROW_CHANGE_SCHEMA
 from streaming.evaluate import (
     PlacementPolicyConfig,
@@ -156,6 +156,13 @@ def _read_filtered(
     if not wanted:
         return []
     return scan(table, [(column, "in", wanted)], columns, prune_partitions=partition_column).to_pylist()
+
+
+def _read_unknown_placement(ledgers_table: Any) -> list[dict[str, Any]]:
+    """Live closed ledgers whose ``placement`` is null: not evaluated while the rack map was invalid."""
+    # Only a null test in the filter (no string comparison: delta-rs may hand strings back as string_view).
+    rows = ledgers_table.to_pyarrow_dataset().to_table(filter=pc.field("placement").is_null()).to_pylist()
+    return [row for row in rows if row.get("state") == "CLOSED" and not row.get("deleted")]
 
 
 # What the lost-bookie rule reads of a ledger (_as_payload, the deleted / undecodable checks): copied into
@@ -339,6 +346,9 @@ class AuditSink:
         lost_changed: dict[str, int] = {}
         moved: dict[str, int] = {}
         racks = {b: r.get("rack") for b, r in bookie_rows.items()}
+        # Placement is unknown while the current rack map is invalid (the open alert is that state).
+        rack_map_invalid = book.is_open(RACK_MAP_ENTITY, AlertKind.RACK_MAP_INVALID)
+        rack_map_recovered_ms: int | None = None
         dead_letters: list[dict[str, Any]] = []
         snapshot_seen: list[dict[str, Any]] = []
         snapshots_complete: list[dict[str, Any]] = []
@@ -494,7 +504,14 @@ class AuditSink:
             elif kind == "bookie_returned":
                 book.set_bookie_condition(AlertKind.BOOKIE_LOST, bookie_id, False, at_ms=at_ms)
                 lost_changed[bookie_id] = at_ms
+            elif kind == "rack_map" and payload.get("error"):
+                detail = {"reason": payload["error"]}
+                book.set_cluster_condition(AlertKind.RACK_MAP_INVALID, True, at_ms=at_ms, detail=detail)
+                rack_map_invalid, rack_map_recovered_ms = True, None
             elif kind == "rack_map":
+                if rack_map_invalid:
+                    book.set_cluster_condition(AlertKind.RACK_MAP_INVALID, False, at_ms=at_ms)
+                    rack_map_invalid, rack_map_recovered_ms = False, at_ms
                 new_racks = payload.get("racks") or {}
                 for bookie in payload.get("moved") or []:
                     moved[bookie] = at_ms
@@ -591,6 +608,14 @@ class AuditSink:
             for ledger_id, when in affected.items():
                 trigger_ms[ledger_id] = max(trigger_ms.get(ledger_id, when), when)
 
+        # A valid rack map again: besides the ledgers on moved bookies (above), re-check the closed ledgers
+        # whose placement became unknown while the map was invalid.
+        if rack_map_recovered_ms is not None:
+            for found in _read_unknown_placement(ledgers_table):
+                ledgers.setdefault(found["ledger_id"], found)
+                ledger_id = found["ledger_id"]
+                trigger_ms[ledger_id] = max(trigger_ms.get(ledger_id, 0), rack_map_recovered_ms)
+
         # 2c. snapshot reconciliation: ledgers absent from a complete FULL snapshot are gone --------------
         for done in snapshots_complete:
             vanished = self._vanished(ledgers_table, root, app, batch_id, done, snapshot_seen, ledgers)
@@ -638,6 +663,13 @@ class AuditSink:
                 )
             if loss_only_row:
                 continue  # placement unchanged (see loss_only_rows); the row is not written
+            if rack_map_invalid:
+                # Unknown: no placement alert fires or resolves; a closed ledger's column is null until the
+                # next valid map re-checks it (_read_unknown_placement).
+                if row_now.get("placement") is not None and row_now.get("state") == "CLOSED":
+                    ledgers[ledger_id] = {**row_now, "placement": None}
+                    changed_ledgers.add(ledger_id)
+                continue
             placement = placement_condition(payload, racks, self.config.placement)
             for kind in _PLACEMENT_KINDS:
                 holds = placement is not None and placement[0] == kind.value

@@ -11,9 +11,10 @@ output adds ``worst_entry_count`` (``worst_entries`` is capped at 1000 ids, asce
 is sorted.
 
 ``check placement`` decisions: omitted parameters take BookKeeper's defaults, ``ack_quorum`` defaults to
-``write_quorum``; an empty ensemble is FAIL (as in BookKeeper), otherwise ``write_quorum`` must not exceed
-the ensemble size; ``racks`` values may be ``null`` (= not mapped). Output adds ``soft_write_sets`` and
-``reason``.
+``write_quorum``; an empty ensemble is FAIL (as in BookKeeper); a ``write_quorum`` above the ensemble size
+is answered with wrapped write sets (``ensemble[(i + j) % E]``, as BookKeeper computes them), up to
+:data:`MAX_WINDOW_MEMBERS` window members in all; ``racks`` values may be ``null`` (= not mapped). Output adds
+``soft_write_sets`` and ``reason``.
 
 Example:
     $ echo '{"policy": "rackaware", "ensemble": ["b1", "b2"], "write_quorum": 2}' | bkaudit check placement
@@ -56,10 +57,18 @@ def _string_list(value: Any, what: str) -> list[str]:
     return [_string(item, f"{what}[{index}]") for index, item in enumerate(value)]
 
 
-def _quorums(document: dict[str, Any], what: str, ensemble_size: int) -> tuple[int, int]:
-    """``(write_quorum, ack_quorum)`` with 1 <= AQ <= WQ <= ensemble_size."""
-    write_quorum = json_int(json_field(document, "write_quorum", what), f"{what}: write_quorum", 1)
-    if write_quorum > ensemble_size:
+MAX_WINDOW_MEMBERS = 10_000_000
+"""Most write-set members (ensemble size × write quorum) ``check placement`` lays out: a bound on memory."""
+
+_JAVA_INT_MAX = 2**31 - 1  # quorum sizes are Java ints in LedgerMetadataFormat
+
+
+def _quorums(document: dict[str, Any], what: str, ensemble_size: int | None) -> tuple[int, int]:
+    """``(write_quorum, ack_quorum)`` with 1 <= AQ <= WQ (<= ensemble_size unless it is None)."""
+    write_quorum = json_int(
+        json_field(document, "write_quorum", what), f"{what}: write_quorum", 1, _JAVA_INT_MAX
+    )
+    if ensemble_size is not None and write_quorum > ensemble_size:
         raise FormatError(f"{what}: write_quorum {write_quorum} exceeds the ensemble size {ensemble_size}")
     ack_quorum = json_int(document.get("ack_quorum", write_quorum), f"{what}: ack_quorum", 1)
     if ack_quorum > write_quorum:
@@ -152,8 +161,14 @@ def placement_command() -> None:
     if policy not in POLICIES:
         raise FormatError(f"{what}: unknown policy {policy!r} (expected one of {', '.join(POLICIES)})")
     ensemble = _string_list(json_field(document, "ensemble", what), f"{what}: ensemble")
-    # An empty ensemble is a FAIL verdict (BookKeeper's answer), not bad input; any WQ >= 1 is fine then.
-    write_quorum, ack_quorum = _quorums(document, what, len(ensemble) or MAX_ENTRY_ID)
+    # An empty ensemble is a FAIL verdict (BookKeeper's answer), not bad input. A write quorum above the
+    # ensemble size wraps its write sets, as BookKeeper's RoundRobinDistributionSchedule does.
+    write_quorum, ack_quorum = _quorums(document, what, None)
+    if len(ensemble) * write_quorum > MAX_WINDOW_MEMBERS:
+        raise FormatError(
+            f"{what}: {len(ensemble)} bookies x write_quorum {write_quorum} is more than the "
+            f"{MAX_WINDOW_MEMBERS} write-set members this command evaluates"
+        )
     racks = _racks(document.get("racks"), what)
 
     def setting(key: str, default: int) -> int:

@@ -52,7 +52,9 @@ _ID_ARGUMENT_SETTINGS = {"ignore_unknown_options": True}
 @app.command("ledger", context_settings=_ID_ARGUMENT_SETTINGS)
 def ledger(
     ledger_id: str = typer.Argument(
-        ..., metavar="LEDGER_ID", help="Ledger id, 0..2^63-1 (flat: < 2^31-1, legacyhierarchical: < 10^10)."
+        ...,
+        metavar="LEDGER_ID",
+        help="Ledger id, 0..2^63-1 (legacyhierarchical: < 10^10).",
     ),
     manager: str = typer.Option(
         "hierarchical",

@@ -20,8 +20,10 @@ Addressable ids per manager (decided here; BookKeeper itself does not check when
 =================== ============================ ==========================================================
 manager             ids                          why
 =================== ============================ ==========================================================
-flat                0 .. 2^31-2                  the ids its generator (``ZkLedgerIdGenerator``) can hand out:
-                                                 it stops below ``Integer.MAX_VALUE``
+flat                0 .. 2^63-1                  ``L%010d``: ids of more than 10 digits print longer, as
+                                                 ``FlatLedgerManager`` formats and parses any long (its
+                                                 generator stops below ``Integer.MAX_VALUE``, but a client
+                                                 may create a ledger with a chosen id)
 legacyhierarchical  0 .. 10^10-1                 ``%010d`` split 2-4-4; longer ids would be truncated
 longhierarchical    0 .. 2^63-1                  ``%019d`` split 3-4-4-4-4
 hierarchical        0 .. 2^63-1                  2-4-4 below ``Integer.MAX_VALUE`` (2147483647), else long
@@ -87,10 +89,10 @@ class LedgerIdRangeError(FormatError):
 
     Example:
         >>> try:
-        ...     ledger_path(2**31 - 1, LedgerManagerType.FLAT)
+        ...     ledger_path(10**10, LedgerManagerType.LEGACY_HIERARCHICAL)
         ... except LedgerIdRangeError as err:
         ...     str(err)
-        'ledger id 2147483647 is out of range for the flat ledger manager (0..2147483646)'
+        'ledger id 10000000000 is out of range for the legacyhierarchical ledger manager (0..9999999999)'
     """
 
 
@@ -442,6 +444,7 @@ class _TreeForm:
     widths: tuple[int, ...]
     min_id: int
     max_id: int
+    leaf_grows: bool = False  # the leaf's width is a minimum (flat's ``L%010d``), not a split
 
     @property
     def total_width(self) -> int:
@@ -454,6 +457,8 @@ class _TreeForm:
         for width in self.widths:
             parts.append(digits[start : start + width])
             start += width
+        if self.leaf_grows:
+            parts[-1] += digits[start:]
         parts[-1] = LEDGER_NODE_PREFIX + parts[-1]
         return root + "/" + "/".join(parts)
 
@@ -469,7 +474,7 @@ _SHORT_WIDTHS = (2, 4, 4)
 _LONG_WIDTHS = (3, 4, 4, 4, 4)
 # BookKeeper's hybrid test is strictly ``id < Integer.MAX_VALUE``: 2147483647 itself uses the long form.
 _FORMS: dict[LedgerManagerType, tuple[_TreeForm, ...]] = {
-    LedgerManagerType.FLAT: (_TreeForm((10,), 0, JAVA_INT_MAX - 1),),
+    LedgerManagerType.FLAT: (_TreeForm((10,), 0, MAX_LEDGER_ID, leaf_grows=True),),
     LedgerManagerType.LEGACY_HIERARCHICAL: (_TreeForm(_SHORT_WIDTHS, 0, 10**10 - 1),),
     LedgerManagerType.LONG_HIERARCHICAL: (_TreeForm(_LONG_WIDTHS, 0, MAX_LEDGER_ID),),
     LedgerManagerType.HIERARCHICAL: (
@@ -502,8 +507,8 @@ def max_ledger_id(manager: LedgerManagerType) -> int | None:
     """Largest id ``manager`` can address in ZooKeeper (None for the metastore manager).
 
     Example:
-        >>> max_ledger_id(LedgerManagerType.FLAT)
-        2147483646
+        >>> max_ledger_id(LedgerManagerType.LEGACY_HIERARCHICAL)
+        9999999999
     """
     forms = _FORMS[manager]
     return max(form.max_id for form in forms) if forms else None
@@ -526,6 +531,8 @@ def ledger_path(
         '/ledgers/000/0000/0021/4748/L3647'
         >>> ledger_path(59, LedgerManagerType.FLAT, "/bk")
         '/bk/L0000000059'
+        >>> ledger_path(98765432101, LedgerManagerType.FLAT)  # L%010d: longer ids print longer
+        '/ledgers/L98765432101'
     """
     validate_root(root)
     check_ledger_id(ledger_id)
@@ -577,6 +584,14 @@ def _is_digits(text: str, width: int) -> bool:
     return len(text) == width and text.isascii() and text.isdigit()
 
 
+def _is_leaf_digits(text: str, form: _TreeForm) -> bool:
+    """Whether ``text`` is the digits of a leaf as ``form`` writes them (growing leaves: no extra zeros)."""
+    width = form.widths[-1]
+    if not form.leaf_grows or len(text) <= width:
+        return _is_digits(text, width)
+    return _is_digits(text, len(text)) and not text.startswith("0")
+
+
 def _classify_in_form(components: list[str], form: _TreeForm) -> LedgerTreeNode | None:
     depth = len(form.widths)
     if len(components) > depth:
@@ -585,7 +600,7 @@ def _classify_in_form(components: list[str], form: _TreeForm) -> LedgerTreeNode 
     for index, component in enumerate(components):
         width = form.widths[index]
         if index == depth - 1:
-            if not component.startswith(LEDGER_NODE_PREFIX) or not _is_digits(component[1:], width):
+            if not component.startswith(LEDGER_NODE_PREFIX) or not _is_leaf_digits(component[1:], form):
                 return None
             digits.append(component[1:])
         else:
@@ -633,6 +648,29 @@ def classify_path(
         if node is not None:
             return node
     return LedgerTreeNode(ZnodeKind.OTHER)
+
+
+ZK_LEDGER_MANAGERS = tuple(manager for manager in LedgerManagerType if _FORMS[manager])
+"""The ledger managers that keep ledger metadata in ZooKeeper (all but the metastore manager)."""
+
+
+def managers_holding_path(path: str, root: str = DEFAULT_LEDGERS_ROOT) -> tuple[LedgerManagerType, ...]:
+    """The ZooKeeper ledger managers whose ledger tree holds ``path`` (as a ledger znode or a directory).
+
+    Tells a watcher why a znode under the root is no ledger of *its* manager: one that another manager would
+    read points at a wrong manager setting (or a second cluster's tree) rather than at foreign data.
+
+    Example:
+        >>> [manager.value for manager in managers_holding_path("/ledgers/L0000000059")]
+        ['flat']
+        >>> managers_holding_path("/ledgers/backup")
+        ()
+    """
+    return tuple(
+        manager
+        for manager in ZK_LEDGER_MANAGERS
+        if classify_path(path, manager, root).kind in (ZnodeKind.LEDGER, ZnodeKind.INTERMEDIATE)
+    )
 
 
 def ledger_id_from_path(

@@ -29,7 +29,11 @@ Validation (all of it raises :class:`FormatError`, on decode and on direct const
 - a CLOSED ledger's last entry ``>= -1`` and length ``>= 0``;
 - whatever cannot be re-encoded byte-identically is rejected rather than silently changed: unknown protobuf
   fields (including unknown enum numbers), custom-metadata entries without key or value, strings that are not
-  UTF-8, v1 text that is not in the writer's canonical layout.
+  UTF-8, v1 text that is not in the writer's canonical layout;
+- bytes after a complete record ("N trailing bytes after the metadata"): after v3's length-delimited message,
+  or after the canonical v2 text. BookKeeper's reader ignores them, but no BookKeeper writer produces them,
+  so a znode carrying them was not written by BookKeeper as it stands (a torn or hostile write) and must not
+  pass as healthy.
 
 Protobuf bodies that encode known fields non-canonically (other field order, padded varints, duplicates) are
 accepted and re-encode canonically; no BookKeeper version writes them.
@@ -1021,7 +1025,7 @@ def decode_ledger_metadata(
             return _decode_v3(data, body_start, znode_ctime, ledger_id)
         if version == 2:
             message = _parse_v2_text(data[body_start:])
-            return _from_proto(message, 2, znode_ctime, ledger_id)
+            return _reject_v2_trailing_bytes(_from_proto(message, 2, znode_ctime, ledger_id), data)
         return _decode_v1(data[body_start:], znode_ctime, ledger_id)
     except FormatError:
         raise
@@ -1097,7 +1101,9 @@ def _decode_v3(data: bytes, start: int, znode_ctime: int | None, ledger_id: int 
         raise FormatError(
             f"ledger metadata v3: length prefix says {size} bytes but only {end - position} follow"
         )
-    body = data[position : position + size]  # anything after the message is ignored, like BookKeeper
+    if size < end - position:  # BookKeeper's reader ignores them; its writer never leaves any
+        raise FormatError(f"ledger metadata v3: {end - position - size} trailing bytes after the metadata")
+    body = data[position:end]
     message = _Proto()
     try:
         message.ParseFromString(body)
@@ -1117,6 +1123,21 @@ def _decode_v3(data: bytes, start: int, znode_ctime: int | None, ledger_id: int 
     if canonical_size != size:
         _reject_unknown_fields(body)
     return _from_proto(message, 3, znode_ctime, ledger_id)
+
+
+def _reject_v2_trailing_bytes(md: LedgerMetadata, data: bytes) -> LedgerMetadata:
+    """``md`` unless ``data`` is its canonical text followed by more bytes (whitespace, comments, junk).
+
+    Text format has no framing: the parser skips trailing whitespace and comments. The record ends where the
+    writer's text ends, so anything past a canonical encoding is trailing. (Non-canonical bodies are accepted
+    and re-encode canonically, as the module says; they carry no complete record to compare a tail with.)
+    """
+    canonical = encode_ledger_metadata(md)
+    if len(data) > len(canonical) and data.startswith(canonical):
+        raise FormatError(
+            f"ledger metadata v2: {len(data) - len(canonical)} trailing bytes after the metadata"
+        )
+    return md
 
 
 def _initialization_errors(message: Any) -> list[str]:

@@ -723,10 +723,12 @@ class Lakehouse:
         if until is not None:
             filters.add("v.detected_at < $until", until=_utc(until, "until"))
         if not keys:
-            # Bookie alerts have no ledger id: name them by their bookie, as open_alerts' entity does.
+            # Bookie alerts have no ledger id: name them by their bookie, as open_alerts' entity does (the
+            # rack-map alert names the cluster's rack map).
             sql = f"""
                 SELECT v.detected_at, v.kind, v.state, v.severity,
-                       CASE WHEN v.ledger_id IS NULL THEN 'bookie/' || v.bookies[1]
+                       CASE WHEN v.kind = 'RACK_MAP_INVALID' THEN 'rackmap'
+                            WHEN v.ledger_id IS NULL THEN 'bookie/' || v.bookies[1]
                             ELSE 'ledger/' || v.ledger_id END AS entity,
                        v.ledger_id, v.bookies, v.pulsar_topic, v.alert_id, v.detail
                 FROM violations v {filters.where()}

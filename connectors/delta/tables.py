@@ -92,7 +92,12 @@ LEDGERS = TableSpec(
             _f("znode_ctime_ms", pa.int64(), "znode creation time"),
             _f("znode_mtime_ms", pa.int64(), "znode modification time"),
             _f("undecodable_reason", pa.string(), "why the znode could not be decoded, else null"),
-            _f("placement", pa.string(), "FAIL, MEETS_SOFT, MEETS_STRICT for closed ledgers, else null"),
+            _f(
+                "placement",
+                pa.string(),
+                "FAIL, MEETS_SOFT, MEETS_STRICT for closed ledgers, else null "
+                "(null too while the rack map is invalid: unknown)",
+            ),
             _f("under_replication_marked", pa.bool_(), "an urL mark exists in ZooKeeper"),
             _f("under_replication_replicas", pa.list_(pa.string()), "replicas named by the urL mark"),
             _f("under_replication_ctime_ms", pa.int64(), "ctime stored in the urL mark"),
@@ -202,7 +207,7 @@ OPEN_ALERTS = TableSpec(
     pa.schema(
         [
             *(_ALERT[name] for name in ("alert_id", "cluster", "kind")),
-            _f("entity", pa.string(), "ledger/<id> or bookie/<id>"),
+            _f("entity", pa.string(), "ledger/<id>, bookie/<id> or rackmap"),
             *(_ALERT[name] for name in ("severity", "ledger_id", "bookies", "pulsar_topic")),
             _f("started_at", _TS, "event time the condition started"),
             _f("detected_at", _TS, "event time it was detected"),

@@ -60,6 +60,7 @@ from bkaudit.domain.layout import (
     cookies_path,
     instance_id_path,
     layout_path,
+    managers_holding_path,
     parse_layout,
     readonly_path,
     validate_root,
@@ -170,6 +171,14 @@ def kazoo_client_options(settings: ZooKeeperSettings, hosts: str | None = None) 
 
 
 # ------------------------------------------------------------------------------------------------ metrics
+
+#: Why a znode in the ledger tree is ignored: a path another ledger manager would read as its own (the
+#: manager setting or LAYOUT looks wrong), or a path no manager reads (foreign data, a non-canonical name).
+IGNORED_OTHER_LEDGER_MANAGER = "other_ledger_manager"
+IGNORED_NOT_A_LEDGER_PATH = "not_a_ledger_path"
+IGNORED_ZNODE_REASONS = (IGNORED_OTHER_LEDGER_MANAGER, IGNORED_NOT_A_LEDGER_PATH)
+#: Paths remembered so that each is logged once; past this many, further ones are counted but not logged.
+MAX_LOGGED_IGNORED_ZNODES = 10_000
 
 
 class WatcherMetrics:
@@ -283,6 +292,14 @@ class WatcherMetrics:
             ["kind"],
             registry=r,
         )
+        self.ignored_znodes = Counter(
+            "bkaudit_watcher_ignored_znodes",
+            "Sightings (scans, notifications) of znodes in the ledger tree that are not ledgers, by reason",
+            ["reason"],
+            registry=r,
+        )
+        for reason in IGNORED_ZNODE_REASONS:
+            self.ignored_znodes.labels(reason)
         for state in ("CONNECTED", "SUSPENDED", "LOST"):
             self.session_state.labels(state).set(0)
 
@@ -297,6 +314,7 @@ class WatcherMetrics:
 # What a path under the watched tree is (see _Router.route).
 R_OTHER, R_LEDGER, R_LEDGER_DIR, R_MARK, R_MARK_DIR, R_DELAY, R_UR_BASE = range(7)
 R_WRITABLE, R_READONLY, R_COOKIE, R_BOOKIE_DIR, R_RACK = range(7, 12)
+R_IGNORED = 12  # in the ledger tree (not special), but no ledger znode or directory of this manager
 
 _HEX4 = re.compile(r"[0-9a-f]{4}")
 
@@ -356,7 +374,47 @@ class _Router:
             return R_LEDGER, node.ledger_id
         if node.kind is ZnodeKind.INTERMEDIATE:
             return R_LEDGER_DIR, None
+        if node.kind is ZnodeKind.OTHER:
+            return R_IGNORED, None
         return R_OTHER, None
+
+
+class _IgnoredZnodes:
+    """Counts sightings of ignored znodes in the ledger tree and logs each path once at INFO (never data).
+
+    Thread-safe: snapshot walks and the worker's notifications both report here.
+    """
+
+    def __init__(self, counter: Counter, root: str, manager: LedgerManagerType) -> None:
+        self._counter = counter
+        self._root = root
+        self._manager = manager
+        self._logged: set[str] = set()
+        self._lock = threading.Lock()
+
+    def note(self, path: str) -> None:
+        """Count one sighting of ``path``; log it if it is new."""
+        held = managers_holding_path(path, self._root)
+        reason = IGNORED_OTHER_LEDGER_MANAGER if held else IGNORED_NOT_A_LEDGER_PATH
+        self._counter.labels(reason).inc()
+        with self._lock:
+            if path in self._logged or len(self._logged) > MAX_LOGGED_IGNORED_ZNODES:
+                return
+            self._logged.add(path)
+            full = len(self._logged) > MAX_LOGGED_IGNORED_ZNODES
+        if full:
+            logger.info(
+                "more than %d ignored znodes under %s: further ones are counted, not logged",
+                MAX_LOGGED_IGNORED_ZNODES,
+                self._root,
+            )
+            return
+        logger.info(
+            "ignoring znode %s: not a ledger znode of the %s ledger manager (%s)",
+            path,
+            self._manager.value,
+            reason,
+        )
 
 
 # ------------------------------------------------------------------------------------------------ worker
@@ -494,6 +552,7 @@ class ChangeWatcher:
         self.manager = LedgerManagerType.HIERARCHICAL
         self.cluster = ""
         self._router: _Router | None = None
+        self._ignored: _IgnoredZnodes | None = None  # with the router: both need the ledger manager
         self._builder: events.EventBuilder | None = None
         # worker state (touched only by the worker thread)
         self._ledgers: dict[int, int] = {}  # ledger id -> mzxid << 16 | epoch
@@ -562,6 +621,7 @@ class ChangeWatcher:
         self.metrics.set_session_state("CONNECTED")
         self._detect_cluster()
         self._router = _Router(self.root, self.manager, self._same_client_rack_path())
+        self._ignored = _IgnoredZnodes(self.metrics.ignored_znodes, self.root, self.manager)
         self._builder = events.EventBuilder(self.cluster, self.run_id)
         self.publisher.start()
         client.add_listener(self._on_state)
@@ -1011,6 +1071,8 @@ class ChangeWatcher:
                     return NodeKind.LEAF, node.ledger_id
                 if node.kind is ZnodeKind.INTERMEDIATE:
                     return NodeKind.DIRECTORY, None
+                if node.kind is ZnodeKind.OTHER:
+                    self._note_ignored(path)
                 return NodeKind.SKIP, None
 
             walker.walk(
@@ -1173,6 +1235,8 @@ class ChangeWatcher:
                 self._set_cookie(info, True, None)
             elif route == R_RACK:
                 self._read_rack(None)
+            elif route == R_IGNORED:
+                self._note_ignored(path)
         elif event_type == EventType.DELETED:
             if route == R_LEDGER:
                 packed = self._ledgers.pop(info, None)
@@ -1194,6 +1258,10 @@ class ChangeWatcher:
                 self._reads.exists(path, (OP_DELETE_BARRIER, path, None, (route, info)))
             elif route == R_RACK:
                 self._read_rack(None)
+
+    def _note_ignored(self, path: str) -> None:
+        if self._ignored is not None:
+            self._ignored.note(path)
 
     def _read(self, op: int, path: str, extra: Any, watch: Callable[..., Any] | None) -> None:
         self._read_counter[op].inc()
@@ -1488,6 +1556,8 @@ class ChangeWatcher:
             elif route == R_DELAY:
                 if self._delay is None or not self._delay[1]:
                     self._read(OP_DELAY, child, None, watch)
+            elif route == R_IGNORED:
+                self._note_ignored(child)
             elif route in (
                 R_LEDGER_DIR,
                 R_MARK_DIR,

@@ -6,8 +6,11 @@ never implemented.
 
 Every policy looks at the cyclic *write-set windows* of the ensemble: for each start index ``i`` in
 ``0..E-1`` the members ``ensemble[(i + j) % E]`` for ``j < WQ`` (the write set of entries ≡ i mod E; it wraps
-when ``E < WQ``). Unlike BookKeeper's rack-aware check, every member counts with its mapped location whether
-it is writable, read-only or gone. A bookie absent from ``racks`` is in the policy's default location.
+and repeats members when ``E < WQ``, exactly as BookKeeper computes it). A bookie repeated in a window is one
+place holding the entry: it contributes its location once (racks, zones and regions are counted as sets,
+as BookKeeper does) and is never "two members sharing a rack". Unlike BookKeeper's rack-aware check, every
+member counts with its mapped location whether it is writable, read-only or gone. A bookie absent from
+``racks`` is in the policy's default location.
 
 Locations are normalised the way Pulsar's rack map and BookKeeper's ``NodeBase.normalize`` do: null, an
 empty string or ``/`` (ignoring surrounding whitespace) means "not mapped", a missing leading ``/`` is added
@@ -321,6 +324,8 @@ def regionaware_adherence(
         (('a', 'c'),)
         >>> regionaware_adherence(["a", "d", "b"], 3, regions).adherence.name
         'MEETS_SOFT'
+        >>> regionaware_adherence(["a", "b"], 3, regions).adherence.name  # windows (a, b, a), (b, a, b)
+        'MEETS_STRICT'
     """
     early = _check_common(ensemble, write_quorum)
     if early is not None:
@@ -334,7 +339,9 @@ def regionaware_adherence(
     location = {bookie: region_and_rack(racks.get(bookie)) for bookie in ensemble}
 
     def judge(window: WriteSet) -> tuple[PlacementAdherence, str | None]:
-        known = [region_rack for bookie in window if (region_rack := location[bookie]) is not None]
+        # dict.fromkeys: a bookie repeated by the wrap (E < WQ) is one member, not two sharing a rack.
+        distinct = dict.fromkeys(window)
+        known = [region_rack for bookie in distinct if (region_rack := location[bookie]) is not None]
         regions = {region for region, _ in known}
         if len(regions) < required:
             return PlacementAdherence.FAIL, f"spans {len(regions)} known region(s), needs {required}"

@@ -76,6 +76,7 @@ from connectors.zookeeper.watcher import (
     R_BOOKIE_DIR,
     R_COOKIE,
     R_DELAY,
+    R_IGNORED,
     R_LEDGER,
     R_LEDGER_DIR,
     R_MARK,
@@ -410,7 +411,10 @@ def test_router_tells_every_kind_of_znode_apart() -> None:
         ur.lost_bookie_recovery_delay: (R_DELAY, None),
         ur.lock(59): (R_OTHER, None),
         "/ledgers/idgen/ID-0000000001": (R_OTHER, None),
-        "/ledgers/L0000000059": (R_OTHER, None),
+        "/ledgers/L0000000059": (R_IGNORED, None),  # a flat path: no ledger of the hierarchical manager
+        "/ledgers/backup": (R_IGNORED, None),
+        "/ledgers/00/0000/L0059.bak": (R_IGNORED, None),
+        "/ledgers/LAYOUT": (R_OTHER, None),  # special znodes are not ignored ledger-tree znodes
         "/elsewhere": (R_OTHER, None),
     }
     for path, expected in cases.items():
@@ -920,6 +924,75 @@ def test_every_ledger_manager_under_a_custom_root(
         )
         quiesce(watcher, reader)
         assert_replay_matches(reader, tree)
+
+
+@pytest.mark.integration
+def test_a_ledger_znode_with_garbage_after_valid_metadata_is_undecodable(
+    bk_services: Any, kafka_settings: Any, zk_chroot: str, tree: ClusterTree
+) -> None:
+    tree.create_ledger(1)
+    garbage = bytes(range(256)) * (3 * 1024 * 1024 // 256)  # 3 MiB after a complete v3 record
+    tree.zk.create(tree.path(2), ledger_metadata(2) + garbage, makepath=True)
+    settings = watcher_settings(bk_services, kafka_settings, zk_chroot)
+    with running_watcher(settings) as (watcher, reader):
+        assert watcher.wait_for_snapshots(1, 30)
+        reader.wait_for(lambda evs: any(e.HasField("ledger_undecodable") for e in evs))
+        quiesce(watcher, reader)
+        assert {u.ledger_id for u in payloads(reader, "ledger_upserted")} == {1}
+        [bad] = payloads(reader, "ledger_undecodable")
+        assert bad.ledger_id == 2 and bad.znode.data_length > len(garbage)
+        assert bad.reason == f"ledger metadata v3: {len(garbage)} trailing bytes after the metadata"
+
+
+def ignored_count(watcher: ChangeWatcher, reason: str) -> float:
+    value = watcher.metrics.registry.get_sample_value(
+        "bkaudit_watcher_ignored_znodes_total", {"reason": reason}
+    )
+    return value or 0.0
+
+
+@pytest.mark.integration
+def test_znodes_in_the_ledger_tree_that_are_not_ledgers_are_counted_and_logged_once(
+    bk_services: Any,
+    kafka_settings: Any,
+    zk_chroot: str,
+    tree: ClusterTree,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    tree.create_ledger(1)
+    tree.zk.create("/ledgers/backup", PASSWORD, makepath=True)  # foreign data: its bytes are never logged
+    tree.zk.create("/ledgers/00/0000/L0001.bak", PASSWORD)
+    tree.zk.create("/ledgers/L0000000002", ledger_metadata(2))  # a flat manager's ledger path
+    caplog.set_level(logging.INFO, logger="connectors.zookeeper.watcher")
+    settings = watcher_settings(bk_services, kafka_settings, zk_chroot, reconciliation_interval_s=1.0)
+    with running_watcher(settings) as (watcher, reader):
+        assert watcher.wait_for_snapshots(2, 30)  # START, then a periodic scan sees them again
+        assert ignored_count(watcher, "not_a_ledger_path") >= 4
+        assert ignored_count(watcher, "other_ledger_manager") >= 2
+        before = ignored_count(watcher, "not_a_ledger_path")
+        tree.zk.create("/ledgers/notes", b"")  # a live notification
+        deadline = time.monotonic() + 20
+        while ignored_count(watcher, "not_a_ledger_path") == before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ignored_count(watcher, "not_a_ledger_path") > before
+        quiesce(watcher, reader)
+        assert {e.ledger_upserted.ledger_id for e in reader.events("ledger_upserted")} == {1}
+    lines = [r.getMessage() for r in caplog.records if r.name == "connectors.zookeeper.watcher"]
+    ignored = [line for line in lines if line.startswith("ignoring znode ")]
+    assert sorted(ignored) == sorted(
+        [
+            "ignoring znode /ledgers/00/0000/L0001.bak: "
+            "not a ledger znode of the hierarchical ledger manager (not_a_ledger_path)",
+            "ignoring znode /ledgers/L0000000002: "
+            "not a ledger znode of the hierarchical ledger manager (other_ledger_manager)",
+            "ignoring znode /ledgers/backup: "
+            "not a ledger znode of the hierarchical ledger manager (not_a_ledger_path)",
+            "ignoring znode /ledgers/notes: "
+            "not a ledger znode of the hierarchical ledger manager (not_a_ledger_path)",
+        ]
+    )
+    assert all(r.levelno == logging.INFO for r in caplog.records if r.getMessage() in ignored)
+    assert not [line for line in lines if PASSWORD.decode() in line]
 
 
 @pytest.mark.integration

@@ -229,6 +229,30 @@ def test_placement_rackaware_defaults(cli: Cli) -> None:
     assert enforced["adherence"] == "FAIL" and enforced["failing_write_sets"] == [["b1", "b2", "b3"]]
 
 
+def test_placement_ensemble_smaller_than_write_quorum_wraps(cli: Cli) -> None:
+    """BookKeeper answers with wrapped write sets ``ensemble[(i + j) % E]``; so does the CLI."""
+    passes = placement(
+        cli,
+        policy="rackaware",
+        ensemble=["b1", "b2"],
+        write_quorum=3,
+        ack_quorum=2,
+        racks={"b1": "/r1", "b2": "/r2"},
+    )
+    assert passes.exit_code == 0, passes.stderr
+    assert passes.json()["adherence"] == "MEETS_STRICT"
+    fails = placement(cli, policy="rackaware", ensemble=["b1", "b2"], write_quorum=3, racks={})
+    assert fails.exit_code == 0, fails.stderr
+    assert fails.json() == {
+        "adherence": "FAIL",
+        "failing_write_sets": [["b1", "b2", "b1"], ["b2", "b1", "b2"]],
+        "soft_write_sets": [],
+        "reason": "write set [b1, b2, b1]: spans 1 rack(s), needs 2",
+    }
+    single = placement(cli, policy="rackaware", ensemble=["b1"], write_quorum=2, racks={"b1": "/r1"})
+    assert single.json()["failing_write_sets"] == [["b1", "b1"]]
+
+
 def test_placement_zoneaware(cli: Cli) -> None:
     racks = {"a": "/z1/u1", "b": "/z2/u1", "c": "/z1/u2"}
     out = placement(
@@ -278,7 +302,8 @@ PLACEMENT_BAD = [
     ("[1]", "must be a JSON object"),
     (json.dumps({**BASE, "policy": "random"}), "unknown policy 'random'"),
     (json.dumps({k: v for k, v in BASE.items() if k != "policy"}), "missing field 'policy'"),
-    (json.dumps({**BASE, "write_quorum": 4}), "exceeds the ensemble size 3"),
+    (json.dumps({**BASE, "write_quorum": 2**31}), "at most 2147483647"),
+    (json.dumps({**BASE, "write_quorum": 2**31 - 1}), "write-set members this command evaluates"),
     (json.dumps({**BASE, "write_quorum": 0}), "at least 1"),
     (json.dumps({**BASE, "ack_quorum": 3}), "ack_quorum 3 exceeds write_quorum 2"),
     (json.dumps({**BASE, "write_quorum": True}), "got a boolean"),

@@ -184,6 +184,7 @@ def test_password_is_not_echoed_in_error_messages(cli: Cli) -> None:
         (b"BookieMetadataFormatVersion\t3\n\x7f\x08", "length prefix says 127 bytes"),
         (b"BookieMetadataFormatVersion\t3\n\x02\x08\x01", "missing required field"),
         (b"BookieMetadataFormatVersion\t5\n", "not supported"),
+        (java_v3(sample_ledger()) + b"\x00" * 3 * 1024 * 1024, "3145728 trailing bytes after the metadata"),
     ],
 )
 def test_decode_bad_input_exits_2_with_one_line(cli: Cli, stdin: bytes, fragment: str) -> None:

@@ -315,6 +315,15 @@ def test_violations_are_the_transitions_in_time_order_with_time_bounds_and_group
     ]
 
 
+def test_the_rack_map_alert_is_named_by_its_entity_in_the_violations(tmp_path):
+    root = tmp_path / "lakehouse"
+    ensure_tables(root)
+    rack_map = {**alert("RACK_MAP_INVALID", 3, bookies=["unused"]), "entity": "rackmap", "bookies": []}
+    write(root, "violations", 0, [rack_map], append=True)
+    rows = Lakehouse(root).violations().to_pylist()
+    assert [(r["kind"], r["entity"], r["ledger_id"]) for r in rows] == [("RACK_MAP_INVALID", "rackmap", None)]
+
+
 def test_open_alerts_over_time_is_a_step_function_of_firing_and_resolved(lakehouse):
     steps = lakehouse.open_alerts_over_time(kinds=["LEDGER_UNDER_REPLICATED"]).to_pylist()
     # 12:10 three fire; 12:20 ledger 2's resolves (it became unrecoverable); 12:30 ledger 4's resolves.

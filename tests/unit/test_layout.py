@@ -95,8 +95,7 @@ def test_hybrid_boundary_is_strictly_below_int_max() -> None:
 
 def test_limits_per_manager() -> None:
     assert ledger_path(JAVA_INT_MAX - 1, FLAT) == "/ledgers/L2147483646"
-    with pytest.raises(LedgerIdRangeError, match="flat ledger manager"):
-        ledger_path(JAVA_INT_MAX, FLAT)
+    assert ledger_path(MAX_LEDGER_ID, FLAT) == "/ledgers/L9223372036854775807"
     assert ledger_path(10**10 - 1, LEGACY) == "/ledgers/99/9999/L9999"
     with pytest.raises(LedgerIdRangeError, match="legacyhierarchical"):
         ledger_path(10**10, LEGACY)
@@ -233,8 +232,31 @@ def test_flat_and_legacy_intermediates() -> None:
     assert classify_path("/ledgers/99", LEGACY).kind is ZnodeKind.INTERMEDIATE
     assert classify_path("/ledgers/99/9999/L9999", LEGACY) == LedgerTreeNode(ZnodeKind.LEDGER, 9999999999)
     assert classify_path("/ledgers/00", FLAT).kind is ZnodeKind.OTHER
-    assert classify_path("/ledgers/L2147483647", FLAT).kind is ZnodeKind.OTHER
+    assert classify_path("/ledgers/L0000000000", FLAT) == LedgerTreeNode(ZnodeKind.LEDGER, 0)
+    assert classify_path("/ledgers/L000000059", FLAT).kind is ZnodeKind.OTHER  # 9 digits: not %010d
     assert classify_path("/ledgers/00/0000/L0059", MS).kind is ZnodeKind.OTHER
+
+
+@pytest.mark.parametrize("ledger_id", [JAVA_INT_MAX, 9876543210, 98765432101, 10**15, MAX_LEDGER_ID])
+def test_flat_paths_of_any_long_round_trip(ledger_id: int) -> None:
+    """FlatLedgerManager writes ``L%010d`` (longer ids print longer) and parses the digits back."""
+    path = ledger_path(ledger_id, FLAT)
+    assert path == f"/ledgers/L{ledger_id:010d}"
+    assert ledger_id_from_path(path, FLAT) == ledger_id
+    assert classify_path(path, FLAT) == LedgerTreeNode(ZnodeKind.LEDGER, ledger_id)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/ledgers/L098765432101",  # leading zero beyond the %010d width: not the canonical path of any id
+        "/ledgers/L9223372036854775808",  # above 2^63-1
+        "/ledgers/L99999999999999999999",
+        "/ledgers/L12345678901x",
+    ],
+)
+def test_flat_non_canonical_long_leaves_are_other(path: str) -> None:
+    assert classify_path(path, FLAT).kind is ZnodeKind.OTHER
 
 
 # ----------------------------------------------------------------------------------------------------- root

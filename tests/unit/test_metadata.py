@@ -341,11 +341,25 @@ def test_custom_metadata_keeps_read_order_and_duplicates() -> None:
         assert encode_ledger_metadata(md) == blob
 
 
-def test_v3_ignores_bytes_after_the_delimited_message() -> None:
+def test_v3_rejects_bytes_after_the_delimited_message() -> None:
     blob = java_v3(sample_ledger())
-    md = decode_ledger_metadata(blob + b"trailing garbage \x00\xff")
-    assert md == decode_ledger_metadata(blob)
-    assert encode_ledger_metadata(md) == blob
+    assert one_line_format_error(blob + b"trailing garbage \x00\xff") == (
+        "ledger metadata v3: 19 trailing bytes after the metadata"
+    )
+
+
+def test_three_mib_of_garbage_after_valid_metadata_is_corrupt_in_every_format() -> None:
+    garbage = bytes(range(256)) * (3 * 1024 * 1024 // 256)
+    assert one_line_format_error(java_v3(sample_ledger()) + garbage) == (
+        f"ledger metadata v3: {len(garbage)} trailing bytes after the metadata"
+    )
+    # Text formats: the garbage fails the text grammar (here: not UTF-8) before any tail test.
+    one_line_format_error(java_v2(sample_ledger()) + garbage)
+    one_line_format_error(java_v1(sample_ledger(custom=[])) + garbage)
+    whitespace = b"\n" * (3 * 1024 * 1024)  # the text parser would skip this
+    assert one_line_format_error(java_v2(sample_ledger()) + whitespace) == (
+        f"ledger metadata v2: {len(whitespace)} trailing bytes after the metadata"
+    )
 
 
 def test_bytearray_and_memoryview_are_accepted() -> None:
@@ -1024,6 +1038,29 @@ def test_encode_then_decode_is_the_identity_for_every_format(md: LedgerMetadata)
     assert decode_ledger_metadata(blob) == md
     assert encode_ledger_metadata(decode_ledger_metadata(blob)) == blob
     assert metadata_from_json(metadata_to_json(md, include_password=True)) == md
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    md=models(), tail=st.binary(min_size=1, max_size=64) | st.sampled_from([b"\n", b" ", b"\x00", b"# x\n"])
+)
+def test_any_trailing_bytes_after_a_valid_encoding_are_rejected(md: LedgerMetadata, tail: bytes) -> None:
+    """A complete record followed by anything is corrupt; the record alone still round-trips exactly.
+
+    The one exception is not a tail: v1 text from BookKeeper 4.0 lacks the final newline, so appending one
+    gives the 4.1 form, a record of its own that re-encodes to exactly those bytes.
+    """
+    blob = encode_ledger_metadata(md)
+    assert encode_ledger_metadata(decode_ledger_metadata(blob)) == blob
+    try:
+        whole = decode_ledger_metadata(blob + tail)
+    except FormatError as err:
+        if md.format_version == 3:  # text formats may instead fail their grammar on the tail
+            assert str(err) == f"ledger metadata v3: {len(tail)} trailing bytes after the metadata"
+        if md.format_version == 2 and not tail.strip():
+            assert str(err) == f"ledger metadata v2: {len(tail)} trailing bytes after the metadata"
+    else:
+        assert md.format_version == 1 and encode_ledger_metadata(whole) == blob + tail
 
 
 # ------------------------------------------------------------------------------------------------ fuzzing

@@ -82,6 +82,19 @@ def test_rackaware_counts_every_member_whatever_its_liveness() -> None:
     assert rackaware_adherence(["a", "b"], 2, {"a": "/r1", "b": "/r2"}).adherence is STRICT
 
 
+def test_rackaware_wraps_an_ensemble_smaller_than_wq_and_counts_racks_as_a_set() -> None:
+    """BookKeeper's windows ``ensemble[(i + j) % E]``: a repeated bookie adds its rack once."""
+    two_racks = rackaware_adherence(["a", "b"], 3, {"a": "/r1", "b": "/r2"})
+    assert two_racks == PlacementVerdict(STRICT)
+    one_rack = rackaware_adherence(["a", "b"], 3, {"a": "/r1", "b": "/r1"})
+    assert one_rack.adherence is FAIL
+    assert one_rack.failing_write_sets == (("a", "b", "a"), ("b", "a", "b"))
+    assert one_rack.reason == "write set [a, b, a]: spans 1 rack(s), needs 2"
+    single = rackaware_adherence(["a"], 2, {"a": "/r1"})
+    assert single.failing_write_sets == (("a", "a"),)
+    assert rackaware_adherence(["a"], 2, {"a": "/r1"}, min_racks_per_write_quorum=1).adherence is STRICT
+
+
 def test_rackaware_never_meets_soft_and_lists_only_failing_windows() -> None:
     racks = {"a": "/r1", "b": "/r1", "c": "/r2", "d": "/r2"}
     verdict = rackaware_adherence(["a", "b", "c", "d"], 2, racks)
@@ -114,6 +127,18 @@ def test_rack_names_are_normalised_before_comparing() -> None:
     assert rackaware_adherence(["a", "b"], 2, {"a": "r1", "b": "/r1/"}).adherence is FAIL
     # "" and "/" mean "not mapped": both land in /default-rack.
     assert rackaware_adherence(["a", "b"], 2, {"a": "", "b": "/"}).adherence is FAIL
+
+
+def test_smaller_ensembles_than_wq_for_zone_and_region_aware() -> None:
+    zones = {"a": "/z1/u1", "b": "/z2/u1"}
+    zone_verdict = zoneaware_adherence(["a", "b"], 3, zones)
+    assert zone_verdict.adherence is FAIL  # BookKeeper's E % WQ != 0 test: an ensemble-level FAIL
+    assert zone_verdict.reason == "ensemble size 2 is not a multiple of write quorum 3"
+    regions = {"a": "/eu/r1", "b": "/us/r1", "c": "/eu/r2"}
+    # Windows (a, b, a) and (b, a, b): a repeated bookie is one member, not two sharing eu/r1.
+    assert regionaware_adherence(["a", "b"], 3, regions) == PlacementVerdict(STRICT)
+    one_region = regionaware_adherence(["a", "c"], 3, regions)
+    assert one_region.failing_write_sets == (("a", "c", "a"), ("c", "a", "c"))
 
 
 def test_empty_ensemble_fails_for_every_policy() -> None:
@@ -316,7 +341,7 @@ def reference(
         required = min(wq, settings_["min_regions"], len(all_regions))
         verdicts = []
         for w in windows:
-            members = [rr for b in w if (rr := region_rack(loc(b))) is not None]
+            members = [rr for b in dict.fromkeys(w) if (rr := region_rack(loc(b))) is not None]
             if len({r for r, _ in members}) < required:
                 verdicts.append(FAIL)
             elif any(members.count(m) > 1 and len({k for r, k in mapped if r == m[0]}) > 1 for m in members):

@@ -63,12 +63,16 @@ def test_recovery_delay_znode_and_rack_moves():
             row("rack_map", 3, racks={"b1": "/r1", "b2": "/r2"}),
             row("rack_map", 4, racks={"b1": "/r1", "b2": "/r3"}),
             row("rack_map", 5, racks={}, error="bad json"),
+            row("rack_map", 6, racks={"b1": "/r1", "b2": "/r4"}),
         ],
     )
     assert ("recovery_delay", None, 0) in kinds(out)
     assert not any(k == "bookie_lost" for k, *_ in kinds(out))  # the znode's 30 s applies, not the default 0
-    moves = [d["payload"]["moved"] for d in out if d["kind"] == "rack_map"]
-    assert moves == [["b1", "b2"], ["b2"]]  # the bad map is ignored, the last valid one kept
+    maps = [d["payload"] for d in out if d["kind"] == "rack_map"]
+    # The bad map is passed on as an error (placement unknown) and otherwise ignored: the next valid map
+    # is diffed against the last valid one.
+    assert maps[2] == {"error": "bad json"}
+    assert [m.get("moved") for m in maps] == [["b1", "b2"], ["b2"], None, ["b2"]]
 
 
 def test_only_complete_full_snapshots_are_passed_on():
