@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
-from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
@@ -315,8 +314,12 @@ def decode_record(
     return row
 
 
-def _epoch_ms(moment: datetime | None) -> int | None:
-    return None if moment is None else int(moment.timestamp() * 1000)
+def _epoch_ms_column(batch: pa.RecordBatch, name: str) -> list[int | None]:
+    """A timestamp column as epoch milliseconds (all ``None`` when the batch has no such column)."""
+    if name not in batch.schema.names:
+        return [None] * batch.num_rows
+    micros = batch.column(name).cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    return [None if us is None else us // 1000 for us in micros.to_pylist()]
 
 
 def decode_batches(
@@ -335,20 +338,21 @@ def decode_batches(
     move it.
     """
     for batch in batches:
-        columns = batch.to_pydict()
-        batch_times = columns.get("batch_time") or [None] * batch.num_rows
+        columns = {
+            name: batch.column(name).to_pylist() for name in ("key", "value", "topic", "partition", "offset")
+        }
         rows = []
-        for key, value, topic, partition, offset, timestamp, batch_time in zip(
+        for key, value, topic, partition, offset, kafka_ms, batch_ms in zip(
             columns["key"],
             columns["value"],
             columns["topic"],
             columns["partition"],
             columns["offset"],
-            columns["timestamp"],
-            batch_times,
+            _epoch_ms_column(batch, "timestamp"),
+            _epoch_ms_column(batch, "batch_time"),
             strict=True,
         ):
-            received_ms = receiving_clock_ms(_epoch_ms(timestamp), _epoch_ms(batch_time))
+            received_ms = receiving_clock_ms(kafka_ms, batch_ms)
             row = decode_record(
                 key,
                 value,
