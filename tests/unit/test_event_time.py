@@ -157,3 +157,31 @@ def test_a_record_holding_raw_ledger_metadata_keeps_its_reason_but_not_its_bytes
         "value not kept: it looks like BookKeeper ledger metadata, which can hold the ledger password"
     )
     assert base64.b64decode(payload["key_b64"]) == b"ledger/11"
+
+
+def test_a_future_ledger_event_is_kept_whole_and_holds_no_password():
+    # Change events never carry the password (the watcher strips it), so keeping their bytes is safe.
+    from collections import namedtuple
+
+    from bkaudit.domain.metadata import DigestType, LedgerMetadata, LedgerPassword, LedgerState, Segment
+
+    stat = namedtuple("Stat", "czxid mzxid ctime mtime version dataLength")(5, 5, 0, 0, 0, 90)
+    md = LedgerMetadata(
+        ensemble_size=2,
+        write_quorum=2,
+        ack_quorum=2,
+        state=LedgerState.CLOSED,
+        last_entry_id=9,
+        length=100,
+        segments=(Segment(0, ("b1:3181", "b2:3181")),),
+        digest_type=DigestType.CRC32C,
+        password=LedgerPassword(b"s3cret-pw"),
+    )
+    builder = ev.EventBuilder("c1", "run-1", clock_ms=lambda: YEAR_2100_MS)
+    record = ev.encode_event(builder.build(ev.ledger_upserted(7, md, stat, "/ledgers/L7")))
+    (row,) = decoded([(record, NOW_MS, NOW_MS)])
+    payload = json.loads(row["payload"])
+    assert (row["kind"], payload["source"]) == ("dead_letter", "future")
+    kept = base64.b64decode(payload["value_b64"])
+    assert kept == record and ev.decode_event(kept).ledger_upserted.metadata.has_password
+    assert b"s3cret-pw" not in kept
