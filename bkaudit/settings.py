@@ -161,6 +161,12 @@ class StreamSettings(BaseModel):
     )
     trigger_interval_s: float = Field(1.0, ge=0)
     watermark_delay_s: float = Field(5.0, ge=0, description="how late an event may arrive")
+    max_event_time_skew_s: float = Field(
+        300.0,
+        gt=0,
+        description="how far ahead of the receiving clock (the earlier of the Kafka record time and the "
+        "batch time) an event may be dated; later events go to dead_letters and never move the watermark",
+    )
     max_offsets_per_trigger: int | None = Field(None, ge=1)
     ledger_state_buckets: int = Field(
         64,

@@ -2,14 +2,19 @@
 
 Change events are decoded with :func:`bkaudit.events.decode_event` (the same code the watcher's tests use);
 feedback records (the job's own re-probe results) are JSON. A record that cannot be decoded becomes a
-``dead_letter`` row carrying the reason, so one bad message never stops the query.
+``dead_letter`` row carrying the reason and the record's key and value bytes (base64 in the payload), so one
+bad message never stops the query. So does an event dated too far ahead of the receiving clock
+(:mod:`streaming.rules.event_time`): it would move the watermark past every later event.
 
 Pure per record (no I/O); Arrow in, Arrow out.
 
 Example:
     >>> rows = decode_record(b"k", b"\\xff", "bkaudit.changes", 0, 7, feedback_topic="bkaudit.feedback")
-    >>> rows["kind"], rows["state_key"], rows["payload"]
-    ('dead_letter', 'dead', '{"reason":"change event: not a valid protobuf message"}')
+    >>> payload = json.loads(rows["payload"])
+    >>> rows["kind"], rows["state_key"], payload["reason"]
+    ('dead_letter', 'dead', 'change event: not a valid protobuf message')
+    >>> payload["source"], base64.b64decode(payload["key_b64"]), base64.b64decode(payload["value_b64"])
+    ('kafka', b'k', b'\\xff')
 """
 
 from __future__ import annotations
@@ -22,8 +27,10 @@ from typing import Any
 import pyarrow as pa
 
 from bkaudit import events as ev
+from bkaudit.domain.metadata import HEADER_KEY
 from bkaudit.errors import FormatError
 from bkaudit.pb import change_events_pb2 as pb
+from streaming.rules.event_time import future_event_reason, receiving_clock_ms
 from streaming.state_keys import CLUSTER_STATE_KEY, DEAD_LETTER_STATE_KEY, ledger_state_key
 
 #: Ledger state groups when the caller does not say (the job passes ``stream.ledger_state_buckets``).
@@ -207,6 +214,56 @@ def _feedback_row(value: bytes, ledger_buckets: int) -> dict[str, Any]:
     }
 
 
+#: The dead letter ``source`` of a Kafka record that is not a change event (or not a feedback record).
+UNDECODABLE_SOURCE = "kafka"
+#: The dead letter ``source`` of a change event dated too far ahead of the receiving clock.
+FUTURE_SOURCE = "future"
+
+# Raw ledger metadata carries the ledger password; a record holding it (published to the changes topic by
+# mistake) keeps its reason but not its bytes.
+_LEDGER_METADATA_MARK = HEADER_KEY.rstrip(b"\t")
+_WITHHELD = "not kept: it looks like BookKeeper ledger metadata, which can hold the ledger password"
+
+
+def _kept_bytes(name: str, data: bytes | None, notes: list[str]) -> dict[str, str]:
+    """``{name}_b64`` for the dead letter payload, unless the bytes may hold a ledger password."""
+    if data is None:
+        return {}
+    if _LEDGER_METADATA_MARK in data:
+        notes.append(f"{name} {_WITHHELD}")
+        return {}
+    return {f"{name}_b64": base64.b64encode(data).decode("ascii")}
+
+
+def dead_letter_row(
+    reason: str, source: str, key: bytes | None, value: bytes | None, *, event_time_us: int = 0
+) -> dict[str, Any]:
+    """A ``dead_letter`` row: the reason, where it comes from and the record's bytes (base64 in the payload).
+
+    Example:
+        >>> row = dead_letter_row("bad", "kafka", None, b"BookieMetadataFormatVersion\\t3\\n...")
+        >>> json.loads(row["payload"])["reason"]
+        'bad; value not kept: it looks like BookKeeper ledger metadata, which can hold the ledger password'
+    """
+    notes: list[str] = []
+    payload: dict[str, Any] = {"source": source}
+    payload.update(_kept_bytes("key", key, notes))
+    payload.update(_kept_bytes("value", value, notes))
+    payload["reason"] = "; ".join([reason, *notes])
+    return {
+        "kind": "dead_letter",
+        "state_key": DEAD_LETTER_STATE_KEY,
+        "event_time": event_time_us,
+        "cluster": None,
+        "run_id": None,
+        "sequence": None,
+        "snapshot_id": None,
+        "ledger_id": None,
+        "bookie_id": None,
+        "payload": _json(payload),
+    }
+
+
 def decode_record(
     key: bytes | None,
     value: bytes | None,
@@ -216,8 +273,29 @@ def decode_record(
     *,
     feedback_topic: str,
     ledger_buckets: int = DEFAULT_LEDGER_BUCKETS,
+    received_ms: int | None = None,
+    max_event_time_skew_s: float | None = None,
 ) -> dict[str, Any]:
-    """One Kafka record → one change row (a ``dead_letter`` row when it cannot be decoded)."""
+    """One Kafka record → one change row (a ``dead_letter`` row when it cannot be decoded).
+
+    With ``max_event_time_skew_s`` and a ``received_ms``
+    (:func:`~streaming.rules.event_time.receiving_clock_ms`), an event dated further ahead than the skew is a
+    dead letter too, stamped with the receiving clock.
+
+    Example:
+        >>> heartbeat = ev.encode_event(
+        ...     ev.EventBuilder("c", "run", clock_ms=lambda: 0).build(
+        ...         ev.heartbeat(4_102_444_800_000, partition=0, partition_count=1),
+        ...         event_time_ms=4_102_444_800_000,
+        ...     )
+        ... )
+        >>> row = decode_record(
+        ...     b"cluster", heartbeat, "bkaudit.changes", 0, 8, feedback_topic="bkaudit.feedback",
+        ...     received_ms=1_700_000_000_000, max_event_time_skew_s=300,
+        ... )
+        >>> row["kind"], row["event_time"], json.loads(row["payload"])["reason"][:56]
+        ('dead_letter', 1700000000000000, 'event time 2100-01-01T00:00:00Z is more than 300 s ahead')
+    """
     try:
         if value is None:
             raise FormatError("record has no value")
@@ -226,42 +304,55 @@ def decode_record(
         else:
             row = _event_row(ev.decode_event(value), ledger_buckets)
     except FormatError as err:
-        row = {
-            "kind": "dead_letter",
-            "state_key": DEAD_LETTER_STATE_KEY,
-            "event_time": 0,
-            "cluster": None,
-            "run_id": None,
-            "sequence": None,
-            "snapshot_id": None,
-            "ledger_id": None,
-            "bookie_id": None,
-            "payload": _json({"reason": str(err)}),
-        }
+        row = dead_letter_row(str(err), UNDECODABLE_SOURCE, key, value)
+    else:
+        if max_event_time_skew_s is not None and received_ms is not None:
+            reason = future_event_reason(row["event_time"] // 1000, received_ms, max_event_time_skew_s)
+            if reason is not None:
+                row = dead_letter_row(reason, FUTURE_SOURCE, key, value, event_time_us=received_ms * 1000)
     row["topic"], row["partition"], row["offset"] = topic, partition, offset
     return row
 
 
+def _epoch_ms_column(batch: pa.RecordBatch, name: str) -> list[int | None]:
+    """A timestamp column as epoch milliseconds (all ``None`` when the batch has no such column)."""
+    if name not in batch.schema.names:
+        return [None] * batch.num_rows
+    micros = batch.column(name).cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    return [None if us is None else us // 1000 for us in micros.to_pylist()]
+
+
 def decode_batches(
-    batches: Iterator[pa.RecordBatch], feedback_topic: str, ledger_buckets: int = DEFAULT_LEDGER_BUCKETS
+    batches: Iterator[pa.RecordBatch],
+    feedback_topic: str,
+    ledger_buckets: int = DEFAULT_LEDGER_BUCKETS,
+    max_event_time_skew_s: float | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` function: Kafka source batches → change rows.
 
-    Dead letters get the record's Kafka timestamp as event time and no watermark time, so the watermark
-    never drops them.
+    The input has the Kafka source's columns plus, optionally, ``batch_time`` (Spark's
+    ``current_timestamp()``: the micro-batch timestamp, the same when the batch is replayed). Each record's
+    receiving clock is the earlier of its Kafka timestamp and that batch time; with
+    ``max_event_time_skew_s`` an event dated further ahead of it is a dead letter. Dead letters get the
+    receiving clock as event time and no watermark time, so the watermark never drops them and they never
+    move it.
     """
     for batch in batches:
-        columns = batch.to_pydict()
+        columns = {
+            name: batch.column(name).to_pylist() for name in ("key", "value", "topic", "partition", "offset")
+        }
         rows = []
-        for key, value, topic, partition, offset, timestamp in zip(
+        for key, value, topic, partition, offset, kafka_ms, batch_ms in zip(
             columns["key"],
             columns["value"],
             columns["topic"],
             columns["partition"],
             columns["offset"],
-            columns["timestamp"],
+            _epoch_ms_column(batch, "timestamp"),
+            _epoch_ms_column(batch, "batch_time"),
             strict=True,
         ):
+            received_ms = receiving_clock_ms(kafka_ms, batch_ms)
             row = decode_record(
                 key,
                 value,
@@ -270,11 +361,13 @@ def decode_batches(
                 offset,
                 feedback_topic=feedback_topic,
                 ledger_buckets=ledger_buckets,
+                received_ms=received_ms,
+                max_event_time_skew_s=max_event_time_skew_s,
             )
             if row["kind"] == "dead_letter":
-                if timestamp is not None:
-                    row["event_time"] = int(timestamp.timestamp() * 1_000_000)
-                row["watermark_time"] = None  # never late (see CHANGE_SCHEMA)
+                if received_ms is not None:
+                    row["event_time"] = received_ms * 1000
+                row["watermark_time"] = None  # never late, never moves the watermark (see CHANGE_SCHEMA)
             else:
                 row["watermark_time"] = row["event_time"]
             rows.append(row)

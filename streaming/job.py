@@ -83,6 +83,8 @@ def ensure_topics(settings: Settings) -> int:
 
 def decisions_frame(spark: Any, settings: Settings) -> Any:
     """The streaming DataFrame of decisions (the processor's output, dead letters passed through)."""
+    from pyspark.sql.functions import current_timestamp
+
     kafka, stream = settings.kafka, settings.stream
     if stream.source_format == "bkaudit_kafka":
         from connectors.kafka.spark_source import KafkaDataSource
@@ -98,9 +100,16 @@ def decisions_frame(spark: Any, settings: Settings) -> Any:
     if stream.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(stream.max_offsets_per_trigger))
     raw = reader.load()
-    decoded = raw.mapInArrow(
+    # The micro-batch timestamp is, with each record's Kafka time, the decoder's receiving clock: an event
+    # dated further ahead of it than stream.max_event_time_skew_s is a dead letter and never moves the
+    # watermark. Spark keeps the batch timestamp in its offset log, so a replayed batch decides the same.
+    received = raw.withColumn("batch_time", current_timestamp())
+    decoded = received.mapInArrow(
         functools.partial(
-            decode_batches, feedback_topic=kafka.feedback_topic, ledger_buckets=stream.ledger_state_buckets
+            decode_batches,
+            feedback_topic=kafka.feedback_topic,
+            ledger_buckets=stream.ledger_state_buckets,
+            max_event_time_skew_s=stream.max_event_time_skew_s,
         ),
         CHANGE_SCHEMA,
     )

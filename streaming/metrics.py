@@ -3,8 +3,10 @@
 Three families, all in a private ``CollectorRegistry``:
 
 - query health from a ``StreamingQueryListener``: batch duration, input rows, rows/s, watermark lag (and the
-  watermark itself, so ``time() - watermark`` keeps growing when batches stop), the input backlog, state
-  rows, and ``bkaudit_last_batch_timestamp_seconds`` (a liveness heartbeat: alert when it stops moving);
+  watermark itself, so ``time() - watermark`` keeps growing when batches stop), how far the watermark is
+  ahead of the wall clock (then events dated now are late), the input rows the stateful operator dropped
+  as late (Spark drops them without a trace), the input backlog, state rows, and
+  ``bkaudit_last_batch_timestamp_seconds`` (a liveness heartbeat: alert when it stops moving);
 - what the sink did, from its :class:`~streaming.sink.BatchReport` after every batch (:meth:`on_batch`):
   probes by reason and outcome, dead letters by source, alert transitions published by kind and state,
   ledger rows written, and the sink's own seconds per batch (the batch duration above is the whole trigger:
@@ -86,7 +88,7 @@ AUDIT_GAUGES = {
 # see the first event and the dashboard's checker knows them. A value outside these is still counted.
 PROBE_REASONS = ("reprobe", "scrutiny")
 PROBE_OUTCOMES = ("healthy", "failing")
-DEAD_LETTER_SOURCES = ("kafka", "znode")
+DEAD_LETTER_SOURCES = ("kafka", "znode", "future")
 
 
 def source_backlog(sources: list[Mapping[str, Any]]) -> int:
@@ -116,6 +118,16 @@ def source_backlog(sources: list[Mapping[str, Any]]) -> int:
                 if isinstance(newest, int) and isinstance(position, int):
                     total += max(0, newest - position)
     return total
+
+
+def rows_dropped_late(operators: list[Mapping[str, Any]]) -> int:
+    """Input rows the stateful operators dropped as older than the watermark, in one progress report.
+
+    Example:
+        >>> rows_dropped_late([{"numRowsDroppedByWatermark": 2}, {"numRowsTotal": 7}])
+        2
+    """
+    return sum(op.get("numRowsDroppedByWatermark") or 0 for op in operators)
 
 
 def _iso_to_epoch(value: str | None) -> float | None:
@@ -153,6 +165,18 @@ class StreamMetrics:
             "event-time watermark after the last batch (epoch seconds)",
             registry=self.registry,
         )
+        self.watermark_ahead = Gauge(
+            "bkaudit_stream_watermark_ahead_seconds",
+            "event-time watermark minus wall clock, 0 when behind (when ahead, events dated now are late)",
+            registry=self.registry,
+        )
+        self._watermark_s = 0.0
+        self.watermark_ahead.set_function(lambda: max(0.0, self._watermark_s - time.time()))
+        self.rows_dropped_late = Counter(
+            "bkaudit_stream_rows_dropped_late",
+            "input rows the stateful operator dropped as older than the watermark (never applied)",
+            registry=self.registry,
+        )
         self.source_backlog = Gauge(
             "bkaudit_stream_source_backlog_records",
             "records the last batch left unread (nonzero only when maxOffsetsPerTrigger caps a batch)",
@@ -181,7 +205,8 @@ class StreamMetrics:
         )
         self.dead_letters = Counter(
             "bkaudit_stream_dead_letters",
-            "dead_letters rows the sink wrote, by source (kafka: not a change event; znode: undecodable)",
+            "dead_letters rows the sink wrote, by source (kafka: not a change event; znode: undecodable; "
+            "future: dated too far ahead of the receiving clock)",
             ["source"],
             registry=self.registry,
         )
@@ -269,8 +294,11 @@ class StreamMetrics:
         if watermark is not None and watermark > 0:
             self.watermark.set(watermark)
             self.watermark_lag.set(max(0.0, time.time() - watermark))
+            self._watermark_s = watermark  # the ahead gauge is computed when scraped
         self.source_backlog.set(source_backlog(progress.get("sources") or []))
-        self.state_rows.set(sum(op.get("numRowsTotal") or 0 for op in progress.get("stateOperators") or []))
+        operators = progress.get("stateOperators") or []
+        self.state_rows.set(sum(op.get("numRowsTotal") or 0 for op in operators))
+        self.rows_dropped_late.inc(rows_dropped_late(operators))
         self.last_batch.set(time.time())
 
     def exposition(self) -> bytes:

@@ -65,7 +65,8 @@ CHANGE_KINDS = {
     "heartbeat": "payload: {partition}",
     "probe_result": "feedback: {round, reason, outcome: {result, min_replicas, worst_entries, unknown, "
     "unresponsive, unresolved, answers}, metadata_changed, mzxid}",
-    "dead_letter": "payload: {reason, key_b64 (no value: it is kept in the dead_letters table)}",
+    "dead_letter": "payload: {reason, source: kafka|future, key_b64, value_b64 (the record's bytes, absent "
+    "when they may hold a ledger password)}",
 }
 
 DECISION_SCHEMA = StructType(
@@ -103,5 +104,5 @@ DECISION_KINDS = {
     "probe_request": "re-probe a suspect ledger now: payload {round, reason}",
     "replicas_confirmed": "a suspect stayed failing for the configured rounds: payload {round, outcome}",
     "replicas_cleared": "a suspect probed healthy again: payload {round}",
-    "dead_letter": "an input that could not be processed: payload {reason, key_b64}",
+    "dead_letter": "an input that could not be processed: payload as the dead_letter change",
 }

@@ -142,6 +142,11 @@ def _ts(ms: int | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
+def _b64_bytes(text: str | None) -> bytes | None:
+    """A dead letter's key or value bytes as the decoder kept them (absent when withheld)."""
+    return None if text is None else base64.b64decode(text)
+
+
 def _read_filtered(
     table: Any,
     column: str,
@@ -555,10 +560,12 @@ class AuditSink:
             elif kind == "dead_letter":
                 dead_letters.append(
                     {
-                        "source": "kafka",
+                        "source": payload.get("source") or "kafka",
                         "topic": row.get("topic"),
                         "partition": row.get("partition"),
                         "offset": row.get("offset"),
+                        "key": _b64_bytes(payload.get("key_b64")),
+                        "value": _b64_bytes(payload.get("value_b64")),
                         "reason": payload.get("reason"),
                         "received_at": _ts(at_ms),
                         "received_date": _ts(at_ms).date(),  # type: ignore[union-attr]

@@ -240,7 +240,12 @@ DEAD_LETTERS = TableSpec(
     "dead_letters",
     pa.schema(
         [
-            _f("source", pa.string(), "kafka (an undecodable message) or znode (an undecodable znode)"),
+            _f(
+                "source",
+                pa.string(),
+                "kafka (an undecodable message), znode (an undecodable znode) or future (a change event "
+                "dated more than stream.max_event_time_skew_s ahead of the receiving clock)",
+            ),
             _f("topic", pa.string(), "Kafka topic of the input"),
             _f("partition", pa.int32(), "Kafka partition"),
             _f("offset", pa.int64(), "Kafka offset"),
@@ -248,7 +253,8 @@ DEAD_LETTERS = TableSpec(
             _f(
                 "value",
                 pa.binary(),
-                "Kafka value (null for znodes: ledger metadata bytes never leave the watcher)",
+                "Kafka value (null for znodes, and for a record holding raw ledger metadata: ledger "
+                "passwords never reach a table)",
             ),
             _f("ledger_id", pa.int64(), "ledger of an undecodable znode"),
             _f("path", pa.string(), "znode path of an undecodable znode"),

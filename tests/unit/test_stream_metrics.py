@@ -73,6 +73,27 @@ def test_progress_without_watermark_or_latest_offsets_keeps_the_gauges_sane():
     assert sample(metrics, "bkaudit_stream_batch_duration_seconds_count") == 0
 
 
+def test_rows_dropped_as_late_are_counted_across_batches():
+    metrics = StreamMetrics()
+    assert sample(metrics, "bkaudit_stream_rows_dropped_late_total") == 0
+    late = {"numRowsTotal": 3, "numRowsDroppedByWatermark": 4}
+    metrics.on_progress({**PROGRESS, "stateOperators": [late, {"numRowsDroppedByWatermark": 1}]})
+    metrics.on_progress({**PROGRESS, "stateOperators": [{"numRowsDroppedByWatermark": 2}]})
+    metrics.on_progress({**PROGRESS, "stateOperators": []})
+    assert sample(metrics, "bkaudit_stream_rows_dropped_late_total") == 7
+
+
+def test_the_watermark_ahead_gauge_is_how_far_the_watermark_is_past_the_wall_clock():
+    metrics = StreamMetrics()
+    assert sample(metrics, "bkaudit_stream_watermark_ahead_seconds") == 0  # no watermark yet
+    metrics.on_progress(PROGRESS)  # 2026-01-01: behind
+    assert sample(metrics, "bkaudit_stream_watermark_ahead_seconds") == 0
+    ahead = datetime.fromtimestamp(time.time() + 3600, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    metrics.on_progress({**PROGRESS, "eventTime": {"watermark": ahead}})
+    assert sample(metrics, "bkaudit_stream_watermark_ahead_seconds") == pytest.approx(3600, abs=60)
+    assert sample(metrics, "bkaudit_stream_watermark_lag_seconds") == 0
+
+
 # ------------------------------------------------------------------------------------------ the sink
 
 
