@@ -161,10 +161,20 @@ class ClusterLogic:
                 moved = sorted(b for b in set(previous) | set(racks) if previous.get(b) != racks.get(b))
                 info["racks"] = racks
                 out.append(_decision("rack_map", at_ms, payload={"racks": racks, "moved": moved}))
+            elif kind == "snapshot_begin":
+                if payload.get("mode") == "FULL":
+                    # Kept until its END: the sink needs the begin's time to tell live events from older ones.
+                    brackets = info.setdefault("brackets", {})
+                    brackets[str(payload.get("partition", 0))] = [payload.get("snapshot_id"), at_ms]
+                out.extend(self._transitions(membership, info, membership.advance(at_ms)))
             elif kind == "snapshot_end":
+                opened = (info.get("brackets") or {}).pop(str(payload.get("partition", 0)), None)
                 if payload.get("complete") and payload.get("mode") == "FULL":
-                    out.append(_decision("snapshot_complete", at_ms, payload=payload))
-            elif kind in ("heartbeat", "snapshot_begin"):
+                    begin_ms = opened[1] if opened and opened[0] == payload.get("snapshot_id") else None
+                    out.append(
+                        _decision("snapshot_complete", at_ms, payload={**payload, "begin_ms": begin_ms})
+                    )
+            elif kind == "heartbeat":
                 out.extend(self._transitions(membership, info, membership.advance(at_ms)))
         info["membership"] = membership.to_json()
         return info, out, membership.next_deadline_ms()
@@ -238,12 +248,7 @@ class LedgerLogic:
         payload, at_ms, ledger_id = row["payload"], row["event_time_ms"], row["ledger_id"]
         snapshot_id = row.get("snapshot_id")
         if payload["mzxid"] <= state["mzxid"]:
-            # Stale or duplicate; a snapshot still needs to know the ledger exists.
-            if snapshot_id and not state["deleted"]:
-                return [
-                    _decision("ledger_seen", at_ms, ledger_id=ledger_id, payload={"snapshot_id": snapshot_id})
-                ]
-            return []
+            return _seen(state, row)  # stale or duplicate
         changed_while_suspect = state["suspect"] is not None and state["mzxid"] >= 0
         state.update(mzxid=payload["mzxid"], deleted=False, corrupt=False)
         if changed_while_suspect:
@@ -271,8 +276,8 @@ class LedgerLogic:
 
     def _on_ledger_undecodable(self, state: dict[str, Any], row: dict[str, Any]) -> list[Decision]:
         payload = row["payload"]
-        if payload["mzxid"] <= state["mzxid"] and state["corrupt"]:
-            return []
+        if payload["mzxid"] < state["mzxid"] or (payload["mzxid"] == state["mzxid"] and state["corrupt"]):
+            return _seen(state, row)  # stale or duplicate: the znode exists (and still does not decode)
         state.update(mzxid=max(state["mzxid"], payload["mzxid"]), corrupt=True, deleted=False, suspect=None)
         return [
             _decision("ledger_corrupt", row["event_time_ms"], ledger_id=row["ledger_id"], payload=payload)
@@ -385,6 +390,15 @@ class LedgerLogic:
         if mark and mark.get("due_ms") is not None and not mark.get("fired") and mark["due_ms"] <= at_ms:
             out.extend(self._fire_mark(state, ledger_id, at_ms))
         return state, out, self.timers(state)
+
+
+def _seen(state: dict[str, Any], row: dict[str, Any]) -> list[Decision]:
+    """A stale or duplicate read of a ledger that exists: nothing to apply, but the sink's vanished-ledger
+    reconciliation must know the ledger was there at this event's time (and in this snapshot, if any)."""
+    if state["deleted"]:
+        return []
+    payload = {"snapshot_id": row.get("snapshot_id")}
+    return [_decision("ledger_seen", row["event_time_ms"], ledger_id=row["ledger_id"], payload=payload)]
 
 
 # --------------------------------------------------------------------------------------- Spark adapter

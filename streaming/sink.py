@@ -215,6 +215,30 @@ def _is_stale(row: Mapping[str, Any] | None, mzxid: int | None) -> bool:
     return bool(mzxid <= row["mzxid"])
 
 
+def _is_stale_corrupt(row: Mapping[str, Any] | None, mzxid: int | None) -> bool:
+    """Whether an undecodable read of version ``mzxid`` adds nothing to the ledger's row: the row is that
+    version (or a newer one) already undecodable, or a strictly newer version. The same version read as
+    undecodable after it decoded is applied (a decoder that now rejects it is the newer verdict).
+
+    Example:
+        >>> corrupt = {"mzxid": 7, "undecodable_reason": "bad"}
+        >>> _is_stale_corrupt(corrupt, 7), _is_stale_corrupt({"mzxid": 7}, 7)
+        (True, False)
+        >>> _is_stale_corrupt({"mzxid": 7}, 6), _is_stale_corrupt(None, 6)
+        (True, False)
+    """
+    if row is None or mzxid is None or row.get("mzxid") is None:
+        return False
+    if row.get("undecodable_reason") is not None:
+        return _is_stale(row, mzxid)
+    return bool(mzxid < row["mzxid"])
+
+
+def _ms(value: datetime | None, *, default: int) -> int:
+    """Milliseconds since the epoch of a table timestamp (``default`` when null)."""
+    return default if value is None else int(value.timestamp() * 1000)
+
+
 def _as_payload(row: Mapping[str, Any]) -> dict[str, Any]:
     """A ``ledgers`` row back into the evaluation shape."""
     return {
@@ -352,7 +376,12 @@ class AuditSink:
             changed_ledgers.add(ledger_id)
             trigger_ms[ledger_id] = max(trigger_ms.get(ledger_id, at_ms), at_ms)
 
-        def seen(ledger_id: int, snapshot_id: str | None) -> None:
+        # Ledger id -> event time of the latest event in this batch showing the znode exists (applied or not):
+        # a complete snapshot that began at or before it cannot have seen the ledger vanish.
+        exists_at_ms: dict[int, int] = {}
+
+        def seen(ledger_id: int, snapshot_id: str | None, at_ms: int) -> None:
+            exists_at_ms[ledger_id] = max(exists_at_ms.get(ledger_id, at_ms), at_ms)
             if snapshot_id:
                 key = f"ledger/{ledger_id}"
                 snapshot_seen.append(
@@ -371,15 +400,16 @@ class AuditSink:
                     # A duplicate or an older version (the processor tracks only suspect ledgers): a
                     # snapshot still learns the ledger exists.
                     if not (ledgers.get(ledger_id) or {}).get("deleted"):
-                        seen(ledger_id, payload.get("snapshot_id"))
+                        seen(ledger_id, payload.get("snapshot_id"), at_ms)
                     continue
                 ledgers[ledger_id] = _ledger_row(ledger_id, payload, cluster, at_ms)
                 index_replace[ledger_id] = sorted(ledger_bookies(payload))
                 touch(ledger_id, at_ms)
-                seen(ledger_id, payload.get("snapshot_id"))
+                seen(ledger_id, payload.get("snapshot_id"), at_ms)
                 book.set_ledger_condition(AlertKind.METADATA_CORRUPT, ledger_id, False, at_ms=at_ms)
             elif kind == "ledger_seen":
-                seen(ledger_id, payload.get("snapshot_id"))
+                if not (ledgers.get(ledger_id) or {}).get("deleted"):
+                    seen(ledger_id, payload.get("snapshot_id"), at_ms)
             elif kind == "ledger_deleted":
                 existing = ledgers.get(ledger_id) or {
                     "ledger_id": ledger_id,
@@ -400,10 +430,12 @@ class AuditSink:
                     "ledger_id": ledger_id,
                     "ledger_bucket": ledger_id % LEDGER_BUCKETS,
                 }
-                if existing.get("undecodable_reason") is not None and _is_stale(
-                    existing, payload.get("mzxid")
-                ):
-                    continue  # the same corrupt version again
+                if _is_stale_corrupt(existing, payload.get("mzxid")):
+                    # The same corrupt version again (a snapshot re-reading it, a replay): the znode exists
+                    # and still does not decode, so its METADATA_CORRUPT stays open.
+                    if not existing.get("deleted"):
+                        seen(ledger_id, payload.get("snapshot_id"), at_ms)
+                    continue
                 ledgers[ledger_id] = {
                     **existing,
                     "cluster": cluster,
@@ -419,7 +451,7 @@ class AuditSink:
                 }
                 index_replace[ledger_id] = []
                 touch(ledger_id, at_ms)
-                seen(ledger_id, payload.get("snapshot_id"))
+                seen(ledger_id, payload.get("snapshot_id"), at_ms)
                 book.set_ledger_condition(
                     AlertKind.METADATA_CORRUPT,
                     ledger_id,
@@ -596,7 +628,9 @@ class AuditSink:
 
         # 2c. snapshot reconciliation: ledgers absent from a complete FULL snapshot are gone --------------
         for done in snapshots_complete:
-            vanished = self._vanished(ledgers_table, root, app, batch_id, done, snapshot_seen, ledgers)
+            vanished = self._vanished(
+                ledgers_table, root, app, batch_id, done, snapshot_seen, ledgers, exists_at_ms
+            )
             for ledger_id in vanished:
                 existing = ledgers.get(ledger_id) or {
                     "ledger_id": ledger_id,
@@ -759,8 +793,26 @@ class AuditSink:
         done: dict[str, Any],
         seen_now: list[dict[str, Any]],
         ledgers: dict[int, dict[str, Any]],
+        exists_at_ms: dict[int, int],
     ) -> list[int]:
+        """The ledgers of partition p that a complete FULL snapshot of p shows gone.
+
+        A ledger vanished only if the tables hold it as not deleted, the snapshot did not report it, and
+        nothing about it happened at or after the snapshot's begin: the watcher's event time never goes
+        back within a run, so an event at or after the begin's time (a live create during or after the
+        scan, in this batch or an earlier one) proves the znode was there (docs/design.md, "Vanished
+        ledgers"). A snapshot whose begin the job did not see is not used.
+        """
         snapshot_id, partition = done["snapshot_id"], int(done["partition"])
+        begin_ms = done.get("begin_ms")
+        if begin_ms is None:
+            logger.warning(
+                "snapshot %s on partition %d: its begin was not read by this job; no vanished-ledger "
+                "reconciliation from it (the next complete FULL snapshot does it)",
+                snapshot_id,
+                partition,
+            )
+            return []
         partitions = int(done.get("partition_count") or self.config.changes_partitions)
         seen_table = table_before_batch(root, "snapshot_seen", app, batch_id)
         seen_ids = {
@@ -770,13 +822,23 @@ class AuditSink:
             .to_pylist()
         }
         seen_ids |= {r["ledger_id"] for r in seen_now if r["snapshot_id"] == snapshot_id}
-        known = ledgers_table.to_pyarrow_dataset().to_table(columns=["ledger_id", "deleted"]).to_pylist()
-        candidates = {r["ledger_id"] for r in known if not r["deleted"]}
-        candidates |= {i for i, r in ledgers.items() if not r.get("deleted") and r.get("state") is not None}
+        # Known before the begin: rows not deleted whose last change is older (this batch's rows supersede).
+        begin = pa.scalar(_ts(begin_ms), type=LEDGERS.schema.field("updated_at").type)
+        not_deleted = pc.field("deleted").is_null() | (pc.field("deleted") == False)  # noqa: E712
+        older = pc.field("updated_at").is_null() | (pc.field("updated_at") < begin)
+        known = ledgers_table.to_pyarrow_dataset().to_table(filter=not_deleted & older, columns=["ledger_id"])
+        candidates = {i for i in known.column("ledger_id").to_pylist() if i not in ledgers}
+        candidates |= {
+            i
+            for i, r in ledgers.items()
+            if not r.get("deleted") and _ms(r.get("updated_at"), default=-1) < begin_ms
+        }
         return sorted(
             i
             for i in candidates
-            if i not in seen_ids and kafka_partition(f"ledger/{i}", partitions) == partition
+            if i not in seen_ids
+            and exists_at_ms.get(i, -1) < begin_ms
+            and kafka_partition(f"ledger/{i}", partitions) == partition
         )
 
     def _probe(

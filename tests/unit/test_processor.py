@@ -108,6 +108,33 @@ def test_only_complete_full_snapshots_are_passed_on():
     assert [d["payload"]["snapshot_id"] for d in out if d["kind"] == "snapshot_complete"] == ["s1"]
 
 
+def marker(kind, t, snapshot_id, partition=0, **extra):
+    return row(kind, t, snapshot_id=snapshot_id, mode="FULL", partition=partition, partition_count=2, **extra)
+
+
+def test_a_complete_snapshot_carries_its_begin_time_even_across_batches():
+    # The sink keeps a ledger that had any event at or after the snapshot began: it needs the begin's time.
+    logic = ClusterLogic(ProcessorConfig())
+    state, _, _ = logic.apply(
+        None, [marker("snapshot_begin", 1_000, "s1", 0), marker("snapshot_begin", 1_001, "s1", 1)]
+    )
+    state = json.loads(json.dumps(state))  # the Spark adapter stores it as JSON between batches
+    _, out, _ = logic.apply(
+        state,
+        [
+            marker("snapshot_end", 5_000, "s1", 1, complete=True),
+            marker("snapshot_end", 5_001, "s1", 0, complete=True),
+            marker("snapshot_end", 5_002, "s0", 1, complete=True),  # its begin was never read
+        ],
+    )
+    completed = [d["payload"] for d in out if d["kind"] == "snapshot_complete"]
+    assert [(p["snapshot_id"], p["partition"], p["begin_ms"]) for p in completed] == [
+        ("s1", 1, 1_001),
+        ("s1", 0, 1_000),
+        ("s0", 1, None),
+    ]
+
+
 # --- ledger groups --------------------------------------------------------------------------------------
 
 
@@ -115,10 +142,16 @@ def upsert(t, mzxid, snapshot_id=None):
     return row("ledger_upserted", t, ledger_id=7, snap=snapshot_id, mzxid=mzxid, state="CLOSED")
 
 
-def test_stale_and_duplicate_upserts_are_dropped_but_snapshots_still_see_the_ledger():
+def test_stale_and_duplicate_upserts_are_not_applied_but_still_show_the_ledger_exists():
     logic = LedgerLogic(ProcessorConfig())
     state, out, _ = logic.apply(None, [upsert(1, 10), upsert(2, 10), upsert(3, 9), upsert(4, 12)])
-    assert [d["kind"] for d in out] == ["ledger_state", "ledger_state"]
+    # Live duplicates too: the vanished-ledger reconciliation counts every event after a snapshot began.
+    assert [(d["kind"], d["event_time_ms"]) for d in out] == [
+        ("ledger_state", 1),
+        ("ledger_seen", 2),
+        ("ledger_seen", 3),
+        ("ledger_state", 4),
+    ]
     _, out, _ = logic.apply(state, [upsert(5, 12, snapshot_id="s1")])
     assert [(d["kind"], d["payload"]) for d in out] == [("ledger_seen", {"snapshot_id": "s1"})]
 
@@ -191,6 +224,29 @@ def test_deleted_and_corrupt_ledgers():
         ],
     )
     assert [d["kind"] for d in out] == ["ledger_state", "ledger_corrupt", "ledger_deleted"]
+
+
+def test_a_tracked_corrupt_ledger_read_again_by_a_snapshot_is_seen_not_dropped():
+    # Tracked (it has an under-replication mark): its duplicate undecodable read must still reach the sink as
+    # "the znode exists", or the snapshot's reconciliation marks it deleted and resolves METADATA_CORRUPT.
+    logic = LedgerLogic(ProcessorConfig())
+    mark = row("under_replication_mark", 0, ledger_id=7, state="SET", replicas=["b1"], mark_ctime_ms=0)
+    bad = {"mzxid": 6, "reason": "bad header"}
+    state, out, _ = logic.apply(None, [mark, row("ledger_undecodable", 1, ledger_id=7, **bad)])
+    assert LedgerLogic.needs_state(state) and [d["kind"] for d in out] == [
+        "under_replication",
+        "ledger_corrupt",
+    ]
+    _, out, _ = logic.apply(state, [row("ledger_undecodable", 2, ledger_id=7, snap="s2", **bad)])
+    assert [(d["kind"], d["payload"]) for d in out] == [("ledger_seen", {"snapshot_id": "s2"})]
+
+
+def test_an_older_undecodable_read_does_not_override_a_newer_version():
+    logic = LedgerLogic(ProcessorConfig())
+    _, out, _ = logic.apply(
+        None, [upsert(0, 8), row("ledger_undecodable", 1, ledger_id=7, mzxid=6, reason="bad header")]
+    )
+    assert [d["kind"] for d in out] == ["ledger_state", "ledger_seen"]
 
 
 # --- the Spark adapter, through PySpark's TwsTester ------------------------------------------------------
@@ -284,7 +340,7 @@ def test_a_suspect_ledger_is_tracked_until_its_probe_passes(tester):
     assert list(stored) == [(67,)]
     assert json.loads(stored[(67,)][0])["mzxid"] == 5  # the probed version: a newer one ends the suspicion
     assert json.loads(tester.peekValueState("state", key)[0])["tracked"] == [67]
-    # While tracked, its own duplicates are dropped here; a newer version clears the suspicion.
+    # While tracked, its own duplicates are only "seen" here; a newer version clears the suspicion.
     out = tester.testInPandas(
         key,
         frame(
@@ -294,7 +350,7 @@ def test_a_suspect_ledger_is_tracked_until_its_probe_passes(tester):
             ]
         ),
     )
-    assert list(out["kind"]) == ["ledger_state"]
+    assert list(out["kind"]) == ["ledger_seen", "ledger_state"]
     assert tester.peekMapState("ledgers", key) == {}
     assert json.loads(tester.peekValueState("state", key)[0]) == {"agenda": {}, "tracked": []}
 
