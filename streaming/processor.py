@@ -17,7 +17,8 @@ Output rows follow :data:`streaming.schemas.DECISION_SCHEMA`; the sink acts on t
 is *missing* is governed by the lost-bookie delay: when it expires the registration is re-checked (the
 membership) and only a still-missing bookie raises alerts — that is the re-probe of BP-34 for missing bookies.
 Probe failures (timeouts, too few replicas) are re-probed ``reprobe_rounds`` times, ``reprobe_delay`` apart
-(doubling), before ``replicas_confirmed``.
+(doubling), before ``replicas_confirmed``: the rounds are counted per kind of failure
+(:mod:`streaming.rules.rounds`), so a healthy round or a different failure starts the count again.
 
 The decision logic lives in :class:`ClusterLogic` and :class:`LedgerLogic` (plain Python, unit-tested
 without Spark); :class:`AuditProcessor` adapts them to Spark's state and timer API.
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streaming.rules.lost_bookie import BookieMembership, BookieStatus, Transition, TransitionKind
+from streaming.rules.rounds import FailureRounds, confirms, count_round, failure_kind
 from streaming.state_keys import DEAD_LETTER_STATE_KEY
 
 Decision = dict[str, Any]
@@ -252,7 +254,8 @@ class LedgerLogic:
         changed_while_suspect = state["suspect"] is not None and state["mzxid"] >= 0
         state.update(mzxid=payload["mzxid"], deleted=False, corrupt=False)
         if changed_while_suspect:
-            state["suspect"] = None  # BP-34: metadata changed → re-evaluate instead of alerting
+            # BP-34: metadata changed → re-evaluate instead of alerting (a new episode, a new count).
+            state["suspect"] = self._new_episode(state["suspect"], at_ms)
         return [
             _decision(
                 "ledger_state", at_ms, ledger_id=ledger_id, payload={**payload, "snapshot_id": snapshot_id}
@@ -327,43 +330,65 @@ class LedgerLogic:
         if probe_round != expected_round:
             return []  # duplicate or stale feedback (a replayed batch, an older round)
         if payload.get("mzxid") is not None and payload["mzxid"] != state["mzxid"] and state["mzxid"] >= 0:
-            state["suspect"] = None  # the probe saw other metadata: the new version is evaluated on its own
+            # The probe saw other metadata: the new version is evaluated on its own (a new episode).
+            state["suspect"] = self._new_episode(suspect, at_ms)
             return []
         if state["mzxid"] < 0 and payload.get("mzxid") is not None:
             # An untracked ledger (see make_processor): the probe saw this version, so a later upsert of a
             # newer one still ends the suspicion.
             state["mzxid"] = payload["mzxid"]
-        failing = bool(payload.get("failing"))
-        if not failing:
+        alerted = _alerted(suspect)
+        count = count_round(_counted(suspect), failure_kind(payload))
+        if count is None:  # a healthy round ends the suspicion and resolves its alert
             state["suspect"] = None
-            if suspect and suspect.get("confirmed"):
+            if alerted is not None:
                 return [
                     _decision("replicas_cleared", at_ms, ledger_id=ledger_id, payload={"round": probe_round})
                 ]
             return []
-        next_round = probe_round + 1
-        confirmed = bool(suspect and suspect.get("confirmed"))
         out: list[Decision] = []
-        if not confirmed and probe_round >= self.config.reprobe_rounds:
-            confirmed = True
+        if confirms(count, self.config.reprobe_rounds) and alerted != count.failure:
+            alerted = count.failure
             out.append(
                 _decision(
                     "replicas_confirmed",
                     at_ms,
                     ledger_id=ledger_id,
-                    payload={"round": probe_round, "outcome": payload},
+                    payload={"round": probe_round, "failing_rounds": count.rounds, "outcome": payload},
                 )
             )
         delay_ms = (
-            int(self.config.confirmed_recheck_s * 1000) if confirmed else self._reprobe_delay_ms(next_round)
+            int(self.config.confirmed_recheck_s * 1000)
+            if alerted == count.failure
+            else self._reprobe_delay_ms(count.rounds)
         )
         state["suspect"] = {
-            "round": next_round,
+            "round": probe_round + 1,
             "due_ms": at_ms + delay_ms,
-            "confirmed": confirmed,
+            "failure": count.failure,
+            "count": count.rounds,
+            "alerted": alerted,
             "reason": payload.get("reason", "probe"),
         }
         return out
+
+    def _new_episode(self, suspect: dict[str, Any] | None, at_ms: int) -> dict[str, Any] | None:
+        """What is left of a suspicion when the ledger's metadata changed: nothing, unless its alert is open.
+
+        An open alert is kept until a round decides it (healthy: resolved; failing: counted anew), so it is
+        re-probed after the first delay with its count at zero; the pending round's result is ignored.
+        """
+        alerted = _alerted(suspect)
+        if suspect is None or alerted is None:
+            return None
+        return {
+            "round": int(suspect["round"]) + 1,
+            "due_ms": at_ms + self._reprobe_delay_ms(1),
+            "failure": None,
+            "count": 0,
+            "alerted": alerted,
+            "reason": suspect.get("reason", "probe"),
+        }
 
     def on_timer(
         self, state: dict[str, Any] | None, at_ms: int, ledger_id: int
@@ -399,6 +424,23 @@ def _seen(state: dict[str, Any], row: dict[str, Any]) -> list[Decision]:
         return []
     payload = {"snapshot_id": row.get("snapshot_id")}
     return [_decision("ledger_seen", row["event_time_ms"], ledger_id=row["ledger_id"], payload=payload)]
+
+
+def _alerted(suspect: dict[str, Any] | None) -> str | None:
+    """The failure kind whose ``REPLICAS_*`` alert this suspicion raised (``None``: no alert open)."""
+    if not suspect:
+        return None
+    if "alerted" in suspect:
+        return suspect["alerted"]
+    return "CONFIRMED" if suspect.get("confirmed") else None  # a suspect stored before failure kinds
+
+
+def _counted(suspect: dict[str, Any] | None) -> FailureRounds | None:
+    """The suspect's count of consecutive failing rounds (none before its first round, or stored before
+    failure kinds: those start a new count)."""
+    if not suspect or not suspect.get("failure"):
+        return None
+    return FailureRounds(suspect["failure"], int(suspect.get("count") or 0))
 
 
 # --------------------------------------------------------------------------------------- Spark adapter

@@ -180,6 +180,84 @@ def test_suspect_is_reprobed_for_the_configured_rounds_then_confirmed_then_clear
     assert [d["kind"] for d in out] == ["replicas_cleared"] and timers == set()
 
 
+def probe(t, probe_round, result=None, unresolved=(), mzxid=5):
+    failing = result not in (None, "OK") or bool(unresolved)
+    outcome = {"result": result or "OK", "unresponsive": [], "unresolved": list(unresolved)}
+    return row(
+        "probe_result", t, ledger_id=7, round=probe_round, failing=failing, mzxid=mzxid, outcome=outcome
+    )
+
+
+def run_rounds(logic, state, results, start_ms=1_000):
+    """Feed probe results round after round (each at its due time); returns the state and all decisions."""
+    decisions, t = [], start_ms
+    for probe_round, (result, unresolved) in enumerate(results):
+        if probe_round:
+            t = min(logic.timers(state))
+            state, out, _ = logic.on_timer(state, t, 7)
+            assert [d["kind"] for d in out] == ["probe_request"]
+        state, out, _ = logic.apply(state, [probe(t + 1, probe_round, result, unresolved)])
+        decisions.extend(out)
+    return state, decisions
+
+
+def test_a_transient_fault_after_rounds_of_another_failure_is_not_alerted():
+    # The incident: rounds of "b1 unknown" during a bookie loss, b1 returns, a ~4 s ENOLEDGER fault makes the
+    # next round LESS_THAN_AQ. Its count starts at one: no alert; the next healthy round ends the suspicion.
+    logic = LedgerLogic(ProcessorConfig(reprobe_delay_s=10, reprobe_rounds=3))
+    state, _, _ = logic.apply(None, [upsert(0, 5)])
+    state, out = run_rounds(
+        logic,
+        state,
+        [(None, ["b1"]), (None, ["b1"]), (None, ["b1"]), ("LESS_THAN_AQ", []), ("OK", [])],
+    )
+    assert out == []
+    assert state["suspect"] is None
+
+
+def test_the_same_failure_over_the_configured_rounds_alerts_once_and_a_new_kind_counts_anew():
+    logic = LedgerLogic(ProcessorConfig(reprobe_delay_s=10, reprobe_rounds=2, confirmed_recheck_s=100))
+    state, _, _ = logic.apply(None, [upsert(0, 5)])
+    # Found, then two re-probes, all LESS_THAN_WQ: confirmed at the third failing round.
+    state, out = run_rounds(logic, state, [("LESS_THAN_WQ", [])] * 3)
+    assert [(d["kind"], d["payload"]["failing_rounds"]) for d in out] == [("replicas_confirmed", 3)]
+    assert logic.timers(state) == {31_003 + 100_000}  # re-checked slowly once confirmed
+    # The re-check finds NO_REPLICA: a new count (re-probed quickly), the open alert stays until it confirms.
+    t = min(logic.timers(state))
+    state, _, _ = logic.on_timer(state, t, 7)
+    state, out, timers = logic.apply(state, [probe(t + 1, 3, "NO_REPLICA")])
+    assert out == [] and timers == {t + 1 + 10_000}
+    assert (state["suspect"]["failure"], state["suspect"]["count"]) == ("NO_REPLICA", 1)
+    # A healthy round resolves the alert that is open.
+    state, _, _ = logic.on_timer(state, t + 10_001, 7)
+    state, out, timers = logic.apply(state, [probe(t + 10_002, 4)])
+    assert [d["kind"] for d in out] == ["replicas_cleared"] and timers == set()
+
+
+def test_a_metadata_change_of_an_alerted_ledger_restarts_the_count_and_keeps_the_alert_to_resolve():
+    logic = LedgerLogic(ProcessorConfig(reprobe_delay_s=10, reprobe_rounds=1, confirmed_recheck_s=100))
+    state, _, _ = logic.apply(None, [upsert(0, 5)])
+    state, out = run_rounds(logic, state, [("NO_REPLICA", [])] * 2)
+    assert [d["kind"] for d in out] == ["replicas_confirmed"]
+    state, out, timers = logic.apply(state, [upsert(50_000, 6)])
+    assert [d["kind"] for d in out] == ["ledger_state"] and timers == {60_000}
+    state, out, _ = logic.on_timer(state, 60_000, 7)
+    request = out[0]["payload"]
+    assert (request["round"], request["mzxid"]) == (state["suspect"]["round"], 6)
+    state, out, timers = logic.apply(state, [probe(60_001, request["round"], mzxid=6)])
+    assert [d["kind"] for d in out] == ["replicas_cleared"] and timers == set()
+
+
+def test_a_suspect_stored_before_failure_kinds_counts_anew_and_still_resolves():
+    logic = LedgerLogic(ProcessorConfig(reprobe_delay_s=10, reprobe_rounds=3))
+    stored = {**LedgerLogic.new_state(), "mzxid": 5}
+    stored["suspect"] = {"round": 5, "due_ms": 1_000, "confirmed": True, "reason": "scrutiny"}
+    state, out, _ = logic.apply(stored, [probe(1_001, 5, "LESS_THAN_AQ")])
+    assert out == [] and (state["suspect"]["failure"], state["suspect"]["count"]) == ("LESS_THAN_AQ", 1)
+    state, out, _ = logic.apply(state, [probe(12_000, 6)])
+    assert [d["kind"] for d in out] == ["replicas_cleared"]
+
+
 def test_a_metadata_change_ends_the_suspicion_instead_of_alerting():
     logic = LedgerLogic(ProcessorConfig(reprobe_delay_s=10, reprobe_rounds=1))
     state, _, _ = logic.apply(None, [upsert(0, 5)])
