@@ -17,7 +17,8 @@ Output rows follow :data:`streaming.schemas.DECISION_SCHEMA`; the sink acts on t
 is *missing* is governed by the lost-bookie delay: when it expires the registration is re-checked (the
 membership) and only a still-missing bookie raises alerts — that is the re-probe of BP-34 for missing bookies.
 Probe failures (timeouts, too few replicas) are re-probed ``reprobe_rounds`` times, ``reprobe_delay`` apart
-(doubling), before ``replicas_confirmed``.
+(doubling), before ``replicas_confirmed``: the rounds are counted per kind of failure
+(:mod:`streaming.rules.rounds`), so a healthy round or a different failure starts the count again.
 
 The decision logic lives in :class:`ClusterLogic` and :class:`LedgerLogic` (plain Python, unit-tested
 without Spark); :class:`AuditProcessor` adapts them to Spark's state and timer API.
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streaming.rules.lost_bookie import BookieMembership, BookieStatus, Transition, TransitionKind
+from streaming.rules.rounds import FailureRounds, confirms, count_round, failure_kind
 from streaming.state_keys import DEAD_LETTER_STATE_KEY
 
 Decision = dict[str, Any]
@@ -164,10 +166,20 @@ class ClusterLogic:
                 moved = sorted(b for b in set(previous) | set(racks) if previous.get(b) != racks.get(b))
                 info["racks"] = racks
                 out.append(_decision("rack_map", at_ms, payload={"racks": racks, "moved": moved}))
+            elif kind == "snapshot_begin":
+                if payload.get("mode") == "FULL":
+                    # Kept until its END: the sink needs the begin's time to tell live events from older ones.
+                    brackets = info.setdefault("brackets", {})
+                    brackets[str(payload.get("partition", 0))] = [payload.get("snapshot_id"), at_ms]
+                out.extend(self._transitions(membership, info, membership.advance(at_ms)))
             elif kind == "snapshot_end":
+                opened = (info.get("brackets") or {}).pop(str(payload.get("partition", 0)), None)
                 if payload.get("complete") and payload.get("mode") == "FULL":
-                    out.append(_decision("snapshot_complete", at_ms, payload=payload))
-            elif kind in ("heartbeat", "snapshot_begin"):
+                    begin_ms = opened[1] if opened and opened[0] == payload.get("snapshot_id") else None
+                    out.append(
+                        _decision("snapshot_complete", at_ms, payload={**payload, "begin_ms": begin_ms})
+                    )
+            elif kind == "heartbeat":
                 out.extend(self._transitions(membership, info, membership.advance(at_ms)))
         info["membership"] = membership.to_json()
         return info, out, membership.next_deadline_ms()
@@ -241,16 +253,12 @@ class LedgerLogic:
         payload, at_ms, ledger_id = row["payload"], row["event_time_ms"], row["ledger_id"]
         snapshot_id = row.get("snapshot_id")
         if payload["mzxid"] <= state["mzxid"]:
-            # Stale or duplicate; a snapshot still needs to know the ledger exists.
-            if snapshot_id and not state["deleted"]:
-                return [
-                    _decision("ledger_seen", at_ms, ledger_id=ledger_id, payload={"snapshot_id": snapshot_id})
-                ]
-            return []
+            return _seen(state, row)  # stale or duplicate
         changed_while_suspect = state["suspect"] is not None and state["mzxid"] >= 0
         state.update(mzxid=payload["mzxid"], deleted=False, corrupt=False)
         if changed_while_suspect:
-            state["suspect"] = None  # BP-34: metadata changed → re-evaluate instead of alerting
+            # BP-34: metadata changed → re-evaluate instead of alerting (a new episode, a new count).
+            state["suspect"] = self._new_episode(state["suspect"], at_ms)
         return [
             _decision(
                 "ledger_state", at_ms, ledger_id=ledger_id, payload={**payload, "snapshot_id": snapshot_id}
@@ -274,8 +282,8 @@ class LedgerLogic:
 
     def _on_ledger_undecodable(self, state: dict[str, Any], row: dict[str, Any]) -> list[Decision]:
         payload = row["payload"]
-        if payload["mzxid"] <= state["mzxid"] and state["corrupt"]:
-            return []
+        if payload["mzxid"] < state["mzxid"] or (payload["mzxid"] == state["mzxid"] and state["corrupt"]):
+            return _seen(state, row)  # stale or duplicate: the znode exists (and still does not decode)
         state.update(mzxid=max(state["mzxid"], payload["mzxid"]), corrupt=True, deleted=False, suspect=None)
         return [
             _decision("ledger_corrupt", row["event_time_ms"], ledger_id=row["ledger_id"], payload=payload)
@@ -325,43 +333,65 @@ class LedgerLogic:
         if probe_round != expected_round:
             return []  # duplicate or stale feedback (a replayed batch, an older round)
         if payload.get("mzxid") is not None and payload["mzxid"] != state["mzxid"] and state["mzxid"] >= 0:
-            state["suspect"] = None  # the probe saw other metadata: the new version is evaluated on its own
+            # The probe saw other metadata: the new version is evaluated on its own (a new episode).
+            state["suspect"] = self._new_episode(suspect, at_ms)
             return []
         if state["mzxid"] < 0 and payload.get("mzxid") is not None:
             # An untracked ledger (see make_processor): the probe saw this version, so a later upsert of a
             # newer one still ends the suspicion.
             state["mzxid"] = payload["mzxid"]
-        failing = bool(payload.get("failing"))
-        if not failing:
+        alerted = _alerted(suspect)
+        count = count_round(_counted(suspect), failure_kind(payload))
+        if count is None:  # a healthy round ends the suspicion and resolves its alert
             state["suspect"] = None
-            if suspect and suspect.get("confirmed"):
+            if alerted is not None:
                 return [
                     _decision("replicas_cleared", at_ms, ledger_id=ledger_id, payload={"round": probe_round})
                 ]
             return []
-        next_round = probe_round + 1
-        confirmed = bool(suspect and suspect.get("confirmed"))
         out: list[Decision] = []
-        if not confirmed and probe_round >= self.config.reprobe_rounds:
-            confirmed = True
+        if confirms(count, self.config.reprobe_rounds) and alerted != count.failure:
+            alerted = count.failure
             out.append(
                 _decision(
                     "replicas_confirmed",
                     at_ms,
                     ledger_id=ledger_id,
-                    payload={"round": probe_round, "outcome": payload},
+                    payload={"round": probe_round, "failing_rounds": count.rounds, "outcome": payload},
                 )
             )
         delay_ms = (
-            int(self.config.confirmed_recheck_s * 1000) if confirmed else self._reprobe_delay_ms(next_round)
+            int(self.config.confirmed_recheck_s * 1000)
+            if alerted == count.failure
+            else self._reprobe_delay_ms(count.rounds)
         )
         state["suspect"] = {
-            "round": next_round,
+            "round": probe_round + 1,
             "due_ms": at_ms + delay_ms,
-            "confirmed": confirmed,
+            "failure": count.failure,
+            "count": count.rounds,
+            "alerted": alerted,
             "reason": payload.get("reason", "probe"),
         }
         return out
+
+    def _new_episode(self, suspect: dict[str, Any] | None, at_ms: int) -> dict[str, Any] | None:
+        """What is left of a suspicion when the ledger's metadata changed: nothing, unless its alert is open.
+
+        An open alert is kept until a round decides it (healthy: resolved; failing: counted anew), so it is
+        re-probed after the first delay with its count at zero; the pending round's result is ignored.
+        """
+        alerted = _alerted(suspect)
+        if suspect is None or alerted is None:
+            return None
+        return {
+            "round": int(suspect["round"]) + 1,
+            "due_ms": at_ms + self._reprobe_delay_ms(1),
+            "failure": None,
+            "count": 0,
+            "alerted": alerted,
+            "reason": suspect.get("reason", "probe"),
+        }
 
     def on_timer(
         self, state: dict[str, Any] | None, at_ms: int, ledger_id: int
@@ -388,6 +418,32 @@ class LedgerLogic:
         if mark and mark.get("due_ms") is not None and not mark.get("fired") and mark["due_ms"] <= at_ms:
             out.extend(self._fire_mark(state, ledger_id, at_ms))
         return state, out, self.timers(state)
+
+
+def _seen(state: dict[str, Any], row: dict[str, Any]) -> list[Decision]:
+    """A stale or duplicate read of a ledger that exists: nothing to apply, but the sink's vanished-ledger
+    reconciliation must know the ledger was there at this event's time (and in this snapshot, if any)."""
+    if state["deleted"]:
+        return []
+    payload = {"snapshot_id": row.get("snapshot_id")}
+    return [_decision("ledger_seen", row["event_time_ms"], ledger_id=row["ledger_id"], payload=payload)]
+
+
+def _alerted(suspect: dict[str, Any] | None) -> str | None:
+    """The failure kind whose ``REPLICAS_*`` alert this suspicion raised (``None``: no alert open)."""
+    if not suspect:
+        return None
+    if "alerted" in suspect:
+        return suspect["alerted"]
+    return "CONFIRMED" if suspect.get("confirmed") else None  # a suspect stored before failure kinds
+
+
+def _counted(suspect: dict[str, Any] | None) -> FailureRounds | None:
+    """The suspect's count of consecutive failing rounds (none before its first round, or stored before
+    failure kinds: those start a new count)."""
+    if not suspect or not suspect.get("failure"):
+        return None
+    return FailureRounds(suspect["failure"], int(suspect.get("count") or 0))
 
 
 # --------------------------------------------------------------------------------------- Spark adapter

@@ -85,7 +85,8 @@ DECISION_SCHEMA = StructType(
 
 DECISION_KINDS = {
     "ledger_state": "a newer ledger version to apply: payload as ledger_upserted (+ snapshot_id)",
-    "ledger_seen": "a snapshot saw the ledger at a version already applied: payload {snapshot_id}",
+    "ledger_seen": "a stale or duplicate read of an existing ledger (live, or by a snapshot): payload "
+    "{snapshot_id (or null)}",
     "ledger_deleted": "the ledger is gone: payload {last_mzxid, inferred}",
     "ledger_corrupt": "the ledger znode is undecodable: payload {reason, mzxid, version, path, data_length}",
     "under_replication": "urL mark changed: payload {state, replicas, mark_ctime_ms}",
@@ -100,7 +101,7 @@ DECISION_KINDS = {
     "rack_map": "the rack map changed: payload {racks, moved: [bookies whose rack changed since the last "
     "valid map]}, or {error} when the current map is invalid (placement unknown)",
     "snapshot_complete": "a complete FULL snapshot on one partition: payload {snapshot_id, partition, "
-    "partition_count}",
+    "partition_count, begin_ms (event time of its begin; null when the job did not read it)}",
     "probe_request": "re-probe a suspect ledger now: payload {round, reason}",
     "replicas_confirmed": "a suspect stayed failing for the configured rounds: payload {round, outcome}",
     "replicas_cleared": "a suspect probed healthy again: payload {round}",

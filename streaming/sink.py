@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from bkaudit.errors import ServiceError
 from bkaudit.settings import KafkaSettings
@@ -165,9 +166,8 @@ def _read_filtered(
 
 def _read_unknown_placement(ledgers_table: Any) -> list[dict[str, Any]]:
     """Live closed ledgers whose ``placement`` is null: not evaluated while the rack map was invalid."""
-    # Only a null test in the filter (no string comparison: delta-rs may hand strings back as string_view).
-    rows = ledgers_table.to_pyarrow_dataset().to_table(filter=pc.field("placement").is_null()).to_pylist()
-    return [row for row in rows if row.get("state") == "CLOSED" and not row.get("deleted")]
+    rows = scan(ledgers_table, [("placement", "is null", None), ("state", "=", "CLOSED")]).to_pylist()
+    return [row for row in rows if not row.get("deleted")]
 
 
 # What the lost-bookie rule reads of a ledger (_as_payload, the deleted / undecodable checks): copied into
@@ -222,6 +222,30 @@ def _is_stale(row: Mapping[str, Any] | None, mzxid: int | None) -> bool:
     if row is None or mzxid is None or row.get("mzxid") is None:
         return False
     return bool(mzxid <= row["mzxid"])
+
+
+def _is_stale_corrupt(row: Mapping[str, Any] | None, mzxid: int | None) -> bool:
+    """Whether an undecodable read of version ``mzxid`` adds nothing to the ledger's row: the row is that
+    version (or a newer one) already undecodable, or a strictly newer version. The same version read as
+    undecodable after it decoded is applied (a decoder that now rejects it is the newer verdict).
+
+    Example:
+        >>> corrupt = {"mzxid": 7, "undecodable_reason": "bad"}
+        >>> _is_stale_corrupt(corrupt, 7), _is_stale_corrupt({"mzxid": 7}, 7)
+        (True, False)
+        >>> _is_stale_corrupt({"mzxid": 7}, 6), _is_stale_corrupt(None, 6)
+        (True, False)
+    """
+    if row is None or mzxid is None or row.get("mzxid") is None:
+        return False
+    if row.get("undecodable_reason") is not None:
+        return _is_stale(row, mzxid)
+    return bool(mzxid < row["mzxid"])
+
+
+def _ms(value: datetime | None, *, default: int) -> int:
+    """Milliseconds since the epoch of a table timestamp (``default`` when null)."""
+    return default if value is None else int(value.timestamp() * 1000)
 
 
 def _as_payload(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -364,7 +388,12 @@ class AuditSink:
             changed_ledgers.add(ledger_id)
             trigger_ms[ledger_id] = max(trigger_ms.get(ledger_id, at_ms), at_ms)
 
-        def seen(ledger_id: int, snapshot_id: str | None) -> None:
+        # Ledger id -> event time of the latest event in this batch showing the znode exists (applied or not):
+        # a complete snapshot that began at or before it cannot have seen the ledger vanish.
+        exists_at_ms: dict[int, int] = {}
+
+        def seen(ledger_id: int, snapshot_id: str | None, at_ms: int) -> None:
+            exists_at_ms[ledger_id] = max(exists_at_ms.get(ledger_id, at_ms), at_ms)
             if snapshot_id:
                 key = f"ledger/{ledger_id}"
                 snapshot_seen.append(
@@ -383,15 +412,16 @@ class AuditSink:
                     # A duplicate or an older version (the processor tracks only suspect ledgers): a
                     # snapshot still learns the ledger exists.
                     if not (ledgers.get(ledger_id) or {}).get("deleted"):
-                        seen(ledger_id, payload.get("snapshot_id"))
+                        seen(ledger_id, payload.get("snapshot_id"), at_ms)
                     continue
                 ledgers[ledger_id] = _ledger_row(ledger_id, payload, cluster, at_ms)
                 index_replace[ledger_id] = sorted(ledger_bookies(payload))
                 touch(ledger_id, at_ms)
-                seen(ledger_id, payload.get("snapshot_id"))
+                seen(ledger_id, payload.get("snapshot_id"), at_ms)
                 book.set_ledger_condition(AlertKind.METADATA_CORRUPT, ledger_id, False, at_ms=at_ms)
             elif kind == "ledger_seen":
-                seen(ledger_id, payload.get("snapshot_id"))
+                if not (ledgers.get(ledger_id) or {}).get("deleted"):
+                    seen(ledger_id, payload.get("snapshot_id"), at_ms)
             elif kind == "ledger_deleted":
                 existing = ledgers.get(ledger_id) or {
                     "ledger_id": ledger_id,
@@ -412,10 +442,12 @@ class AuditSink:
                     "ledger_id": ledger_id,
                     "ledger_bucket": ledger_id % LEDGER_BUCKETS,
                 }
-                if existing.get("undecodable_reason") is not None and _is_stale(
-                    existing, payload.get("mzxid")
-                ):
-                    continue  # the same corrupt version again
+                if _is_stale_corrupt(existing, payload.get("mzxid")):
+                    # The same corrupt version again (a snapshot re-reading it, a replay): the znode exists
+                    # and still does not decode, so its METADATA_CORRUPT stays open.
+                    if not existing.get("deleted"):
+                        seen(ledger_id, payload.get("snapshot_id"), at_ms)
+                    continue
                 ledgers[ledger_id] = {
                     **existing,
                     "cluster": cluster,
@@ -431,7 +463,7 @@ class AuditSink:
                 }
                 index_replace[ledger_id] = []
                 touch(ledger_id, at_ms)
-                seen(ledger_id, payload.get("snapshot_id"))
+                seen(ledger_id, payload.get("snapshot_id"), at_ms)
                 book.set_ledger_condition(
                     AlertKind.METADATA_CORRUPT,
                     ledger_id,
@@ -625,7 +657,9 @@ class AuditSink:
 
         # 2c. snapshot reconciliation: ledgers absent from a complete FULL snapshot are gone --------------
         for done in snapshots_complete:
-            vanished = self._vanished(ledgers_table, root, app, batch_id, done, snapshot_seen, ledgers)
+            vanished = self._vanished(
+                ledgers_table, root, app, batch_id, done, snapshot_seen, ledgers, exists_at_ms
+            )
             for ledger_id in vanished:
                 existing = ledgers.get(ledger_id) or {
                     "ledger_id": ledger_id,
@@ -795,8 +829,26 @@ class AuditSink:
         done: dict[str, Any],
         seen_now: list[dict[str, Any]],
         ledgers: dict[int, dict[str, Any]],
+        exists_at_ms: dict[int, int],
     ) -> list[int]:
+        """The ledgers of partition p that a complete FULL snapshot of p shows gone.
+
+        A ledger vanished only if the tables hold it as not deleted, the snapshot did not report it, and
+        nothing about it happened at or after the snapshot's begin: the watcher's event time never goes
+        back within a run, so an event at or after the begin's time (a live create during or after the
+        scan, in this batch or an earlier one) proves the znode was there (docs/design.md, "Vanished
+        ledgers"). A snapshot whose begin the job did not see is not used.
+        """
         snapshot_id, partition = done["snapshot_id"], int(done["partition"])
+        begin_ms = done.get("begin_ms")
+        if begin_ms is None:
+            logger.warning(
+                "snapshot %s on partition %d: its begin was not read by this job; no vanished-ledger "
+                "reconciliation from it (the next complete FULL snapshot does it)",
+                snapshot_id,
+                partition,
+            )
+            return []
         partitions = int(done.get("partition_count") or self.config.changes_partitions)
         seen_table = table_before_batch(root, "snapshot_seen", app, batch_id)
         seen_ids = set(
@@ -805,13 +857,24 @@ class AuditSink:
             .to_pylist()
         )
         seen_ids |= {r["ledger_id"] for r in seen_now if r["snapshot_id"] == snapshot_id}
-        known = scan(ledgers_table, columns=["ledger_id", "deleted"]).to_pylist()
-        candidates = {r["ledger_id"] for r in known if not r["deleted"]}
-        candidates |= {i for i, r in ledgers.items() if not r.get("deleted") and r.get("state") is not None}
+        # Known before the begin: rows not deleted whose last change is older (this batch's rows supersede).
+        begin = pa.scalar(_ts(begin_ms), type=LEDGERS.schema.field("updated_at").type)
+        rows = scan(ledgers_table, columns=["ledger_id", "deleted", "updated_at"])
+        not_deleted = pc.or_(pc.is_null(rows["deleted"]), pc.invert(pc.fill_null(rows["deleted"], True)))
+        older = pc.or_(pc.is_null(rows["updated_at"]), pc.less(rows["updated_at"], begin))
+        known = rows.filter(pc.and_(not_deleted, older))
+        candidates = {i for i in known.column("ledger_id").to_pylist() if i not in ledgers}
+        candidates |= {
+            i
+            for i, r in ledgers.items()
+            if not r.get("deleted") and _ms(r.get("updated_at"), default=-1) < begin_ms
+        }
         return sorted(
             i
             for i in candidates
-            if i not in seen_ids and kafka_partition(f"ledger/{i}", partitions) == partition
+            if i not in seen_ids
+            and exists_at_ms.get(i, -1) < begin_ms
+            and kafka_partition(f"ledger/{i}", partitions) == partition
         )
 
     def _probe(

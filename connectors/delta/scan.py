@@ -8,7 +8,8 @@ column as the table's logical type, so each file is read whatever its physical t
 and timestamp conditions keep their statistics pruning.
 
 Conditions are ``(column, op, value)`` triples, all of which must hold, with the operators of delta-rs's
-own filters: ``=``, ``!=``, ``<``, ``<=``, ``>``, ``>=``, ``in`` and ``not in``.
+own filters: ``=``, ``!=``, ``<``, ``<=``, ``>``, ``>=``, ``in`` and ``not in``, plus ``is null`` and
+``is not null`` (whose value is ignored).
 
 Example:
     >>> import tempfile, pyarrow as pa
@@ -40,6 +41,8 @@ _COMPARISONS = {
     ">=": lambda f, v: f >= v,
     "in": lambda f, v: f.isin(list(v)),
     "not in": lambda f, v: ~f.isin(list(v)),
+    "is null": lambda f, _: f.is_null(),
+    "is not null": lambda f, _: f.is_valid(),
 }
 
 

@@ -112,6 +112,33 @@ def test_only_complete_full_snapshots_are_passed_on():
     assert [d["payload"]["snapshot_id"] for d in out if d["kind"] == "snapshot_complete"] == ["s1"]
 
 
+def marker(kind, t, snapshot_id, partition=0, **extra):
+    return row(kind, t, snapshot_id=snapshot_id, mode="FULL", partition=partition, partition_count=2, **extra)
+
+
+def test_a_complete_snapshot_carries_its_begin_time_even_across_batches():
+    # The sink keeps a ledger that had any event at or after the snapshot began: it needs the begin's time.
+    logic = ClusterLogic(ProcessorConfig())
+    state, _, _ = logic.apply(
+        None, [marker("snapshot_begin", 1_000, "s1", 0), marker("snapshot_begin", 1_001, "s1", 1)]
+    )
+    state = json.loads(json.dumps(state))  # the Spark adapter stores it as JSON between batches
+    _, out, _ = logic.apply(
+        state,
+        [
+            marker("snapshot_end", 5_000, "s1", 1, complete=True),
+            marker("snapshot_end", 5_001, "s1", 0, complete=True),
+            marker("snapshot_end", 5_002, "s0", 1, complete=True),  # its begin was never read
+        ],
+    )
+    completed = [d["payload"] for d in out if d["kind"] == "snapshot_complete"]
+    assert [(p["snapshot_id"], p["partition"], p["begin_ms"]) for p in completed] == [
+        ("s1", 1, 1_001),
+        ("s1", 0, 1_000),
+        ("s0", 1, None),
+    ]
+
+
 # --- ledger groups --------------------------------------------------------------------------------------
 
 
@@ -119,10 +146,16 @@ def upsert(t, mzxid, snapshot_id=None):
     return row("ledger_upserted", t, ledger_id=7, snap=snapshot_id, mzxid=mzxid, state="CLOSED")
 
 
-def test_stale_and_duplicate_upserts_are_dropped_but_snapshots_still_see_the_ledger():
+def test_stale_and_duplicate_upserts_are_not_applied_but_still_show_the_ledger_exists():
     logic = LedgerLogic(ProcessorConfig())
     state, out, _ = logic.apply(None, [upsert(1, 10), upsert(2, 10), upsert(3, 9), upsert(4, 12)])
-    assert [d["kind"] for d in out] == ["ledger_state", "ledger_state"]
+    # Live duplicates too: the vanished-ledger reconciliation counts every event after a snapshot began.
+    assert [(d["kind"], d["event_time_ms"]) for d in out] == [
+        ("ledger_state", 1),
+        ("ledger_seen", 2),
+        ("ledger_seen", 3),
+        ("ledger_state", 4),
+    ]
     _, out, _ = logic.apply(state, [upsert(5, 12, snapshot_id="s1")])
     assert [(d["kind"], d["payload"]) for d in out] == [("ledger_seen", {"snapshot_id": "s1"})]
 
@@ -149,6 +182,84 @@ def test_suspect_is_reprobed_for_the_configured_rounds_then_confirmed_then_clear
         state, [row("probe_result", 132_500, ledger_id=7, round=3, failing=False, mzxid=5)]
     )
     assert [d["kind"] for d in out] == ["replicas_cleared"] and timers == set()
+
+
+def probe(t, probe_round, result=None, unresolved=(), mzxid=5):
+    failing = result not in (None, "OK") or bool(unresolved)
+    outcome = {"result": result or "OK", "unresponsive": [], "unresolved": list(unresolved)}
+    return row(
+        "probe_result", t, ledger_id=7, round=probe_round, failing=failing, mzxid=mzxid, outcome=outcome
+    )
+
+
+def run_rounds(logic, state, results, start_ms=1_000):
+    """Feed probe results round after round (each at its due time); returns the state and all decisions."""
+    decisions, t = [], start_ms
+    for probe_round, (result, unresolved) in enumerate(results):
+        if probe_round:
+            t = min(logic.timers(state))
+            state, out, _ = logic.on_timer(state, t, 7)
+            assert [d["kind"] for d in out] == ["probe_request"]
+        state, out, _ = logic.apply(state, [probe(t + 1, probe_round, result, unresolved)])
+        decisions.extend(out)
+    return state, decisions
+
+
+def test_a_transient_fault_after_rounds_of_another_failure_is_not_alerted():
+    # The incident: rounds of "b1 unknown" during a bookie loss, b1 returns, a ~4 s ENOLEDGER fault makes the
+    # next round LESS_THAN_AQ. Its count starts at one: no alert; the next healthy round ends the suspicion.
+    logic = LedgerLogic(ProcessorConfig(reprobe_delay_s=10, reprobe_rounds=3))
+    state, _, _ = logic.apply(None, [upsert(0, 5)])
+    state, out = run_rounds(
+        logic,
+        state,
+        [(None, ["b1"]), (None, ["b1"]), (None, ["b1"]), ("LESS_THAN_AQ", []), ("OK", [])],
+    )
+    assert out == []
+    assert state["suspect"] is None
+
+
+def test_the_same_failure_over_the_configured_rounds_alerts_once_and_a_new_kind_counts_anew():
+    logic = LedgerLogic(ProcessorConfig(reprobe_delay_s=10, reprobe_rounds=2, confirmed_recheck_s=100))
+    state, _, _ = logic.apply(None, [upsert(0, 5)])
+    # Found, then two re-probes, all LESS_THAN_WQ: confirmed at the third failing round.
+    state, out = run_rounds(logic, state, [("LESS_THAN_WQ", [])] * 3)
+    assert [(d["kind"], d["payload"]["failing_rounds"]) for d in out] == [("replicas_confirmed", 3)]
+    assert logic.timers(state) == {31_003 + 100_000}  # re-checked slowly once confirmed
+    # The re-check finds NO_REPLICA: a new count (re-probed quickly), the open alert stays until it confirms.
+    t = min(logic.timers(state))
+    state, _, _ = logic.on_timer(state, t, 7)
+    state, out, timers = logic.apply(state, [probe(t + 1, 3, "NO_REPLICA")])
+    assert out == [] and timers == {t + 1 + 10_000}
+    assert (state["suspect"]["failure"], state["suspect"]["count"]) == ("NO_REPLICA", 1)
+    # A healthy round resolves the alert that is open.
+    state, _, _ = logic.on_timer(state, t + 10_001, 7)
+    state, out, timers = logic.apply(state, [probe(t + 10_002, 4)])
+    assert [d["kind"] for d in out] == ["replicas_cleared"] and timers == set()
+
+
+def test_a_metadata_change_of_an_alerted_ledger_restarts_the_count_and_keeps_the_alert_to_resolve():
+    logic = LedgerLogic(ProcessorConfig(reprobe_delay_s=10, reprobe_rounds=1, confirmed_recheck_s=100))
+    state, _, _ = logic.apply(None, [upsert(0, 5)])
+    state, out = run_rounds(logic, state, [("NO_REPLICA", [])] * 2)
+    assert [d["kind"] for d in out] == ["replicas_confirmed"]
+    state, out, timers = logic.apply(state, [upsert(50_000, 6)])
+    assert [d["kind"] for d in out] == ["ledger_state"] and timers == {60_000}
+    state, out, _ = logic.on_timer(state, 60_000, 7)
+    request = out[0]["payload"]
+    assert (request["round"], request["mzxid"]) == (state["suspect"]["round"], 6)
+    state, out, timers = logic.apply(state, [probe(60_001, request["round"], mzxid=6)])
+    assert [d["kind"] for d in out] == ["replicas_cleared"] and timers == set()
+
+
+def test_a_suspect_stored_before_failure_kinds_counts_anew_and_still_resolves():
+    logic = LedgerLogic(ProcessorConfig(reprobe_delay_s=10, reprobe_rounds=3))
+    stored = {**LedgerLogic.new_state(), "mzxid": 5}
+    stored["suspect"] = {"round": 5, "due_ms": 1_000, "confirmed": True, "reason": "scrutiny"}
+    state, out, _ = logic.apply(stored, [probe(1_001, 5, "LESS_THAN_AQ")])
+    assert out == [] and (state["suspect"]["failure"], state["suspect"]["count"]) == ("LESS_THAN_AQ", 1)
+    state, out, _ = logic.apply(state, [probe(12_000, 6)])
+    assert [d["kind"] for d in out] == ["replicas_cleared"]
 
 
 def test_a_metadata_change_ends_the_suspicion_instead_of_alerting():
@@ -195,6 +306,29 @@ def test_deleted_and_corrupt_ledgers():
         ],
     )
     assert [d["kind"] for d in out] == ["ledger_state", "ledger_corrupt", "ledger_deleted"]
+
+
+def test_a_tracked_corrupt_ledger_read_again_by_a_snapshot_is_seen_not_dropped():
+    # Tracked (it has an under-replication mark): its duplicate undecodable read must still reach the sink as
+    # "the znode exists", or the snapshot's reconciliation marks it deleted and resolves METADATA_CORRUPT.
+    logic = LedgerLogic(ProcessorConfig())
+    mark = row("under_replication_mark", 0, ledger_id=7, state="SET", replicas=["b1"], mark_ctime_ms=0)
+    bad = {"mzxid": 6, "reason": "bad header"}
+    state, out, _ = logic.apply(None, [mark, row("ledger_undecodable", 1, ledger_id=7, **bad)])
+    assert LedgerLogic.needs_state(state) and [d["kind"] for d in out] == [
+        "under_replication",
+        "ledger_corrupt",
+    ]
+    _, out, _ = logic.apply(state, [row("ledger_undecodable", 2, ledger_id=7, snap="s2", **bad)])
+    assert [(d["kind"], d["payload"]) for d in out] == [("ledger_seen", {"snapshot_id": "s2"})]
+
+
+def test_an_older_undecodable_read_does_not_override_a_newer_version():
+    logic = LedgerLogic(ProcessorConfig())
+    _, out, _ = logic.apply(
+        None, [upsert(0, 8), row("ledger_undecodable", 1, ledger_id=7, mzxid=6, reason="bad header")]
+    )
+    assert [d["kind"] for d in out] == ["ledger_state", "ledger_seen"]
 
 
 # --- the Spark adapter, through PySpark's TwsTester ------------------------------------------------------
@@ -288,7 +422,7 @@ def test_a_suspect_ledger_is_tracked_until_its_probe_passes(tester):
     assert list(stored) == [(67,)]
     assert json.loads(stored[(67,)][0])["mzxid"] == 5  # the probed version: a newer one ends the suspicion
     assert json.loads(tester.peekValueState("state", key)[0])["tracked"] == [67]
-    # While tracked, its own duplicates are dropped here; a newer version clears the suspicion.
+    # While tracked, its own duplicates are only "seen" here; a newer version clears the suspicion.
     out = tester.testInPandas(
         key,
         frame(
@@ -298,7 +432,7 @@ def test_a_suspect_ledger_is_tracked_until_its_probe_passes(tester):
             ]
         ),
     )
-    assert list(out["kind"]) == ["ledger_state"]
+    assert list(out["kind"]) == ["ledger_seen", "ledger_state"]
     assert tester.peekMapState("ledgers", key) == {}
     assert json.loads(tester.peekValueState("state", key)[0]) == {"agenda": {}, "tracked": []}
 
