@@ -13,11 +13,15 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
+import os
 import signal
+import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +166,47 @@ def check_state_layout(checkpoint: Path, stream: StreamSettings) -> None:
     marker.write_text(json.dumps(wanted, sort_keys=True) + "\n")
 
 
+def writable_directory(path: Path, setting: str) -> None:
+    """Create ``path`` if needed and prove it writable, or raise one :class:`ConfigError` naming ``setting``.
+
+    Example:
+        >>> import tempfile
+        >>> blocker = Path(tempfile.mkdtemp()) / "a-file"; _ = blocker.write_text("")
+        >>> try:
+        ...     writable_directory(blocker / "checkpoints", "checkpoint_root")
+        ... except ConfigError as err:
+        ...     print(str(err).split(":")[0])
+        checkpoint_root (BKAUDIT_CHECKPOINT_ROOT) is not a writable directory
+    """
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as err:
+        variable = "BKAUDIT_" + setting.upper().replace(".", "__")
+        raise ConfigError(
+            f"{setting} ({variable}) is not a writable directory: {path}: {err.strerror or err}"
+        ) from None
+
+
+@contextlib.contextmanager
+def exclusive_checkpoint(settings: Settings) -> Iterator[Path]:
+    """The job's checkpoint, created, checked and locked for the block (one job per checkpoint).
+
+    Runs before the Spark session is built, so an operator error is one line at once: an unwritable
+    checkpoint or lakehouse root, a checkpoint another job holds, a state layout that does not match.
+    """
+    from streaming.checkpoint_lock import CheckpointLock
+
+    writable_directory(Path(settings.lakehouse_root), "lakehouse_root")
+    checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
+    writable_directory(checkpoint, "checkpoint_root")
+    with CheckpointLock(checkpoint):
+        check_state_layout(checkpoint, settings.stream)
+        logger.info("checkpoint %s locked by this job (pid %d)", checkpoint, os.getpid())
+        yield checkpoint
+
+
 def start(spark: Any, settings: Settings, *, available_now: bool = False) -> tuple[Any, AuditSink]:
     """Start the query; returns it with its sink (whose reports tests and the demo read)."""
     from streaming.metrics import StreamMetrics, make_listener
@@ -211,10 +256,20 @@ def stop_gracefully(query: Any, sink: AuditSink | None = None, timeout_s: float 
 
 def run(settings: Settings) -> None:
     """``bkaudit stream``: run until SIGTERM/SIGINT, then stop after the current batch."""
+    with exclusive_checkpoint(settings):
+        _run_locked(settings)
+
+
+def _run_locked(settings: Settings) -> None:
     from streaming.session import build_spark_session
 
     spark = build_spark_session(settings.spark)
     query, sink = start(spark, settings)
+    logger.info(
+        "query %s running (checkpoint %s)",
+        QUERY_NAME,
+        Path(settings.checkpoint_root) / settings.stream.app_id,
+    )
     stopping = threading.Event()
 
     def request_stop(signum: int, _frame: Any) -> None:
