@@ -359,11 +359,8 @@ def load_settings(**overrides: Any) -> Settings:
         PosixPath('/tmp/lh')
     """
     from pydantic import ValidationError
+    from yaml import YAMLError  # a dependency (config files may be YAML)
 
-    try:
-        from yaml import YAMLError
-    except ImportError:  # pragma: no cover - pyyaml comes with pydantic-settings' YAML support
-        YAMLError = ValueError
     try:
         return Settings(**overrides)
     except ValidationError as err:
