@@ -19,13 +19,13 @@ import json
 import logging
 import os
 import signal
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from bkaudit.errors import ConfigError
+from bkaudit.localfs import writable_directory
 from bkaudit.settings import Settings, StreamSettings
 from streaming.decode import decode_batches
 from streaming.evaluate import PlacementPolicyConfig
@@ -164,29 +164,6 @@ def check_state_layout(checkpoint: Path, stream: StreamSettings) -> None:
         )
     checkpoint.mkdir(parents=True, exist_ok=True)
     marker.write_text(json.dumps(wanted, sort_keys=True) + "\n")
-
-
-def writable_directory(path: Path, setting: str) -> None:
-    """Create ``path`` if needed and prove it writable, or raise one :class:`ConfigError` naming ``setting``.
-
-    Example:
-        >>> import tempfile
-        >>> blocker = Path(tempfile.mkdtemp()) / "a-file"; _ = blocker.write_text("")
-        >>> try:
-        ...     writable_directory(blocker / "checkpoints", "checkpoint_root")
-        ... except ConfigError as err:
-        ...     print(str(err).split(":")[0])
-        checkpoint_root (BKAUDIT_CHECKPOINT_ROOT) is not a writable directory
-    """
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
-    except OSError as err:
-        variable = "BKAUDIT_" + setting.upper().replace(".", "__")
-        raise ConfigError(
-            f"{setting} ({variable}) is not a writable directory: {path}: {err.strerror or err}"
-        ) from None
 
 
 @contextlib.contextmanager

@@ -352,3 +352,11 @@ def test_a_malformed_connect_string_as_a_process(tmp_path):
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.startswith("bkaudit: invalid settings: zookeeper.connect: ")
+
+
+def test_dev_up_with_an_unwritable_state_dir(cli, monkeypatch, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("BKAUDIT_DEV__STATE_DIR", str(blocker / "state"))
+    stderr = one_line_error(cli("dev", "up"))
+    assert f"dev.state_dir (BKAUDIT_DEV__STATE_DIR) is not a writable directory: {blocker}/state" in stderr
