@@ -32,6 +32,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from bkaudit.domain.addresses import parse_bootstrap_servers, parse_zookeeper_connect
 from bkaudit.errors import ConfigError
 
 CONFIG_FILE_ENV = "BKAUDIT_CONFIG_FILE"
@@ -81,6 +82,12 @@ class ZooKeeperSettings(BaseModel):
     auth_scheme: Literal["none", "digest", "sasl"] = "none"
     auth_username: str | None = None
     auth_password: SecretStr | None = None
+
+    @field_validator("connect")
+    @classmethod
+    def _connect_string(cls, value: str) -> str:
+        parse_zookeeper_connect(value)
+        return value
 
     @field_validator("ledgers_root")
     @classmethod
@@ -145,6 +152,12 @@ class KafkaSettings(BaseModel):
     consumer_max_poll_interval_ms: int = Field(30_000, gt=0)
     producer_enable_idempotence: bool = Field(False, description="Tansu has no idempotent producer support")
     producer_delivery_timeout_ms: int = Field(120_000, gt=0)
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _bootstrap_list(cls, value: str) -> str:
+        parse_bootstrap_servers(value)
+        return value
 
 
 class StreamSettings(BaseModel):
@@ -268,6 +281,8 @@ class WatcherSettings(BaseModel):
             raise ValueError("rack_map_znode and rack_map_file are exclusive: pick one rack map source")
         if self.rack_map_znode is not None and not self.rack_map_znode.startswith("/"):
             raise ValueError("rack_map_znode must be an absolute ZooKeeper path")
+        if self.rack_map_zookeeper is not None:
+            parse_zookeeper_connect(self.rack_map_zookeeper)
         return self
 
 
@@ -350,6 +365,7 @@ def load_settings(**overrides: Any) -> Settings:
         PosixPath('/tmp/lh')
     """
     from pydantic import ValidationError
+    from yaml import YAMLError  # a dependency (config files may be YAML)
 
     try:
         return Settings(**overrides)
@@ -358,3 +374,7 @@ def load_settings(**overrides: Any) -> Settings:
             f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors(include_url=False)
         )
         raise ConfigError(f"invalid settings: {problems}") from None
+    except (ValueError, OSError, YAMLError) as err:  # the config file does not parse or cannot be read
+        detail = " ".join(str(err).split()) or type(err).__name__
+        config_file = os.environ.get(CONFIG_FILE_ENV)
+        raise ConfigError(f"{CONFIG_FILE_ENV}={config_file}: unreadable ({detail})") from None

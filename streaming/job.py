@@ -13,15 +13,19 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
+import os
 import signal
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from bkaudit.errors import ConfigError
+from bkaudit.localfs import writable_directory
 from bkaudit.settings import Settings, StreamSettings
 from streaming.decode import decode_batches
 from streaming.evaluate import PlacementPolicyConfig
@@ -171,6 +175,24 @@ def check_state_layout(checkpoint: Path, stream: StreamSettings) -> None:
     marker.write_text(json.dumps(wanted, sort_keys=True) + "\n")
 
 
+@contextlib.contextmanager
+def exclusive_checkpoint(settings: Settings) -> Iterator[Path]:
+    """The job's checkpoint, created, checked and locked for the block (one job per checkpoint).
+
+    Runs before the Spark session is built, so an operator error is one line at once: an unwritable
+    checkpoint or lakehouse root, a checkpoint another job holds, a state layout that does not match.
+    """
+    from streaming.checkpoint_lock import CheckpointLock
+
+    writable_directory(Path(settings.lakehouse_root), "lakehouse_root")
+    checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
+    writable_directory(checkpoint, "checkpoint_root")
+    with CheckpointLock(checkpoint):
+        check_state_layout(checkpoint, settings.stream)
+        logger.info("checkpoint %s locked by this job (pid %d)", checkpoint, os.getpid())
+        yield checkpoint
+
+
 def start(spark: Any, settings: Settings, *, available_now: bool = False) -> tuple[Any, AuditSink]:
     """Start the query; returns it with its sink (whose reports tests and the demo read)."""
     from streaming.metrics import StreamMetrics, make_listener
@@ -220,10 +242,20 @@ def stop_gracefully(query: Any, sink: AuditSink | None = None, timeout_s: float 
 
 def run(settings: Settings) -> None:
     """``bkaudit stream``: run until SIGTERM/SIGINT, then stop after the current batch."""
+    with exclusive_checkpoint(settings):
+        _run_locked(settings)
+
+
+def _run_locked(settings: Settings) -> None:
     from streaming.session import build_spark_session
 
     spark = build_spark_session(settings.spark)
     query, sink = start(spark, settings)
+    logger.info(
+        "query %s running (checkpoint %s)",
+        QUERY_NAME,
+        Path(settings.checkpoint_root) / settings.stream.app_id,
+    )
     stopping = threading.Event()
 
     def request_stop(signum: int, _frame: Any) -> None:

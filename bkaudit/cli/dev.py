@@ -29,7 +29,11 @@ def _cluster() -> DevCluster:
 @app.command("up")
 def up() -> None:
     """Start (or reuse) the embedded services; prints {"zookeeper": "host:port", "kafka": "host:port"}."""
-    emit_json(_cluster().up())
+    from bkaudit.localfs import writable_directory
+
+    cluster = _cluster()
+    writable_directory(cluster.settings.state_dir, "dev.state_dir")
+    emit_json(cluster.up())
 
 
 @app.command("down")

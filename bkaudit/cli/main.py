@@ -12,7 +12,7 @@ import sys
 import typer
 from typer.exceptions import TyperException
 
-from bkaudit.cli import availability, check, demo, dev, metadata, path, query, sim, stream, watch
+from bkaudit.cli import alerts, availability, check, demo, dev, metadata, path, query, sim, stream, watch
 from bkaudit.errors import BkauditError
 
 app = typer.Typer(
@@ -30,6 +30,7 @@ app.add_typer(path.app, name="path")
 app.add_typer(dev.app, name="dev")
 app.add_typer(sim.app, name="sim")
 app.add_typer(query.app, name="query")
+app.add_typer(alerts.app, name="alerts")
 app.command("demo")(demo.demo)
 app.command("stream")(stream.stream)
 app.command("watch")(watch.watch)

@@ -1,15 +1,17 @@
 """`bkaudit stream`: run the Structured Streaming auditor until SIGTERM/SIGINT.
 
+One job per checkpoint: a second one on the same checkpoint exits 2 at once, naming the first (pid, host,
+start time); see :mod:`streaming.checkpoint_lock`.
+
 Example:
     $ BKAUDIT_KAFKA__BOOTSTRAP_SERVERS=kafka:9092 bkaudit stream
 """
 
 from __future__ import annotations
 
-import logging
-
 import typer
 
+from bkaudit.logsetup import configure_logging, register_secrets
 from bkaudit.settings import load_settings
 
 
@@ -17,15 +19,17 @@ def stream(
     available_now: bool = typer.Option(False, "--available-now", help="process what is there, then exit"),
 ) -> None:
     """Consume the change stream, keep the Delta tables current, publish alerts."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging("INFO")
     settings = load_settings()
+    register_secrets(settings)
     if available_now:
-        from streaming.job import start
+        from streaming.job import exclusive_checkpoint, start
         from streaming.session import build_spark_session
 
-        query, sink = start(build_spark_session(settings.spark), settings, available_now=True)
-        query.awaitTermination()
-        sink.close()
+        with exclusive_checkpoint(settings):
+            query, sink = start(build_spark_session(settings.spark), settings, available_now=True)
+            query.awaitTermination()
+            sink.close()
         return
     from streaming.job import run
 

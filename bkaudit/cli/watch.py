@@ -17,6 +17,7 @@ from typing import Any
 
 import typer
 
+from bkaudit.errors import InvalidArgumentError
 from bkaudit.settings import load_settings
 
 
@@ -29,6 +30,16 @@ def _overrides(**options: Any) -> dict[str, Any]:
         section, _, name = key.partition("__")
         sections[section][name] = value
     return {section: values for section, values in sections.items() if values}
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def _log_level(name: str) -> str:
+    """``name`` as a logging level; anything else is bad input (exit 2), not a silent INFO."""
+    if name.upper() not in LOG_LEVELS:
+        raise InvalidArgumentError(f"--log-level must be one of {', '.join(LOG_LEVELS)}, got {name!r}")
+    return name.upper()
 
 
 def watch(
@@ -62,10 +73,9 @@ def watch(
     log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING, ERROR"),
 ) -> None:
     """Watch BookKeeper's ZooKeeper and publish every change to Kafka (protobuf, keyed by entity)."""
-    logging.basicConfig(
-        level=getattr(logging, log_level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    from bkaudit.logsetup import configure_logging, register_secrets
+
+    configure_logging(_log_level(log_level))
     logging.getLogger("kazoo.client").setLevel(logging.WARNING)
     if dev:
         from connectors.devcluster import DevCluster
@@ -94,6 +104,7 @@ def watch(
         section: {**getattr(base, section).model_dump(), **values} for section, values in overrides.items()
     }
     settings = load_settings(**merged) if merged else base
+    register_secrets(settings)  # before any client exists: none of its log records may carry them
 
     from connectors.zookeeper.watcher import ChangeWatcher
 

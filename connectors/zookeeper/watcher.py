@@ -81,6 +81,7 @@ from bkaudit.domain.underreplication import (
     parse_urledger_path,
 )
 from bkaudit.errors import ConfigError, FormatError, ServiceError
+from bkaudit.logsetup import SECRET_FILTER
 from bkaudit.metrics_http import serve_metrics
 from bkaudit.pb import change_events_pb2 as pb
 from bkaudit.settings import Settings, ZooKeeperSettings
@@ -103,35 +104,13 @@ logger = logging.getLogger(__name__)
 # ------------------------------------------------------------------------------------------------ ZooKeeper
 
 
-class _RedactingFilter(logging.Filter):
-    """Removes secrets from kazoo's log records (it logs Auth requests, credentials included, at DEBUG)."""
-
-    _AUTH = re.compile(r"(auth=)'[^']*'")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.secrets: set[str] = set()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        redacted = self._AUTH.sub(r"\1'***'", message)
-        for secret in self.secrets:
-            redacted = redacted.replace(secret, "***")
-        if redacted != message:
-            record.msg, record.args = redacted, ()
-        return True
-
-
-_KAZOO_LOG_FILTER = _RedactingFilter()
-
-
 def _kazoo_logger(secret: str | None) -> logging.Logger:
-    # kazoo's clients log through this logger; its filter applies to every record they emit.
+    # kazoo's clients log through this logger; the shared secret filter applies to every record they emit
+    # (znode payloads and Auth credentials included), whatever handlers the process has.
     kazoo_logger = logging.getLogger(f"{__name__}.kazoo")
-    if _KAZOO_LOG_FILTER not in kazoo_logger.filters:
-        kazoo_logger.addFilter(_KAZOO_LOG_FILTER)
-    if secret:
-        _KAZOO_LOG_FILTER.secrets.add(secret)
+    if SECRET_FILTER not in kazoo_logger.filters:
+        kazoo_logger.addFilter(SECRET_FILTER)
+    SECRET_FILTER.add_secret(secret)
     return kazoo_logger
 
 

@@ -63,8 +63,18 @@ def test_fallback_descriptions_are_neither_stale_nor_shadowed():
         )
 
 
+# Settings validated as service addresses (host[:port] lists): a path is not one.
+_ADDRESSES = {
+    "zookeeper.connect": "zk.example:2181/alternative",
+    "kafka.bootstrap_servers": "kafka.example:9093",
+    "watcher.rack_map_zookeeper": "zk2.example:2181",
+}
+
+
 def _alternative(row: SettingDoc) -> Any:
     """A valid value that differs from the default, as Python (for kwargs) — proves the name is read."""
+    if row.key in _ADDRESSES:
+        return _ADDRESSES[row.key]
     field: Any = Settings
     *sections, name = row.key.split(".")
     for section in sections:

@@ -251,3 +251,112 @@ def test_kafka_errors_scrub_passwords_from_the_broker_text():
 def test_kafka_errors_leave_other_exceptions_alone():
     with pytest.raises(ZeroDivisionError), kafka_errors(KafkaSettings(), "anything"):
         raise ZeroDivisionError()
+
+
+# ------------------------------------------------------------------------------------------ operator errors
+
+
+@pytest.mark.parametrize(
+    ("connect", "why"),
+    [
+        ("not-a-host:xx", "port 'xx' is not a number from 1 to 65535"),
+        ("zk1:2181:2182", "write an IPv6 address in brackets"),
+        ("zk1:99999", "port '99999' is not a number from 1 to 65535"),
+        ("zk1:2181,", "has an empty host"),
+        ("", "has an empty host"),
+        ("zk 1:2181", "'zk 1' is not a host name or address"),
+        ("zk1:2181/pulsar/", "is not a ZooKeeper path"),
+    ],
+)
+def test_watch_with_a_malformed_zookeeper_connect_string(cli, monkeypatch, connect, why):
+    with_secrets(monkeypatch)
+    stderr = one_line_error(cli("watch", "--zookeeper", connect))
+    assert stderr.startswith("bkaudit: invalid settings: zookeeper.connect: ")
+    assert why in stderr
+
+
+def test_watch_with_a_malformed_rack_map_zookeeper(cli):
+    stderr = one_line_error(cli("watch", "--zookeeper", REFUSED, "--rack-map-zookeeper", "zk:port"))
+    assert "watcher: " in stderr and "port 'port' is not a number" in stderr
+
+
+def test_watch_with_a_malformed_kafka_bootstrap_list(cli, monkeypatch):
+    with_secrets(monkeypatch)
+    # Refused at settings time, before the (unreachable) ZooKeeper is tried.
+    stderr = one_line_error(cli("watch", "--zookeeper", REFUSED, "--bootstrap", "k1:9092,not-a-host:xx"))
+    assert "kafka.bootstrap_servers: " in stderr and "'not-a-host:xx' is not host[:port]" in stderr
+
+
+def test_stream_with_a_malformed_kafka_bootstrap_list(cli, monkeypatch, no_spark):
+    monkeypatch.setenv("BKAUDIT_KAFKA__BOOTSTRAP_SERVERS", "kafka:ninety")
+    stderr = one_line_error(cli("stream"))
+    assert "kafka.bootstrap_servers: " in stderr and "port 'ninety'" in stderr
+
+
+@pytest.mark.parametrize("options", [(), ("--available-now",)])
+def test_stream_with_an_unwritable_checkpoint_root(cli, monkeypatch, no_spark, tmp_path, options):
+    blocker = tmp_path / "a-file"  # a file where a directory must be (permissions do not stop root)
+    blocker.write_text("")
+    monkeypatch.setenv("BKAUDIT_CHECKPOINT_ROOT", str(blocker / "checkpoints"))
+    stderr = one_line_error(cli("stream", *options))
+    assert "checkpoint_root (BKAUDIT_CHECKPOINT_ROOT) is not a writable directory: " in stderr
+    assert f"{blocker}/checkpoints/bkaudit-stream: Not a directory" in stderr
+    assert not no_spark  # refused before the Spark session was asked for
+
+
+def test_stream_with_an_unwritable_lakehouse_root(cli, monkeypatch, no_spark, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("BKAUDIT_LAKEHOUSE_ROOT", str(blocker / "lakehouse"))
+    monkeypatch.setattr("streaming.job.ensure_topics", lambda _settings: 4)  # Kafka answers (stand-in)
+    stderr = one_line_error(cli("stream"))
+    assert (
+        f"lakehouse_root (BKAUDIT_LAKEHOUSE_ROOT) is not a writable directory: {blocker}/lakehouse" in stderr
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "why"),
+    [
+        ("settings.toml", "kafka = [\n", "unreadable (Invalid value"),
+        ("settings.yaml", "kafka: [\n", "unreadable (while parsing a flow node"),
+        ("settings.json", "{", "unreadable ("),
+        ("missing.toml", None, "no such file"),
+    ],
+)
+@pytest.mark.parametrize("command", [("watch", "--zookeeper", REFUSED), ("stream",)])
+def test_a_config_file_that_does_not_parse(cli, monkeypatch, no_spark, tmp_path, name, text, why, command):
+    path = tmp_path / name
+    if text is not None:
+        path.write_text(text)
+    monkeypatch.setenv("BKAUDIT_CONFIG_FILE", str(path))
+    stderr = one_line_error(cli(*command))
+    assert stderr.startswith(f"bkaudit: BKAUDIT_CONFIG_FILE={path}: ") and why in stderr
+
+
+def test_watch_with_an_unknown_log_level(cli):
+    stderr = one_line_error(cli("watch", "--zookeeper", REFUSED, "--log-level", "LOUD"))
+    assert "--log-level must be one of DEBUG, INFO, WARNING, ERROR, got 'LOUD'" in stderr
+
+
+def test_a_malformed_connect_string_as_a_process(tmp_path):
+    """The real entry point: exactly one line on stderr (nothing logged before it), exit 2."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bkaudit.cli.main", "watch", "--zookeeper", "not-a-host:xx"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("bkaudit: invalid settings: zookeeper.connect: ")
+
+
+def test_dev_up_with_an_unwritable_state_dir(cli, monkeypatch, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("BKAUDIT_DEV__STATE_DIR", str(blocker / "state"))
+    stderr = one_line_error(cli("dev", "up"))
+    assert f"dev.state_dir (BKAUDIT_DEV__STATE_DIR) is not a writable directory: {blocker}/state" in stderr
