@@ -27,7 +27,8 @@ def _ledgers_table(root: Path) -> DeltaTable:
     """A `ledgers` table written as the sink writes it: two MERGEs (the second rewrites files), OPEN and
     CLOSED ledgers side by side, as on every Pulsar cluster."""
     ensure_tables(root)
-    rows = [_ledger(1, "OPEN"), _ledger(2, "CLOSED"), _ledger(3, "CLOSED"), _ledger(4, "CLOSED", deleted=True)]
+    rows = [_ledger(1, "OPEN"), _ledger(2, "CLOSED"), _ledger(3, "CLOSED")]
+    rows.append(_ledger(4, "CLOSED", deleted=True))
     BatchWriter(root, app_id="scan-test", batch_id=0).upsert(
         "ledgers", pa.Table.from_pylist(rows, schema=LEDGERS.schema)
     )
@@ -78,7 +79,7 @@ def test_scrutiny_picks_closed_ledgers_from_merge_written_files(tmp_path: Path) 
 
 
 def test_engines_filter_the_view_typed_dataset_across_physical_types(tmp_path: Path) -> None:
-    table = _ledgers_table(tmp_path)
+    _ledgers_table(tmp_path)
     write_deltalake(
         table_path(tmp_path, "ledgers"),
         pa.Table.from_pylist([_ledger(6, "CLOSED")], schema=LEDGERS.schema),
