@@ -10,6 +10,7 @@ import logging
 
 import typer
 
+from bkaudit.errors import BkauditError
 from bkaudit.settings import load_settings
 
 
@@ -20,12 +21,19 @@ def stream(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = load_settings()
     if available_now:
-        from streaming.job import start
+        from streaming.job import query_failure, start
         from streaming.session import build_spark_session
 
         query, sink = start(build_spark_session(settings.spark), settings, available_now=True)
-        query.awaitTermination()
-        sink.close()
+        try:
+            query.awaitTermination()
+        except Exception as err:  # the query failed: one line and exit 2 when the source named the fault
+            failure = query_failure(err)
+            if isinstance(failure, BkauditError):
+                raise failure from None
+            raise
+        finally:
+            sink.close()
         return
     from streaming.job import run
 
