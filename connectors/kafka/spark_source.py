@@ -339,32 +339,39 @@ class _KafkaOffsets:
         )
 
     def latest(self, topics: Sequence[str]) -> Offsets:
+        """The end offsets, from fresh metadata (a recreated topic may have another partition count)."""
         return self._retrying(
-            "reading the latest offsets", lambda: self._lookup(topics, self._consumer.end_offsets)
+            "reading the latest offsets", lambda: self._lookup(topics, self._consumer.end_offsets, fresh=True)
         )
 
-    def _lookup(self, topics: Sequence[str], fetch: Any) -> Offsets:
+    def _lookup(self, topics: Sequence[str], fetch: Any, *, fresh: bool = False) -> Offsets:
         result: Offsets = {}
-        self._consumer.topics()  # fresh metadata: a recreated topic may have other partitions
+        if fresh:
+            self._consumer.topics()  # kafka-python refreshes its metadata of every topic here
         for topic in topics:
             partitions = self._partitions(topic)
             answered = fetch(partitions) if partitions else {}
             result[topic] = {str(tp.partition): int(answered[tp]) for tp in partitions}
         return result
 
-    def fingerprints(self, wanted: dict[tuple[str, str], int]) -> dict[tuple[str, str], str]:
-        """The fingerprint of the record at each ``(topic, partition) → offset`` (absent: no such record)."""
+    def fingerprints(self, wanted: dict[tuple[str, str], int]) -> dict[tuple[str, str], str | None]:
+        """The fingerprint of the record at each ``(topic, partition) → offset``; None: no record there.
+
+        A broker that does not answer within the request timeout is retried (back-off, outage limit):
+        "no answer" is never taken for "another record".
+        """
         if not wanted:
             return {}
         return self._retrying("reading record fingerprints", lambda: self._fetch_fingerprints(wanted))
 
-    def _fetch_fingerprints(self, wanted: dict[tuple[str, str], int]) -> dict[tuple[str, str], str]:
+    def _fetch_fingerprints(self, wanted: dict[tuple[str, str], int]) -> dict[tuple[str, str], str | None]:
         from kafka import TopicPartition
+        from kafka.errors import KafkaTimeoutError
 
         by_tp = {
             TopicPartition(topic, int(partition)): offset for (topic, partition), offset in wanted.items()
         }
-        found: dict[tuple[str, str], str] = {}
+        found: dict[tuple[str, str], str | None] = {}
         self._consumer.assign(list(by_tp))
         try:
             for tp, offset in by_tp.items():
@@ -377,11 +384,13 @@ class _KafkaOffsets:
                     if tp in pending and first is not None:
                         pending.discard(tp)
                         self._consumer.pause(tp)
-                        if first.offset == by_tp[tp]:
-                            fingerprint = record_fingerprint(
-                                first.offset, first.timestamp, first.key, first.value
-                            )
-                            found[(tp.topic, str(tp.partition))] = fingerprint
+                        found[(tp.topic, str(tp.partition))] = (
+                            record_fingerprint(first.offset, first.timestamp, first.key, first.value)
+                            if first.offset == by_tp[tp]
+                            else None  # the broker's next record is later: none at that offset
+                        )
+            if pending:
+                raise KafkaTimeoutError(f"no record fetched from {len(pending)} partitions")
         finally:
             self._consumer.assign([])
         return found
@@ -504,7 +513,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now_target = self._offsets.latest(self._topics)
 
     def _recreated_topics(
-        self, positions: Offsets, fingerprints: Fingerprints, latest: Offsets
+        self, positions: Offsets, fingerprints: Fingerprints, latest: Offsets, earliest: Offsets
     ) -> dict[str, str]:
         """Topics whose identity changed since ``positions`` were checkpointed, with the evidence."""
         changed: dict[str, str] = {}
@@ -527,7 +536,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for partition, position in ours.items():
                 expected = fingerprints.get(topic, {}).get(partition)
                 verified = self._verified.get((topic, partition)) == position
-                if expected and position > 0 and (not verified or now[partition] > position):
+                retained = earliest.get(topic, {}).get(partition, 0) < position  # else: retention's business
+                if expected and retained and (not verified or now[partition] > position):
                     to_verify[(topic, partition)] = position - 1
         found = self._offsets.fingerprints(to_verify)
         for (topic, partition), offset in sorted(to_verify.items()):
@@ -537,7 +547,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             elif topic not in changed:
                 changed[topic] = (
                     f"the record at offset {offset} of partition {partition} is not the one read before "
-                    f"({found.get((topic, partition), 'no record')} instead of {expected})"
+                    f"({found.get((topic, partition)) or 'no record'} instead of {expected})"
                 )
         return changed
 
@@ -579,7 +589,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         positions = positions_of(start)
         latest = self._available_now_target or self._offsets.latest(self._topics)
         earliest = self._offsets.earliest(self._topics)
-        resets = self._recreated_topics(positions, _meta(start, "fingerprints"), latest)
+        resets = self._recreated_topics(positions, _meta(start, "fingerprints"), latest, earliest)
         for topic, reason in resets.items():
             self._report_reset(topic, reason)
         begin = self._checked_start(positions, earliest, resets)
@@ -618,8 +628,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 elif stop > 0:
                     wanted[(topic, partition)] = stop - 1
         for (topic, partition), fingerprint in self._offsets.fingerprints(wanted).items():
-            fingerprints[topic][partition] = fingerprint
-            self._verified[(topic, partition)] = end[topic][partition]
+            if fingerprint is not None:
+                fingerprints[topic][partition] = fingerprint
+                self._verified[(topic, partition)] = end[topic][partition]
         moved: Offsets = {}
         for topic, partitions in begin.items():
             for partition, first in partitions.items():
