@@ -406,15 +406,18 @@ def _read_range(options: dict[str, str], kafka_range: KafkaRange) -> Iterator[pa
     outage limit; then the task fails with one line.
     """
     from kafka import KafkaConsumer, TopicPartition
+    from kafka.errors import OffsetOutOfRangeError
 
     from connectors.kafka.client_config import consumer_config
 
     if kafka_range.end <= kafka_range.start:
         return
     settings = _kafka_settings(options)
+    # No automatic reset: a range whose offsets vanished must not be filled with another topic's records.
+    config = {**consumer_config(settings, None), "auto_offset_reset": "none"}
     consumer = with_backoff(
         "connecting",
-        lambda: KafkaConsumer(**consumer_config(settings, None)),
+        lambda: KafkaConsumer(**config),
         limit_s=kafka_range.outage_limit_s,
         servers=settings.bootstrap_servers,
     )
@@ -426,7 +429,11 @@ def _read_range(options: dict[str, str], kafka_range: KafkaRange) -> Iterator[pa
         columns: dict[str, list[Any]] = {name: [] for name in _ARROW_SCHEMA.names}
         idle_since: float | None = None
         while position < kafka_range.end:
-            polled = consumer.poll(timeout_ms=1000, max_records=5000)
+            try:
+                polled = consumer.poll(timeout_ms=1000, max_records=5000)
+            except OffsetOutOfRangeError:
+                _warn_range_gone(kafka_range, position)
+                break
             records = polled.get(tp, [])
             if not records:
                 idle_since = idle_since or time.monotonic()
@@ -453,8 +460,25 @@ def _read_range(options: dict[str, str], kafka_range: KafkaRange) -> Iterator[pa
             if len(columns["offset"]) >= 5000 or position >= kafka_range.end:
                 yield pa.RecordBatch.from_pydict(columns, schema=_ARROW_SCHEMA)
                 columns = {name: [] for name in _ARROW_SCHEMA.names}
+        if columns["offset"]:
+            yield pa.RecordBatch.from_pydict(columns, schema=_ARROW_SCHEMA)
     finally:
         consumer.close()
+
+
+def _warn_range_gone(kafka_range: KafkaRange, position: int) -> None:
+    """The broker no longer has the rest of a planned range (the topic was recreated or truncated while
+    the batch read it): what it had is gone, and the next planning, seeing the new topic, reads it from
+    its beginning (where the watcher's full snapshot lands)."""
+    logger.warning(
+        "bkaudit_kafka: %s/%d has no offset %d any more (range %d..%d): the topic was recreated or "
+        "truncated while this batch read it; the next planning reads the new topic from its beginning",
+        kafka_range.topic,
+        kafka_range.partition,
+        position,
+        kafka_range.start,
+        kafka_range.end - 1,
+    )
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -593,6 +617,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for topic, reason in resets.items():
             self._report_reset(topic, reason)
         begin = self._checked_start(positions, earliest, resets)
+        for topic in self._topics:
+            if positions.get(topic) and not latest.get(topic):
+                # Absent right now (a broker back without its data, the topic not recreated yet): keep
+                # our positions, so its recreation is recognised and reported instead of read as new.
+                begin[topic] = dict(positions[topic])
         end: Offsets = {}
         for topic, partitions in begin.items():
             end[topic] = {}
