@@ -181,9 +181,7 @@ def start(spark: Any, settings: Settings, *, available_now: bool = False) -> tup
     partitions = ensure_topics(settings)
     metrics = StreamMetrics()
     if settings.stream.source_format == "bkaudit_kafka":
-        from connectors.kafka.spark_source import SourceStatusCollector
-
-        metrics.registry.register(SourceStatusCollector(source_status_file(settings)))
+        metrics.source_status.path = source_status_file(settings)
     spark.streams.addListener(make_listener(metrics))
     if settings.stream.metrics_port:
         metrics.serve(settings.stream.metrics_port)

@@ -725,12 +725,14 @@ class SourceStatusCollector:
         True
     """
 
-    def __init__(self, path: Path) -> None:
-        self._path = path
+    def __init__(self, path: Path | None) -> None:
+        self.path = path  # None: no source status (yet): every sample is 0
 
     def _read(self) -> dict[str, Any]:
+        if self.path is None:
+            return {}
         try:
-            return dict(json.loads(self._path.read_text()))
+            return dict(json.loads(self.path.read_text()))
         except (OSError, ValueError):
             return {}
 
