@@ -218,6 +218,12 @@ class StreamSettings(BaseModel):
         "Python work: one process sends ~30 k records/s); 1 = the job's own process only",
     )
     metrics_port: int = Field(0, ge=0, le=65535, description="Prometheus endpoint; 0 = off")
+    broker_outage_limit_s: float = Field(
+        600.0,
+        gt=0,
+        description="how long the job's Kafka source rides out an unreachable or hung broker (retrying "
+        "with back-off, 0.5 s doubling to 30 s) before the job stops with one line and exit 2",
+    )
 
 
 class WatcherSettings(BaseModel):

@@ -18,13 +18,14 @@ import functools
 import json
 import logging
 import os
+import re
 import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bkaudit.errors import ConfigError
+from bkaudit.errors import ConfigError, ServiceError
 from bkaudit.localfs import writable_directory
 from bkaudit.settings import Settings, StreamSettings
 from streaming.decode import decode_batches
@@ -100,6 +101,9 @@ def decisions_frame(spark: Any, settings: Settings) -> Any:
         .option("subscribe", f"{kafka.changes_topic},{kafka.feedback_topic}")
         .option("startingOffsets", "earliest")
         .option("failOnDataLoss", "true")
+        .option("kafka.request.timeout.ms", str(kafka.request_timeout_ms))
+        .option("bkaudit.brokerOutageLimitS", str(stream.broker_outage_limit_s))
+        .option("bkaudit.statusFile", str(source_status_file(settings)))
     )
     if stream.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(stream.max_offsets_per_trigger))
@@ -128,6 +132,12 @@ def decisions_frame(spark: Any, settings: Settings) -> Any:
     )
 
 
+def source_status_file(settings: Settings) -> Path:
+    """Where the Kafka source keeps its outage and reset counts (read by the job's ``/metrics``)."""
+    return Path(settings.checkpoint_root) / settings.stream.app_id / SOURCE_STATUS_FILE
+
+
+SOURCE_STATUS_FILE = "bkaudit-source-status.json"
 STATE_LAYOUT_FILE = "bkaudit-state-layout.json"
 STATE_LAYOUT_VERSION = 2  # 1: one state group per ledger; 2: ledger buckets with a map state
 
@@ -201,6 +211,8 @@ def start(spark: Any, settings: Settings, *, available_now: bool = False) -> tup
     check_state_layout(checkpoint, settings.stream)
     partitions = ensure_topics(settings)
     metrics = StreamMetrics()
+    if settings.stream.source_format == "bkaudit_kafka":
+        metrics.source_status.path = source_status_file(settings)
     spark.streams.addListener(make_listener(metrics))
     if settings.stream.metrics_port:
         metrics.serve(settings.stream.metrics_port)
@@ -240,6 +252,24 @@ def stop_gracefully(query: Any, sink: AuditSink | None = None, timeout_s: float 
             sink.busy.release()
 
 
+def query_failure(exception: Any) -> Exception:
+    """The error to stop with when the query failed: a source's :class:`ServiceError` line (exit 2, no
+    restart loop: the fault needs a person) when one caused it, else a ``RuntimeError`` (exit 1: systemd
+    restarts the job, the batch is replayed).
+
+    Example:
+        >>> query_failure("... bkaudit.errors.ServiceError: bkaudit_kafka: Kafka at k:9 failed\\n  at ...")
+        ServiceError('bkaudit_kafka: Kafka at k:9 failed')
+        >>> type(query_failure("java.lang.OutOfMemoryError"))
+        <class 'RuntimeError'>
+    """
+    text = str(exception)
+    found = re.search(r"(bkaudit_kafka: [^\n]*)", text)
+    if found:
+        return ServiceError(found.group(1).replace("\\n", " ").strip())
+    return RuntimeError(f"the streaming query failed: {text}")
+
+
 def run(settings: Settings) -> None:
     """``bkaudit stream``: run until SIGTERM/SIGINT, then stop after the current batch."""
     with exclusive_checkpoint(settings):
@@ -268,7 +298,7 @@ def _run_locked(settings: Settings) -> None:
         while query.isActive and not stopping.wait(1.0):
             pass
         if query.exception() is not None and not sink.stopping.is_set():
-            raise RuntimeError(f"the streaming query failed: {query.exception()}")
+            raise query_failure(query.exception())
     finally:
         if query.isActive:
             stop_gracefully(query, sink)

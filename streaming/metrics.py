@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from bkaudit.metrics_http import serve_metrics
+from connectors.kafka.spark_source import SourceStatusCollector
 from streaming.alerts import AlertKind, AlertState
 
 if TYPE_CHECKING:
@@ -233,6 +234,10 @@ class StreamMetrics:
             kind: Gauge(name, help_text, registry=self.registry)
             for kind, (name, help_text) in AUDIT_GAUGES.items()
         }
+        # The Kafka source's broker outages and topic resets (it plans in another process; the job points
+        # this at the source's status file).
+        self.source_status = SourceStatusCollector(None)
+        self.registry.register(self.source_status)
 
     def set_open_alerts(self, counts: Mapping[str, int]) -> None:
         """Set every audit gauge from the current open-alert counts (absent kinds are 0).

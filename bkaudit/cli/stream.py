@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import typer
 
+from bkaudit.errors import BkauditError
 from bkaudit.logsetup import configure_logging, register_secrets
 from bkaudit.settings import load_settings
 
@@ -23,13 +24,20 @@ def stream(
     settings = load_settings()
     register_secrets(settings)
     if available_now:
-        from streaming.job import exclusive_checkpoint, start
+        from streaming.job import exclusive_checkpoint, query_failure, start
         from streaming.session import build_spark_session
 
         with exclusive_checkpoint(settings):
             query, sink = start(build_spark_session(settings.spark), settings, available_now=True)
-            query.awaitTermination()
-            sink.close()
+            try:
+                query.awaitTermination()
+            except Exception as err:  # the query failed: one line and exit 2 when the source named the fault
+                failure = query_failure(err)
+                if isinstance(failure, BkauditError):
+                    raise failure from None
+                raise
+            finally:
+                sink.close()
         return
     from streaming.job import run
 

@@ -18,6 +18,10 @@
 * A record that still fails after the producer's retries (delivery timeout) sets
   :attr:`ChangePublisher.failed`; the watcher then publishes a full snapshot once the broker accepts
   records again.
+* A topic that lost its data (a broker that restarted empty, a topic deleted and re-created, an unclean
+  leader election) shows in the acknowledgements: a partition's offsets go backwards. That sets
+  :attr:`ChangePublisher.topic_lost`; the watcher then learns the topic's partitions again
+  (:meth:`ChangePublisher.refresh_partitions`) and publishes a full snapshot into the new topic.
 
 Status: stable.
 
@@ -28,6 +32,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -157,6 +162,8 @@ class ChangePublisher:
         self.delivered = 0
         self.delivery_failures = 0
         self._lock = threading.Lock()  # counters touched by the producer's I/O thread
+        self._acked: dict[int, int] = {}  # partition → highest offset acknowledged (in this topic's life)
+        self._topic_lost: str | None = None
         self._unacked = threading.BoundedSemaphore(max_unacked)
 
     def start(self) -> None:
@@ -172,6 +179,45 @@ class ChangePublisher:
     def failed(self) -> bool:
         """True once a record was not delivered after the producer's retries (until :meth:`clear_failed`)."""
         return self._failed.is_set()
+
+    @property
+    def topic_lost(self) -> bool:
+        """True once an acknowledged offset went backwards (the topic lost its data) until taken."""
+        return self._topic_lost is not None
+
+    def take_topic_lost(self) -> str | None:
+        """What showed the topic's loss (None when it did not happen), and forget it."""
+        with self._lock:
+            reason, self._topic_lost = self._topic_lost, None
+            return reason
+
+    def refresh_partitions(self, timeout_s: float = 10.0) -> int:
+        """Learn the topic's partition count again (a recreated topic may have another) and return it.
+
+        The producer's metadata is refreshed too, so explicit partitions of the new count are accepted.
+        """
+        self.partition_count = ensure_topic(self.settings, self.topic, self._wanted_partitions)
+        deadline = time.monotonic() + timeout_s
+        while len(self._producer.partitions_for(self.topic) or ()) != self.partition_count:
+            if time.monotonic() >= deadline:
+                break
+            with contextlib.suppress(Exception):
+                self._producer._metadata.request_update()  # kafka-python's cached cluster metadata
+            time.sleep(0.1)
+        return self.partition_count
+
+    def _note_acknowledged(self, metadata: Any) -> None:
+        partition, offset = getattr(metadata, "partition", None), getattr(metadata, "offset", -1)
+        if partition is None or offset is None or offset < 0:  # acks=0: no offset to compare
+            return
+        with self._lock:
+            previous = self._acked.get(partition, -1)
+            if offset > previous:
+                self._acked[partition] = offset
+                return
+            self._acked = {partition: offset}  # the new topic's life starts here
+            self._topic_lost = f"partition {partition} acknowledged offset {offset} after offset {previous}"
+        logger.warning("topic %s lost its data: %s", self.topic, self._topic_lost)
 
     def clear_failed(self) -> None:
         """Forget past delivery failures (the watcher calls it when it starts a republishing snapshot)."""
@@ -247,8 +293,9 @@ class ChangePublisher:
                     raise
                 logger.debug("waiting for Kafka before sending the held records")
 
-    def _delivered(self, kind: str, event_time_ms: int, change_time_ms: int | None, _metadata: Any) -> None:
+    def _delivered(self, kind: str, event_time_ms: int, change_time_ms: int | None, metadata: Any) -> None:
         self._unacked.release()
+        self._note_acknowledged(metadata)
         with self._lock:
             self.delivered += 1
         if self._on_delivered is not None:

@@ -4,17 +4,31 @@ Spark's JVM ``kafka`` connector is not obtainable here, so this source gives the
 (``key, value, topic, partition, offset, timestamp, timestampType, headers``) from a Python
 ``DataSourceStreamReader``: one input partition per Kafka partition and offset range, offsets kept in the
 query's checkpoint (exactly once across restarts when the sink is idempotent), ``maxOffsetsPerTrigger``
-honoured, ``Trigger.AvailableNow`` supported. Partitions added to a topic are read from their start. When a
-partition's offsets go backwards (topic deleted and recreated, retention past our position), the
-``failOnDataLoss`` option decides: ``true`` (default) stops the query with a clear error, ``false`` resumes
-from the earliest available offset.
+honoured, ``Trigger.AvailableNow`` supported. Partitions added to a topic are read from their start.
+
+**Topic identity.** Offsets alone cannot tell a topic from its recreation once the new one has grown past
+our position (a broker that lost its data, a topic deleted and re-created). Each checkpointed offset
+therefore carries, per partition, a fingerprint of the last record before it (offset, timestamp, CRC-32 of
+key and value), re-checked when planning: on the first planning after a start and whenever new records
+arrived. A fingerprint that no longer matches, a partition that disappeared, or an end offset below our
+position means the topic was recreated or truncated: the source then reads the topic again from its
+beginning (the batch's start is recorded in its end offset, so a replayed batch reads the same range),
+logs one WARNING and counts the reset; the watcher publishes a full snapshot into the new topic, from
+which the job recovers. Records lost to retention before we read them (earliest offset past our position,
+same topic) are the ``failOnDataLoss`` option's business: ``true`` (default) stops the query with one
+clear error, ``false`` resumes from the earliest available offset.
+
+**Broker outages.** Every broker call of the planning (offsets, fingerprints) and the executors' reads
+retry with exponential back-off (0.5 s doubling to 30 s) for up to ``bkaudit.brokerOutageLimitS``
+seconds (default 600) before the query stops with one ``ServiceError`` line. While retrying, the source
+keeps a small status file (option ``bkaudit.statusFile``) that :class:`SourceStatusCollector` turns into
+metrics in the driver's registry.
 
 Options (Spark's names): ``kafka.bootstrap.servers``, ``subscribe`` (comma-separated topics),
 ``startingOffsets`` (``earliest`` | ``latest`` | JSON ``{"topic": {"0": 42}}``), ``maxOffsetsPerTrigger``,
-``failOnDataLoss``. Security settings are not options (they would show in query plans): they come from
-the same ``BKAUDIT_KAFKA__*`` settings every other client uses.
-
-Status: first version (foundation issue); the streaming auditor issue extends it.
+``failOnDataLoss``, ``kafka.request.timeout.ms`` (default: the setting), and bkaudit's own
+``bkaudit.brokerOutageLimitS`` and ``bkaudit.statusFile``. Security settings are not options (they would
+show in query plans): they come from the same ``BKAUDIT_KAFKA__*`` settings every other client uses.
 
 Example:
     >>> KafkaDataSource.name()
@@ -23,9 +37,14 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterator, Sequence
+import logging
+import time
+import zlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -78,8 +97,22 @@ _ARROW_SCHEMA = pa.schema(
     ]
 )
 
-# Offsets as Spark checkpoints them: {"topic": {"partition": next offset to read}}.
+# Offsets as Spark checkpoints them: {"topic": {"partition": next offset to read}}, plus the META entry.
 Offsets = dict[str, dict[str, int]]
+# Per-partition record fingerprints: {"topic": {"partition": fingerprint}}.
+Fingerprints = dict[str, dict[str, str]]
+
+#: Key of the source's own bookkeeping inside a checkpointed offset (``@`` is not legal in a topic name):
+#: ``{"fingerprints": {topic: {partition: fingerprint}}, "begin": {topic: {partition: first offset}}}``.
+#: ``fingerprints`` identify the record before each position; ``begin`` is where the batch ending at this
+#: offset started when that is not the previous batch's end (a reset, a new partition, skipped data).
+META = "@bkaudit"
+
+DEFAULT_OUTAGE_LIMIT_S = 600.0
+BACKOFF_FIRST_S = 0.5
+BACKOFF_MAX_S = 30.0
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -90,14 +123,64 @@ class KafkaRange(InputPartition):
     partition: int
     start: int
     end: int
+    outage_limit_s: float = DEFAULT_OUTAGE_LIMIT_S
+
+
+def positions_of(offset: dict) -> Offsets:
+    """The ``{topic: {partition: offset}}`` part of a checkpointed offset (without :data:`META`).
+
+    Example:
+        >>> positions_of({"t": {"0": 5}, META: {"fingerprints": {}}})
+        {'t': {'0': 5}}
+    """
+    return {topic: partitions for topic, partitions in offset.items() if topic != META}
+
+
+def _meta(offset: dict, entry: str) -> dict[str, dict[str, Any]]:
+    meta = offset.get(META)
+    return dict(meta.get(entry, {})) if isinstance(meta, dict) else {}
+
+
+def record_fingerprint(offset: int, timestamp_ms: int, key: bytes | None, value: bytes | None) -> str:
+    """What identifies one record of a topic: its offset, timestamp and a CRC-32 of key and value.
+
+    A recreated topic that has grown past our position holds a different record at the same offset
+    (another time, other bytes), which this tells apart without topic ids (kafka-python does not expose
+    them, and the embedded broker forgets them with its data).
+
+    Example:
+        >>> record_fingerprint(41, 1700000000000, b"ledger/1", b"v")
+        '41:1700000000000:9ba05dc9'
+    """
+    crc = zlib.crc32(value or b"", zlib.crc32(b"\x00", zlib.crc32(key or b"")))
+    return f"{offset}:{timestamp_ms}:{crc:08x}"
 
 
 def _kafka_settings(options: dict[str, str]) -> Any:
     from bkaudit.settings import load_settings
 
     kafka = load_settings().kafka
-    servers = options.get("kafka.bootstrap.servers")
-    return kafka.model_copy(update={"bootstrap_servers": servers}) if servers else kafka
+    update: dict[str, Any] = {}
+    if options.get("kafka.bootstrap.servers"):
+        update["bootstrap_servers"] = options["kafka.bootstrap.servers"]
+    if options.get("kafka.request.timeout.ms"):
+        update["request_timeout_ms"] = _number(options, "kafka.request.timeout.ms", int)
+    return kafka.model_copy(update=update) if update else kafka
+
+
+def _number(options: dict[str, str], name: str, kind: Any) -> Any:
+    try:
+        value = kind(options[name])
+    except ValueError:
+        raise ConfigError(f"bkaudit_kafka: option {name} must be a number, got {options[name]!r}") from None
+    if value <= 0:
+        raise ConfigError(f"bkaudit_kafka: option {name} must be positive, got {options[name]!r}")
+    return value
+
+
+def _outage_limit_s(options: dict[str, str]) -> float:
+    name = "bkaudit.brokeroutagelimits"
+    return float(_number(options, name, float)) if options.get(name) else DEFAULT_OUTAGE_LIMIT_S
 
 
 def _topics(options: dict[str, str]) -> list[str]:
@@ -107,15 +190,142 @@ def _topics(options: dict[str, str]) -> list[str]:
     return topics
 
 
-class _KafkaOffsets:
-    """Looks up partition offsets (broker metadata) for the driver-side planning calls."""
+class SourceStatus:
+    """The planning side's outage and reset counts, kept in a small JSON file the driver's metrics read.
 
-    def __init__(self, options: dict[str, str]) -> None:
+    The source's planning runs in a Python process Spark starts for it, not in the job's own process, so
+    its state reaches ``/metrics`` through this file (written only when something changes: an outage
+    starts or ends, a retry, a reset). No path: nothing is written.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "status.json"
+        >>> status = SourceStatus(str(path))
+        >>> status.retrying(1000.0); status.reset("t", "recreated")
+        >>> data = json.loads(path.read_text())
+        >>> data["unavailable_since"], data["retries"], data["resets"]
+        (1000.0, 1, {'t': 1})
+    """
+
+    def __init__(self, path: str | None) -> None:
+        self._path = Path(path) if path else None
+        self._data: dict[str, Any] = {"unavailable_since": None, "retries": 0, "resets": {}}
+        if self._path is not None and self._path.exists():
+            with contextlib.suppress(ValueError, OSError):
+                self._data.update(json.loads(self._path.read_text()))
+        self._data["unavailable_since"] = None
+
+    def retrying(self, since: float) -> None:
+        self._data["unavailable_since"] = since
+        self._data["retries"] = int(self._data["retries"]) + 1
+        self._write()
+
+    def available(self) -> None:
+        if self._data["unavailable_since"] is not None:
+            self._data["unavailable_since"] = None
+            self._write()
+
+    def reset(self, topic: str, reason: str) -> None:
+        resets = self._data["resets"]
+        resets[topic] = int(resets.get(topic, 0)) + 1
+        self._data["last_reset"] = {"topic": topic, "reason": reason, "at": time.time()}
+        self._write()
+
+    def _write(self) -> None:
+        if self._path is None:
+            return
+        with contextlib.suppress(OSError):  # metrics must never stop the audit
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = self._path.with_suffix(".tmp")
+            temporary.write_text(json.dumps(self._data, sort_keys=True))
+            temporary.replace(self._path)
+
+
+def with_backoff(
+    action: str,
+    call: Callable[[], Any],
+    *,
+    limit_s: float,
+    servers: str,
+    status: SourceStatus | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> Any:
+    """``call()``, retried with exponential back-off while Kafka fails, for up to ``limit_s`` seconds.
+
+    A broker that hangs or restarts makes kafka-python raise after its request timeout (30 s by default);
+    the job rides that out instead of dying, and stops with one :class:`ServiceError` line only when the
+    outage lasts longer than the limit.
+
+    Example:
+        >>> from kafka.errors import KafkaTimeoutError
+        >>> answers = iter([KafkaTimeoutError("hung"), KafkaTimeoutError("hung"), 42])
+        >>> def call():
+        ...     answer = next(answers)
+        ...     if isinstance(answer, Exception):
+        ...         raise answer
+        ...     return answer
+        >>> with_backoff("reading offsets", call, limit_s=60, servers="k1:9092", sleep=lambda s: None)
+        42
+    """
+    from kafka.errors import KafkaError
+
+    started: float | None = None
+    delay = BACKOFF_FIRST_S
+    while True:
+        try:
+            result = call()
+        except KafkaError as err:
+            now = clock()
+            started = now if started is None else started
+            waited = now - started
+            if waited >= limit_s:
+                raise ServiceError(
+                    f"bkaudit_kafka: Kafka at {servers} failed {action} for {waited:.0f} s, longer than "
+                    f"stream.broker_outage_limit_s ({limit_s:.0f} s): {type(err).__name__}; check the "
+                    "brokers, then start the job again"
+                ) from None
+            if status is not None:
+                status.retrying(time.time() - waited)
+            logger.warning(
+                "Kafka at %s: %s failed (%s); retrying in %.1f s (outage %.0f s of %.0f s allowed)",
+                servers,
+                action,
+                type(err).__name__,
+                delay,
+                waited,
+                limit_s,
+            )
+            sleep(min(delay, max(0.0, limit_s - waited)))
+            delay = min(delay * 2, BACKOFF_MAX_S)
+            continue
+        if started is not None:
+            logger.warning("Kafka at %s: %s works again after %.0f s", servers, action, clock() - started)
+            if status is not None:
+                status.available()
+        return result
+
+
+class _KafkaOffsets:
+    """Looks up partition offsets and fingerprints (broker metadata) for the driver-side planning calls."""
+
+    def __init__(self, options: dict[str, str], status: SourceStatus | None = None) -> None:
+        self._settings = _kafka_settings(options)
+        self._limit_s = _outage_limit_s(options)
+        self._status = status
+        self._consumer: Any = self._retrying("connecting", self._connect)
+
+    def _connect(self) -> Any:
         from kafka import KafkaConsumer
 
         from connectors.kafka.client_config import consumer_config
 
-        self._consumer = KafkaConsumer(**consumer_config(_kafka_settings(options), None))
+        return KafkaConsumer(**consumer_config(self._settings, None))
+
+    def _retrying(self, action: str, call: Callable[[], Any]) -> Any:
+        return with_backoff(
+            action, call, limit_s=self._limit_s, servers=self._settings.bootstrap_servers, status=self._status
+        )
 
     def _partitions(self, topic: str) -> list[Any]:
         from kafka import TopicPartition
@@ -124,51 +334,117 @@ class _KafkaOffsets:
         return [TopicPartition(topic, p) for p in sorted(ids)]
 
     def earliest(self, topics: Sequence[str]) -> Offsets:
-        return self._lookup(topics, self._consumer.beginning_offsets)
+        return self._retrying(
+            "reading the earliest offsets", lambda: self._lookup(topics, self._consumer.beginning_offsets)
+        )
 
     def latest(self, topics: Sequence[str]) -> Offsets:
-        return self._lookup(topics, self._consumer.end_offsets)
+        """The end offsets, from fresh metadata (a recreated topic may have another partition count)."""
+        return self._retrying(
+            "reading the latest offsets", lambda: self._lookup(topics, self._consumer.end_offsets, fresh=True)
+        )
 
-    def _lookup(self, topics: Sequence[str], fetch: Any) -> Offsets:
+    def _lookup(self, topics: Sequence[str], fetch: Any, *, fresh: bool = False) -> Offsets:
         result: Offsets = {}
+        if fresh:
+            self._consumer.topics()  # kafka-python refreshes its metadata of every topic here
         for topic in topics:
             partitions = self._partitions(topic)
             answered = fetch(partitions) if partitions else {}
             result[topic] = {str(tp.partition): int(answered[tp]) for tp in partitions}
         return result
 
+    def fingerprints(self, wanted: dict[tuple[str, str], int]) -> dict[tuple[str, str], str | None]:
+        """The fingerprint of the record at each ``(topic, partition) → offset``; None: no record there.
+
+        A broker that does not answer within the request timeout is retried (back-off, outage limit):
+        "no answer" is never taken for "another record".
+        """
+        if not wanted:
+            return {}
+        return self._retrying("reading record fingerprints", lambda: self._fetch_fingerprints(wanted))
+
+    def _fetch_fingerprints(self, wanted: dict[tuple[str, str], int]) -> dict[tuple[str, str], str | None]:
+        from kafka import TopicPartition
+        from kafka.errors import KafkaTimeoutError
+
+        by_tp = {
+            TopicPartition(topic, int(partition)): offset for (topic, partition), offset in wanted.items()
+        }
+        found: dict[tuple[str, str], str | None] = {}
+        self._consumer.assign(list(by_tp))
+        try:
+            for tp, offset in by_tp.items():
+                self._consumer.seek(tp, offset)
+            deadline = time.monotonic() + self._settings.request_timeout_ms / 1000.0
+            pending = set(by_tp)
+            while pending and time.monotonic() < deadline:
+                for tp, records in self._consumer.poll(timeout_ms=200, max_records=500).items():
+                    first = next((r for r in records if r.offset >= by_tp[tp]), None)
+                    if tp in pending and first is not None:
+                        pending.discard(tp)
+                        self._consumer.pause(tp)
+                        found[(tp.topic, str(tp.partition))] = (
+                            record_fingerprint(first.offset, first.timestamp, first.key, first.value)
+                            if first.offset == by_tp[tp]
+                            else None  # the broker's next record is later: none at that offset
+                        )
+            if pending:
+                raise KafkaTimeoutError(f"no record fetched from {len(pending)} partitions")
+        finally:
+            self._consumer.assign([])
+        return found
+
     def close(self) -> None:
         self._consumer.close()
 
 
 def _read_range(options: dict[str, str], kafka_range: KafkaRange) -> Iterator[pa.RecordBatch]:
-    """Executor side: read one offset range and yield Arrow record batches."""
+    """Executor side: read one offset range and yield Arrow record batches.
+
+    A broker that stops answering is waited for (kafka-python reconnects by itself) up to the range's
+    outage limit; then the task fails with one line.
+    """
     from kafka import KafkaConsumer, TopicPartition
+    from kafka.errors import OffsetOutOfRangeError
 
     from connectors.kafka.client_config import consumer_config
 
     if kafka_range.end <= kafka_range.start:
         return
-    consumer = KafkaConsumer(**consumer_config(_kafka_settings(options), None))
+    settings = _kafka_settings(options)
+    # No automatic reset: a range whose offsets vanished must not be filled with another topic's records.
+    config = {**consumer_config(settings, None), "auto_offset_reset": "none"}
+    consumer = with_backoff(
+        "connecting",
+        lambda: KafkaConsumer(**config),
+        limit_s=kafka_range.outage_limit_s,
+        servers=settings.bootstrap_servers,
+    )
     try:
         tp = TopicPartition(kafka_range.topic, kafka_range.partition)
         consumer.assign([tp])
         consumer.seek(tp, kafka_range.start)
         position = kafka_range.start
         columns: dict[str, list[Any]] = {name: [] for name in _ARROW_SCHEMA.names}
-        idle_polls = 0
+        idle_since: float | None = None
         while position < kafka_range.end:
-            polled = consumer.poll(timeout_ms=1000, max_records=5000)
+            try:
+                polled = consumer.poll(timeout_ms=1000, max_records=5000)
+            except OffsetOutOfRangeError:
+                _warn_range_gone(kafka_range, position)
+                break
             records = polled.get(tp, [])
             if not records:
-                idle_polls += 1
-                if idle_polls > 60:
+                idle_since = idle_since or time.monotonic()
+                if time.monotonic() - idle_since > kafka_range.outage_limit_s:
                     raise ServiceError(
                         f"bkaudit_kafka: no records from {tp.topic}/{tp.partition} at offset {position} "
-                        f"(range ends at {kafka_range.end}) after 60 s"
+                        f"(range ends at {kafka_range.end}) for {kafka_range.outage_limit_s:.0f} s "
+                        "(stream.broker_outage_limit_s); check the brokers, then start the job again"
                     )
                 continue
-            idle_polls = 0
+            idle_since = None
             for record in records:
                 if record.offset >= kafka_range.end:
                     break
@@ -184,8 +460,25 @@ def _read_range(options: dict[str, str], kafka_range: KafkaRange) -> Iterator[pa
             if len(columns["offset"]) >= 5000 or position >= kafka_range.end:
                 yield pa.RecordBatch.from_pydict(columns, schema=_ARROW_SCHEMA)
                 columns = {name: [] for name in _ARROW_SCHEMA.names}
+        if columns["offset"]:
+            yield pa.RecordBatch.from_pydict(columns, schema=_ARROW_SCHEMA)
     finally:
         consumer.close()
+
+
+def _warn_range_gone(kafka_range: KafkaRange, position: int) -> None:
+    """The broker no longer has the rest of a planned range (the topic was recreated or truncated while
+    the batch read it): what it had is gone, and the next planning, seeing the new topic, reads it from
+    its beginning (where the watcher's full snapshot lands)."""
+    logger.warning(
+        "bkaudit_kafka: %s/%d has no offset %d any more (range %d..%d): the topic was recreated or "
+        "truncated while this batch read it; the next planning reads the new topic from its beginning",
+        kafka_range.topic,
+        kafka_range.partition,
+        position,
+        kafka_range.start,
+        kafka_range.end - 1,
+    )
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -195,6 +488,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._options = dict(options)
         self._topics = _topics(self._options)
         self._fail_on_data_loss = self._options.get("failondataloss", "true").lower() != "false"
+        self._outage_limit_s = _outage_limit_s(self._options)
         max_offsets = self._options.get("maxoffsetspertrigger")
         try:
             self._max_offsets = int(max_offsets) if max_offsets else None
@@ -203,18 +497,22 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"bkaudit_kafka: maxOffsetsPerTrigger must be an integer, got {max_offsets!r}"
             ) from None
         self._offsets_client: _KafkaOffsets | None = None
+        self._status: SourceStatus | None = None
         self._available_now_target: Offsets | None = None
+        self._verified: dict[tuple[str, str], int] = {}  # positions whose fingerprint matched (this process)
 
     @property
     def _offsets(self) -> _KafkaOffsets:
         # Created lazily on the driver; never pickled to executors (it holds sockets and locks).
         if self._offsets_client is None:
-            self._offsets_client = _KafkaOffsets(self._options)
+            self._status = SourceStatus(self._options.get("bkaudit.statusfile"))
+            self._offsets_client = _KafkaOffsets(self._options, self._status)
         return self._offsets_client
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_offsets_client"] = None
+        state["_status"] = None
         return state
 
     def initialOffset(self) -> dict:
@@ -238,15 +536,68 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now_target = self._offsets.latest(self._topics)
 
-    def _checked_start(self, start: Offsets, earliest: Offsets) -> Offsets:
-        """Start offsets with new partitions added and data loss handled per ``failOnDataLoss``."""
+    def _recreated_topics(
+        self, positions: Offsets, fingerprints: Fingerprints, latest: Offsets, earliest: Offsets
+    ) -> dict[str, str]:
+        """Topics whose identity changed since ``positions`` were checkpointed, with the evidence."""
+        changed: dict[str, str] = {}
+        to_verify: dict[tuple[str, str], int] = {}
+        for topic in self._topics:
+            ours, now = positions.get(topic, {}), latest.get(topic, {})
+            if not ours or not now:
+                continue  # first planning, or the topic is absent right now: nothing to compare or read
+            gone = sorted(set(ours) - set(now), key=int)
+            if gone:
+                changed[topic] = (
+                    f"partitions {','.join(gone)} are gone ({len(ours)} partitions before, {len(now)} now)"
+                )
+                continue
+            behind = [p for p in ours if now[p] < ours[p]]
+            if behind:
+                p = behind[0]
+                changed[topic] = f"partition {p} ends at offset {now[p]}, before our position {ours[p]}"
+                continue
+            for partition, position in ours.items():
+                expected = fingerprints.get(topic, {}).get(partition)
+                verified = self._verified.get((topic, partition)) == position
+                retained = earliest.get(topic, {}).get(partition, 0) < position  # else: retention's business
+                if expected and retained and (not verified or now[partition] > position):
+                    to_verify[(topic, partition)] = position - 1
+        found = self._offsets.fingerprints(to_verify)
+        for (topic, partition), offset in sorted(to_verify.items()):
+            expected = fingerprints[topic][partition]
+            if found.get((topic, partition)) == expected:
+                self._verified[(topic, partition)] = offset + 1
+            elif topic not in changed:
+                changed[topic] = (
+                    f"the record at offset {offset} of partition {partition} is not the one read before "
+                    f"({found.get((topic, partition)) or 'no record'} instead of {expected})"
+                )
+        return changed
+
+    def _report_reset(self, topic: str, reason: str) -> None:
+        logger.warning(
+            "bkaudit_kafka: topic %s was recreated or truncated (%s): reading it again from its beginning; "
+            "the watcher republishes a full snapshot into it (if the alerts topic lost its history too, run "
+            "`bkaudit alerts republish`)",
+            topic,
+            reason,
+        )
+        if self._status is not None:
+            self._status.reset(topic, reason)
+
+    def _checked_start(
+        self, start: Offsets, earliest: Offsets, resets: dict[str, str] | None = None
+    ) -> Offsets:
+        """Start offsets with new partitions added, reset topics from their beginning, data loss handled
+        per ``failOnDataLoss``."""
         checked: Offsets = {}
         for topic in self._topics:
             checked[topic] = {}
             for partition, first_available in earliest.get(topic, {}).items():
                 position = start.get(topic, {}).get(partition)
-                if position is None:
-                    position = first_available  # a partition added since the last batch: read it all
+                if position is None or topic in (resets or {}):
+                    position = first_available  # a new partition, or a recreated topic: read it all
                 elif position < first_available:
                     if self._fail_on_data_loss:
                         raise ServiceError(
@@ -259,9 +610,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return checked
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        positions = positions_of(start)
         latest = self._available_now_target or self._offsets.latest(self._topics)
         earliest = self._offsets.earliest(self._topics)
-        begin = self._checked_start(start, earliest)
+        resets = self._recreated_topics(positions, _meta(start, "fingerprints"), latest, earliest)
+        for topic, reason in resets.items():
+            self._report_reset(topic, reason)
+        begin = self._checked_start(positions, earliest, resets)
+        for topic in self._topics:
+            if positions.get(topic) and not latest.get(topic):
+                # Absent right now (a broker back without its data, the topic not recreated yet): keep
+                # our positions, so its recreation is recognised and reported instead of read as new.
+                begin[topic] = dict(positions[topic])
         end: Offsets = {}
         for topic, partitions in begin.items():
             end[topic] = {}
@@ -271,25 +631,58 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     if self._fail_on_data_loss:
                         raise ServiceError(
                             f"bkaudit_kafka: {topic}/{partition} ends at {newest}, before our position "
-                            f"{position} (topic recreated?); set failOnDataLoss=false to resume from the "
-                            "earliest"
+                            f"{position}; set failOnDataLoss=false to resume from the earliest"
                         )
                     newest = position
                 end[topic][partition] = newest
         if isinstance(limit, ReadMaxRows):
             end = _cap_rows(begin, end, limit.max_rows)
-        return end
+        if end == positions and begin == positions and not resets:
+            return start  # nothing new: the very same offset, so Spark plans no batch
+        return {**end, META: self._bookkeeping(start, positions, begin, end, resets)}
+
+    def _bookkeeping(
+        self, start: dict, positions: Offsets, begin: Offsets, end: Offsets, resets: dict[str, str]
+    ) -> dict[str, Any]:
+        """The META entry of the offset ending at ``end``: fingerprints, and begins that are not the start."""
+        carried = _meta(start, "fingerprints")
+        fingerprints: Fingerprints = {}
+        wanted: dict[tuple[str, str], int] = {}
+        for topic, partitions in end.items():
+            fingerprints[topic] = {}
+            for partition, stop in partitions.items():
+                old = carried.get(topic, {}).get(partition)
+                if stop == positions.get(topic, {}).get(partition) and topic not in resets and old:
+                    fingerprints[topic][partition] = old
+                elif stop > 0:
+                    wanted[(topic, partition)] = stop - 1
+        for (topic, partition), fingerprint in self._offsets.fingerprints(wanted).items():
+            if fingerprint is not None:
+                fingerprints[topic][partition] = fingerprint
+                self._verified[(topic, partition)] = end[topic][partition]
+        moved: Offsets = {}
+        for topic, partitions in begin.items():
+            for partition, first in partitions.items():
+                if positions.get(topic, {}).get(partition) != first:
+                    moved.setdefault(topic, {})[partition] = first
+        meta: dict[str, Any] = {"fingerprints": {t: f for t, f in fingerprints.items() if f}}
+        if moved:
+            meta["begin"] = moved
+        return meta
 
     def reportLatestOffset(self) -> dict | None:
         return self._offsets.latest(self._topics)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         ranges: list[InputPartition] = []
-        for topic, partitions in end.items():
+        positions, begins = positions_of(start), _meta(end, "begin")
+        for topic, partitions in positions_of(end).items():
             for partition, stop in partitions.items():
-                begin = start.get(topic, {}).get(partition, 0)
+                begin = begins.get(topic, {}).get(partition, positions.get(topic, {}).get(partition, 0))
                 if stop > begin:
-                    ranges.append(KafkaRange(topic, int(partition), int(begin), int(stop)))
+                    ranges.append(
+                        KafkaRange(topic, int(partition), int(begin), int(stop), self._outage_limit_s)
+                    )
         return ranges
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -316,6 +709,57 @@ def _cap_rows(start: Offsets, end: Offsets, max_rows: int) -> Offsets:
         share = max(1, pending * max_rows // total) if pending else 0
         capped[topic][partition] = start[topic].get(partition, 0) + min(pending, share)
     return capped
+
+
+class SourceStatusCollector:
+    """Prometheus collector over :class:`SourceStatus`'s file, registered in the job's registry.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "status.json"
+        >>> SourceStatus(str(path)).retrying(time.time() - 5)
+        >>> samples = {s.name: s.value for m in SourceStatusCollector(path).collect() for s in m.samples}
+        >>> samples["bkaudit_stream_broker_retries_total"]
+        1.0
+        >>> samples["bkaudit_stream_broker_unavailable_seconds"] >= 5
+        True
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path  # None: no source status (yet): every sample is 0
+
+    def _read(self) -> dict[str, Any]:
+        if self.path is None:
+            return {}
+        try:
+            return dict(json.loads(self.path.read_text()))
+        except (OSError, ValueError):
+            return {}
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        data = self._read()
+        since = data.get("unavailable_since")
+        outage = GaugeMetricFamily(
+            "bkaudit_stream_broker_unavailable_seconds",
+            "how long the source's planning has been retrying an unreachable or hung broker (0: reachable)",
+        )
+        outage.add_metric([], max(0.0, time.time() - float(since)) if since else 0.0)
+        yield outage
+        yield CounterMetricFamily(
+            "bkaudit_stream_broker_retries",
+            "broker calls of the source's planning retried after a Kafka error (back-off)",
+            value=float(data.get("retries", 0)),
+        )
+        resets = CounterMetricFamily(
+            "bkaudit_stream_source_resets",
+            "topics found recreated or truncated and read again from their beginning, by topic",
+            labels=["topic"],
+        )
+        for topic, count in sorted(dict(data.get("resets", {})).items()):
+            resets.add_metric([topic], float(count))
+        yield resets
 
 
 class KafkaBatchReader(DataSourceReader):

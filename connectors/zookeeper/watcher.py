@@ -182,6 +182,12 @@ class WatcherMetrics:
         self.delivery_failures = Counter(
             "bkaudit_watcher_delivery_failures", "Events Kafka did not acknowledge after retries", registry=r
         )
+        self.topic_losses = Counter(
+            "bkaudit_watcher_topic_losses",
+            "Times the changes topic lost its data (acknowledged offsets went backwards: broker data loss, "
+            "topic recreated); each one triggers a FULL snapshot",
+            registry=r,
+        )
         self.snapshot_duration = Gauge(
             "bkaudit_watcher_snapshot_duration_seconds",
             "Duration of the last snapshot scan",
@@ -901,6 +907,8 @@ class ChangeWatcher:
             if self.publisher.failed and not self._force_full:
                 self.metrics.delivery_failures.inc()
                 self.request_snapshot(pb.SnapshotBegin.PUBLISH_FAILED)
+            if self.publisher.topic_lost:
+                self._on_topic_lost()
             if next_periodic is not None and time.monotonic() >= next_periodic:
                 next_periodic = self._next_periodic()
                 self.request_snapshot(pb.SnapshotBegin.PERIODIC)
@@ -923,6 +931,27 @@ class ChangeWatcher:
                 self.request_snapshot(reason)
                 self._stopping.wait(1.0)
             next_periodic = self._next_periodic()
+
+    def _on_topic_lost(self) -> None:
+        """The changes topic lost its data (offsets went backwards): a FULL snapshot rebuilds it.
+
+        The job detects the same loss on its side and reads the new topic from its beginning, where this
+        snapshot lands; without it, everything published before the loss would be missing there.
+        """
+        reason = self.publisher.take_topic_lost()
+        self.metrics.topic_losses.inc()
+        try:
+            partitions = self.publisher.refresh_partitions()
+        except ServiceError as err:
+            logger.warning("changes topic lost its data; its partitions cannot be read yet (%s)", err)
+            partitions = self.publisher.partition_count
+        logger.warning(
+            "changes topic %s lost its data (%s); publishing a FULL snapshot into it (%d partitions)",
+            self.publisher.topic,
+            reason,
+            partitions,
+        )
+        self.request_snapshot(pb.SnapshotBegin.PUBLISH_FAILED)
 
     def _next_periodic(self) -> float | None:
         interval = self.config.reconciliation_interval_s

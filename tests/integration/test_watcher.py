@@ -1268,6 +1268,42 @@ def test_changes_during_a_broker_outage_are_delivered_when_it_returns(
         watcher.stop(timeout_s=15)
 
 
+@pytest.mark.integration
+def test_a_broker_that_lost_the_topic_gets_a_full_snapshot_in_the_new_topic(
+    bk_services: Any, kafka_settings: Any, zk_chroot: str, tree: ClusterTree
+) -> None:
+    """The broker restarts empty: the watcher notices the acknowledged offsets going backwards (whether or
+    not some record also failed on the way), learns the recreated topic's partitions and republishes
+    everything there, bracketed on every partition."""
+    for ledger_id in range(5):
+        tree.create_ledger(ledger_id)
+    kafka = kafka_settings.model_copy(update={"topic_partitions": 2})
+    settings = watcher_settings(bk_services, kafka, zk_chroot)
+    watcher = ChangeWatcher(settings)
+    watcher.start()
+    try:
+        assert watcher.wait_for_snapshots(1, 30)
+        watcher.publisher.flush(10)
+        bk_services.stop_broker()
+        bk_services.start_broker()  # the topic is gone; the next client's metadata request recreates it
+        assert watcher.wait_for_snapshots(2, 60)
+        reader = TopicReader(settings.kafka, settings.kafka.changes_topic)
+        try:
+            reader.wait_for(_republished, timeout_s=60)
+            again = reader.events("snapshot_begin")[-1]
+            bracket = [e for e in reader.events("ledger_upserted") if e.snapshot_id == again.snapshot_id]
+            assert sorted(e.ledger_upserted.ledger_id for e in bracket) == list(range(5))
+            # The broker recreated the topic with its default 4 partitions: the watcher publishes to all.
+            assert watcher.publisher.partition_count == len(reader.partitions) == 4
+            ends = [e for e in reader.events("snapshot_end") if e.snapshot_id == again.snapshot_id]
+            assert len(ends) == 4
+            assert watcher.metrics.topic_losses._value.get() >= 1
+        finally:
+            reader.close()
+    finally:
+        watcher.stop(timeout_s=15)
+
+
 def _republished(evs: list[pb.ChangeEvent]) -> bool:
     """A complete FULL snapshot with reason PUBLISH_FAILED is on the topic."""
     failed = {
