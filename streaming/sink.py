@@ -5,7 +5,7 @@ For one micro-batch of decisions (:data:`streaming.schemas.DECISION_SCHEMA`) the
 1. reads what it needs *as of before the batch* (bookies, open alerts, the touched ledgers, and the
    bookie → ledger index for bookies that were lost, returned or moved racks) — so a replay decides alike;
 2. applies the decisions in event-time order, then evaluates exactly the affected ledgers with the pure
-   rules (:mod:`streaming.evaluate`): lost-bookie (through the index, never a scan of all ledgers),
+   rules (:mod:`bkaudit.domain.rules.evaluate`): lost-bookie (through the index, never a scan of all ledgers),
    placement, corrupt metadata, stuck repairs, confirmed replicas failures;
 3. runs the re-probes the processor asked for and the throttled scrutiny pass, and turns their outcomes into
    feedback events (round results) and ``BOOKIE_UNRESPONSIVE`` for registered bookies that never answer;
@@ -32,6 +32,15 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from bkaudit.domain.alert_book import AlertBook, alert_to_row
+from bkaudit.domain.alerts import RACK_MAP_ENTITY, AlertKind, AlertState, alert_bytes
+from bkaudit.domain.rules.evaluate import (
+    PlacementPolicyConfig,
+    ledger_bookies,
+    lost_bookie_condition,
+    placement_column,
+    placement_condition,
+)
 from bkaudit.errors import ServiceError
 from bkaudit.settings import KafkaSettings
 from connectors.delta.scan import scan
@@ -51,16 +60,7 @@ from connectors.delta.tables import (
     ledger_index_rows,
     table_before_batch,
 )
-from streaming.alert_book import AlertBook, alert_to_row
-from streaming.alerts import RACK_MAP_ENTITY, AlertKind, AlertState, alert_bytes
 from streaming.decode import ARROW_CHANGE_SCHEMA
-from streaming.evaluate import (
-    PlacementPolicyConfig,
-    ledger_bookies,
-    lost_bookie_condition,
-    placement_column,
-    placement_condition,
-)
 from streaming.processor import DECISION_COLUMNS
 
 if TYPE_CHECKING:

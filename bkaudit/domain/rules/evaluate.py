@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bkaudit.domain.metadata import LedgerMetadata, LedgerState, Segment
+from bkaudit.domain.rules.placement import PlacementAdherence, check_placement
 from bkaudit.errors import FormatError
-from streaming.rules.placement import PlacementAdherence, check_placement
 
 
 @dataclass(frozen=True)
