@@ -88,7 +88,9 @@ def ledger_rows(draw: st.DrawFn, ledger_id: int) -> dict[str, Any]:
         length = size if not broken else draw(st.sampled_from([size, size, size - 1, size + 1]))
         ensemble = draw(st.lists(st.sampled_from(pool), min_size=max(length, 0), max_size=max(length, 0)))
         segments.append({"first_entry_id": first, "ensemble": ensemble})
-    last = draw(st.one_of(st.integers(-1, firsts[-1] + 30 if firsts else 30), st.sampled_from([-1, 0])))
+    last: int | None = draw(
+        st.one_of(st.integers(-1, firsts[-1] + 30 if firsts else 30), st.sampled_from([-1, 0]))
+    )
     if broken and draw(st.booleans()):
         last = draw(st.sampled_from([None, -2]))
     return {

@@ -96,9 +96,7 @@ def lost_bookie_verdicts(ledgers: pa.Table, lost: Set[str], *, sample_limit: int
     rows = ledgers.num_rows
     lost_names = sorted(lost)
     if rows == 0 or not lost_names:
-        return _verdict_table(
-            columns["ledger_id"], np.full(rows, None, dtype=object), _empty_lists(rows), None
-        )
+        return _verdict_table(columns["ledger_id"], pa.nulls(rows, pa.string()), _empty_lists(rows), None)
     shape = _Shape.of(columns)
     named, named_counts = _named_lost(shape, lost_names)
     state = columns["state"]
@@ -109,7 +107,8 @@ def lost_bookie_verdicts(ledgers: pa.Table, lost: Set[str], *, sample_limit: int
     judged = holds & valid
     windows = _Windows.of(columns, shape, lost_names, judged, closed)
     unrecoverable = judged & windows.unrecoverable_ledgers(rows)
-    kinds = np.where(unrecoverable, UNRECOVERABLE, np.where(holds, UNDER_REPLICATED, None))
+    no_kind = pa.scalar(None, pa.string())
+    kinds = pc.if_else(unrecoverable, UNRECOVERABLE, pc.if_else(holds, UNDER_REPLICATED, no_kind))
     sample = windows.sample(unrecoverable, sample_limit)
     return _verdict_table(columns["ledger_id"], kinds, named, sample)
 
@@ -405,14 +404,12 @@ def _empty_lists(rows: int) -> pa.Array:
 
 
 def _verdict_table(
-    ledger_id: pa.Array, kinds: np.ndarray, named: pa.Array, sample: pa.Array | None
+    ledger_id: pa.Array, kinds: pa.Array, named: pa.Array, sample: pa.Array | None
 ) -> pa.Table:
     rows = len(ledger_id)
     if sample is None:
         sample = pa.nulls(rows, pa.list_(pa.int64()))
-    return pa.Table.from_arrays(
-        [ledger_id, pa.array(kinds, pa.string()), named, sample], schema=VERDICT_SCHEMA
-    )
+    return pa.Table.from_arrays([ledger_id, kinds, named, sample], schema=VERDICT_SCHEMA)
 
 
 __all__ = [
