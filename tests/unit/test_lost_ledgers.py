@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from bkaudit.domain.metadata import LedgerMetadata, LedgerState, Segment
@@ -26,7 +26,6 @@ from bkaudit.domain.rules.lost_ledgers import (
 from bkaudit.errors import FormatError
 
 POOL = ["b0:3181", "b1:3181", "b2:3181", "b3:3181", "b4:3181", "b5:3181"]
-ODD_IDS = ["readonly", "CLOSED", "bad id", None]
 
 
 def per_ledger_condition(row: dict[str, Any], lost: set[str]) -> tuple[str, dict[str, Any]] | None:
@@ -57,42 +56,26 @@ def per_ledger_condition(row: dict[str, Any], lost: set[str]) -> tuple[str, dict
 
 
 @st.composite
-def ledger_rows(draw: st.DrawFn, ledger_id: int) -> dict[str, Any]:
-    """A ledger row, mostly valid metadata, sometimes broken in one of the ways metadata rejects."""
-    broken = draw(st.booleans()) and draw(st.booleans())  # about one in four
+def valid_rows(draw: st.DrawFn, ledger_id: int) -> dict[str, Any]:
+    """A ledger row :class:`LedgerMetadata` accepts: any state, quorums, segments and last entry."""
     size = draw(st.integers(1, 5))
-    if broken:
-        write_quorum = draw(st.integers(0, 6))  # E < WQ, WQ = 0 ...
-        ack_quorum = draw(st.integers(0, 6))
-    else:
-        write_quorum = draw(st.integers(1, size))
-        ack_quorum = draw(st.integers(1, write_quorum))
-    state = draw(
-        st.sampled_from(["OPEN", "IN_RECOVERY", "CLOSED", "CLOSED"])
-        if not broken
-        else st.sampled_from(["OPEN", "CLOSED", "", None, "BOGUS"])
-    )
-    version = draw(st.sampled_from([None, 2, 3, 3] + ([1] if write_quorum == ack_quorum or broken else [])))
-    if broken and draw(st.booleans()):
-        version = draw(st.sampled_from([0, 1, 4, -1]))
-    pool = POOL + (ODD_IDS if broken else [])
+    write_quorum = draw(st.integers(1, size))
+    ack_quorum = draw(st.integers(1, write_quorum))
+    state = draw(st.sampled_from(["OPEN", "IN_RECOVERY", "CLOSED", "CLOSED"]))
+    version = draw(st.sampled_from([None, 2, 3, 3] + ([1] if write_quorum == ack_quorum else [])))
     big = draw(st.booleans()) and draw(st.booleans())
-    gaps = draw(st.lists(st.integers(1, 2**40 if big else 12), min_size=0, max_size=3))
+    gaps = draw(st.lists(st.integers(1, 2**40 if big else 12), max_size=3))
     firsts = [0]
     for gap in gaps:
         firsts.append(firsts[-1] + gap)
-    if broken and draw(st.booleans()):
-        firsts = draw(st.lists(st.integers(-1, 20), min_size=0, max_size=4))
-    segments = []
-    for first in firsts:
-        length = size if not broken else draw(st.sampled_from([size, size, size - 1, size + 1]))
-        ensemble = draw(st.lists(st.sampled_from(pool), min_size=max(length, 0), max_size=max(length, 0)))
-        segments.append({"first_entry_id": first, "ensemble": ensemble})
-    last: int | None = draw(
-        st.one_of(st.integers(-1, firsts[-1] + 30 if firsts else 30), st.sampled_from([-1, 0]))
-    )
-    if broken and draw(st.booleans()):
-        last = draw(st.sampled_from([None, -2]))
+    segments = [
+        {
+            "first_entry_id": first,
+            "ensemble": draw(st.lists(st.sampled_from(POOL), min_size=size, max_size=size)),
+        }
+        for first in firsts
+    ]
+    last = draw(st.one_of(st.integers(-1, firsts[-1] + 30), st.sampled_from([-1, 0])))
     return {
         "ledger_id": ledger_id,
         "state": state,
@@ -101,15 +84,102 @@ def ledger_rows(draw: st.DrawFn, ledger_id: int) -> dict[str, Any]:
         "write_quorum": write_quorum,
         "ack_quorum": ack_quorum,
         "last_entry_id": last if state == "CLOSED" else draw(st.sampled_from([-1, -1, last])),
-        "length": draw(st.sampled_from([None, 0, 100] + ([-1] if broken else []))),
+        "length": draw(st.sampled_from([None, 0, 100])),
         "segments": segments,
     }
+
+
+def _with_member(row: dict[str, Any], segment: int, position: int, member: str | None) -> dict[str, Any]:
+    segments = [dict(s, ensemble=list(s["ensemble"])) for s in row["segments"]]
+    segments[segment]["ensemble"][position] = member
+    return {**row, "segments": segments}
+
+
+@st.composite
+def broken_rows(draw: st.DrawFn, ledger_id: int) -> dict[str, Any]:
+    """A valid row with exactly one thing metadata rejects (so no other fault hides it)."""
+    row = draw(valid_rows(ledger_id))
+    size, segments = row["ensemble_size"], row["segments"]
+    segment = draw(st.integers(0, len(segments) - 1))
+    position = draw(st.integers(0, size - 1))
+    fault = draw(
+        st.sampled_from(
+            [
+                "write quorum above ensemble",
+                "ack quorum above write quorum",
+                "zero ack quorum",
+                "unknown state",
+                "empty state",
+                "no state",
+                "unknown version",
+                "v1 with its own ack quorum",
+                "v1 first bookie CLOSED",
+                "first segment not at 0",
+                "segments out of order",
+                "ensemble of the wrong size",
+                "invalid bookie id",
+                "no bookie id",
+                "closed without last entry",
+                "closed before entry -1",
+                "negative length",
+                "no segments",
+            ]
+        )
+    )
+    if fault == "write quorum above ensemble":
+        return {**row, "write_quorum": size + draw(st.integers(1, 2))}
+    if fault == "ack quorum above write quorum":
+        return {**row, "ack_quorum": row["write_quorum"] + 1}
+    if fault == "zero ack quorum":
+        return {**row, "ack_quorum": 0}
+    if fault == "unknown state":
+        return {**row, "state": "BOGUS"}
+    if fault == "empty state":
+        return {**row, "state": ""}
+    if fault == "no state":
+        return {**row, "state": None}
+    if fault == "unknown version":
+        return {**row, "format_version": draw(st.sampled_from([4, -1]))}
+    if fault == "v1 with its own ack quorum":
+        assume(size >= 2)
+        return {**row, "format_version": 1, "write_quorum": 2, "ack_quorum": 1}
+    if fault == "v1 first bookie CLOSED":
+        return {
+            **_with_member(row, segment, 0, "CLOSED"),
+            "format_version": 1,
+            "ack_quorum": row["write_quorum"],
+        }
+    if fault == "first segment not at 0":
+        moved = [dict(s) for s in segments]
+        moved[0]["first_entry_id"] = draw(st.sampled_from([-1, 1]))
+        return {**row, "segments": moved}
+    if fault == "segments out of order":
+        assume(len(segments) > 1)
+        moved = [dict(s) for s in segments]
+        moved[-1]["first_entry_id"] = moved[-2]["first_entry_id"] - draw(st.integers(0, 1))
+        return {**row, "segments": moved}
+    if fault == "ensemble of the wrong size":
+        resized = [dict(s) for s in segments]
+        ensemble = list(resized[segment]["ensemble"])
+        resized[segment]["ensemble"] = ensemble[:-1] if draw(st.booleans()) else [*ensemble, POOL[0]]
+        return {**row, "segments": resized}
+    if fault == "invalid bookie id":
+        return _with_member(row, segment, position, draw(st.sampled_from(["readonly", "ReadOnly", "bad id"])))
+    if fault == "no bookie id":
+        return _with_member(row, segment, position, None)
+    if fault == "closed without last entry":
+        return {**row, "state": "CLOSED", "last_entry_id": None}
+    if fault == "closed before entry -1":
+        return {**row, "state": "CLOSED", "last_entry_id": -2}
+    if fault == "negative length":
+        return {**row, "state": "CLOSED", "length": -1}
+    return {**row, "segments": []}
 
 
 @st.composite
 def batches(draw: st.DrawFn) -> tuple[list[dict[str, Any]], set[str]]:
     count = draw(st.integers(1, 8))
-    rows = [draw(ledger_rows(ledger_id)) for ledger_id in range(count)]
+    rows = [draw(st.one_of(valid_rows(i), valid_rows(i), broken_rows(i))) for i in range(count)]
     lost = set(draw(st.lists(st.sampled_from([*POOL, "readonly", "CLOSED"]), max_size=4)))
     return rows, lost
 

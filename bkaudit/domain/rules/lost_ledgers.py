@@ -72,7 +72,6 @@ VERDICT_SCHEMA = pa.schema(
 )
 
 _STATES = pa.array(["OPEN", "IN_RECOVERY", "CLOSED"])
-_INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
 _V1_CLOSED_TAG = "CLOSED"
 
@@ -235,7 +234,6 @@ def _valid_metadata(columns: Mapping[str, pa.Array], shape: _Shape) -> np.ndarra
         _ints(columns[name], 0) for name in ("ensemble_size", "write_quorum", "ack_quorum")
     )
     quorums = (ack_quorum >= 1) & (ack_quorum <= write_quorum) & (write_quorum <= ensemble_size)
-    quorums &= ensemble_size <= _INT32_MAX
     last_entry_id = columns["last_entry_id"]
     closed_ok = pc.is_valid(last_entry_id).to_numpy(zero_copy_only=False)
     closed_ok &= _ints(last_entry_id, -1) >= -1
