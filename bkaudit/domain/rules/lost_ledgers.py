@@ -282,9 +282,6 @@ class _Windows:
     """
 
     def __init__(self) -> None:
-        self.segment = np.empty(0, dtype=np.int64)
-        self.start = np.empty(0, dtype=np.int64)
-        self.lost_count = np.empty(0, dtype=np.int64)
         self.segment_unrecoverable = np.empty(0, dtype=bool)
         self.segment_ledger = np.empty(0, dtype=np.int64)
         self.fully_lost_first = np.empty(0, dtype=np.int64)  # first entry id of each fully lost window
