@@ -2,12 +2,13 @@
 
 Packages:
 
-- ``bkaudit.domain``: pure BookKeeper formats and schedules (no I/O, no Spark).
+- ``bkaudit.domain``: pure BookKeeper formats, schedules, alert vocabulary and, in ``bkaudit.domain.rules``,
+  the audit rules (no I/O, no Spark).
 - ``bkaudit.cli``: the ``bkaudit`` command.
 - ``bkaudit.settings``: typed configuration (``BKAUDIT_`` environment variables, optional file).
 - ``bkaudit.testing``: the shipped test harness (embedded services, pytest fixtures, fault helpers).
 - ``connectors`` (top-level package): everything that talks to another system.
-- ``streaming`` (top-level package): the Spark job and the pure audit rules it applies.
+- ``streaming`` (top-level package): the Spark job.
 """
 
 __version__ = "0.1.0"

@@ -1,5 +1,5 @@
-"""The Structured Streaming auditor and the pure audit rules it applies.
+"""The Structured Streaming auditor: decode, stateful processing and the ``foreachBatch`` sink.
 
-``streaming.rules`` is pure (no Spark import, no I/O) and is shared by the job, the CLI and the simulator.
-Spark code lives in the other modules of this package and is imported only where a session is needed.
+The pure audit rules it applies live in :mod:`bkaudit.domain.rules` (shared with the CLI and the simulator);
+Spark code lives in this package and is imported only where a session is needed.
 """

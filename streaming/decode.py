@@ -4,7 +4,7 @@ Change events are decoded with :func:`bkaudit.events.decode_event` (the same cod
 feedback records (the job's own re-probe results) are JSON. A record that cannot be decoded becomes a
 ``dead_letter`` row carrying the reason and the record's key and value bytes (base64 in the payload), so one
 bad message never stops the query. So does an event dated too far ahead of the receiving clock
-(:mod:`streaming.rules.event_time`): it would move the watermark past every later event.
+(:mod:`bkaudit.domain.rules.event_time`): it would move the watermark past every later event.
 
 Pure per record (no I/O); Arrow in, Arrow out.
 
@@ -28,9 +28,9 @@ import pyarrow as pa
 
 from bkaudit import events as ev
 from bkaudit.domain.metadata import HEADER_KEY
+from bkaudit.domain.rules.event_time import future_event_reason, receiving_clock_ms
 from bkaudit.errors import FormatError
 from bkaudit.pb import change_events_pb2 as pb
-from streaming.rules.event_time import future_event_reason, receiving_clock_ms
 from streaming.state_keys import CLUSTER_STATE_KEY, DEAD_LETTER_STATE_KEY, ledger_state_key
 
 #: Ledger state groups when the caller does not say (the job passes ``stream.ledger_state_buckets``).
@@ -279,8 +279,8 @@ def decode_record(
     """One Kafka record → one change row (a ``dead_letter`` row when it cannot be decoded).
 
     With ``max_event_time_skew_s`` and a ``received_ms``
-    (:func:`~streaming.rules.event_time.receiving_clock_ms`), an event dated further ahead than the skew is a
-    dead letter too, stamped with the receiving clock.
+    (:func:`~bkaudit.domain.rules.event_time.receiving_clock_ms`), an event dated further ahead than the skew
+    is a dead letter too, stamped with the receiving clock.
 
     Example:
         >>> heartbeat = ev.encode_event(

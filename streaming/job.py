@@ -25,11 +25,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bkaudit.domain.rules.evaluate import PlacementPolicyConfig
 from bkaudit.errors import ConfigError, ServiceError
 from bkaudit.localfs import writable_directory
 from bkaudit.settings import Settings, StreamSettings
 from streaming.decode import decode_batches
-from streaming.evaluate import PlacementPolicyConfig
 from streaming.processor import ProcessorConfig, make_processor
 from streaming.schemas import CHANGE_SCHEMA, DECISION_SCHEMA
 from streaming.sink import AuditSink, SinkConfig

@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from bkaudit.domain.alerts import AlertKind, AlertState
 from bkaudit.metrics_http import serve_metrics
 from connectors.kafka.spark_source import SourceStatusCollector
-from streaming.alerts import AlertKind, AlertState
 
 if TYPE_CHECKING:
     from streaming.sink import BatchReport

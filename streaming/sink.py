@@ -5,8 +5,9 @@ For one micro-batch of decisions (:data:`streaming.schemas.DECISION_SCHEMA`) the
 1. reads what it needs *as of before the batch* (bookies, open alerts, the touched ledgers, and the
    bookie → ledger index for bookies that were lost, returned or moved racks) — so a replay decides alike;
 2. applies the decisions in event-time order, then evaluates exactly the affected ledgers with the pure
-   rules (:mod:`streaming.evaluate`): lost-bookie (through the index, never a scan of all ledgers),
-   placement, corrupt metadata, stuck repairs, confirmed replicas failures;
+   rules (:mod:`bkaudit.domain.rules`): lost-bookie (through the index, never a scan of all ledgers, and
+   vectorised over all affected ledgers at once), placement, corrupt metadata, stuck repairs, confirmed
+   replicas failures;
 3. runs the re-probes the processor asked for and the throttled scrutiny pass, and turns their outcomes into
    feedback events (round results) and ``BOOKIE_UNRESPONSIVE`` for registered bookies that never answer;
 4. publishes alert transitions and feedback to Kafka, then
@@ -23,7 +24,7 @@ import logging
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +33,19 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from bkaudit.domain.alert_book import AlertBook, alert_to_row
+from bkaudit.domain.alerts import RACK_MAP_ENTITY, AlertKind, AlertState, alert_bytes
+from bkaudit.domain.rules.evaluate import (
+    PlacementPolicyConfig,
+    ledger_bookies,
+    placement_column,
+    placement_condition,
+)
+from bkaudit.domain.rules.lost_ledgers import (
+    LOST_BOOKIE_INPUT_SCHEMA,
+    lost_bookie_verdicts,
+    verdict_conditions,
+)
 from bkaudit.errors import ServiceError
 from bkaudit.settings import KafkaSettings
 from connectors.delta.scan import scan
@@ -51,16 +65,7 @@ from connectors.delta.tables import (
     ledger_index_rows,
     table_before_batch,
 )
-from streaming.alert_book import AlertBook, alert_to_row
-from streaming.alerts import RACK_MAP_ENTITY, AlertKind, AlertState, alert_bytes
 from streaming.decode import ARROW_CHANGE_SCHEMA
-from streaming.evaluate import (
-    PlacementPolicyConfig,
-    ledger_bookies,
-    lost_bookie_condition,
-    placement_column,
-    placement_condition,
-)
 from streaming.processor import DECISION_COLUMNS
 
 if TYPE_CHECKING:
@@ -170,9 +175,48 @@ def _read_unknown_placement(ledgers_table: Any) -> list[dict[str, Any]]:
     return [row for row in rows if not row.get("deleted")]
 
 
-# What the lost-bookie rule reads of a ledger (_as_payload, the deleted / undecodable checks): copied into
-# the index rows, read from the ledgers table only for index rows written before the copy existed.
+# What the lost-bookie rule reads of a ledger (the rule's columns, the deleted / undecodable checks): copied
+# into the index rows, read from the ledgers table only for index rows written before the copy existed.
 _LOSS_EVALUATION_COLUMNS = ("ledger_id", *INDEX_LEDGER_COLUMNS, "deleted")
+# What the evaluation loop reads of an index row besides the rule's verdict (kept as Python values).
+_LOSS_ONLY_LOOP_COLUMNS = ["bookie", "ledger_id", "state", "pulsar_topic"]
+
+LostCondition = tuple[str, dict[str, Any]] | None
+
+
+def _evaluate_lost_bookies(
+    trigger_ms: Mapping[int, int],
+    ledgers: Mapping[int, Mapping[str, Any]],
+    loss_only_rows: Mapping[int, Mapping[str, Any]],
+    loss_only_index_rows: Mapping[int, int],
+    indexed_table: pa.Table | None,
+    lost: Set[str],
+) -> dict[int, LostCondition]:
+    """The lost-bookie condition of every ledger the batch evaluates (absent: none holds), in at most two
+    vectorised calls: the loss-only ledgers straight from their index rows' Arrow columns (a loss reaches
+    tens of thousands), the others from their rows (changed in this batch, or read from ``ledgers``).
+    Deleted and undecodable ledgers are left out: the evaluation resolves their alerts instead."""
+    if not lost:
+        return {}
+    from_index: list[int] = []
+    whole: list[Mapping[str, Any]] = []
+    for ledger_id in trigger_ms:
+        row = ledgers.get(ledger_id)
+        if row is None and ledger_id in loss_only_index_rows:
+            from_index.append(loss_only_index_rows[ledger_id])
+            continue
+        if row is None:
+            row = loss_only_rows.get(ledger_id)
+        if row is not None and not row.get("deleted") and row.get("state"):
+            whole.append(row)
+    conditions: dict[int, LostCondition] = {}
+    if from_index and indexed_table is not None:
+        rows = indexed_table.take(pa.array(from_index, pa.int64()))
+        conditions.update(verdict_conditions(lost_bookie_verdicts(rows, lost)))
+    if whole:
+        table = pa.Table.from_pylist(list(whole), schema=LOST_BOOKIE_INPUT_SCHEMA)
+        conditions.update(verdict_conditions(lost_bookie_verdicts(table, lost)))
+    return conditions
 
 
 def _compact_json(message: Mapping[str, Any]) -> bytes:
@@ -611,17 +655,21 @@ class AuditSink:
         # this batch, so only the lost-bookie rule is evaluated, from the few columns it reads (a loss at 1 M
         # ledgers reaches ~30 k of them; reading whole rows and re-checking placement doubled its cost).
         loss_only_rows: dict[int, dict[str, Any]] = {}
+        # Ledger id -> its row in `indexed_table`, for the loss-only ledgers whose index row carries the
+        # ledger columns: the lost-bookie rule reads those as Arrow columns (no Python row per ledger).
+        loss_only_index_rows: dict[int, int] = {}
+        indexed_table: pa.Table | None = None
         if fanout_bookies:
-            indexed = _read_filtered(
+            indexed_table = scan(
                 index_table,
-                "bookie",
-                fanout_bookies,
+                [("bookie", "in", sorted(fanout_bookies))],
                 ["bookie", "ledger_id", *INDEX_LEDGER_COLUMNS],
-                partition_column=True,
+                prune_partitions=True,
             )
+            indexed = indexed_table.select(_LOSS_ONLY_LOOP_COLUMNS).to_pylist()
             affected: dict[int, int] = {}
             on_moved: set[int] = set()
-            for entry in indexed:
+            for position, entry in enumerate(indexed):
                 if entry["ledger_id"] in index_replace:
                     continue  # this batch replaced the ledger's bookies: use the new ones below
                 when = max(lost_changed.get(entry["bookie"], 0), moved.get(entry["bookie"], 0))
@@ -630,6 +678,7 @@ class AuditSink:
                     on_moved.add(entry["ledger_id"])
                 elif entry["state"] is not None:  # null: written before the index carried the columns
                     loss_only_rows[entry["ledger_id"]] = entry
+                    loss_only_index_rows[entry["ledger_id"]] = position
             for ledger_id, bookies_now in index_replace.items():
                 hits = fanout_bookies & set(bookies_now)
                 if hits:
@@ -641,6 +690,7 @@ class AuditSink:
                 ledgers[found["ledger_id"]] = found
             for ledger_id in on_moved:
                 loss_only_rows.pop(ledger_id, None)  # also on a lost bookie: evaluated whole, from its row
+                loss_only_index_rows.pop(ledger_id, None)
             not_copied = [i for i in missing_rows if i not in on_moved and i not in loss_only_rows]
             for found in _read_filtered(ledgers_table, "ledger_id", not_copied, _LOSS_EVALUATION_COLUMNS):
                 loss_only_rows[found["ledger_id"]] = found
@@ -671,6 +721,9 @@ class AuditSink:
 
         # 2d. evaluate the affected ledgers ------------------------------------------------------------------
         lost = {b for b, r in bookie_rows.items() if r.get("lost")}
+        lost_conditions = _evaluate_lost_bookies(
+            trigger_ms, ledgers, loss_only_rows, loss_only_index_rows, indexed_table, lost
+        )
         for ledger_id in sorted(trigger_ms):
             # A snapshot's reconciliation may have put a loss-only ledger into `ledgers`: then it is whole.
             current = ledgers.get(ledger_id)
@@ -689,8 +742,7 @@ class AuditSink:
                 for kind in (*_LOST_KINDS, *_PLACEMENT_KINDS):
                     book.set_ledger_condition(kind, ledger_id, False, at_ms=at_ms)
                 continue
-            payload = _as_payload(row_now)
-            condition = lost_bookie_condition(payload, lost)
+            condition = lost_conditions.get(ledger_id)
             for kind in _LOST_KINDS:
                 holds = condition is not None and condition[0] == kind.value
                 book.set_ledger_condition(
@@ -704,6 +756,7 @@ class AuditSink:
                 )
             if loss_only_row:
                 continue  # placement unchanged (see loss_only_rows); the row is not written
+            payload = _as_payload(row_now)
             if rack_map_invalid:
                 # Unknown: no placement alert fires or resolves; a closed ledger's column is null until the
                 # next valid map re-checks it (_read_unknown_placement).

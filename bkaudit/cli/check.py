@@ -1,8 +1,8 @@
 """`bkaudit check replicas | placement` (shared interfaces §1).
 
 Status: complete. Both commands read one JSON object on stdin, validate it here (bad input → exit 2 with one
-line on stderr) and apply the pure rules of :mod:`streaming.rules.replicas` and
-:mod:`streaming.rules.placement`. Unknown keys are ignored, so the output of ``bkaudit metadata decode``
+line on stderr) and apply the pure rules of :mod:`bkaudit.domain.rules.replicas` and
+:mod:`bkaudit.domain.rules.placement`. Unknown keys are ignored, so the output of ``bkaudit metadata decode``
 plus a ``"bookies"`` object is valid ``check replicas`` input.
 
 ``check replicas`` decisions: ``ack_quorum`` defaults to ``write_quorum`` (BookKeeper's reader rule) and
@@ -30,8 +30,7 @@ import typer
 from bkaudit.cli._io import emit_json, read_stdin_json
 from bkaudit.cli.availability import json_entry_ids, json_field, json_int, json_kind, json_object
 from bkaudit.domain.availability import MAX_ENTRY_ID, EntryAvailability
-from bkaudit.errors import FormatError
-from streaming.rules.placement import (
+from bkaudit.domain.rules.placement import (
     DEFAULT_DESIRED_ZONES_PER_WRITE_QUORUM,
     DEFAULT_ENFORCE_MIN_RACKS_PER_WRITE_QUORUM,
     DEFAULT_MIN_RACKS_PER_WRITE_QUORUM,
@@ -40,7 +39,8 @@ from streaming.rules.placement import (
     POLICIES,
     check_placement,
 )
-from streaming.rules.replicas import LEDGER_STATES, BookieStatus, LedgerSegment, classify_replicas
+from bkaudit.domain.rules.replicas import LEDGER_STATES, BookieStatus, LedgerSegment, classify_replicas
+from bkaudit.errors import FormatError
 
 app = typer.Typer(help="Audit one ledger: replicas held by bookies, placement policy.", no_args_is_help=True)
 

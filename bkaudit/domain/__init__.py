@@ -1,5 +1,7 @@
-"""Pure BookKeeper domain code: byte-exact formats, ZooKeeper layouts and striping schedules.
+"""Pure BookKeeper domain code: byte-exact formats, ZooKeeper layouts, striping schedules, the alert
+vocabulary (:mod:`~bkaudit.domain.alerts`, :mod:`~bkaudit.domain.alert_book`) and the audit rules
+(:mod:`bkaudit.domain.rules`).
 
-Status: stable core. Nothing in this package performs I/O or imports Spark, kazoo, kafka or the
-``connectors`` package; it is shared by the CLI, the watcher, the streaming job and the simulator.
+Nothing in this package performs I/O or imports Spark, kazoo, kafka, the ``connectors`` or the
+``streaming`` package; it is shared by the CLI, the watcher, the streaming job and the simulator.
 """

@@ -80,6 +80,7 @@ __all__ = [
     "WireLayout",
     "decode_ledger_metadata",
     "encode_ledger_metadata",
+    "is_valid_bookie_id",
     "metadata_from_json",
     "metadata_to_json",
     "pulsar_topic_from_managed_ledger",
@@ -793,11 +794,21 @@ def _check_optional_int64(value: object, what: str) -> None:
         _check_int(value, what, _INT64_MIN, _INT64_MAX)
 
 
+def is_valid_bookie_id(member: str) -> bool:
+    """Whether BookKeeper accepts ``member`` as a bookie id in an ensemble (``BookieId.validateBookieId``).
+
+    Example:
+        >>> is_valid_bookie_id("bk-1.example:3181"), is_valid_bookie_id("ReadOnly"), is_valid_bookie_id("a b")
+        (True, False, False)
+    """
+    return _BOOKIE_ID.fullmatch(member) is not None and member.lower() != "readonly"
+
+
 def _check_ensemble(ensemble: tuple[Any, ...]) -> None:
     for member in ensemble:
         if type(member) is not str:
             raise FormatError("ledger metadata: a bookie id is not valid UTF-8 text")
-        if _BOOKIE_ID.fullmatch(member) is None or member.lower() == "readonly":
+        if not is_valid_bookie_id(member):
             raise FormatError(f"ledger metadata: invalid bookie id {member[:80]!r}")
     if len(_valid_ensembles) >= _VALID_ENSEMBLE_CACHE_LIMIT:
         _valid_ensembles.clear()

@@ -1,8 +1,8 @@
 """Ensemble selection for the simulated writer: rack-aware like BookKeeper's client, or deliberately bad.
 
 Status: complete. Pure code (the randomness comes from the caller's ``random.Random``). Adherence is judged
-with the project's one placement rule (``streaming.rules.placement.check_placement``), so an ensemble this
-module calls good is one the auditor calls good.
+with the project's one placement rule (``bkaudit.domain.rules.placement.check_placement``), so an
+ensemble this module calls good is one the auditor calls good.
 
 - :func:`choose_ensemble`: ``E`` distinct bookies, interleaved across racks so that every write set spans
   at least ``min(WQ, 2)`` racks whenever the candidates allow it (BookKeeper's rack-aware policy); when no
@@ -27,8 +27,8 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 
+from bkaudit.domain.rules.placement import PlacementAdherence, check_placement
 from bkaudit.sim.errors import NotEnoughBookiesError
-from streaming.rules.placement import PlacementAdherence, check_placement
 
 __all__ = [
     "NotEnoughBookiesError",

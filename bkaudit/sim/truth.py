@@ -3,8 +3,9 @@
 Status: complete. Pure code: no I/O, no clock. The simulator builds a :class:`ClusterSnapshot` of what it
 knows (it broke things on purpose) and :func:`ground_truth` applies the behaviour contract of
 ``architecture.md`` with the project's shared rules (``LedgerMetadata.is_recoverable``,
-``streaming.rules.placement.check_placement``, ``streaming.rules.replicas.classify_replicas``). End-to-end
-tests and benchmarks compare the auditor's output with it.
+``bkaudit.domain.rules.placement.check_placement``,
+``bkaudit.domain.rules.replicas.classify_replicas``). End-to-end tests and benchmarks compare the auditor's
+output with it.
 
 Rules, per kind (ledger kinds list ledger ids, bookie kinds list bookie ids; corrupt ledgers only ever
 appear under ``METADATA_CORRUPT``, since nobody can read their bookies; deleted ledgers are not in the
@@ -62,9 +63,9 @@ from enum import StrEnum
 from typing import Any
 
 from bkaudit.domain.metadata import LedgerMetadata, LedgerState, Segment
-from streaming.rules.lost_bookie import BookieMembership
-from streaming.rules.lost_bookie import BookieStatus as Membership
-from streaming.rules.placement import (
+from bkaudit.domain.rules.lost_bookie import BookieMembership
+from bkaudit.domain.rules.lost_bookie import BookieStatus as Membership
+from bkaudit.domain.rules.placement import (
     DEFAULT_DESIRED_ZONES_PER_WRITE_QUORUM,
     DEFAULT_ENFORCE_MIN_RACKS_PER_WRITE_QUORUM,
     DEFAULT_MIN_RACKS_PER_WRITE_QUORUM,
@@ -74,7 +75,7 @@ from streaming.rules.placement import (
     PlacementAdherence,
     check_placement,
 )
-from streaming.rules.replicas import BookieAnswer, BookieStatus, ReplicasResult, classify_replicas
+from bkaudit.domain.rules.replicas import BookieAnswer, BookieStatus, ReplicasResult, classify_replicas
 
 __all__ = [
     "ALERT_KINDS",

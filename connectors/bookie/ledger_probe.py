@@ -2,7 +2,8 @@
 
 This is the I/O half of BookKeeper's replicas check (facts §3.6) and of BP-34's re-probe: one
 ``GET_LIST_OF_ENTRIES_OF_LEDGER`` per distinct bookie per ledger, all ledgers of a round in one bounded,
-concurrent wave, then the pure :func:`streaming.rules.replicas.classify_replicas` on correct set semantics.
+concurrent wave, then the pure :func:`bkaudit.domain.rules.replicas.classify_replicas` on correct set
+semantics.
 A bookie that does not answer (timeout, refused, error) counts as *unknown*, never as missing data; one that
 cannot be resolved to an address (not registered) is unknown too. The caller decides what unknown means
 (``BOOKIE_UNRESPONSIVE`` for a bookie that stays registered but never answers).
@@ -21,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from bkaudit.domain.rules.replicas import BookieStatus, ReplicasResult, ReplicasVerdict, classify_replicas
 from connectors.bookie.client import (
     BlockingBookieClient,
     NoLedger,
@@ -28,7 +30,6 @@ from connectors.bookie.client import (
     ProbeResult,
     availability_of,
 )
-from streaming.rules.replicas import BookieStatus, ReplicasResult, ReplicasVerdict, classify_replicas
 
 
 @dataclass(frozen=True)

@@ -42,10 +42,10 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
+from bkaudit.domain.alerts import AlertKind
 from bkaudit.errors import BkauditError, InvalidArgumentError, NotFoundError
 from connectors.delta.scan import view_typed_dataset
 from connectors.delta.tables import LEDGER_BUCKETS, TABLES
-from streaming.alerts import AlertKind
 
 __all__ = [
     "ALERT_KINDS",

@@ -3,9 +3,9 @@
 The alerts topic's history can be lost with the broker (a recreated topic, a broker without persistent
 storage); the ``open_alerts`` Delta table still knows what is firing. This re-sends each open alert as the
 job published it: same key, same stable ``alert_id``, state ``firing``, the same JSON (one encoder,
-:func:`streaming.alerts.alert_bytes` over :meth:`~streaming.alerts.Alert.to_json`) and the same partition
-rule. Consumers already deduplicate by ``alert_id`` (a replayed batch publishes again too), so running it
-while the job runs, or twice, is harmless.
+:func:`bkaudit.domain.alerts.alert_bytes` over :meth:`~bkaudit.domain.alerts.Alert.to_json`) and the
+same partition rule. Consumers already deduplicate by ``alert_id`` (a replayed batch publishes again
+too), so running it while the job runs, or twice, is harmless.
 
 Example:
     >>> # report = republish_open_alerts("lakehouse", KafkaSettings(bootstrap_servers="k1:9092"))
@@ -21,11 +21,11 @@ from pathlib import Path
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from bkaudit.domain.alert_book import alert_from_row
+from bkaudit.domain.alerts import Alert, alert_bytes
 from bkaudit.errors import FormatError, NotFoundError, ServiceError
 from bkaudit.settings import KafkaSettings
 from connectors.delta.tables import table_path
-from streaming.alert_book import alert_from_row
-from streaming.alerts import Alert, alert_bytes
 
 
 @dataclass(frozen=True)

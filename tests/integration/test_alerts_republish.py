@@ -16,11 +16,11 @@ import pyarrow as pa
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
+from bkaudit.domain.alert_book import alert_to_row
+from bkaudit.domain.alerts import Alert, AlertKind, alert_bytes
 from connectors.delta.tables import OPEN_ALERTS, BatchWriter, ensure_tables
 from connectors.kafka.client_config import consumer_config
 from connectors.kafka.publisher import partitions_for_keys
-from streaming.alert_book import alert_to_row
-from streaming.alerts import Alert, AlertKind, alert_bytes
 
 pytestmark = pytest.mark.integration
 

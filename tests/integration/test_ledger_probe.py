@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from bkaudit.domain.rules.replicas import ReplicasResult
 from bkaudit.domain.striping import entries_striped_to_bookie
 from connectors.bookie.client import BlockingBookieClient
 from connectors.bookie.ledger_probe import LedgerProbeTarget, probe_ledgers
 from connectors.bookie.server import BookieServer, InMemoryEntryStore
-from streaming.rules.replicas import ReplicasResult
 
 pytestmark = pytest.mark.integration
 

@@ -161,8 +161,8 @@ def test_the_sink_drops_duplicate_and_older_ledger_versions_but_snapshots_still_
 def test_open_alerts_are_reread_only_when_the_table_moved_on(kafka_settings, tmp_path, monkeypatch):
     # After its own batch the sink keeps the open alerts in memory with the table version they match; a
     # table changed behind its back (compaction, another writer, a replayed batch) is read again.
+    from bkaudit.domain import alert_book
     from connectors.kafka.topics import ensure_topic
-    from streaming import alert_book
 
     ensure_topic(kafka_settings, kafka_settings.alerts_topic, 1)
     reads = []

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 
 from bkaudit import events as ev
+from bkaudit.domain.rules.event_time import format_utc, future_event_reason, receiving_clock_ms
 from streaming.decode import decode_batches, decode_record
-from streaming.rules.event_time import format_utc, future_event_reason, receiving_clock_ms
 
 NOW_MS = 1_800_000_000_000  # 2027-01-15T08:00:00Z
 YEAR_2100_MS = int(datetime(2100, 1, 1, tzinfo=UTC).timestamp() * 1000)

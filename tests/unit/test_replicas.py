@@ -10,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bkaudit.domain.availability import EntryAvailability
-from bkaudit.domain.striping import entries_striped_to_bookie, has_entry, write_set
-from streaming.rules.replicas import (
+from bkaudit.domain.rules.replicas import (
     WORST_ENTRIES_LIMIT,
     BookieStatus,
     LedgerSegment,
@@ -19,6 +18,7 @@ from streaming.rules.replicas import (
     ReplicasVerdict,
     classify_replicas,
 )
+from bkaudit.domain.striping import entries_striped_to_bookie, has_entry, write_set
 
 B = [f"b{i}" for i in range(5)]
 

@@ -1,6 +1,6 @@
 """Placement-policy adherence of one ensemble: rack-aware, zone-aware and region-aware (facts §4).
 
-Status: complete. Pure code: no I/O, no Spark; shared by ``bkaudit check placement``, the streaming job and
+Pure code: no I/O, no Spark; shared by ``bkaudit check placement``, the streaming job and
 the simulator. docs/placement.md states the rules in prose, including the region-aware rule BookKeeper
 never implemented.
 

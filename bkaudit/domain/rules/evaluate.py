@@ -1,26 +1,21 @@
-"""Which alert conditions hold for a ledger right now: pure functions over its metadata, the lost bookies
-and the rack map. The sink calls them for exactly the ledgers a batch touched.
+"""Which placement conditions hold for a ledger right now: pure functions over its metadata and the rack
+map. The sink calls them for exactly the ledgers a batch touched (the lost-bookie conditions of those
+ledgers come from :mod:`bkaudit.domain.rules.lost_ledgers`, all at once).
 
 Example:
     >>> ledger = {"state": "CLOSED", "ensemble_size": 3, "write_quorum": 2, "ack_quorum": 2,
     ...           "last_entry_id": 9, "length": 100, "segments": [[0, ["b1", "b2", "b3"]]]}
-    >>> lost_bookie_condition(ledger, {"b1"})
-    ('LEDGER_UNDER_REPLICATED', {'lost_bookies': ['b1']})
-    >>> lost_bookie_condition(ledger, {"b1", "b2"})[0]
-    'LEDGER_UNRECOVERABLE'
     >>> placement_condition(ledger, {"b1": "/r1", "b2": "/r1", "b3": "/r2"}, PlacementPolicyConfig())[0]
     'PLACEMENT_NOT_ADHERING'
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bkaudit.domain.metadata import LedgerMetadata, LedgerState, Segment
-from bkaudit.errors import FormatError
-from streaming.rules.placement import PlacementAdherence, check_placement
+from bkaudit.domain.rules.placement import PlacementAdherence, check_placement
 
 
 @dataclass(frozen=True)
@@ -38,40 +33,6 @@ class PlacementPolicyConfig:
 def ledger_bookies(ledger: Mapping[str, Any]) -> set[str]:
     """Every bookie named in any segment."""
     return {bookie for _, ensemble in ledger.get("segments") or [] for bookie in ensemble}
-
-
-def to_metadata(ledger: Mapping[str, Any]) -> LedgerMetadata:
-    """A password-less :class:`LedgerMetadata` from a ledger payload (for the pure derived facts)."""
-    return LedgerMetadata(
-        format_version=int(ledger.get("format_version") or 3),
-        ensemble_size=int(ledger["ensemble_size"]),
-        write_quorum=int(ledger["write_quorum"]),
-        ack_quorum=int(ledger["ack_quorum"]),
-        state=LedgerState(ledger["state"]),
-        last_entry_id=int(ledger["last_entry_id"]) if ledger["state"] == "CLOSED" else -1,
-        length=int(ledger.get("length") or 0) if ledger["state"] == "CLOSED" else 0,
-        segments=tuple(Segment(int(first), tuple(ensemble)) for first, ensemble in ledger["segments"]),
-    )
-
-
-def lost_bookie_condition(ledger: Mapping[str, Any], lost: Set[str]) -> tuple[str, dict[str, Any]] | None:
-    """``LEDGER_UNDER_REPLICATED`` / ``LEDGER_UNRECOVERABLE`` with detail; None when no lost bookie is named.
-
-    Any segment counts, open or closed (BookKeeper's index does the same). Unrecoverable when some entry has
-    no surviving copy (:meth:`LedgerMetadata.is_recoverable`).
-    """
-    named = sorted(ledger_bookies(ledger) & set(lost))
-    if not named or not ledger.get("state"):
-        return None
-    detail: dict[str, Any] = {"lost_bookies": named}
-    try:
-        metadata = to_metadata(ledger)
-    except (FormatError, KeyError, ValueError, TypeError):
-        return "LEDGER_UNDER_REPLICATED", detail
-    if metadata.is_recoverable(named):
-        return "LEDGER_UNDER_REPLICATED", detail
-    detail["unrecoverable_entries_sample"] = list(metadata.unrecoverable_entries(named, limit=10))
-    return "LEDGER_UNRECOVERABLE", detail
 
 
 def placement_condition(

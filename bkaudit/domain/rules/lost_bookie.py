@@ -15,8 +15,6 @@ back *returned*, which resolves its alerts. :class:`BookieMembership` applies th
 observations; the streaming job keeps one instance in its state store, and the simulator's ground truth
 replays the same observations through the same class.
 
-Status: stable.
-
 Example:
     >>> m = BookieMembership(default_delay_s=30)
     >>> m.observe("b1", BookieStatus.WRITABLE, at_ms=0)

@@ -1,6 +1,6 @@
 """The replicas check (BP-34 "scrutiny", bookkeeper-facts.md §3.6) for one ledger, on correct set semantics.
 
-Status: complete. Pure code: no I/O, no Spark; shared by the CLI (``bkaudit check replicas``), the streaming
+Pure code: no I/O, no Spark; shared by the CLI (``bkaudit check replicas``), the streaming
 job and the simulator.
 
 For a CLOSED ledger with ``last_entry_id >= 0``, every non-empty segment ``[first, end]`` and every ensemble
