@@ -175,3 +175,25 @@ def decision_table(*rows: tuple[str, int, int | None, str | None, dict[str, Any]
         ],
         schema=ARROW_DECISION_SCHEMA,
     )
+
+
+def closed_ledger_payload(ensemble: list[str], mzxid: int, snapshot_id: str | None = None) -> dict[str, Any]:
+    """The decoded payload of a closed v3 ledger (10 entries, WQ = AQ = 2) on one segment, as the sink reads
+    it in a ``ledger_state`` decision."""
+    payload: dict[str, Any] = {
+        "state": "CLOSED",
+        "ensemble_size": len(ensemble),
+        "write_quorum": 2,
+        "ack_quorum": 2,
+        "last_entry_id": 9,
+        "length": 10,
+        "segments": [[0, ensemble]],
+        "mzxid": mzxid,
+        "version": 0,
+        "format_version": 3,
+        "has_password": True,
+        "custom_metadata": [],
+    }
+    if snapshot_id is not None:
+        payload["snapshot_id"] = snapshot_id
+    return payload

@@ -10,29 +10,13 @@ import pytest
 from connectors.delta.tables import read_table
 from connectors.kafka.topics import ensure_topic
 from streaming.sink import AuditSink, SinkConfig
+from tests.integration.event_fixtures import closed_ledger_payload
 from tests.integration.event_fixtures import decision_table as decisions
 
 pytestmark = pytest.mark.integration
 
 BOOKIES = ("b1", "b2", "b3", "b4")
 MAP_A = {"b1": "/r1", "b2": "/r1", "b3": "/r2", "b4": "/r2"}
-
-
-def closed_ledger(ensemble: list[str], mzxid: int) -> dict[str, Any]:
-    return {
-        "state": "CLOSED",
-        "ensemble_size": len(ensemble),
-        "write_quorum": 2,
-        "ack_quorum": 2,
-        "last_entry_id": 9,
-        "length": 10,
-        "segments": [[0, ensemble]],
-        "mzxid": mzxid,
-        "version": 0,
-        "format_version": 3,
-        "has_password": True,
-        "custom_metadata": [],
-    }
 
 
 def writable(t: int) -> list[tuple[str, int, None, str, dict[str, Any]]]:
@@ -61,8 +45,8 @@ def test_a_job_started_while_the_rack_map_is_invalid_raises_one_alert_about_the_
         decisions(
             *writable(1_000),
             ("rack_map", 1_000, None, None, {"error": "rack map: not JSON (line 1 column 2)"}),
-            ("ledger_state", 1_100, 1, None, closed_ledger(["b1", "b3"], 10)),
-            ("ledger_state", 1_100, 2, None, closed_ledger(["b1", "b2"], 11)),
+            ("ledger_state", 1_100, 1, None, closed_ledger_payload(["b1", "b3"], 10)),
+            ("ledger_state", 1_100, 2, None, closed_ledger_payload(["b1", "b2"], 11)),
         ),
         0,
     )
@@ -78,7 +62,7 @@ def test_a_job_started_while_the_rack_map_is_invalid_raises_one_alert_about_the_
     # Still invalid (the state survives the batch: it is the open alert), another error changes nothing.
     later = sink.process(
         decisions(
-            ("ledger_state", 2_000, 3, None, closed_ledger(["b3", "b4"], 12)),
+            ("ledger_state", 2_000, 3, None, closed_ledger_payload(["b3", "b4"], 12)),
             ("rack_map", 2_100, None, None, {"error": "rack map: not JSON"}),
         ),
         1,
@@ -106,8 +90,8 @@ def test_an_invalid_map_keeps_placement_alerts_as_they_are_and_recovery_rechecks
         decisions(
             *writable(1_000),
             ("rack_map", 1_000, None, None, {"racks": MAP_A, "moved": sorted(MAP_A)}),
-            ("ledger_state", 1_100, 1, None, closed_ledger(["b1", "b3"], 10)),  # r1, r2: adheres
-            ("ledger_state", 1_100, 2, None, closed_ledger(["b1", "b2"], 11)),  # r1, r1: fails
+            ("ledger_state", 1_100, 1, None, closed_ledger_payload(["b1", "b3"], 10)),  # r1, r2: adheres
+            ("ledger_state", 1_100, 2, None, closed_ledger_payload(["b1", "b2"], 11)),  # r1, r1: fails
         ),
         0,
     )
@@ -118,8 +102,8 @@ def test_an_invalid_map_keeps_placement_alerts_as_they_are_and_recovery_rechecks
             ("rack_map", 2_000, None, None, {"error": "rack map: bookie id 'x y' is not valid"}),
             # While the map is invalid: ledger 2 gets an ensemble that would adhere, ledger 4 one that would
             # not. Neither verdict is known, so nothing fires and nothing resolves.
-            ("ledger_state", 2_100, 2, None, closed_ledger(["b2", "b3"], 20)),
-            ("ledger_state", 2_100, 4, None, closed_ledger(["b1", "b2"], 21)),
+            ("ledger_state", 2_100, 2, None, closed_ledger_payload(["b2", "b3"], 20)),
+            ("ledger_state", 2_100, 4, None, closed_ledger_payload(["b1", "b2"], 21)),
         ),
         1,
     )

@@ -9,26 +9,10 @@ from deltalake import DeltaTable
 from connectors.delta.tables import TABLES, read_table, table_path
 from streaming.decode import ledger_payload  # noqa: F401  (the payload shape the sink consumes)
 from streaming.sink import AuditSink, SinkConfig
+from tests.integration.event_fixtures import closed_ledger_payload
 from tests.integration.event_fixtures import decision_table as decisions
 
 pytestmark = pytest.mark.integration
-
-
-def ledger(ledger_id, ensemble, mzxid):
-    return {
-        "state": "CLOSED",
-        "ensemble_size": len(ensemble),
-        "write_quorum": 2,
-        "ack_quorum": 2,
-        "last_entry_id": 9,
-        "length": 10,
-        "segments": [[0, ensemble]],
-        "mzxid": mzxid,
-        "version": 0,
-        "format_version": 3,
-        "has_password": True,
-        "custom_metadata": [],
-    }
 
 
 def versions(root):
@@ -45,8 +29,8 @@ def test_replaying_a_batch_is_a_no_op_on_tables_and_republishes_the_same_alert_i
         ("bookie_state", 1_000, None, "b1", {"status": "WRITABLE", "lost": False}),
         ("bookie_state", 1_000, None, "b2", {"status": "WRITABLE", "lost": False}),
         ("bookie_state", 1_000, None, "b3", {"status": "WRITABLE", "lost": False}),
-        ("ledger_state", 1_000, 1, None, ledger(1, ["b1", "b2", "b3"], 10)),
-        ("ledger_state", 1_000, 2, None, ledger(2, ["b2", "b3", "b1"], 11)),
+        ("ledger_state", 1_000, 1, None, closed_ledger_payload(["b1", "b2", "b3"], 10)),
+        ("ledger_state", 1_000, 2, None, closed_ledger_payload(["b2", "b3", "b1"], 11)),
     )
     sink.process(setup, 0)
     loss = decisions(
@@ -79,7 +63,10 @@ def test_a_crash_between_table_commits_ends_in_the_same_tables_after_replay(
     ensure_topic(kafka_settings, kafka_settings.alerts_topic, 1)
     rows = [
         ("bookie_state", 1_000, None, b, {"status": "WRITABLE", "lost": False}) for b in ("b1", "b2", "b3")
-    ] + [("ledger_state", 1_000, i, None, ledger(i, ["b1", "b2", "b3"], 10 + i)) for i in range(1, 6)]
+    ] + [
+        ("ledger_state", 1_000, i, None, closed_ledger_payload(["b1", "b2", "b3"], 10 + i))
+        for i in range(1, 6)
+    ]
     loss = decisions(
         ("bookie_state", 2_000, None, "b1", {"status": "GONE", "lost": True, "missing_since_ms": 1_500}),
         ("bookie_lost", 2_000, None, "b1", {"missing_since_ms": 1_500}),
@@ -88,7 +75,7 @@ def test_a_crash_between_table_commits_ends_in_the_same_tables_after_replay(
             2_000,
             3,
             None,
-            ledger(3, ["b4", "b2", "b3"], 20),
+            closed_ledger_payload(["b4", "b2", "b3"], 20),
         ),  # re-replicated in the same batch
     )
 
@@ -136,9 +123,11 @@ def test_the_sink_drops_duplicate_and_older_ledger_versions_but_snapshots_still_
     root = tmp_path / "lh"
     sink = AuditSink(SinkConfig(lakehouse_root=root, app_id="dedupe-test", kafka=kafka_settings))
     bookies = [("bookie_state", 1_000, None, b, {"status": "WRITABLE", "lost": False}) for b in ("b1", "b2")]
-    sink.process(decisions(*bookies, ("ledger_state", 1_000, 1, None, ledger(1, ["b1", "b2"], 10))), 0)
-    older = {**ledger(1, ["b2", "b1"], 9), "snapshot_id": "snap-1"}
-    duplicate = {**ledger(1, ["b2", "b1"], 10), "snapshot_id": "snap-1"}
+    sink.process(
+        decisions(*bookies, ("ledger_state", 1_000, 1, None, closed_ledger_payload(["b1", "b2"], 10))), 0
+    )
+    older = {**closed_ledger_payload(["b2", "b1"], 9), "snapshot_id": "snap-1"}
+    duplicate = {**closed_ledger_payload(["b2", "b1"], 10), "snapshot_id": "snap-1"}
     report = sink.process(
         decisions(("ledger_state", 2_000, 1, None, older), ("ledger_state", 2_001, 1, None, duplicate)), 1
     )
@@ -150,10 +139,10 @@ def test_the_sink_drops_duplicate_and_older_ledger_versions_but_snapshots_still_
     # After a delete the last version is stale (a late copy), a newer one re-creates the ledger.
     sink.process(decisions(("ledger_deleted", 3_000, 1, None, {"last_mzxid": 10, "inferred": False})), 2)
     sink.process(decisions(("ledger_deleted", 3_001, 1, None, {"last_mzxid": 10, "inferred": False})), 3)
-    sink.process(decisions(("ledger_state", 3_002, 1, None, ledger(1, ["b1", "b2"], 10))), 4)
+    sink.process(decisions(("ledger_state", 3_002, 1, None, closed_ledger_payload(["b1", "b2"], 10))), 4)
     row = read_table(root, "ledgers").to_pylist()[0]
     assert (row["deleted"], row["mzxid"]) == (True, 10)
-    sink.process(decisions(("ledger_state", 4_000, 1, None, ledger(1, ["b1", "b2"], 13))), 5)
+    sink.process(decisions(("ledger_state", 4_000, 1, None, closed_ledger_payload(["b1", "b2"], 13))), 5)
     row = read_table(root, "ledgers").to_pylist()[0]
     assert (row["deleted"], row["mzxid"]) == (False, 13)
 
@@ -175,7 +164,9 @@ def test_open_alerts_are_reread_only_when_the_table_moved_on(kafka_settings, tmp
     root = tmp_path / "lh"
     sink = AuditSink(SinkConfig(lakehouse_root=root, app_id="cache-test", kafka=kafka_settings))
     bookies = [("bookie_state", 1_000, None, b, {"status": "WRITABLE", "lost": False}) for b in ("b1", "b2")]
-    sink.process(decisions(*bookies, ("ledger_state", 1_000, 1, None, ledger(1, ["b1", "b2"], 10))), 0)
+    sink.process(
+        decisions(*bookies, ("ledger_state", 1_000, 1, None, closed_ledger_payload(["b1", "b2"], 10))), 0
+    )
     lost = decisions(
         ("bookie_state", 2_000, None, "b1", {"status": "GONE", "lost": True, "missing_since_ms": 1_500}),
         ("bookie_lost", 2_000, None, "b1", {"missing_since_ms": 1_500}),
@@ -214,9 +205,9 @@ def test_a_loss_checks_only_the_lost_bookie_rule_and_a_rack_move_rechecks_placem
     setup = decisions(
         ("rack_map", 1_000, None, None, {"racks": racks, "moved": []}),
         *[("bookie_state", 1_000, None, b, {"status": "WRITABLE", "lost": False}) for b in racks],
-        ("ledger_state", 1_000, 1, None, ledger(1, ["b1", "b2"], 10)),  # one rack: not adhering
-        ("ledger_state", 1_000, 2, None, ledger(2, ["b1", "b3"], 11)),
-        ("ledger_state", 1_000, 3, None, ledger(3, ["b3", "b4"], 12)),  # one rack, not on b1
+        ("ledger_state", 1_000, 1, None, closed_ledger_payload(["b1", "b2"], 10)),  # one rack: not adhering
+        ("ledger_state", 1_000, 2, None, closed_ledger_payload(["b1", "b3"], 11)),
+        ("ledger_state", 1_000, 3, None, closed_ledger_payload(["b3", "b4"], 12)),  # one rack, not on b1
     )
     placed = sink.process(setup, 0)
     assert {(a["ledger_id"], a["kind"]) for a in placed.alerts} == {
@@ -270,11 +261,11 @@ def test_index_rows_without_the_copied_columns_fall_back_to_the_ledgers_table(ka
     root = tmp_path / "lh"
     sink = AuditSink(SinkConfig(lakehouse_root=root, app_id="fallback-test", kafka=kafka_settings))
     bookies = [("bookie_state", 1_000, None, b, {"status": "WRITABLE", "lost": False}) for b in ("b1", "b2")]
-    one_copy = {**ledger(2, ["b1"], 11), "ensemble_size": 1, "write_quorum": 1, "ack_quorum": 1}
+    one_copy = {**closed_ledger_payload(["b1"], 11), "ensemble_size": 1, "write_quorum": 1, "ack_quorum": 1}
     sink.process(
         decisions(
             *bookies,
-            ("ledger_state", 1_000, 1, None, ledger(1, ["b1", "b2"], 10)),
+            ("ledger_state", 1_000, 1, None, closed_ledger_payload(["b1", "b2"], 10)),
             ("ledger_state", 1_000, 2, None, one_copy),
         ),
         0,

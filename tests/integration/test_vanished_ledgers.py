@@ -12,29 +12,12 @@ import pytest
 
 from connectors.delta.tables import read_table
 from streaming.sink import AuditSink, SinkConfig
+from tests.integration.event_fixtures import closed_ledger_payload
 from tests.integration.event_fixtures import decision_table as decisions
 
 pytestmark = pytest.mark.integration
 
 BEGIN = 2_000  # the snapshot's begin (event time, ms)
-
-
-def ledger(ensemble, mzxid, snapshot_id=None):
-    return {
-        "state": "CLOSED",
-        "ensemble_size": len(ensemble),
-        "write_quorum": 2,
-        "ack_quorum": 2,
-        "last_entry_id": 9,
-        "length": 10,
-        "segments": [[0, ensemble]],
-        "mzxid": mzxid,
-        "version": 0,
-        "format_version": 3,
-        "has_password": True,
-        "custom_metadata": [],
-        "snapshot_id": snapshot_id,
-    }
 
 
 def complete(at_ms, snapshot_id="s2", begin_ms=BEGIN):
@@ -95,8 +78,8 @@ def test_ledgers_created_live_after_a_snapshot_began_stay_live_and_are_alerted_w
     sink.process(
         decisions(
             *writable("b1", "b2", "b3"),
-            ("ledger_state", 1_000, 1, None, ledger(["b1", "b2"], 10)),
-            ("ledger_state", 1_000, 2, None, ledger(["b2", "b3"], 11)),
+            ("ledger_state", 1_000, 1, None, closed_ledger_payload(["b1", "b2"], 10)),
+            ("ledger_state", 1_000, 2, None, closed_ledger_payload(["b2", "b3"], 11)),
         ),
         0,
     )
@@ -106,11 +89,11 @@ def test_ledgers_created_live_after_a_snapshot_began_stay_live_and_are_alerted_w
     report = sink.process(
         decisions(
             ("ledger_seen", 2_010, 1, None, {"snapshot_id": "s2"}),
-            ("ledger_state", 2_020, 2, None, ledger(["b2", "b3"], 11, snapshot_id="s2")),
-            ("ledger_state", 2_030, 5, None, ledger(["b1", "b3"], 15)),
+            ("ledger_state", 2_020, 2, None, closed_ledger_payload(["b2", "b3"], 11, snapshot_id="s2")),
+            ("ledger_state", 2_030, 5, None, closed_ledger_payload(["b1", "b3"], 15)),
             complete(2_040),
-            ("ledger_state", 2_050, 3, None, ledger(["b1", "b2"], 13)),
-            ("ledger_state", 2_060, 4, None, ledger(["b1", "b3"], 14)),
+            ("ledger_state", 2_050, 3, None, closed_ledger_payload(["b1", "b2"], 13)),
+            ("ledger_state", 2_060, 4, None, closed_ledger_payload(["b1", "b3"], 14)),
         ),
         1,
     )
@@ -133,12 +116,15 @@ def test_ledgers_created_live_after_a_snapshot_began_stay_live_and_are_alerted_w
 def test_a_live_create_in_an_earlier_batch_than_the_snapshot_end_is_not_marked_deleted(sink):
     # The bracket spans batches: the live create (after the begin) is in batch 1, the END in batch 2.
     sink.process(
-        decisions(*writable("b1", "b2"), ("ledger_state", 1_000, 1, None, ledger(["b1", "b2"], 10))), 0
+        decisions(
+            *writable("b1", "b2"), ("ledger_state", 1_000, 1, None, closed_ledger_payload(["b1", "b2"], 10))
+        ),
+        0,
     )
     sink.process(
         decisions(
             ("ledger_seen", 2_010, 1, None, {"snapshot_id": "s2"}),
-            ("ledger_state", 2_020, 6, None, ledger(["b1", "b2"], 16)),
+            ("ledger_state", 2_020, 6, None, closed_ledger_payload(["b1", "b2"], 16)),
         ),
         1,
     )
@@ -167,8 +153,8 @@ def test_a_ledger_deleted_while_the_watcher_was_down_is_marked_deleted_by_the_ne
     sink.process(
         decisions(
             *writable("b1", "b2"),
-            ("ledger_state", 1_000, 1, None, ledger(["b1", "b2"], 10)),
-            ("ledger_state", 1_000, 9, None, ledger(["b1", "b2"], 19)),
+            ("ledger_state", 1_000, 1, None, closed_ledger_payload(["b1", "b2"], 10)),
+            ("ledger_state", 1_000, 9, None, closed_ledger_payload(["b1", "b2"], 19)),
         ),
         0,
     )
@@ -190,7 +176,10 @@ def test_a_ledger_deleted_while_the_watcher_was_down_is_marked_deleted_by_the_ne
 def test_a_snapshot_whose_begin_the_job_did_not_read_marks_nothing_deleted(sink):
     # Without its begin the job cannot tell the bracket's events from older ones: no reconciliation.
     sink.process(
-        decisions(*writable("b1", "b2"), ("ledger_state", 1_000, 1, None, ledger(["b1", "b2"], 10))), 0
+        decisions(
+            *writable("b1", "b2"), ("ledger_state", 1_000, 1, None, closed_ledger_payload(["b1", "b2"], 10))
+        ),
+        0,
     )
     sink.process(decisions(complete(2_040, begin_ms=None)), 1)
     assert rows_by_id(sink)[1]["deleted"] is False
