@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -106,17 +107,23 @@ def expected_loss(ledgers: range) -> set[tuple[str, object]]:
     return {("BOOKIE_LOST", LOST)} | {("LEDGER_UNDER_REPLICATED", i) for i in ledgers if LOST in ring(i)}
 
 
+def publish_before_the_loss(kafka: Any, ledgers: range) -> tuple[Clock, int, int]:
+    """A 2-partition changes topic holding a cluster of ``ledgers``: (clock, t0, the watcher's last mzxid)."""
+    ensure_topic(kafka, kafka.changes_topic, partitions=2)
+    t0 = int(time.time() * 1000) - 600_000
+    clock = Clock(t0)
+    before = Watcher(kafka, clock)
+    publish_cluster(before, ledgers, t0 + 100_000, partitions=2)
+    before.close()
+    return clock, t0, before.mzxid
+
+
 def test_recreated_topic_grown_past_the_checkpoint_is_read_from_its_start(
     spark, bk_services, kafka_settings, tmp_path
 ):
     settings = job_settings(kafka_settings, tmp_path)
     kafka = settings.kafka
-    ensure_topic(kafka, kafka.changes_topic, partitions=2)
-    t0 = int(time.time() * 1000) - 600_000
-    clock = Clock(t0)
-    before = Watcher(kafka, clock)
-    publish_cluster(before, range(1, 9), t0 + 100_000, partitions=2)
-    before.close()
+    clock, t0, mzxid = publish_before_the_loss(kafka, range(1, 9))
     run_once(spark, settings)
     positions = checkpointed_positions(settings)[kafka.changes_topic]
     assert min(positions.values()) > 0, positions
@@ -128,7 +135,7 @@ def test_recreated_topic_grown_past_the_checkpoint_is_read_from_its_start(
     ensure_topic(kafka, kafka.changes_topic, partitions=4)
     clock.now_ms = t0 + 200_000
     after = Watcher(kafka, clock)
-    after.mzxid = before.mzxid
+    after.mzxid = mzxid
     ledgers = range(1, 13)
     publish_cluster(after, ledgers, t0 + 200_000, partitions=4)
     after.bookie(LOST, "GONE")
@@ -149,12 +156,7 @@ def test_recreated_topic_shorter_than_the_checkpoint_is_read_from_its_start(
 ):
     settings = job_settings(kafka_settings, tmp_path)
     kafka = settings.kafka
-    ensure_topic(kafka, kafka.changes_topic, partitions=2)
-    t0 = int(time.time() * 1000) - 600_000
-    clock = Clock(t0)
-    before = Watcher(kafka, clock)
-    publish_cluster(before, range(1, 31), t0 + 100_000, partitions=2)
-    before.close()
+    clock, t0, mzxid = publish_before_the_loss(kafka, range(1, 31))
     run_once(spark, settings)
     positions = checkpointed_positions(settings)[kafka.changes_topic]
 
@@ -162,7 +164,7 @@ def test_recreated_topic_shorter_than_the_checkpoint_is_read_from_its_start(
     ensure_topic(kafka, kafka.changes_topic, partitions=2)
     clock.now_ms = t0 + 200_000
     after = Watcher(kafka, clock)
-    after.mzxid = before.mzxid
+    after.mzxid = mzxid
     after.bookie(LOST, "GONE")
     after.heartbeat(t0 + 300_000, partitions=2)
     after.close()
@@ -184,12 +186,7 @@ def test_a_running_job_reads_the_recreated_topic_after_the_broker_lost_its_data(
         update={"stream": settings.stream.model_copy(update={"publish_processes": 1})}
     )
     kafka = settings.kafka
-    ensure_topic(kafka, kafka.changes_topic, partitions=2)
-    t0 = int(time.time() * 1000) - 600_000
-    clock = Clock(t0)
-    before = Watcher(kafka, clock)
-    publish_cluster(before, range(1, 9), t0 + 100_000, partitions=2)
-    before.close()
+    clock, t0, mzxid = publish_before_the_loss(kafka, range(1, 9))
     query, sink = job.start(spark, settings)
     try:
         deadline = time.monotonic() + 240
@@ -203,7 +200,7 @@ def test_a_running_job_reads_the_recreated_topic_after_the_broker_lost_its_data(
         ensure_topic(kafka, kafka.changes_topic, partitions=4)
         clock.now_ms = t0 + 200_000
         after = Watcher(kafka, clock)
-        after.mzxid = before.mzxid
+        after.mzxid = mzxid
         ledgers = range(1, 13)
         publish_cluster(after, ledgers, t0 + 200_000, partitions=4)
         after.bookie(LOST, "GONE")
