@@ -18,26 +18,27 @@ streaming auditor").
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
-import subprocess
-import sys
-import time
-from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from itertools import pairwise
-from pathlib import Path
 from statistics import median
 from typing import Any
 
 import pytest
-from deltalake import DeltaTable
 
 from bkaudit.settings import KafkaSettings
-from connectors.delta.tables import TABLES, read_table, table_path
+from connectors.delta.tables import TABLES, read_table
 from connectors.kafka.topics import ensure_topic
-from tests.integration.event_fixtures import Watcher, alerts_on
+from tests.integration.event_fixtures import Watcher
+from tests.integration.job_process import (
+    JobRun,
+    alerts_by_id,
+    commit_times,
+    data_batch_plans,
+    kill_during_batch,
+    run_to_completion,
+    table_rows,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -169,219 +170,6 @@ def publish_history(kafka: KafkaSettings) -> History:
     return history
 
 
-# ---------------------------------------------------------------------------------------- the job process
-
-
-@dataclass(frozen=True)
-class JobRun:
-    """Where one run of the job keeps its state, and the topics it writes."""
-
-    root: Path
-    kafka: KafkaSettings
-
-    @property
-    def lakehouse(self) -> Path:
-        return self.root / "lakehouse"
-
-    @property
-    def checkpoint(self) -> Path:
-        return self.root / "checkpoints" / APP_ID
-
-    def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("BKAUDIT_")}
-        (self.root / "tmp").mkdir(parents=True, exist_ok=True)
-        env.update(
-            {
-                "TMPDIR": str(self.root / "tmp"),  # a killed JVM leaves its scratch files here, not in /tmp
-                "BKAUDIT_LAKEHOUSE_ROOT": str(self.lakehouse),
-                "BKAUDIT_CHECKPOINT_ROOT": str(self.root / "checkpoints"),
-                "BKAUDIT_KAFKA__BOOTSTRAP_SERVERS": self.kafka.bootstrap_servers,
-                "BKAUDIT_KAFKA__CHANGES_TOPIC": self.kafka.changes_topic,
-                "BKAUDIT_KAFKA__ALERTS_TOPIC": self.kafka.alerts_topic,
-                "BKAUDIT_KAFKA__FEEDBACK_TOPIC": self.kafka.feedback_topic,
-                "BKAUDIT_KAFKA__TOPIC_PARTITIONS": str(PARTITIONS),
-                "BKAUDIT_SPARK__MASTER": "local[2]",
-                "BKAUDIT_SPARK__SHUFFLE_PARTITIONS": "2",
-                "BKAUDIT_SPARK__UI_ENABLED": "false",
-                "BKAUDIT_SPARK__DRIVER_MEMORY": "1g",
-                "BKAUDIT_SPARK__EXTRA_CONF": json.dumps({"spark.local.dir": str(self.root / "tmp")}),
-                "BKAUDIT_STREAM__APP_ID": APP_ID,
-                **{f"BKAUDIT_STREAM__{k}": v for k, v in STREAM_SETTINGS.items()},
-            }
-        )
-        return env
-
-    def start(self, attempt: int) -> subprocess.Popen[bytes]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        log = (self.root / f"attempt-{attempt}.log").open("wb")
-        # A new session: the JVM and the Python workers are in the driver's process group, killed together.
-        return subprocess.Popen(
-            [sys.executable, "-m", "bkaudit.cli.main", "stream", "--available-now"],
-            env=self.env(),
-            cwd=self.root,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    def log_tail(self, attempt: int, lines: int = 40) -> str:
-        text = (self.root / f"attempt-{attempt}.log").read_text(errors="replace")
-        return "\n".join(text.splitlines()[-lines:])
-
-    def batch_ids(self, log: str) -> list[int]:
-        """Batch ids in the checkpoint's ``offsets`` (planned) or ``commits`` (done) log."""
-        folder = self.checkpoint / log
-        if not folder.is_dir():
-            return []
-        return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
-
-    def last(self, log: str) -> int:
-        ids = self.batch_ids(log)
-        return ids[-1] if ids else -1
-
-    def tables_with_batch(self, batch_id: int) -> list[str]:
-        """Tables that already committed ``batch_id`` (the sink had started writing when the job died)."""
-        return sorted(
-            name
-            for name in TABLES
-            if DeltaTable(table_path(self.lakehouse, name)).transaction_version(APP_ID) == batch_id
-        )
-
-
-def run_to_completion(run: JobRun, attempt: int) -> float:
-    started = time.monotonic()
-    process = run.start(attempt)
-    try:
-        code = process.wait(timeout=JOB_TIMEOUT_S)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    assert code == 0, f"attempt {attempt} exited with {code}:\n{run.log_tail(attempt)}"
-    return time.monotonic() - started
-
-
-@dataclass(frozen=True)
-class Kill:
-    """Where one SIGKILL landed: the last batch planned (``offsets/``) and committed (``commits/``) then."""
-
-    mode: str
-    after_s: float
-    last_planned: int
-    last_committed: int
-    tables_already_written: tuple[str, ...]
-
-    @property
-    def mid_batch(self) -> bool:
-        return self.last_planned > self.last_committed
-
-
-def delta_commit_counts(lakehouse: Path) -> dict[str, int]:
-    """Commit files per table: a change means the sink has just committed a table."""
-    counts = {}
-    for name in TABLES:
-        log = Path(table_path(lakehouse, name)) / "_delta_log"
-        counts[name] = sum(1 for p in log.glob("*.json")) if log.is_dir() else 0
-    return counts
-
-
-def kill_during_batch(run: JobRun, attempt: int, after_commit: int, mode: str, phase_s: float) -> Kill:
-    """Start the job, wait until batch ``after_commit`` is committed, then SIGKILL the process group:
-
-    - ``random``: ``phase_s`` later, i.e. somewhere in the following micro-batch (or the gap before it);
-    - ``sink``: as soon as the sink commits its first table of the following batch, so the batch is left
-      half written to Delta (the replay must skip the tables that have it and write the others alike).
-    """
-    started = time.monotonic()
-    process = run.start(attempt)
-    deadline = started + JOB_TIMEOUT_S
-
-    def wait_for(condition: Any) -> None:
-        while not condition():
-            assert process.poll() is None, (
-                f"attempt {attempt} ended before its kill:\n{run.log_tail(attempt)}"
-            )
-            assert time.monotonic() < deadline, (
-                f"attempt {attempt} made no progress:\n{run.log_tail(attempt)}"
-            )
-            time.sleep(0.02)
-
-    wait_for(lambda: run.last("commits") >= after_commit)
-    if mode == "sink":
-        before = delta_commit_counts(run.lakehouse)
-        wait_for(lambda: delta_commit_counts(run.lakehouse) != before)
-    else:
-        time.sleep(phase_s)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-    wait_until_group_gone(process.pid)
-    planned, committed = run.last("offsets"), run.last("commits")
-    written = run.tables_with_batch(planned) if planned > committed else []
-    return Kill(mode, round(time.monotonic() - started, 1), planned, committed, tuple(written))
-
-
-def _live_members(pgid: int) -> list[int]:
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # gone while we looked
-        if int(fields[2]) == pgid and fields[0] != "Z":  # fields: state, ppid, pgrp, ...
-            members.append(int(stat.parent.name))
-    return members
-
-
-def wait_until_group_gone(pgid: int, timeout_s: float = 15.0) -> None:
-    # The restart must not race a dying JVM that still writes to the checkpoint or the tables.
-    deadline = time.monotonic() + timeout_s
-    while members := _live_members(pgid):
-        assert time.monotonic() < deadline, f"process group {pgid} still alive after SIGKILL: {members}"
-        time.sleep(0.05)
-
-
-def commit_times(run: JobRun) -> list[float]:
-    folder = run.checkpoint / "commits"
-    return sorted((folder / str(i)).stat().st_mtime for i in run.batch_ids("commits"))
-
-
-# ------------------------------------------------------------------------------------------ comparisons
-
-
-def table_rows(lakehouse: Path) -> dict[str, list[str]]:
-    """Every table's rows, canonical and sorted (row order in Delta files is not part of the contract)."""
-    return {
-        name: sorted(
-            json.dumps(row, sort_keys=True, default=str) for row in read_table(lakehouse, name).to_pylist()
-        )
-        for name in TABLES
-    }
-
-
-def alerts_by_id(kafka: KafkaSettings) -> tuple[dict[str, set[str]], Counter[str]]:
-    """alert id → the distinct ``key + alert`` contents published for it, and how often each was published."""
-    contents: dict[str, set[str]] = defaultdict(set)
-    copies: Counter[str] = Counter()
-    for key, alert in alerts_on(kafka):
-        content = json.dumps({"key": key, **alert}, sort_keys=True)
-        contents[alert["alert_id"]].add(content)
-        copies[content] += 1
-    return dict(contents), copies
-
-
-def data_batch_plans(run: JobRun) -> dict[int, str]:
-    """batch id → changes-topic offsets it read, for the batches that read any (the batch plan)."""
-    plans, previous = {}, None
-    for batch_id in run.batch_ids("offsets"):
-        lines = (run.checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
-        # "v1", the batch metadata, then one offset line per source (the query reads the topics twice).
-        offsets = json.dumps(json.loads(lines[2]).get(run.kafka.changes_topic), sort_keys=True)
-        if offsets != previous:
-            plans[batch_id] = offsets
-        previous = offsets
-    return plans
-
-
 # ------------------------------------------------------------------------------------------------ the test
 
 
@@ -401,8 +189,8 @@ def test_sigkill_at_random_points_then_restart_ends_in_the_reference_tables_and_
         )
 
     # Reference: one uninterrupted run.
-    reference = JobRun(tmp_path / "reference", own_topics("reference"))
-    reference_s = run_to_completion(reference, 0)
+    reference = JobRun(tmp_path / "reference", own_topics("reference"), STREAM_SETTINGS, APP_ID, PARTITIONS)
+    reference_s = run_to_completion(reference, 0, JOB_TIMEOUT_S)
     reference_plans = data_batch_plans(reference)
     expected_tables = table_rows(reference.lakehouse)
     expected_alerts, reference_copies = alerts_by_id(reference.kafka)
@@ -432,7 +220,7 @@ def test_sigkill_at_random_points_then_restart_ends_in_the_reference_tables_and_
     # Crash run: SIGKILL in seeded random batches, then a final run to the end. One batch that publishes
     # alerts dies right after the sink's first Delta commit (alerts already on Kafka, tables half written);
     # the others at a random moment of the batch. Each restart resumes from the checkpoint.
-    crashed = JobRun(tmp_path / "crashed", own_topics("crashed"))
+    crashed = JobRun(tmp_path / "crashed", own_topics("crashed"), STREAM_SETTINGS, APP_ID, PARTITIONS)
     rng = random.Random(SEED)
     last_data_batch = max(reference_plans)
     alert_batches = {row["batch_id"] for row in read_table(reference.lakehouse, "violations").to_pylist()}
@@ -443,8 +231,10 @@ def test_sigkill_at_random_points_then_restart_ends_in_the_reference_tables_and_
     for attempt, (victim, mode) in enumerate(plan, start=1):
         after_commit = max(victim - 1, crashed.last("commits") + 1)  # every attempt commits something new
         phase_s = rng.uniform(0.1, 1.0) * batch_s
-        kills.append(kill_during_batch(crashed, attempt, after_commit, mode, phase_s))
-    final_s = run_to_completion(crashed, KILLS + 1)
+        kills.append(
+            kill_during_batch(crashed, attempt, after_commit, mode, phase_s, timeout_s=JOB_TIMEOUT_S)
+        )
+    final_s = run_to_completion(crashed, KILLS + 1, JOB_TIMEOUT_S)
     print(
         f"\n{history.events} events; reference run {reference_s:.1f} s, {len(reference_plans)} data batches "
         f"(median {batch_s:.1f} s each); final attempt {final_s:.1f} s; kills:"

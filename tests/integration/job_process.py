@@ -1,0 +1,286 @@
+"""``bkaudit stream`` as a real subprocess, for tests that kill it: start, SIGKILL, restart, compare.
+
+Shared by the crash test (``test_crash_recovery.py``) and the chaos suite (``tests/chaos``). A
+:class:`JobRun` is where one run of the job keeps its state (lakehouse, checkpoint, logs) and the topics it
+reads and writes; each attempt is a process started in a new session, so the Python driver, its JVM and
+the Python workers form one process group and a SIGKILL takes them together (:func:`kill_group`).
+
+The checkpoint's ``offsets/`` (planned) and ``commits/`` (done) logs tell where a kill landed, and
+:func:`data_batch_plans` which changes-topic offsets each batch read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deltalake import DeltaTable
+
+from bkaudit.settings import KafkaSettings
+from connectors.delta.tables import TABLES, read_table, table_path
+from tests.integration.event_fixtures import alerts_on
+
+DEFAULT_APP_ID = "bkaudit-crash-test"
+DEFAULT_TIMEOUT_S = 400.0
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """Where one run of the job keeps its state, the topics it uses, and its ``BKAUDIT_STREAM__*`` knobs.
+
+    ``extra_env`` holds any other ``BKAUDIT_*`` variables (e.g. a metrics port); ``partitions`` is the
+    changes topic's partition count the job creates topics with.
+    """
+
+    root: Path
+    kafka: KafkaSettings
+    stream_settings: Mapping[str, str] = field(default_factory=dict)
+    app_id: str = DEFAULT_APP_ID
+    partitions: int = 2
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def lakehouse(self) -> Path:
+        return self.root / "lakehouse"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / "checkpoints" / self.app_id
+
+    def log_path(self, attempt: int | str) -> Path:
+        return self.root / f"attempt-{attempt}.log"
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("BKAUDIT_")}
+        (self.root / "tmp").mkdir(parents=True, exist_ok=True)
+        env.update(
+            {
+                "TMPDIR": str(self.root / "tmp"),  # a killed JVM leaves its scratch files here, not in /tmp
+                "BKAUDIT_LAKEHOUSE_ROOT": str(self.lakehouse),
+                "BKAUDIT_CHECKPOINT_ROOT": str(self.root / "checkpoints"),
+                "BKAUDIT_KAFKA__BOOTSTRAP_SERVERS": self.kafka.bootstrap_servers,
+                "BKAUDIT_KAFKA__CHANGES_TOPIC": self.kafka.changes_topic,
+                "BKAUDIT_KAFKA__ALERTS_TOPIC": self.kafka.alerts_topic,
+                "BKAUDIT_KAFKA__FEEDBACK_TOPIC": self.kafka.feedback_topic,
+                "BKAUDIT_KAFKA__TOPIC_PARTITIONS": str(self.partitions),
+                "BKAUDIT_SPARK__MASTER": "local[2]",
+                "BKAUDIT_SPARK__SHUFFLE_PARTITIONS": "2",
+                "BKAUDIT_SPARK__UI_ENABLED": "false",
+                "BKAUDIT_SPARK__DRIVER_MEMORY": "1g",
+                "BKAUDIT_SPARK__EXTRA_CONF": json.dumps({"spark.local.dir": str(self.root / "tmp")}),
+                "BKAUDIT_STREAM__APP_ID": self.app_id,
+                **{f"BKAUDIT_STREAM__{k}": v for k, v in self.stream_settings.items()},
+                **self.extra_env,
+            }
+        )
+        return env
+
+    def start(self, attempt: int | str, *, available_now: bool = True) -> subprocess.Popen[bytes]:
+        """Start ``bkaudit stream`` (``--available-now`` unless told otherwise); output to its attempt log."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        log = self.log_path(attempt).open("wb")
+        args = ["stream", "--available-now"] if available_now else ["stream"]
+        # A new session: the JVM and the Python workers are in the driver's process group, killed together.
+        return subprocess.Popen(
+            [sys.executable, "-m", "bkaudit.cli.main", *args],
+            env=self.env(),
+            cwd=self.root,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def log_tail(self, attempt: int | str, lines: int = 40) -> str:
+        path = self.log_path(attempt)
+        text = path.read_text(errors="replace") if path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def batch_ids(self, log: str) -> list[int]:
+        """Batch ids in the checkpoint's ``offsets`` (planned) or ``commits`` (done) log."""
+        folder = self.checkpoint / log
+        if not folder.is_dir():
+            return []
+        return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
+
+    def last(self, log: str) -> int:
+        ids = self.batch_ids(log)
+        return ids[-1] if ids else -1
+
+    def tables_with_batch(self, batch_id: int) -> list[str]:
+        """Tables that already committed ``batch_id`` (the sink had started writing when the job died)."""
+        return sorted(
+            name
+            for name in TABLES
+            if DeltaTable(table_path(self.lakehouse, name)).transaction_version(self.app_id) == batch_id
+        )
+
+
+def run_to_completion(run: JobRun, attempt: int, timeout_s: float = DEFAULT_TIMEOUT_S) -> float:
+    """Run one ``--available-now`` attempt to its end (exit 0 asserted); returns its seconds."""
+    started = time.monotonic()
+    process = run.start(attempt)
+    try:
+        code = process.wait(timeout=timeout_s)
+    finally:
+        if process.poll() is None:
+            kill_group(process)
+    assert code == 0, f"attempt {attempt} exited with {code}:\n{run.log_tail(attempt)}"
+    return time.monotonic() - started
+
+
+@dataclass(frozen=True)
+class Kill:
+    """Where one SIGKILL landed: the last batch planned (``offsets/``) and committed (``commits/``) then."""
+
+    mode: str
+    after_s: float
+    last_planned: int
+    last_committed: int
+    tables_already_written: tuple[str, ...]
+
+    @property
+    def mid_batch(self) -> bool:
+        return self.last_planned > self.last_committed
+
+
+def delta_commit_counts(lakehouse: Path) -> dict[str, int]:
+    """Commit files per table: a change means the sink has just committed a table."""
+    counts = {}
+    for name in TABLES:
+        log = Path(table_path(lakehouse, name)) / "_delta_log"
+        counts[name] = sum(1 for p in log.glob("*.json")) if log.is_dir() else 0
+    return counts
+
+
+def kill_during_batch(
+    run: JobRun,
+    attempt: int,
+    after_commit: int,
+    mode: str,
+    phase_s: float,
+    *,
+    available_now: bool = True,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> Kill:
+    """Start the job, wait until batch ``after_commit`` is committed, then SIGKILL the process group:
+
+    - ``random``: ``phase_s`` later, i.e. somewhere in the following micro-batch (or the gap before it);
+    - ``sink``: as soon as the sink commits its first table of the following batch, so the batch is left
+      half written to Delta (the replay must skip the tables that have it and write the others alike).
+    """
+    started = time.monotonic()
+    process = run.start(attempt, available_now=available_now)
+    deadline = started + timeout_s
+
+    def wait_for(what: str, condition: Callable[[], bool]) -> None:
+        while not condition():
+            if process.poll() is not None:
+                raise AssertionError(
+                    f"attempt {attempt} ended (exit {process.returncode}) before its kill, while waiting "
+                    f"for {what}:\n{run.log_tail(attempt)}"
+                )
+            if time.monotonic() > deadline:
+                kill_group(process)
+                raise AssertionError(
+                    f"attempt {attempt}: no {what} within {timeout_s:.0f} s:\n{run.log_tail(attempt)}"
+                )
+            time.sleep(0.02)
+
+    wait_for(f"commit of batch {after_commit}", lambda: run.last("commits") >= after_commit)
+    if mode == "sink":
+        before = delta_commit_counts(run.lakehouse)
+        wait_for("Delta commit of the next batch", lambda: delta_commit_counts(run.lakehouse) != before)
+    else:
+        time.sleep(phase_s)
+    kill_group(process)
+    planned, committed = run.last("offsets"), run.last("commits")
+    written = run.tables_with_batch(planned) if planned > committed else []
+    return Kill(mode, round(time.monotonic() - started, 1), planned, committed, tuple(written))
+
+
+def kill_group(process: subprocess.Popen[Any]) -> None:
+    """SIGKILL ``process``'s process group (started with ``start_new_session``) and wait until it is gone."""
+    with contextlib.suppress(ProcessLookupError):  # already gone: the leader was reaped, no member left
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    wait_until_group_gone(process.pid)
+
+
+def _live_members(pgid: int) -> list[int]:
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone while we looked
+        if int(fields[2]) == pgid and fields[0] != "Z":  # fields: state, ppid, pgrp, ...
+            members.append(int(stat.parent.name))
+    return members
+
+
+def wait_until_group_gone(pgid: int, timeout_s: float = 15.0) -> None:
+    # The restart must not race a dying JVM that still writes to the checkpoint or the tables.
+    deadline = time.monotonic() + timeout_s
+    while members := _live_members(pgid):
+        assert time.monotonic() < deadline, f"process group {pgid} still alive after SIGKILL: {members}"
+        time.sleep(0.05)
+
+
+def commit_times(run: JobRun) -> list[float]:
+    folder = run.checkpoint / "commits"
+    return sorted((folder / str(i)).stat().st_mtime for i in run.batch_ids("commits"))
+
+
+def table_rows(lakehouse: Path) -> dict[str, list[str]]:
+    """Every table's rows, canonical and sorted (row order in Delta files is not part of the contract)."""
+    return {
+        name: sorted(
+            json.dumps(row, sort_keys=True, default=str) for row in read_table(lakehouse, name).to_pylist()
+        )
+        for name in TABLES
+    }
+
+
+def alerts_by_id(kafka: KafkaSettings) -> tuple[dict[str, set[str]], Counter[str]]:
+    """alert id → the distinct ``key + alert`` contents published for it, and how often each was published."""
+    contents: dict[str, set[str]] = defaultdict(set)
+    copies: Counter[str] = Counter()
+    for key, alert in alerts_on(kafka):
+        content = json.dumps({"key": key, **alert}, sort_keys=True)
+        contents[alert["alert_id"]].add(content)
+        copies[content] += 1
+    return dict(contents), copies
+
+
+def planned_offsets(run: JobRun) -> dict[int, dict[str, int] | None]:
+    """batch id → the changes-topic end offsets it planned (``{"partition": offset}``), from ``offsets/``."""
+    plans: dict[int, dict[str, int] | None] = {}
+    for batch_id in run.batch_ids("offsets"):
+        try:
+            lines = (run.checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
+            # "v1", the batch metadata, then one offset line per source (the query reads the topics twice).
+            plans[batch_id] = json.loads(lines[2]).get(run.kafka.changes_topic)
+        except (OSError, IndexError, ValueError):
+            continue  # being written right now
+    return plans
+
+
+def data_batch_plans(run: JobRun) -> dict[int, str]:
+    """batch id → changes-topic offsets it read, for the batches that read any (the batch plan)."""
+    plans, previous = {}, None
+    for batch_id, offsets in planned_offsets(run).items():
+        text = json.dumps(offsets, sort_keys=True)
+        if text != previous:
+            plans[batch_id] = text
+        previous = text
+    return plans
