@@ -1,0 +1,89 @@
+"""A heartbeat dated 2100 on every partition of the changes topic, then real changes.
+
+A heartbeat advances event time; one from the future (a watcher whose clock jumped, or a hostile record)
+must not move the watermark there, or every later real event would be dropped as late. The job must keep
+auditing (tables = truth after a bookie loss and ledger changes) and account for the rejected records:
+each injected heartbeat is a dead letter with its reason, and the dead-letter metric counts them
+(:func:`tests.chaos.recovery.after_future_heartbeat`: nothing to do).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+
+from bkaudit import events as ev
+from connectors.kafka.client_config import consumer_config
+from tests.chaos.recovery import after_future_heartbeat
+from tests.chaos.stack import PARTITIONS, chaos_stack, wait_for
+from tests.integration.event_fixtures import Watcher
+
+pytestmark = [pytest.mark.chaos, pytest.mark.integration]
+
+YEAR_2100_MS = 4_102_444_800_000  # 2100-01-01T00:00:00Z
+
+
+def heartbeats_dated(kafka, at_ms: int) -> set[tuple[int, int]]:
+    """(partition, offset) of every heartbeat on the changes topic dated ``at_ms``."""
+    consumer = KafkaConsumer(**consumer_config(kafka, None))
+    try:
+        partitions = [
+            TopicPartition(kafka.changes_topic, p) for p in consumer.partitions_for_topic(kafka.changes_topic)
+        ]
+        consumer.assign(partitions)
+        consumer.seek_to_beginning()
+        ends = consumer.end_offsets(partitions)
+        found: set[tuple[int, int]] = set()
+        deadline = time.monotonic() + 60
+        while any(consumer.position(tp) < ends[tp] for tp in partitions):
+            assert time.monotonic() < deadline, f"could not read {kafka.changes_topic} to {ends} in 60 s"
+            for records in consumer.poll(timeout_ms=500).values():
+                for record in records:
+                    event = ev.decode_event(record.value)
+                    if ev.payload_type(event) == "heartbeat" and event.heartbeat.watcher_time_ms == at_ms:
+                        found.add((record.partition, record.offset))
+        return found
+    finally:
+        consumer.close()
+
+
+def test_a_heartbeat_from_2100_neither_stops_the_audit_nor_goes_unaccounted(
+    chaos_services, chaos_seed, tmp_path_factory
+):
+    rng = random.Random(chaos_seed + 5)
+    with chaos_stack(chaos_services, tmp_path_factory.mktemp("future"), chaos_seed + 5) as stack:
+        rogue = Watcher(stack.kafka, lambda: YEAR_2100_MS, cluster=stack.cluster.instance_id)
+        rogue.heartbeat(YEAR_2100_MS, PARTITIONS)
+        rogue.close()
+        injected = heartbeats_dated(stack.kafka, YEAR_2100_MS)
+        assert len(injected) == PARTITIONS, injected
+        after_future_heartbeat(stack)
+        lost = stack.lose_bookie(rng)
+        for ledger_id in rng.sample(stack.cluster.ledger_ids(), 3):
+            stack.delete_ledger(ledger_id)
+        for _ in range(5):
+            stack.cluster.create_ledger(entries=2)
+        settle_s = stack.settle(f"real changes after heartbeats dated 2100, {lost} lost")
+        stack.wait_read_to_end()
+        stack.assert_no_alert_lost()
+
+        def dead_lettered() -> set[tuple[int, int]]:
+            return {(r["partition"], r["offset"]) for r in stack.kafka_dead_letters() if r["reason"]}
+
+        wait_for(
+            f"dead letters for the heartbeats dated 2100 at {sorted(injected)}",
+            lambda: injected <= dead_lettered(),
+            60,
+        )
+        assert dead_lettered() == injected, "only the heartbeats from 2100 are rejected"
+        counted = stack.metric_sum("bkaudit_stream_dead_letters_total")
+        assert counted >= len(injected), (
+            f"the dead-letter metric counts {counted}, not the {len(injected)} rejected"
+        )
+        print(
+            f"\nheartbeats dated 2100 at {sorted(injected)}: dead letters; "
+            f"tables = truth {settle_s:.0f} s later"
+        )
