@@ -323,8 +323,9 @@ class ChaosStack:
         shown_live = {i for i, r in rows.items() if not r["deleted"]}
         if shown_live != live:
             problems["ledgers"] = {
-                "missing": sorted(live - shown_live)[:20],
-                "not_deleted": sorted(shown_live - live)[:20],
+                "absent": sorted(live - set(rows))[:20],
+                "marked_deleted": sorted(live & set(rows) - shown_live)[:20],
+                "not_marked_deleted": sorted(shown_live - live)[:20],
             }
         wrong = []
         corrupt = self.cluster.snapshot().corrupt_ledgers

@@ -1,7 +1,9 @@
 """A heartbeat dated 2100 on every partition of the changes topic, then real changes.
 
 A heartbeat advances event time; one from the future (a watcher whose clock jumped, or a hostile record)
-must not move the watermark there, or every later real event would be dropped as late. The job must keep
+must not move the watermark there, or every later real event would be dropped as late. Once the job has
+committed the batch that read them, a bookie is lost (after a short recovery delay, so its loss waits for
+an event-time timer) and ledgers change. The job must keep
 auditing (tables = truth after a bookie loss and ledger changes) and account for the rejected records:
 each injected heartbeat is a dead letter with its reason, and the dead-letter metric counts them
 (:func:`tests.chaos.recovery.after_future_heartbeat`: nothing to do).
@@ -20,6 +22,7 @@ from connectors.kafka.client_config import consumer_config
 from tests.chaos.recovery import after_future_heartbeat
 from tests.chaos.stack import PARTITIONS, chaos_stack, wait_for
 from tests.integration.event_fixtures import Watcher
+from tests.integration.job_process import planned_offsets
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration]
 
@@ -60,7 +63,21 @@ def test_a_heartbeat_from_2100_neither_stops_the_audit_nor_goes_unaccounted(
         rogue.close()
         injected = heartbeats_dated(stack.kafka, YEAR_2100_MS)
         assert len(injected) == PARTITIONS, injected
+
+        def read_past_them() -> bool:
+            stack.require_alive()
+            plans = planned_offsets(stack.run)
+            batches = [
+                batch
+                for batch, offsets in plans.items()
+                if offsets and all(offsets.get(str(p), -1) > offset for p, offset in injected)
+            ]
+            return bool(batches) and stack.run.last("commits") >= min(batches)
+
+        # The real changes come in later batches than the heartbeats, after the watermark could move.
+        wait_for("the job to commit the batch that read the heartbeats dated 2100", read_past_them, 120)
         after_future_heartbeat(stack)
+        stack.cluster.set_lost_bookie_recovery_delay(2)
         lost = stack.lose_bookie(rng)
         for ledger_id in rng.sample(stack.cluster.ledger_ids(), 3):
             stack.delete_ledger(ledger_id)
