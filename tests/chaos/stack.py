@@ -18,7 +18,6 @@ Every wait is bounded and fails with a message naming what it waited for and wha
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 import signal
@@ -97,6 +96,13 @@ def wait_for(what: str, check: Callable[[], Any], timeout_s: float, *, every_s: 
 def tail(path: Path, lines: int = 30) -> str:
     text = path.read_text(errors="replace") if path.exists() else ""
     return "\n".join(text.splitlines()[-lines:])
+
+
+def job_log_tail(text: str, lines: int = 15) -> str:
+    """The job log's last lines without the py4j and Python-worker chatter that fills it."""
+    noise = ("py4j.clientserver", "Python worker", "falling behind")
+    kept = [line for line in text.splitlines() if line.strip() and not any(n in line for n in noise)]
+    return "\n".join(kept[-lines:])
 
 
 def last_line(path: Path) -> str:
@@ -190,7 +196,6 @@ class ChaosStack:
     kafka: KafkaSettings
     run: JobRun
     watcher: WatcherProcess
-    rng: random.Random
     metrics_port: int
     job: JobProcess | None = None
     job_starts: int = 0
@@ -224,7 +229,8 @@ class ChaosStack:
     def require_alive(self) -> None:
         """Fail at once (with the log's tail) when the job or the watcher has died."""
         if self.job is not None and not self.job.alive():
-            raise AssertionError(f"the job exited with {self.job.exit_code()}:\n{self.job.log_tail()}")
+            log = job_log_tail(self.job.log_tail(400), 30)
+            raise AssertionError(f"the job exited with {self.job.exit_code()}:\n{log}")
         if not self.watcher.alive():
             raise AssertionError(f"the watcher exited:\n{tail(self.watcher.log)}")
 
@@ -238,7 +244,7 @@ class ChaosStack:
         """Where to look when something fails: the processes' logs and the last batches."""
         job = (
             f"job attempt {self.job.attempt} ({'running' if self.job.alive() else self.job.exit_code()}):\n"
-            f"{self.job.log_tail(15)}"
+            f"{job_log_tail(self.job.log_tail(400))}"
             if self.job is not None
             else "no job"
         )
@@ -423,20 +429,23 @@ class ChaosStack:
             consumer.close()
 
     def wait_read_to_end(self, timeout_s: float = 120.0) -> None:
-        """Every partition of the changes topic, as it is now, is read by a planned batch of the job."""
+        """Every partition of the changes topic, as it is now, is read by a committed batch of the job."""
         ends = self.topic_end_offsets()
+
+        def committed_offsets() -> dict[str, int] | None:
+            return planned_offsets(self.run).get(self.run.last("commits"))
 
         def read() -> bool:
             self.require_alive()
-            plans = planned_offsets(self.run)
-            latest = plans[max(plans)] if plans else None
-            return bool(latest) and all(latest.get(p, -1) >= end for p, end in ends.items())
+            done = committed_offsets()
+            return bool(done) and all(done.get(p, -1) >= end for p, end in ends.items())
 
         try:
-            wait_for(f"the job to read {self.kafka.changes_topic} to {ends}", read, timeout_s)
+            wait_for(
+                f"the job to commit a batch reading {self.kafka.changes_topic} to {ends}", read, timeout_s
+            )
         except AssertionError as err:
-            plans = planned_offsets(self.run)
-            raise AssertionError(f"{err}; last plan {plans.get(max(plans)) if plans else None}") from None
+            raise AssertionError(f"{err}; last committed batch read to {committed_offsets()}") from None
 
     def kafka_dead_letters(self) -> list[dict[str, Any]]:
         return [r for r in self.table("dead_letters") if r["source"] != "znode"]
@@ -503,7 +512,6 @@ def chaos_stack(
         kafka=kafka,
         run=JobRun(root / "job", kafka, {}, "bkaudit-chaos", PARTITIONS),
         watcher=WatcherProcess(root, {}),
-        rng=random.Random(seed),
         metrics_port=metrics_port,
     )
     env = stack.base_env()
@@ -532,12 +540,3 @@ def chaos_stack(
         yield stack
     finally:
         stack.close()
-
-
-def alerts_published(kafka: KafkaSettings) -> list[dict[str, Any]]:
-    """Every alert on the stack's alerts topic (for reports)."""
-    return [alert for _, alert in alerts_on(kafka)]
-
-
-def dump(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
