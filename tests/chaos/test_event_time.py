@@ -5,7 +5,8 @@ must not move the watermark there, or every later real event would be dropped as
 committed the batch that read them, a bookie is lost (after a short recovery delay, so its loss waits for
 an event-time timer) and ledgers change. The job must keep
 auditing (tables = truth after a bookie loss and ledger changes) and account for the rejected records:
-each injected heartbeat is a dead letter with its reason, and the dead-letter metric counts them
+each injected heartbeat is a dead letter with its reason, the dead-letter metric counts them, and the
+watermark is not ahead of the wall clock (``bkaudit_stream_watermark_ahead_seconds`` is 0)
 (:func:`tests.chaos.recovery.after_future_heartbeat`: nothing to do).
 """
 
@@ -96,6 +97,8 @@ def test_a_heartbeat_from_2100_neither_stops_the_audit_nor_goes_unaccounted(
             60,
         )
         assert dead_lettered() == injected, "only the heartbeats from 2100 are rejected"
+        ahead = stack.metric_sum("bkaudit_stream_watermark_ahead_seconds")
+        assert ahead == 0, f"the watermark is {ahead:.0f} s ahead of the wall clock"
         counted = stack.metric_sum("bkaudit_stream_dead_letters_total")
         assert counted >= len(injected), (
             f"the dead-letter metric counts {counted}, not the {len(injected)} rejected"
