@@ -98,7 +98,7 @@ def after_broker_data_loss(stack: ChaosStack) -> str:
     def decided() -> bool:
         if not job.alive():
             return True
-        return not stack.mismatch(stack.truth())
+        return not stack.mismatch(stack.cluster.snapshot())
 
     wait_for("the job to recover from the broker's data loss or to exit 2", decided, DECISION_S)
     how = "recovered by itself"

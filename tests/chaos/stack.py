@@ -35,7 +35,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from bkaudit.settings import KafkaSettings
 from bkaudit.sim.cluster import SimulatedCluster
-from bkaudit.sim.truth import TruthParameters
+from bkaudit.sim.truth import ClusterSnapshot, TruthParameters, ground_truth
 from bkaudit.testing.harness import ServiceHarness
 from connectors.delta.tables import read_table
 from connectors.kafka.client_config import consumer_config
@@ -255,9 +255,10 @@ class ChaosStack:
         )
 
     # -- the cluster --------------------------------------------------------------------------------------
-    def truth(self) -> dict[str, Any]:
-        return self.cluster.ground_truth(
-            params=TruthParameters(probe_timeout_s=PROBE_TIMEOUT_S, under_replication_grace_s=GRACE_S)
+    def truth(self, snapshot: ClusterSnapshot | None = None) -> dict[str, Any]:
+        return ground_truth(
+            snapshot or self.cluster.snapshot(),
+            TruthParameters(probe_timeout_s=PROBE_TIMEOUT_S, under_replication_grace_s=GRACE_S),
         )
 
     def delete_ledger(self, ledger_id: int) -> None:
@@ -321,10 +322,12 @@ class ChaosStack:
                 time.sleep(0.5)
         raise AssertionError("unreachable")
 
-    def mismatch(self, truth: dict[str, Any]) -> dict[str, Any]:
-        """How the Delta tables differ from ``truth`` (empty when they agree)."""
+    def mismatch(self, snapshot: ClusterSnapshot) -> dict[str, Any]:
+        """How the Delta tables differ from the cluster at ``snapshot`` (empty when they agree)."""
         problems: dict[str, Any] = {}
-        live = set(self.cluster.ledger_ids())
+        truth = self.truth(snapshot)
+        corrupt = snapshot.corrupt_ledgers
+        live = set(snapshot.ledgers) | corrupt
         rows = {r["ledger_id"]: r for r in self.table("ledgers")}
         shown_live = {i for i, r in rows.items() if not r["deleted"]}
         if shown_live != live:
@@ -334,9 +337,8 @@ class ChaosStack:
                 "not_marked_deleted": sorted(shown_live - live)[:20],
             }
         wrong = []
-        corrupt = self.cluster.snapshot().corrupt_ledgers
         for ledger_id in sorted(live & shown_live - corrupt):
-            row, md = rows[ledger_id], self.cluster.ledger_metadata(ledger_id)
+            row, md = rows[ledger_id], snapshot.ledgers[ledger_id]
             if (row["state"], row["last_entry_id"], row["bookies"]) != (
                 md.state.value,
                 md.last_entry_id,
@@ -378,10 +380,10 @@ class ChaosStack:
             nonlocal last
             if alive:
                 self.require_alive()
-            truth = self.truth()
-            last = self.mismatch(truth)
+            snapshot = self.cluster.snapshot()
+            last = self.mismatch(snapshot)
             if not last:
-                self.truths.append(truth)
+                self.truths.append(self.truth(snapshot))
             return not last
 
         try:

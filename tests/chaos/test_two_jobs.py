@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import time
 
 import pytest
 
@@ -37,8 +38,8 @@ def test_a_second_job_on_the_same_checkpoint_is_refused_and_the_first_runs_on(
         stack.require_alive()
         lost = stack.lose_bookie(rng)
         with stack.churning(random.Random(rng.random())):
-            settle_s = stack.settle(f"the first job after the second was refused, {lost} lost")
-        stack.settle("after the churn stopped")
+            time.sleep(3.0)
+        settle_s = stack.settle(f"the first job after the second was refused, churn, {lost} lost")
         stack.wait_read_to_end()
         stack.assert_no_alert_lost()
         print(f"\nsecond job: {line!r}; tables = truth {settle_s:.0f} s later")
