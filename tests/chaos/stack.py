@@ -1,6 +1,6 @@
 """The chaos suite's stack: simulator → real ZooKeeper → ``bkaudit watch`` → broker → ``bkaudit stream``.
 
-One :class:`ChaosStack` per scenario module: a simulated cluster in a fresh chroot of the suite's own
+One :class:`ChaosStack` per test module: a simulated cluster in a fresh chroot of the suite's own
 ZooKeeper (a few bookies, a few hundred ledgers), the watcher and the job as real subprocesses (each in its
 own session, so ``kill -9`` takes a process and all its children), private topics, lakehouse and
 checkpoint. Faults are injected from the test; afterwards the checks say what a correct auditor must show:
@@ -235,10 +235,23 @@ class ChaosStack:
             raise AssertionError(f"the watcher exited:\n{tail(self.watcher.log)}")
 
     def close(self) -> None:
-        if self.job is not None:
-            self.job.stop()
+        """Tear down (the job is killed: its checkpoint and tables are thrown away anyway)."""
+        if self.job is not None and self.job.alive():
+            self.job.kill9()
         self.watcher.stop()
         self.cluster.close()
+
+    def restore_bookies(self) -> list[str]:
+        """Restart every bookie an earlier scenario stopped (their alerts resolve); returns them."""
+        down = [b for b, info in self.truth()["bookies"].items() if info["registration"] == "none"]
+        for bookie_id in down:
+            self.cluster.restart_bookie(bookie_id)
+        return down
+
+    def start_healthy(self, scenario: str) -> None:
+        """A scenario's starting point: every bookie back, the tables equal to the truth."""
+        returned = self.restore_bookies()
+        self.settle(f"before {scenario}" + (f", {', '.join(returned)} restarted" if returned else ""))
 
     def describe(self) -> str:
         """Where to look when something fails: the processes' logs and the last batches."""

@@ -1,5 +1,7 @@
 """The broker fails under the running watcher and job: it restarts empty, or it freezes for 45 s.
 
+Both run on one stack, the hang first: the data loss ends the alerts topic's history.
+
 - Data loss: the embedded broker keeps everything in memory, so a restart is a real cluster losing (or an
   operator recreating) its topics. A bookie is lost and ledgers change right after. The job must not skip
   anything silently: it recovers by itself from the watcher's next full snapshot, or stops with exit 2 and
@@ -22,7 +24,6 @@ import time
 import pytest
 
 from tests.chaos.recovery import after_broker_data_loss, after_broker_hang
-from tests.chaos.stack import chaos_stack
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration]
 
@@ -39,42 +40,42 @@ def change_the_cluster(stack, rng: random.Random) -> str:
     return lost
 
 
-def test_a_broker_restart_with_data_loss_skips_nothing(chaos_services, chaos_seed, tmp_path_factory):
-    rng = random.Random(chaos_seed + 3)
-    with chaos_stack(chaos_services, tmp_path_factory.mktemp("broker-loss"), chaos_seed + 3) as stack:
-        chaos_services.stop_broker()
-        chaos_services.start_broker()
-        assert chaos_services.kafka_bootstrap == stack.kafka.bootstrap_servers, "broker moved to another port"
-        # Every alert published so far went with the broker's data: only what is settled from now on counts.
-        stack.truths.clear()
-        lost = change_the_cluster(stack, rng)
-        started = time.monotonic()
-        how = after_broker_data_loss(stack)
-        settle_s = stack.settle(f"after the broker's data loss and the loss of {lost}")
-        stack.wait_read_to_end()
-        stack.assert_no_alert_lost()
-        assert stack.kafka_dead_letters() == [], "the watcher published nothing a job should reject"
-        print(
-            f"\nbroker data loss: {how}; tables = truth {time.monotonic() - started:.0f} s later "
-            f"({settle_s:.0f} s after recovery)"
-        )
-
-
-def test_a_broker_hang_of_45_s_is_ridden_out(chaos_services, chaos_seed, tmp_path_factory):
+def test_a_broker_hang_of_45_s_is_ridden_out(stack, chaos_services, chaos_seed):
     rng = random.Random(chaos_seed + 4)
-    with chaos_stack(chaos_services, tmp_path_factory.mktemp("broker-hang"), chaos_seed + 4) as stack:
-        pid = chaos_services.cluster.broker.pid()
-        assert pid is not None, "the chaos suite's broker is not running"
-        frozen = time.monotonic()
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            lost = change_the_cluster(stack, rng)
-            time.sleep(max(0.0, HANG_S - (time.monotonic() - frozen)))
-        finally:
-            os.kill(pid, signal.SIGCONT)
-        after_broker_hang(stack)
-        settle_s = stack.settle(f"after a {HANG_S:.0f} s broker hang and the loss of {lost}")
-        stack.wait_read_to_end()
-        stack.assert_no_alert_lost()
-        assert stack.kafka_dead_letters() == [], "the watcher published nothing a job should reject"
-        print(f"\nbroker hang {HANG_S:.0f} s: tables = truth {settle_s:.0f} s after SIGCONT")
+    stack.start_healthy("the broker hang")
+    pid = chaos_services.cluster.broker.pid()
+    assert pid is not None, "the chaos suite's broker is not running"
+    frozen = time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        lost = change_the_cluster(stack, rng)
+        time.sleep(max(0.0, HANG_S - (time.monotonic() - frozen)))
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    after_broker_hang(stack)
+    settle_s = stack.settle(f"after a {HANG_S:.0f} s broker hang and the loss of {lost}")
+    stack.wait_read_to_end()
+    stack.assert_no_alert_lost()
+    assert stack.kafka_dead_letters() == [], "the watcher published nothing a job should reject"
+    print(f"\nbroker hang {HANG_S:.0f} s: tables = truth {settle_s:.0f} s after SIGCONT")
+
+
+def test_a_broker_restart_with_data_loss_skips_nothing(stack, chaos_services, chaos_seed):
+    rng = random.Random(chaos_seed + 3)
+    stack.start_healthy("the broker's data loss")
+    chaos_services.stop_broker()
+    chaos_services.start_broker()
+    assert chaos_services.kafka_bootstrap == stack.kafka.bootstrap_servers, "broker moved to another port"
+    # Every alert published so far went with the broker's data: only what is settled from now on counts.
+    stack.truths.clear()
+    lost = change_the_cluster(stack, rng)
+    started = time.monotonic()
+    how = after_broker_data_loss(stack)
+    settle_s = stack.settle(f"after the broker's data loss and the loss of {lost}")
+    stack.wait_read_to_end()
+    stack.assert_no_alert_lost()
+    assert stack.kafka_dead_letters() == [], "the watcher published nothing a job should reject"
+    print(
+        f"\nbroker data loss: {how}; tables = truth {time.monotonic() - started:.0f} s later "
+        f"({settle_s:.0f} s after recovery)"
+    )

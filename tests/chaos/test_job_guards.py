@@ -1,0 +1,141 @@
+"""What the job must refuse: a second job on its checkpoint, and heartbeats dated 2100.
+
+Two jobs: two queries on one checkpoint would interleave their batch logs and their Delta commits (and may
+publish alerts twice). The second must stop at once with exit 2 and one line
+(:func:`tests.chaos.recovery.second_job_on_same_checkpoint`); the first must not notice: a bookie loss and
+ledger changes afterwards end in the ground truth with no alert lost.
+
+Future heartbeat: a heartbeat advances event time; one from the future (a watcher whose clock jumped, or a
+hostile record) on every partition of the changes topic must not move the watermark there, or every later
+real event would be dropped as late. Once the job has committed the batch that read them, a bookie is lost
+(after a short recovery delay, so its loss waits for an event-time timer) and ledgers change. The job must
+keep auditing and account for the rejected records: each injected heartbeat is a dead letter with its
+reason, the dead-letter metric counts them, and the watermark is not ahead of the wall clock
+(``bkaudit_stream_watermark_ahead_seconds`` is 0); :func:`tests.chaos.recovery.after_future_heartbeat`:
+nothing to do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+
+from bkaudit import events as ev
+from connectors.kafka.client_config import consumer_config
+from connectors.process import free_port
+from tests.chaos.recovery import after_future_heartbeat, second_job_on_same_checkpoint
+from tests.chaos.stack import PARTITIONS, JobProcess, wait_for
+from tests.integration.event_fixtures import Watcher
+from tests.integration.job_process import planned_offsets
+
+pytestmark = [pytest.mark.chaos, pytest.mark.integration]
+
+YEAR_2100_MS = 4_102_444_800_000  # 2100-01-01T00:00:00Z
+
+
+def heartbeats_dated(kafka, at_ms: int) -> set[tuple[int, int]]:
+    """(partition, offset) of every heartbeat on the changes topic dated ``at_ms``."""
+    consumer = KafkaConsumer(**consumer_config(kafka, None))
+    try:
+        partitions = [
+            TopicPartition(kafka.changes_topic, p) for p in consumer.partitions_for_topic(kafka.changes_topic)
+        ]
+        consumer.assign(partitions)
+        consumer.seek_to_beginning()
+        ends = consumer.end_offsets(partitions)
+        found: set[tuple[int, int]] = set()
+        deadline = time.monotonic() + 60
+        while any(consumer.position(tp) < ends[tp] for tp in partitions):
+            assert time.monotonic() < deadline, f"could not read {kafka.changes_topic} to {ends} in 60 s"
+            for records in consumer.poll(timeout_ms=500).values():
+                for record in records:
+                    event = ev.decode_event(record.value)
+                    if ev.payload_type(event) == "heartbeat" and event.heartbeat.watcher_time_ms == at_ms:
+                        found.add((record.partition, record.offset))
+        return found
+    finally:
+        consumer.close()
+
+
+def change_the_cluster(stack, rng: random.Random) -> str:
+    """A bookie loss and a few ledger changes; returns the lost bookie."""
+    lost = stack.lose_bookie(rng)
+    for ledger_id in rng.sample(stack.cluster.ledger_ids(), 3):
+        stack.delete_ledger(ledger_id)
+    for _ in range(5):
+        stack.cluster.create_ledger(entries=2)
+    return lost
+
+
+def test_a_second_job_on_the_same_checkpoint_is_refused_and_the_first_runs_on(stack, chaos_seed):
+    rng = random.Random(chaos_seed + 6)
+    stack.start_healthy("a second job")
+    # Same checkpoint, lakehouse, app id and topics; only its metrics port differs (not the lock's job).
+    twin = dataclasses.replace(
+        stack.run, stream_settings={**stack.run.stream_settings, "METRICS_PORT": str(free_port())}
+    )
+    second = JobProcess(twin, "second", twin.start("second", available_now=False))
+    try:
+        line = second_job_on_same_checkpoint(stack, second)
+    finally:
+        second.stop()
+    stack.require_alive()
+    lost = stack.lose_bookie(rng)
+    with stack.churning(random.Random(rng.random())):
+        time.sleep(3.0)
+    settle_s = stack.settle(f"the first job after the second was refused, churn, {lost} lost")
+    stack.wait_read_to_end()
+    stack.assert_no_alert_lost()
+    print(f"\nsecond job: {line!r}; tables = truth {settle_s:.0f} s later")
+
+
+def test_a_heartbeat_from_2100_neither_stops_the_audit_nor_goes_unaccounted(stack, chaos_seed):
+    rng = random.Random(chaos_seed + 5)
+    stack.start_healthy("heartbeats dated 2100")
+    rogue = Watcher(stack.kafka, lambda: YEAR_2100_MS, cluster=stack.cluster.instance_id)
+    rogue.heartbeat(YEAR_2100_MS, PARTITIONS)
+    rogue.close()
+    injected = heartbeats_dated(stack.kafka, YEAR_2100_MS)
+    assert len(injected) == PARTITIONS, injected
+
+    def read_past_them() -> bool:
+        stack.require_alive()
+        plans = planned_offsets(stack.run)
+        batches = [
+            batch
+            for batch, offsets in plans.items()
+            if offsets and all(offsets.get(str(p), -1) > offset for p, offset in injected)
+        ]
+        return bool(batches) and stack.run.last("commits") >= min(batches)
+
+    # The real changes come in later batches than the heartbeats, after the watermark could move.
+    wait_for("the job to commit the batch that read the heartbeats dated 2100", read_past_them, 120)
+    after_future_heartbeat(stack)
+    stack.cluster.set_lost_bookie_recovery_delay(2)
+    lost = change_the_cluster(stack, rng)
+    settle_s = stack.settle(f"real changes after heartbeats dated 2100, {lost} lost")
+    stack.wait_read_to_end()
+    stack.assert_no_alert_lost()
+
+    def dead_lettered() -> set[tuple[int, int]]:
+        return {(r["partition"], r["offset"]) for r in stack.kafka_dead_letters() if r["reason"]}
+
+    wait_for(
+        f"dead letters for the heartbeats dated 2100 at {sorted(injected)}",
+        lambda: injected <= dead_lettered(),
+        60,
+    )
+    assert dead_lettered() == injected, "only the heartbeats from 2100 are rejected"
+    ahead = stack.metric_sum("bkaudit_stream_watermark_ahead_seconds")
+    assert ahead == 0, f"the watermark is {ahead:.0f} s ahead of the wall clock"
+    counted = stack.metric_sum("bkaudit_stream_dead_letters_total")
+    assert counted >= len(injected), (
+        f"the dead-letter metric counts {counted}, not the {len(injected)} rejected"
+    )
+    print(
+        f"\nheartbeats dated 2100 at {sorted(injected)}: dead letters; tables = truth {settle_s:.0f} s later"
+    )

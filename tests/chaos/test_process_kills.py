@@ -1,0 +1,165 @@
+"""kill -9 of the streaming job and of the watcher, while the cluster changes; restarts end at the truth.
+
+Job: the simulator keeps creating, closing and deleting ledgers in the background; the real job
+(``bkaudit stream``, long-running) is killed with SIGKILL (its whole process group: driver, JVM, Python
+workers) three times: at a random moment after a batch commit, right after the sink's first Delta commit
+of a batch that carries a bookie loss (tables half written, alerts maybe already published), and at a
+random moment again. The kill machinery is the crash test's (:mod:`tests.integration.job_process`); the
+restart is :func:`tests.chaos.recovery.after_job_kill`.
+
+Watcher: killed at a random moment while the cluster churns, with deletions and a bookie loss while no
+watcher runs (its next START snapshot must reconcile them); then killed right after its snapshot began
+(the topic holds the snapshot's begin marker and no end marker), the cluster changes again, and the next
+watcher's snapshot must repair it all. Snapshot reads are made one at a time in this module, so that a
+snapshot of a few hundred ledgers lasts long enough to be interrupted. The restart is
+:func:`tests.chaos.recovery.after_watcher_kill`.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+
+from bkaudit import events as ev
+from connectors.kafka.client_config import consumer_config
+from tests.chaos.recovery import after_job_kill, after_watcher_kill
+from tests.chaos.stack import wait_for
+from tests.integration.job_process import Kill, kill_during_batch
+
+pytestmark = [pytest.mark.chaos, pytest.mark.integration]
+
+STACK_OPTIONS = {"watcher_settings": {"SNAPSHOT_BATCH_SIZE": "1", "SNAPSHOT_CONCURRENCY": "1"}}
+JOB_START_TIMEOUT_S = 300.0
+
+
+def kill_running_job_after_next_commit(stack, rng: random.Random) -> Kill:
+    """SIGKILL the running job a random 0-2 s after its next batch commit."""
+    committed = stack.run.last("commits")
+
+    def next_commit() -> bool:
+        stack.require_alive()
+        return stack.run.last("commits") > committed
+
+    started = time.monotonic()
+    wait_for(f"a commit after batch {committed}", next_commit, JOB_START_TIMEOUT_S, every_s=0.02)
+    time.sleep(rng.uniform(0.0, 2.0))
+    stack.job.kill9()
+    planned, done = stack.run.last("offsets"), stack.run.last("commits")
+    written = stack.run.tables_with_batch(planned) if planned > done else []
+    return Kill("random", round(time.monotonic() - started, 1), planned, done, tuple(written))
+
+
+def snapshot_markers(kafka) -> dict[str, set[str]]:
+    """snapshot id → the marker kinds seen for it on the changes topic (``begin``, ``end``)."""
+    consumer = KafkaConsumer(**consumer_config(kafka, None))
+    try:
+        partitions = [
+            TopicPartition(kafka.changes_topic, p) for p in consumer.partitions_for_topic(kafka.changes_topic)
+        ]
+        consumer.assign(partitions)
+        consumer.seek_to_beginning()
+        ends = consumer.end_offsets(partitions)
+        markers: dict[str, set[str]] = {}
+        deadline = time.monotonic() + 60
+        while any(consumer.position(tp) < ends[tp] for tp in partitions):
+            assert time.monotonic() < deadline, f"could not read {kafka.changes_topic} to {ends} in 60 s"
+            for records in consumer.poll(timeout_ms=500).values():
+                for record in records:
+                    event = ev.decode_event(record.value)
+                    kind = ev.payload_type(event)
+                    if kind in ("snapshot_begin", "snapshot_end"):
+                        marker = getattr(event, kind)
+                        markers.setdefault(marker.snapshot_id, set()).add(kind.removeprefix("snapshot_"))
+        return markers
+    finally:
+        consumer.close()
+
+
+def test_kill9_of_the_job_at_random_points_during_churn_and_a_bookie_loss(stack, chaos_seed):
+    rng = random.Random(chaos_seed + 1)
+    stack.start_healthy("the job kills")
+    kills = []
+    with stack.churning(random.Random(rng.random())):
+        kills.append(kill_running_job_after_next_commit(stack, rng))
+        lost = stack.lose_bookie(rng)
+        kills.append(
+            kill_during_batch(
+                stack.run,
+                "kill-2",
+                stack.run.last("commits") + 1,
+                "sink",
+                0.0,
+                available_now=False,
+                timeout_s=JOB_START_TIMEOUT_S,
+            )
+        )
+        kills.append(
+            kill_during_batch(
+                stack.run,
+                "kill-3",
+                stack.run.last("commits") + 1,
+                "random",
+                rng.uniform(0.2, 2.0),
+                available_now=False,
+                timeout_s=JOB_START_TIMEOUT_S,
+            )
+        )
+        after_job_kill(stack)
+        time.sleep(2.0)  # a last burst of churn while the restarted job catches up
+    settle_s = stack.settle(f"after {len(kills)} kills, churn and the loss of {lost}")
+    stack.wait_read_to_end()
+    stack.assert_no_alert_lost()
+    assert stack.kafka_dead_letters() == [], "the watcher published nothing a job should reject"
+    print(
+        f"\nseed {chaos_seed}: settled {settle_s:.0f} s after the last restart; "
+        f"{len(stack.cluster.ledger_ids())} live ledgers, {len(stack.deleted)} deleted, lost {lost}; kills:"
+    )
+    for kill in kills:
+        print(f"  {kill}")
+    assert kills[1].mid_batch, kills  # the sink kill interrupted a batch half written to Delta
+
+
+def test_kill9_of_the_watcher_mid_stream_and_mid_snapshot_then_restart(stack, chaos_seed):
+    rng = random.Random(chaos_seed + 2)
+    stack.start_healthy("the watcher kills")
+    # Mid-stream.
+    with stack.churning(random.Random(rng.random())):
+        time.sleep(rng.uniform(0.5, 2.5))
+        stack.watcher.kill9()
+        for ledger_id in rng.sample(stack.cluster.ledger_ids(), 5):
+            stack.delete_ledger(ledger_id)
+        lost = stack.lose_bookie(rng)
+        time.sleep(1.0)
+        after_watcher_kill(stack)
+        time.sleep(2.0)
+    stream_s = stack.settle(f"watcher killed mid-stream, {lost} lost while it was down")
+
+    # Mid-snapshot.
+    stack.watcher.kill9()
+    for ledger_id in rng.sample(stack.cluster.ledger_ids(), 5):
+        stack.delete_ledger(ledger_id)
+    for _ in range(5):
+        stack.cluster.create_ledger(entries=2)
+    before = set(snapshot_markers(stack.kafka))
+    stack.watcher.start()
+    wait_for("the restarted watcher's snapshot to begin", stack.watcher.snapshots_started, 60, every_s=0.01)
+    time.sleep(rng.uniform(0.0, 0.05))
+    stack.watcher.kill9()
+    markers = {k: v for k, v in snapshot_markers(stack.kafka).items() if k not in before}
+    interrupted = [k for k, kinds in markers.items() if "end" not in kinds]
+    assert interrupted, f"the kill did not land inside a snapshot: {markers}"
+    for ledger_id in rng.sample(stack.cluster.ledger_ids(), 3):
+        stack.delete_ledger(ledger_id)
+    stack.cluster.create_ledger(entries=2)
+    after_watcher_kill(stack)
+    snapshot_s = stack.settle("watcher killed mid-snapshot, then restarted")
+    stack.wait_read_to_end()
+    stack.assert_no_alert_lost()
+    assert stack.kafka_dead_letters() == [], "the watcher published nothing a job should reject"
+    print(
+        f"\nseed {chaos_seed}: settled {stream_s:.0f} s after the mid-stream kill, "
+        f"{snapshot_s:.0f} s after the mid-snapshot kill (snapshot {interrupted[0][:8]} interrupted)"
+    )
