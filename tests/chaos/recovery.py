@@ -22,6 +22,8 @@ from tests.chaos.stack import ChaosStack, JobProcess, last_line, tail, wait_for
 
 #: How long a job that cannot continue may take to say so (exit 2) after the fault is over.
 DECISION_S = 120.0
+#: A recreated topic is told by its records, which the job reads again from the start: allow for that.
+DATA_LOSS_DECISION_S = 240.0
 _COMMAND = re.compile(r"`(bkaudit [^`]+)`|'(bkaudit [^']+)'|\"(bkaudit [^\"]+)\"|(bkaudit \S.*)$")
 
 
@@ -100,7 +102,11 @@ def after_broker_data_loss(stack: ChaosStack) -> str:
             return True
         return not stack.mismatch(stack.cluster.snapshot())
 
-    wait_for("the job to recover from the broker's data loss or to exit 2", decided, DECISION_S)
+    try:
+        wait_for("the job to recover from the broker's data loss or to exit 2", decided, DATA_LOSS_DECISION_S)
+    except AssertionError as err:
+        difference = stack.mismatch(stack.cluster.snapshot())
+        raise AssertionError(f"{err}\nlast difference: {difference}\n{stack.describe()}") from None
     how = "recovered by itself"
     if not job.alive():
         how = f"exit 2, ran `{restart_after_named_command(stack, job)}`"
