@@ -67,7 +67,7 @@ def test_a_broker_restart_with_data_loss_skips_nothing(stack, chaos_services, ch
     chaos_services.start_broker()
     assert chaos_services.kafka_bootstrap == stack.kafka.bootstrap_servers, "broker moved to another port"
     # Every alert published so far went with the broker's data: only what is settled from now on counts.
-    stack.truths.clear()
+    stack.forget_alert_history()
     lost = change_the_cluster(stack, rng)
     started = time.monotonic()
     how = after_broker_data_loss(stack)
