@@ -90,6 +90,7 @@ def test_a_second_job_on_the_same_checkpoint_is_refused_and_the_first_runs_on(st
     settle_s = stack.settle(f"the first job after the second was refused, churn, {lost} lost")
     stack.wait_read_to_end()
     stack.assert_no_alert_lost()
+    assert stack.kafka_dead_letters() == [], "the watcher published nothing a job should reject"
     print(f"\nsecond job: {line!r}; tables = truth {settle_s:.0f} s later")
 
 
