@@ -25,7 +25,7 @@ from connectors.kafka.topics import ensure_topic
 from streaming import job
 from tests.integration.event_fixtures import Watcher, alerts_on
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.chaos]  # also part of `pytest -m chaos`
 
 BOOKIES = [f"10.0.3.{i}:3181" for i in range(1, 7)]
 RACKS = {b: f"/rack{i % 3}" for i, b in enumerate(BOOKIES)}
