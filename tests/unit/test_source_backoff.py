@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from kafka.errors import KafkaTimeoutError
 
 from bkaudit.errors import ServiceError
+from connectors.kafka.client_config import KafkaTimeout
 from connectors.kafka.spark_source import (
     BACKOFF_MAX_S,
     SourceStatus,
@@ -33,8 +33,8 @@ class FakeTime:
 
 def hung_broker(fake: FakeTime, request_timeout_s: float):
     def call():
-        fake.now += request_timeout_s  # kafka-python blocks for its request timeout, then raises
-        raise KafkaTimeoutError("Failed to get offsets by timestamps in 30000 ms")
+        fake.now += request_timeout_s  # the client blocks for its request timeout, then raises
+        raise KafkaTimeout("Failed to get watermark offsets")
 
     return call
 
@@ -66,7 +66,7 @@ def test_backoff_doubles_up_to_its_cap_and_stops_with_one_line_past_the_limit(tm
 def test_a_broker_back_within_the_limit_clears_the_outage(tmp_path):
     fake = FakeTime()
     status = SourceStatus(str(tmp_path / "status.json"))
-    answers = iter([KafkaTimeoutError("hung"), KafkaTimeoutError("hung"), {"t": {"0": 7}}])
+    answers = iter([KafkaTimeout("hung"), KafkaTimeout("hung"), {"t": {"0": 7}}])
 
     def call():
         fake.now += 30.0

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from kafka.errors import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
@@ -241,11 +241,13 @@ def test_kafka_errors_scrub_passwords_from_the_broker_text():
         bootstrap_servers="k1:9092", security_protocol="SASL_SSL", sasl_password=KAFKA_PASSWORD
     )
     with pytest.raises(ServiceError) as caught, kafka_errors(settings, "opening the producer"):
-        raise KafkaError(f"authentication failed for bkaudit/{KAFKA_PASSWORD}")
+        raise KafkaException(
+            KafkaError(KafkaError._AUTHENTICATION, f"authentication failed for bkaudit/{KAFKA_PASSWORD}")
+        )
     message = str(caught.value)
     assert KAFKA_PASSWORD not in message
     assert "authentication failed for bkaudit/***" in message
-    assert message.startswith("Kafka at k1:9092: opening the producer failed (KafkaError: ")
+    assert message.startswith("Kafka at k1:9092: opening the producer failed (_AUTHENTICATION: ")
 
 
 def test_kafka_errors_leave_other_exceptions_alone():
