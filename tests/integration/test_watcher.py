@@ -267,6 +267,7 @@ class TopicReader:
 
     def __post_init__(self) -> None:
         self.tail = TopicTail(self.settings, self.topic)
+        self.partitions = list(range(self.tail.partitions))
 
     def poll(self, timeout_ms: int = 300) -> list[Record]:
         new: list[Record] = []

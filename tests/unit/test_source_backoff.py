@@ -116,12 +116,13 @@ def test_a_query_failed_by_the_source_becomes_its_one_line():
         "Failed when Python streaming data source perform latestOffset: Traceback (most recent call last):\n"
         '  File "spark_source.py", line 272, in latestOffset\n'
         "bkaudit.errors.ServiceError: bkaudit_kafka: Kafka at k1:9092 failed reading the latest offsets "
-        "for 601 s, longer than stream.broker_outage_limit_s (600 s): KafkaTimeoutError\n SQLSTATE: 38000"
+        "for 601 s, longer than stream.broker_outage_limit_s (600 s): _TRANSPORT: Failed to get metadata\n"
+        " SQLSTATE: 38000"
     )
     failure = query_failure(text)
     assert isinstance(failure, ServiceError)
     assert str(failure) == (
         "bkaudit_kafka: Kafka at k1:9092 failed reading the latest offsets for 601 s, longer than "
-        "stream.broker_outage_limit_s (600 s): KafkaTimeoutError"
+        "stream.broker_outage_limit_s (600 s): _TRANSPORT: Failed to get metadata"
     )
     assert isinstance(query_failure("java.lang.OutOfMemoryError: Java heap space"), RuntimeError)
