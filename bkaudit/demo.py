@@ -67,8 +67,9 @@ class _AlertTail(threading.Thread):
             assign_from_beginning(consumer, self.settings.kafka.alerts_topic, 30.0)
             while not self.stop_requested.is_set():
                 for record in consumer.consume(num_messages=500, timeout=0.3):
-                    if record.error() is None:
-                        alert = json.loads(record.value())
+                    value = record.value() if record.error() is None else None
+                    if value:
+                        alert = json.loads(value)
                         self.seen.append(alert)
                         entity = (
                             f"ledger {alert['ledger_id']}"

@@ -249,7 +249,7 @@ def error_code(err: BaseException) -> int | None:
 
 
 def _secrets(settings: KafkaSettings) -> list[str]:
-    values = [settings.sasl_password, settings.ssl_password]
+    values: list[str | SecretStr | None] = [settings.sasl_password, settings.ssl_password]
     values += [value for name, value in settings.extra_config.items() if is_secret_property(name)]
     texts = [value.get_secret_value() if isinstance(value, SecretStr) else value for value in values if value]
     return [text for text in texts if text]

@@ -19,6 +19,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bkaudit.errors import ServiceError
 from connectors.process import LOOPBACK, ManagedProcess, ensure_port_free, free_port
@@ -50,15 +51,14 @@ def broker_answers_metadata(bootstrap: str, timeout_s: float = 2.0) -> bool:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient(
-        {
-            "bootstrap.servers": bootstrap,
-            "client.id": "bkaudit-readiness",
-            "socket.timeout.ms": max(10, int(timeout_s * 1000)),
-            "log_level": 0,
-            "logger": logger,
-        }
-    )
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "client.id": "bkaudit-readiness",
+        "socket.timeout.ms": max(10, int(timeout_s * 1000)),
+        "log_level": 0,
+        "logger": logger,
+    }
+    admin = AdminClient(config)
     try:
         admin.list_topics(timeout=timeout_s)
         return True

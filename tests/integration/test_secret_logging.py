@@ -3,8 +3,9 @@
 The watcher runs as the operator runs it (its own process, the CLI's logging setup), with ZooKeeper digest
 credentials, a Kafka SASL password and an SSL key password in its settings (the embedded broker speaks
 PLAINTEXT, so the SASL settings only travel to the client construction; a client may log its configuration
-at DEBUG, as kafka-python's admin client did), and reads a ledger whose password is a known marker (kazoo logs every response
-at DEBUG). Everything it prints is searched for each secret.
+at DEBUG, as kafka-python's admin client did), a secret-looking librdkafka property in kafka.extra_config
+and librdkafka's debug lines on, and reads a ledger whose password is a known marker (kazoo logs every
+response at DEBUG). Everything it prints is searched for each secret.
 """
 
 from __future__ import annotations

@@ -1039,7 +1039,7 @@ def test_delivery_failure_republishes_a_full_snapshot_and_metrics_are_served(
     with running_watcher(settings) as (watcher, reader):
         assert watcher.wait_for_snapshots(1, 30)
         watcher.publisher._unacked.acquire()  # a record in flight...
-        watcher.publisher._failed_delivery("ledger_upserted", TimeoutError())  # ...fails as the producer reports
+        watcher.publisher._failed_delivery("ledger_upserted", TimeoutError())  # ...fails, as reported
         assert watcher.wait_for_snapshots(2, 30)
         reader.wait_for(lambda evs: len(evs_of(evs, "snapshot_end")) == 2 * len(reader.partitions))
         second = reader.events("snapshot_begin")[-1].snapshot_begin
