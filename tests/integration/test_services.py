@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 
-from bkaudit.testing.kafka_io import end_offsets, read_topic
+from bkaudit.testing.kafka_io import TopicTail, end_offsets, produce, read_topic
 from connectors.kafka.client_config import admin_config, producer_config
 from connectors.kafka.publisher import partition_for_key
 from connectors.kafka.tail_sender import TailSender
@@ -190,3 +190,28 @@ def test_dev_up_without_java_says_so(tmp_path):
     result = _bkaudit(["dev", "up"], env, tmp_path)
     assert result.returncode == 2
     assert "needs Java" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_records_without_a_partition_land_where_javas_partitioner_puts_them(kafka_settings):
+    # librdkafka's partitioner (murmur2_random, set by producer_config) agrees with partition_for_key, the
+    # rule the watcher and the sink place records by (Java's default partitioner, tests/unit).
+    topic = kafka_settings.feedback_topic
+    ensure_topic(kafka_settings, topic, partitions=7)
+    keys = [f"c1/ledger/{i}".encode() for i in range(200)] + [b"cluster", b"bookie/10.0.0.1:3181", b""]
+    produce(kafka_settings, topic, [(key, b"v") for key in keys], one_record_batches=False)
+    # One-record tails are not needed here: read_topic reads to the end offsets, so check the count too.
+    landed = {r.key: r.partition for r in read_topic_all(kafka_settings, topic, len(keys))}
+    assert landed == {key: partition_for_key(key, 7) for key in keys}
+
+
+def read_topic_all(kafka_settings, topic: str, expected: int) -> list:
+    """Every record of ``topic`` (``expected`` of them), whatever the end offsets say."""
+    tail = TopicTail(kafka_settings, topic)
+    try:
+        found: list = []
+        deadline = time.monotonic() + 30
+        while len(found) < expected and time.monotonic() < deadline:
+            found.extend(tail.poll())
+        return found
+    finally:
+        tail.close()
