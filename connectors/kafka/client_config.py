@@ -290,10 +290,13 @@ def kafka_errors(settings: KafkaSettings, action: str) -> Iterator[None]:
 def partition_count(client: Any, topic: str, timeout_s: float) -> int:
     """How many partitions ``topic`` has, from fresh metadata of any client (producer, consumer, admin).
 
-    Raises :class:`KafkaException` when the broker does not answer in time, and
-    :class:`~bkaudit.errors.ServiceError` when the topic does not exist.
+    The request names the topic: from a producer (librdkafka's ``allow.auto.create.topics`` is on for
+    producers) a broker that creates topics on first use creates it, as a first send would; a consumer's
+    or admin client's request creates nothing. (The sink asks before each publish: after a broker lost its
+    data, its alerts go to the recreated topic.) Raises :class:`KafkaException` when the broker does not
+    answer in time, and :class:`~bkaudit.errors.ServiceError` when the topic does not exist.
     """
-    metadata = client.list_topics(timeout=timeout_s)
+    metadata = client.list_topics(topic, timeout=timeout_s)
     described = metadata.topics.get(topic)
     if described is None or described.error is not None or not described.partitions:
         raise ServiceError(f"Kafka topic {topic!r} does not exist (or has no partitions)")
