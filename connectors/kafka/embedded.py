@@ -5,7 +5,7 @@ loses every topic). Known quirks and their work-arounds: a wrong high
 watermark after multi-record batches (:mod:`connectors.kafka.tail_sender` ends every burst with one-record
 batches) and a slow first consumer-group join (short group timeouts, :mod:`connectors.kafka.client_config`).
 
-Status: stable; for development, the demo and tests only. Production uses a real Kafka cluster.
+For development, the demo and tests only. Production uses a real Kafka cluster.
 
 Example:
     >>> from pathlib import Path

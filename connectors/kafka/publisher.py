@@ -22,8 +22,6 @@
   :attr:`ChangePublisher.topic_lost`; the watcher then learns the topic's partitions again
   (:meth:`ChangePublisher.refresh_partitions`) and publishes a full snapshot into the new topic.
 
-Status: stable.
-
 Example:
     >>> partition_for_key(b"ledger/59", 4) in range(4)
     True

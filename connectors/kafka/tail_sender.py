@@ -21,8 +21,6 @@ A full local queue (librdkafka's ``BufferError``) is back-pressure: the sender s
 tries again, for up to ``max_block_s``, then raises :class:`~connectors.kafka.client_config.KafkaTimeout`;
 the record is then neither sent nor held, so the caller can retry it. Nothing is dropped.
 
-Status: stable.
-
 Example:
     >>> class Recorder:  # stands in for confluent_kafka.Producer in this doctest
     ...     def __init__(self): self.log = []

@@ -1,7 +1,5 @@
 """Topic administration: create the topics bkaudit needs when they are absent.
 
-Status: stable.
-
 Example:
     >>> # ensure_topic(KafkaSettings(bootstrap_servers="127.0.0.1:9092"), "bkaudit.changes")
 """
