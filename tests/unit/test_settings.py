@@ -211,3 +211,18 @@ def test_publish_processes_is_deprecated_with_a_clear_message(caplog):
     with caplog.at_level("WARNING", logger="bkaudit.settings"):
         load_settings()
     assert "publish_processes" not in caplog.text
+
+
+def test_extra_config_secrets_stay_out_of_help_and_the_effective_settings(cli, monkeypatch):
+    from bkaudit.settings_docs import effective_settings_json
+
+    monkeypatch.setenv("BKAUDIT_KAFKA__EXTRA_CONFIG", '{"sasl.oauthbearer.client.secret": "oauth-9922"}')
+    monkeypatch.setenv("BKAUDIT_KAFKA__SASL_PASSWORD", "sasl-9911")
+    text = effective_settings_json(load_settings())
+    assert "oauth-9922" not in text and "sasl-9911" not in text
+    assert '"sasl.oauthbearer.client.secret": "**********"' in text
+    for command in ((), ("watch",), ("stream",), ("alerts", "republish")):
+        result = cli(*command, "--help")
+        shown = result.stdout.decode("utf-8") + result.stderr
+        assert result.exit_code == 0 and "Usage" in shown
+        assert "oauth-9922" not in shown and "sasl-9911" not in shown
