@@ -26,7 +26,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from pydantic import SecretStr
 
-from bkaudit.errors import ServiceError
+from bkaudit.errors import ConfigError, ServiceError
 from bkaudit.settings import KafkaSettings, is_secret_property
 
 #: Where librdkafka's log lines go (through the handlers' secret filter like every other record).
@@ -248,6 +248,25 @@ def error_code(err: BaseException) -> int | None:
     return first.code() if isinstance(first, KafkaError) else None
 
 
+def configuration_error(err: BaseException) -> ConfigError | None:
+    """The one-line error for a client configuration librdkafka refused (an unknown property or a bad value,
+    typically from ``kafka.extra_config``); None for any other failure. Retrying such an error is useless.
+
+    Example:
+        >>> error = KafkaException(KafkaError(KafkaError._INVALID_ARG, "No such property: x"))
+        >>> str(configuration_error(error)).split(";")[0]
+        'librdkafka refused the Kafka client configuration (_INVALID_ARG: No such property: x)'
+        >>> configuration_error(KafkaTimeout("flush")) is None
+        True
+    """
+    if error_code(err) != KafkaError._INVALID_ARG:
+        return None
+    return ConfigError(
+        f"librdkafka refused the Kafka client configuration ({error_text(err)}); check kafka.extra_config "
+        "(BKAUDIT_KAFKA__EXTRA_CONFIG) and the kafka.* settings"
+    )
+
+
 def _secrets(settings: KafkaSettings) -> list[str]:
     values: list[str | SecretStr | None] = [settings.sasl_password, settings.ssl_password]
     values += [value for name, value in settings.extra_config.items() if is_secret_property(name)]
@@ -273,6 +292,9 @@ def kafka_errors(settings: KafkaSettings, action: str) -> Iterator[None]:
     try:
         yield
     except (KafkaException, BufferError) as err:
+        refused = configuration_error(err)
+        if refused is not None:
+            raise refused from None
         detail = error_text(err)
         for secret in _secrets(settings):
             detail = detail.replace(secret, "***")
@@ -323,6 +345,7 @@ __all__ = [
     "admin_config",
     "assign_from_beginning",
     "common_config",
+    "configuration_error",
     "consumer_config",
     "error_code",
     "error_text",

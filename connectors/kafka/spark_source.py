@@ -270,7 +270,7 @@ def with_backoff(
     """
     from confluent_kafka import KafkaException
 
-    from connectors.kafka.client_config import error_text
+    from connectors.kafka.client_config import configuration_error, error_text
 
     started: float | None = None
     delay = BACKOFF_FIRST_S
@@ -278,6 +278,9 @@ def with_backoff(
         try:
             result = call()
         except KafkaException as err:
+            refused = configuration_error(err)
+            if refused is not None:
+                raise refused from None  # no outage: waiting would not change the answer
             now = clock()
             started = now if started is None else started
             waited = now - started

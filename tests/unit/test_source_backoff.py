@@ -126,3 +126,18 @@ def test_a_query_failed_by_the_source_becomes_its_one_line():
         "stream.broker_outage_limit_s (600 s): _TRANSPORT: Failed to get metadata"
     )
     assert isinstance(query_failure("java.lang.OutOfMemoryError: Java heap space"), RuntimeError)
+
+
+def test_a_refused_client_configuration_is_not_retried():
+    from confluent_kafka import KafkaError, KafkaException
+
+    from bkaudit.errors import ConfigError
+
+    fake = FakeTime()
+
+    def call():
+        raise KafkaException(KafkaError(KafkaError._INVALID_ARG, 'No such configuration property: "x.y"'))
+
+    with pytest.raises(ConfigError, match=r"kafka\.extra_config"):
+        with_backoff("connecting", call, limit_s=600, servers="k1:9092", sleep=fake.sleep, clock=fake.clock)
+    assert fake.sleeps == []  # waiting would not change librdkafka's answer

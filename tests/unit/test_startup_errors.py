@@ -172,6 +172,18 @@ def test_watch_with_kafka_unreachable(cli, monkeypatch):
     assert "SASL_PLAINTEXT settings" in stderr
 
 
+def test_watch_with_a_property_librdkafka_does_not_know(cli, monkeypatch):
+    with_secrets(monkeypatch)
+    monkeypatch.setenv("BKAUDIT_KAFKA__EXTRA_CONFIG", '{"no.such.property": "1"}')
+    monkeypatch.setattr("connectors.zookeeper.watcher.KazooClient", ReachableZooKeeper)
+    stderr = one_line_error(cli("watch", "--zookeeper", "zk.example:2181", "--bootstrap", REFUSED))
+    assert (
+        "librdkafka refused the Kafka client configuration (_INVALID_ARG: "
+        'No such configuration property: "no.such.property"' in stderr
+    )
+    assert "kafka.extra_config (BKAUDIT_KAFKA__EXTRA_CONFIG)" in stderr
+
+
 def test_watch_with_the_metrics_port_taken(cli, monkeypatch, taken_port):
     host, port = taken_port
     monkeypatch.setenv("BKAUDIT_WATCHER__METRICS_HOST", host)
