@@ -134,7 +134,6 @@ def test_a_hang_past_the_outage_limit_stops_the_job_with_one_line_and_exit_2(
         "KAFKA__TOPIC_PARTITIONS": "2",
         "KAFKA__REQUEST_TIMEOUT_MS": "2000",
         "STREAM__BROKER_OUTAGE_LIMIT_S": "5",
-        "STREAM__PUBLISH_PROCESSES": "1",
         "STREAM__WATERMARK_DELAY_S": "0.5",
         "LAKEHOUSE_ROOT": str(tmp_path / "lh"),
         "CHECKPOINT_ROOT": str(tmp_path / "cp"),
