@@ -184,6 +184,15 @@ def test_watch_with_a_property_librdkafka_does_not_know(cli, monkeypatch):
     assert "kafka.extra_config (BKAUDIT_KAFKA__EXTRA_CONFIG)" in stderr
 
 
+def test_watch_with_sasl_plain_and_no_username(cli, monkeypatch):
+    with_secrets(monkeypatch)
+    monkeypatch.delenv("BKAUDIT_KAFKA__SASL_USERNAME")
+    monkeypatch.setattr("connectors.zookeeper.watcher.KazooClient", ReachableZooKeeper)
+    stderr = one_line_error(cli("watch", "--zookeeper", "zk.example:2181", "--bootstrap", REFUSED))
+    assert "librdkafka refused the Kafka client configuration" in stderr
+    assert "sasl.username and sasl.password must be set" in stderr
+
+
 def test_watch_with_the_metrics_port_taken(cli, monkeypatch, taken_port):
     host, port = taken_port
     monkeypatch.setenv("BKAUDIT_WATCHER__METRICS_HOST", host)
