@@ -58,18 +58,18 @@ class _AlertTail(threading.Thread):
         self.seen: list[dict[str, Any]] = []
 
     def run(self) -> None:
-        from kafka import KafkaConsumer
+        from confluent_kafka import Consumer
 
-        from connectors.kafka.client_config import consumer_config
+        from connectors.kafka.client_config import assign_from_beginning, consumer_config
 
-        consumer = KafkaConsumer(
-            self.settings.kafka.alerts_topic, **consumer_config(self.settings.kafka, None)
-        )
+        consumer = Consumer(consumer_config(self.settings.kafka, None))
         try:
+            assign_from_beginning(consumer, self.settings.kafka.alerts_topic, 30.0)
             while not self.stop_requested.is_set():
-                for records in consumer.poll(timeout_ms=300).values():
-                    for record in records:
-                        alert = json.loads(record.value)
+                for record in consumer.consume(num_messages=500, timeout=0.3):
+                    value = record.value() if record.error() is None else None
+                    if value:
+                        alert = json.loads(value)
                         self.seen.append(alert)
                         entity = (
                             f"ledger {alert['ledger_id']}"

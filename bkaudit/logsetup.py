@@ -2,15 +2,17 @@
 
 Two leaks this closes, both at DEBUG: kazoo logs each ZooKeeper response (a ledger znode's bytes, which
 carry the ledger password) and request (an ``Auth`` packet carries the digest credentials), and
-kafka-python's admin client logs its whole configuration (``sasl_plain_password`` included).
+a Kafka client may log its configuration (kafka-python's admin client did, password included; librdkafka's
+lines reach Python logging through the ``logger`` property, :mod:`connectors.kafka.client_config`).
 :class:`SecretFilter` sits on every handler :func:`configure_logging` installs and on the kazoo client
 logger of :mod:`connectors.zookeeper.watcher`; on each record it
 
 - replaces ``bytes`` in the arguments of kazoo's records by their length (znode payloads never reach a
   log; a kazoo record whose text still shows a bytes literal is dropped),
 - replaces every registered secret value (the configured Kafka SASL and SSL key passwords, ZooKeeper
-  credentials: every ``SecretStr`` of the settings) and any quoted ``...password...`` value or kazoo
-  ``auth='...'`` by ``***``, in the formatted message, the exception text and the stack.
+  credentials, secret-looking ``kafka.extra_config`` values: every ``SecretStr`` of the settings) and
+  any quoted ``...password...`` value or kazoo ``auth='...'`` by ``***``, in the formatted message, the
+  exception text and the stack.
 
 Example:
     >>> import logging
@@ -116,12 +118,17 @@ def secret_values(model: BaseModel) -> list[str]:
         >>> from bkaudit.settings import Settings
         >>> secret_values(Settings(kafka={"sasl_password": "k"}, zookeeper={"auth_password": "z"}))
         ['z', 'k']
+        >>> secret_values(Settings(kafka={"extra_config": {"sasl.oauthbearer.client.secret": "o",
+        ...                                                "linger.ms": "5"}}))
+        ['o']
     """
     found: list[str] = []
     for name in type(model).model_fields:
         value = getattr(model, name)
         if isinstance(value, SecretStr):
             found.append(value.get_secret_value())
+        elif isinstance(value, dict):  # kafka.extra_config: its secret-looking properties are SecretStr
+            found.extend(item.get_secret_value() for item in value.values() if isinstance(item, SecretStr))
         elif isinstance(value, BaseModel):
             found.extend(secret_values(value))
     return [secret for secret in found if secret]

@@ -63,9 +63,9 @@ FALLBACK_DESCRIPTIONS: dict[str, str] = {
     "kafka.client_id": "client id the brokers see (quotas, logs)",
     "kafka.request_timeout_ms": "Kafka request timeout",
     "kafka.producer_acks": "producer acks; `all` is what makes a published change durable",
-    "kafka.producer_batch_size": "producer batch bytes (256 KiB: 31 k alerts publish in 1.5 s on the "
-    "embedded broker, 2.2 s with 64 KiB); 0 = one record per request (slow; not needed with "
-    "single_record_tails)",
+    "kafka.producer_batch_size": "producer batch bytes, librdkafka's `batch.size` (256 KiB: 31 k alerts "
+    "produced and acked in ~0.06 s on the embedded broker); 0 = one record per batch (slow; not needed "
+    "with single_record_tails)",
     "kafka.producer_linger_ms": "how long the producer waits to fill a batch",
     "kafka.producer_retries": "producer retries (endless by default: a change is never dropped)",
     "kafka.consumer_session_timeout_ms": "consumer group session timeout (short: fast joins on the embedded "

@@ -71,7 +71,6 @@ def sink_config(settings: Settings, changes_partitions: int) -> SinkConfig:
         scrutiny_max_per_batch=stream.scrutiny_max_per_batch,
         maintenance_every_batches=stream.maintenance_every_batches,
         changes_partitions=changes_partitions,
-        publish_processes=stream.publish_processes,
     )
 
 
@@ -229,7 +228,7 @@ def start(spark: Any, settings: Settings, *, available_now: bool = False) -> tup
         writer = writer.trigger(
             processingTime=f"{int(settings.stream.trigger_interval_s * 1000)} milliseconds"
         )
-        sink.start_publisher_pool()  # a long-running job: its publishers are ready for the first loss
+        sink.start_producer()  # a long-running job: its producer is connected before the first loss
     return writer.start(), sink
 
 

@@ -97,7 +97,6 @@ class SinkConfig:
     scrutiny_max_per_batch: int = 1000
     maintenance_every_batches: int = 0  # compact + vacuum every N batches; 0 = never
     changes_partitions: int = 1  # partitions of the changes topic (snapshot reconciliation per partition)
-    publish_processes: int = 1  # > 1: bursts of POOL_MIN_RECORDS or more go through a PublisherPool
 
 
 #: What the sink receives per batch (:data:`streaming.schemas.DECISION_SCHEMA` as Arrow): the processor's
@@ -133,7 +132,7 @@ class BatchReport:
 
 
 def kafka_partition(key: str, partitions: int) -> int:
-    """The partition kafka-python's default partitioner picks for ``key`` (Java client's murmur2).
+    """The partition Kafka's default partitioner picks for ``key`` (Java client's murmur2, librdkafka's).
 
     Example:
         >>> kafka_partition("ledger/1", 1)
@@ -321,7 +320,6 @@ class AuditSink:
         self.busy = threading.Lock()
         self.stopping = threading.Event()
         self._producer: Any = None
-        self._publisher_pool: Any = None
         self._probe_client: Any = None
         self._scrutiny_cursor = -1
         self._scrutiny_last_ms: int | None = None
@@ -335,11 +333,11 @@ class AuditSink:
     # -- clients ------------------------------------------------------------------------------------------
     def _kafka(self) -> Any:
         if self._producer is None:
-            from kafka import KafkaProducer
+            from confluent_kafka import Producer
 
             from connectors.kafka.client_config import producer_config
 
-            self._producer = KafkaProducer(**producer_config(self.config.kafka))
+            self._producer = Producer(producer_config(self.config.kafka))
         return self._producer
 
     def _prober(self) -> Any:
@@ -349,25 +347,13 @@ class AuditSink:
             self._probe_client = BlockingBookieClient(timeout=self.config.probe_timeout_s)
         return self._probe_client
 
-    def start_publisher_pool(self) -> None:
-        """Start the alert publishing processes now (``publish_processes > 1``), not at the first burst."""
-        if self.config.publish_processes > 1:
-            self._pool().start()
-
-    def _pool(self) -> Any:
-        if self._publisher_pool is None:
-            from connectors.kafka.publisher_pool import PublisherPool
-
-            self._publisher_pool = PublisherPool(self.config.kafka, self.config.publish_processes)
-        return self._publisher_pool
+    def start_producer(self) -> None:
+        """Open the alert producer now (it connects in the background), not at the first burst."""
+        self._kafka()
 
     def close(self) -> None:
-        if self._publisher_pool is not None:
-            self._publisher_pool.close()
-            self._publisher_pool = None
         if self._producer is not None:
-            self._producer.flush()
-            self._producer.close()
+            self._producer.flush(self.config.kafka.producer_delivery_timeout_ms / 1000)
             self._producer = None
         if self._probe_client is not None:
             self._probe_client.close()
@@ -1051,17 +1037,20 @@ class AuditSink:
         """Send the batch's alert transitions and feedback; returns the alerts as published (JSON objects)."""
         if not book.transitions and not feedback:
             return []
+        from connectors.kafka.client_config import partition_count
         from connectors.kafka.publisher import partitions_for_keys
-        from connectors.kafka.publisher_pool import POOL_MIN_RECORDS, send_records
+        from connectors.kafka.tail_sender import send_records
 
         producer = self._kafka()
+        metadata_timeout_s = self.config.kafka.producer_max_block_ms / 1000
         records: list[tuple[str, int, bytes | None, bytes]] = []
 
         def place(topic: str, keyed: list[tuple[bytes, bytes]]) -> None:
             # Explicit partitions (Kafka's default rule) so each partition's last record can be held back and
             # sent alone: the embedded broker's high watermark is wrong after a multi-record batch.
             if keyed:
-                partitions = partitions_for_keys([k for k, _ in keyed], len(producer.partitions_for(topic)))
+                count = partition_count(producer, topic, metadata_timeout_s)
+                partitions = partitions_for_keys([k for k, _ in keyed], count)
                 for (key, value), partition in zip(keyed, partitions, strict=True):
                     records.append((topic, partition, key, value))
 
@@ -1077,10 +1066,7 @@ class AuditSink:
             self.config.kafka.feedback_topic,
             [(f"ledger/{message['ledger_id']}".encode(), _compact_json(message)) for message in feedback],
         )
-        if self.config.publish_processes > 1 and len(records) >= POOL_MIN_RECORDS:
-            failed, first_failure = self._pool().publish(records)
-        else:
-            failed, first_failure = send_records(producer, self.config.kafka, records)
+        failed, first_failure = send_records(producer, self.config.kafka, records)
         if failed:
             # Fail the batch: it is replayed, and a replay publishes the same alert ids again.
             raise ServiceError(

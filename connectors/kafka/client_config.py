@@ -1,82 +1,176 @@
-"""The one place that turns :class:`bkaudit.settings.KafkaSettings` into kafka-python client options.
+"""The one place that turns :class:`bkaudit.settings.KafkaSettings` into librdkafka client configurations.
 
-Every producer, consumer and admin client in bkaudit (watcher, Spark data source, alert sink, tests) is
-built from these functions, so the Tansu work-arounds and the production security settings are applied
-everywhere alike. Passwords are unwrapped from ``SecretStr`` only here, at the moment a client is built.
-
-Status: stable.
+Every producer, consumer and admin client in bkaudit (watcher, Spark data source, alert sink, CLI, tests) is
+a confluent-kafka (librdkafka) client built from these functions, so the embedded broker's work-arounds,
+the delivery guarantees and the production security settings are applied everywhere alike. Passwords are
+unwrapped from ``SecretStr`` only here, at the moment a client is built, and the configuration dict is never
+logged. librdkafka's own log lines go to the Python logger ``connectors.kafka.librdkafka`` (the ``logger``
+property), so the handlers' :class:`~bkaudit.logsetup.SecretFilter` sees them too.
 
 Example:
     >>> from bkaudit.settings import KafkaSettings
     >>> config = producer_config(KafkaSettings(bootstrap_servers="127.0.0.1:9092"))
-    >>> config["acks"], config["batch_size"], config["max_in_flight_requests_per_connection"]
+    >>> config["acks"], config["batch.size"], config["max.in.flight.requests.per.connection"]
     ('all', 262144, 1)
+    >>> config["partitioner"]
+    'murmur2_random'
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from typing import Any
 
-from kafka.errors import KafkaError
+from confluent_kafka import KafkaError, KafkaException
+from pydantic import SecretStr
 
-from bkaudit.errors import ServiceError
-from bkaudit.settings import KafkaSettings
+from bkaudit.errors import ConfigError, ServiceError
+from bkaudit.settings import KafkaSettings, is_secret_property
+
+#: Where librdkafka's log lines go (through the handlers' secret filter like every other record).
+LIBRDKAFKA_LOGGER = logging.getLogger("connectors.kafka.librdkafka")
+
+
+class LibrdkafkaLog:
+    """The ``logger`` librdkafka is given: its lines go to :data:`LIBRDKAFKA_LOGGER`, one level lower.
+
+    librdkafka reports every refused connection and broker restart as an error; bkaudit reports what it
+    cannot ride out itself (back-off warnings, one error line, metrics), so librdkafka's errors are
+    warnings here, its warnings information, and its notices debug.
+
+    Example:
+        >>> LibrdkafkaLog.level_for(logging.ERROR) == logging.WARNING
+        True
+    """
+
+    @staticmethod
+    def level_for(level: int) -> int:
+        if level >= logging.CRITICAL:
+            return logging.ERROR
+        if level >= logging.ERROR:
+            return logging.WARNING
+        if level >= logging.WARNING:
+            return logging.INFO
+        return logging.DEBUG
+
+    def log(self, level: int, message: str, *args: Any, **kwargs: Any) -> None:
+        LIBRDKAFKA_LOGGER.log(self.level_for(level), message, *args, **kwargs)
+
+
+_LIBRDKAFKA_LOG = LibrdkafkaLog()
+
+#: librdkafka's ``batch.size`` bound (bytes).
+_MAX_BATCH_BYTES = 2_147_483_647
+
+
+class KafkaTimeout(KafkaException):
+    """A Kafka operation bkaudit waits for did not finish in time (a flush, a fetch, a full buffer).
+
+    A :class:`confluent_kafka.KafkaException`, so every ``except KafkaException`` treats it as the Kafka
+    failure it is.
+
+    Example:
+        >>> isinstance(KafkaTimeout("flush: 3 records pending"), KafkaException)
+        True
+    """
 
 
 def common_config(settings: KafkaSettings) -> dict[str, Any]:
-    """Connection and security options shared by every client.
+    """Connection and security properties shared by every client, then ``extra_config`` on top.
 
     Example:
-        >>> common_config(KafkaSettings())["security_protocol"]
+        >>> common_config(KafkaSettings())["security.protocol"]
         'PLAINTEXT'
+        >>> common_config(KafkaSettings(extra_config={"socket.keepalive.enable": "true"}))[
+        ...     "socket.keepalive.enable"]
+        'true'
     """
+    _guard_librdkafka_log(settings)
     config: dict[str, Any] = {
-        "bootstrap_servers": settings.bootstrap_servers.split(","),
-        "client_id": settings.client_id,
-        "request_timeout_ms": settings.request_timeout_ms,
-        "bootstrap_timeout_ms": settings.bootstrap_timeout_ms,
-        "security_protocol": settings.security_protocol,
+        "bootstrap.servers": settings.bootstrap_servers,
+        "client.id": settings.client_id,
+        "socket.timeout.ms": settings.request_timeout_ms,
+        "security.protocol": settings.security_protocol,
+        "log.connection.close": False,
+        "logger": _LIBRDKAFKA_LOG,
     }
     if settings.sasl_mechanism is not None:
-        config["sasl_mechanism"] = settings.sasl_mechanism
+        config["sasl.mechanism"] = settings.sasl_mechanism
         if settings.sasl_username is not None:
-            config["sasl_plain_username"] = settings.sasl_username
+            config["sasl.username"] = settings.sasl_username
         if settings.sasl_password is not None:
-            config["sasl_plain_password"] = settings.sasl_password.get_secret_value()
-    for option in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            config["sasl.password"] = settings.sasl_password.get_secret_value()
+    for option, name in (
+        ("ssl_cafile", "ssl.ca.location"),
+        ("ssl_certfile", "ssl.certificate.location"),
+        ("ssl_keyfile", "ssl.key.location"),
+    ):
         value = getattr(settings, option)
         if value is not None:
-            config[option] = str(value)
+            config[name] = str(value)
     if settings.ssl_password is not None:
-        config["ssl_password"] = settings.ssl_password.get_secret_value()
-    return config
+        config["ssl.key.password"] = settings.ssl_password.get_secret_value()
+    return {**config, **extra_properties(settings)}
+
+
+def _guard_librdkafka_log(settings: KafkaSettings) -> None:
+    """Redact this configuration's secrets from librdkafka's records even where no handler is guarded (a
+    Spark worker that never configured logging)."""
+    from bkaudit.logsetup import SECRET_FILTER, register_secrets
+
+    register_secrets(_secrets(settings))
+    if SECRET_FILTER not in LIBRDKAFKA_LOGGER.filters:
+        LIBRDKAFKA_LOGGER.addFilter(SECRET_FILTER)
+
+
+def extra_properties(settings: KafkaSettings) -> dict[str, str]:
+    """``kafka.extra_config`` with its secret values unwrapped: librdkafka properties passed through as given.
+
+    Example:
+        >>> extra_properties(KafkaSettings(extra_config={"sasl.oauthbearer.client.secret": "x"}))
+        {'sasl.oauthbearer.client.secret': 'x'}
+    """
+    return {
+        name: value.get_secret_value() if isinstance(value, SecretStr) else value
+        for name, value in settings.extra_config.items()
+    }
 
 
 def producer_config(settings: KafkaSettings) -> dict[str, Any]:
-    """Producer options: no lost event (acks=all, endless retries, blocking back-pressure), per-key order.
+    """Producer properties: no lost event (acks=all, endless retries, back-pressure), per-key order.
+
+    ``enable.idempotence`` stays off by default (the embedded broker does not support it), so one request in
+    flight per connection is what keeps per-key order across retries. Keyed records without an explicit
+    partition go where Java's default partitioner puts them (``murmur2_random``). A full local queue
+    makes ``produce`` raise ``BufferError``; the senders then wait (:mod:`connectors.kafka.tail_sender`),
+    never drop.
 
     Example:
-        >>> producer_config(KafkaSettings(producer_batch_size=65536))["batch_size"]
+        >>> producer_config(KafkaSettings(producer_batch_size=65536))["batch.size"]
         65536
+        >>> producer_config(KafkaSettings(producer_batch_size=0))["batch.num.messages"]
+        1
     """
-    acks: str | int = (
-        settings.producer_acks if settings.producer_acks == "all" else int(settings.producer_acks)
-    )
-    return {
+    config = {
         **common_config(settings),
-        "acks": acks,
-        "batch_size": settings.producer_batch_size,
-        "linger_ms": settings.producer_linger_ms,
-        "retries": settings.producer_retries,
-        "max_in_flight_requests_per_connection": settings.producer_max_in_flight,
-        "max_block_ms": settings.producer_max_block_ms,
-        "delivery_timeout_ms": max(
+        "acks": settings.producer_acks,
+        "linger.ms": settings.producer_linger_ms,
+        "message.send.max.retries": settings.producer_retries,
+        "max.in.flight.requests.per.connection": settings.producer_max_in_flight,
+        "request.timeout.ms": settings.request_timeout_ms,
+        "message.timeout.ms": max(
             settings.producer_delivery_timeout_ms, settings.producer_linger_ms + settings.request_timeout_ms
         ),
-        "enable_idempotence": settings.producer_enable_idempotence,
+        "enable.idempotence": settings.producer_enable_idempotence,
+        "partitioner": "murmur2_random",
     }
+    if settings.producer_batch_size > 0:
+        config["batch.size"] = min(settings.producer_batch_size, _MAX_BATCH_BYTES)
+    else:
+        config["batch.num.messages"] = 1  # one record per batch
+    return {**config, **extra_properties(settings)}  # extra_config wins over our defaults too
 
 
 def holds_tails(settings: KafkaSettings) -> bool:
@@ -93,61 +187,115 @@ def holds_tails(settings: KafkaSettings) -> bool:
 
 
 def consumer_config(settings: KafkaSettings, group_id: str | None) -> dict[str, Any]:
-    """Consumer options with short group timeouts (fast joins on Tansu) and manual offset control.
+    """Consumer properties with short group timeouts (fast joins on the embedded broker), no auto commit.
+
+    bkaudit's readers assign partitions and keep offsets themselves (Spark's checkpoint); librdkafka still
+    wants a ``group.id``, so without one the client id names a group that is never joined.
 
     Example:
-        >>> consumer_config(KafkaSettings(), None)["enable_auto_commit"]
-        False
+        >>> config = consumer_config(KafkaSettings(), None)
+        >>> config["enable.auto.commit"], config["group.id"]
+        (False, 'bkaudit.reader')
     """
-    return {
+    config = {
         **common_config(settings),
-        "group_id": group_id,
-        "enable_auto_commit": False,
-        "auto_offset_reset": "earliest",
-        "session_timeout_ms": settings.consumer_session_timeout_ms,
-        "heartbeat_interval_ms": settings.consumer_heartbeat_interval_ms,
-        "max_poll_interval_ms": settings.consumer_max_poll_interval_ms,
+        "group.id": group_id or f"{settings.client_id}.reader",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": settings.consumer_session_timeout_ms,
+        "heartbeat.interval.ms": settings.consumer_heartbeat_interval_ms,
+        "max.poll.interval.ms": max(
+            settings.consumer_max_poll_interval_ms, settings.consumer_session_timeout_ms
+        ),
     }
+    return {**config, **extra_properties(settings)}
 
 
 def admin_config(settings: KafkaSettings) -> dict[str, Any]:
-    """Admin client options (topic creation, metadata).
+    """Admin client properties (topic creation, metadata).
 
     Example:
-        >>> "bootstrap_servers" in admin_config(KafkaSettings())
+        >>> "bootstrap.servers" in admin_config(KafkaSettings())
         True
     """
     return common_config(settings)
 
 
+def error_text(err: BaseException) -> str:
+    """A Kafka failure as ``NAME: text`` (librdkafka's error name, or the exception's class).
+
+    Example:
+        >>> error_text(KafkaException(KafkaError(KafkaError._TIMED_OUT, "no answer")))
+        '_TIMED_OUT: no answer'
+        >>> error_text(KafkaTimeout("flush: 3 records pending"))
+        'KafkaTimeout: flush: 3 records pending'
+    """
+    first = err.args[0] if err.args else None
+    if isinstance(first, KafkaError):
+        return f"{first.name()}: {first.str()}"
+    return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+
+
+def error_code(err: BaseException) -> int | None:
+    """librdkafka's error code inside ``err`` (None when it carries none).
+
+    Example:
+        >>> error_code(KafkaException(KafkaError(KafkaError.TOPIC_ALREADY_EXISTS))) == (
+        ...     KafkaError.TOPIC_ALREADY_EXISTS)
+        True
+    """
+    first = err.args[0] if err.args else None
+    return first.code() if isinstance(first, KafkaError) else None
+
+
+def configuration_error(err: BaseException) -> ConfigError | None:
+    """The one-line error for a client configuration librdkafka refused (an unknown property or a bad value,
+    typically from ``kafka.extra_config``); None for any other failure. Retrying such an error is useless.
+
+    Example:
+        >>> error = KafkaException(KafkaError(KafkaError._INVALID_ARG, "No such property: x"))
+        >>> str(configuration_error(error)).split(";")[0]
+        'librdkafka refused the Kafka client configuration (_INVALID_ARG: No such property: x)'
+        >>> configuration_error(KafkaTimeout("flush")) is None
+        True
+    """
+    if error_code(err) != KafkaError._INVALID_ARG:
+        return None
+    return ConfigError(
+        f"librdkafka refused the Kafka client configuration ({error_text(err)}); check kafka.extra_config "
+        "(BKAUDIT_KAFKA__EXTRA_CONFIG) and the kafka.* settings"
+    )
+
+
 def _secrets(settings: KafkaSettings) -> list[str]:
-    return [
-        secret.get_secret_value()
-        for secret in (settings.sasl_password, settings.ssl_password)
-        if secret is not None and secret.get_secret_value()
-    ]
+    values: list[str | SecretStr | None] = [settings.sasl_password, settings.ssl_password]
+    values += [value for name, value in settings.extra_config.items() if is_secret_property(name)]
+    texts = [value.get_secret_value() if isinstance(value, SecretStr) else value for value in values if value]
+    return [text for text in texts if text]
 
 
 @contextlib.contextmanager
 def kafka_errors(settings: KafkaSettings, action: str) -> Iterator[None]:
-    """Turn a kafka-python error raised while ``action`` runs into one :class:`ServiceError` line.
+    """Turn a Kafka failure raised while ``action`` runs into one :class:`ServiceError` line.
 
-    The line names the brokers and what to check; it never carries a password (kafka-python's messages
-    have none, but they are scrubbed anyway: a broker's error text is not ours to trust).
+    The line names the brokers and what to check; it never carries a password (librdkafka's messages have
+    none, but they are scrubbed anyway: a broker's error text is not ours to trust).
 
     Example:
-        >>> from kafka.errors import KafkaTimeoutError
         >>> try:
         ...     with kafka_errors(KafkaSettings(bootstrap_servers="k1:9092"), "creating topic 't'"):
-        ...         raise KafkaTimeoutError("Unable to bootstrap from ['k1:9092']")
+        ...         raise KafkaException(KafkaError(KafkaError._TRANSPORT, "Failed to get metadata"))
         ... except ServiceError as err:
         ...     print(str(err).split(";")[0])
-        Kafka at k1:9092: creating topic 't' failed (KafkaTimeoutError: Unable to bootstrap from ['k1:9092'])
+        Kafka at k1:9092: creating topic 't' failed (_TRANSPORT: Failed to get metadata)
     """
     try:
         yield
-    except KafkaError as err:
-        detail = str(err)  # kafka-python's errors print as "ClassName: text" (the bare name when empty)
+    except (KafkaException, BufferError) as err:
+        refused = configuration_error(err)
+        if refused is not None:
+            raise refused from None
+        detail = error_text(err)
         for secret in _secrets(settings):
             detail = detail.replace(secret, "***")
         hint = (
@@ -159,3 +307,51 @@ def kafka_errors(settings: KafkaSettings, action: str) -> Iterator[None]:
         raise ServiceError(
             f"Kafka at {settings.bootstrap_servers}: {action} failed ({detail}); {hint}"
         ) from None
+
+
+def partition_count(client: Any, topic: str, timeout_s: float) -> int:
+    """How many partitions ``topic`` has, from fresh metadata of any client (producer, consumer, admin).
+
+    The request names the topic: from a producer (librdkafka's ``allow.auto.create.topics`` is on for
+    producers) a broker that creates topics on first use creates it, as a first send would; a consumer's
+    or admin client's request creates nothing. (The sink asks before each publish: after a broker lost its
+    data, its alerts go to the recreated topic.) Raises :class:`KafkaException` when the broker does not
+    answer in time, and :class:`~bkaudit.errors.ServiceError` when the topic does not exist.
+    """
+    metadata = client.list_topics(topic, timeout=timeout_s)
+    described = metadata.topics.get(topic)
+    if described is None or described.error is not None or not described.partitions:
+        raise ServiceError(f"Kafka topic {topic!r} does not exist (or has no partitions)")
+    return len(described.partitions)
+
+
+def assign_from_beginning(consumer: Any, topic: str, timeout_s: float) -> int:
+    """Assign every partition of ``topic`` to ``consumer`` from its first offset (no group join, which is
+    slow on the embedded broker); returns the partition count.
+
+    Example:
+        >>> # consumer = Consumer(consumer_config(settings, None))
+        >>> # assign_from_beginning(consumer, settings.alerts_topic, 10.0)
+    """
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    count = partition_count(consumer, topic, timeout_s)
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(count)])
+    return count
+
+
+__all__ = [
+    "KafkaTimeout",
+    "admin_config",
+    "assign_from_beginning",
+    "common_config",
+    "configuration_error",
+    "consumer_config",
+    "error_code",
+    "error_text",
+    "extra_properties",
+    "holds_tails",
+    "kafka_errors",
+    "partition_count",
+    "producer_config",
+]

@@ -5,7 +5,7 @@ loses every topic). Known quirks and their work-arounds: a wrong high
 watermark after multi-record batches (:mod:`connectors.kafka.tail_sender` ends every burst with one-record
 batches) and a slow first consumer-group join (short group timeouts, :mod:`connectors.kafka.client_config`).
 
-Status: stable; for development, the demo and tests only. Production uses a real Kafka cluster.
+For development, the demo and tests only. Production uses a real Kafka cluster.
 
 Example:
     >>> from pathlib import Path
@@ -19,6 +19,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bkaudit.errors import ServiceError
 from connectors.process import LOOPBACK, ManagedProcess, ensure_port_free, free_port
@@ -42,25 +43,27 @@ def tansu_binary() -> str:
 
 
 def broker_answers_metadata(bootstrap: str, timeout_s: float = 2.0) -> bool:
-    """True when the broker answers a Kafka metadata request (a real readiness check, not just a port)."""
-    from kafka import KafkaAdminClient
-    from kafka.errors import KafkaError
+    """True when the broker answers a Kafka metadata request (a real readiness check, not just a port).
 
+    The probe's client is quiet (``log_level`` 0): "connection refused" is the expected answer while the
+    broker starts, not an error worth a log line.
+    """
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "client.id": "bkaudit-readiness",
+        "socket.timeout.ms": max(10, int(timeout_s * 1000)),
+        "log_level": 0,
+        "logger": logger,
+    }
+    admin = AdminClient(config)
     try:
-        admin = KafkaAdminClient(
-            bootstrap_servers=bootstrap,
-            request_timeout_ms=int(timeout_s * 1000),
-            client_id="bkaudit-readiness",
-        )
-    except (KafkaError, OSError):
-        return False
-    try:
-        admin.list_topics()
+        admin.list_topics(timeout=timeout_s)
         return True
-    except (KafkaError, OSError):
+    except KafkaException:
         return False
-    finally:
-        admin.close()
 
 
 @dataclass

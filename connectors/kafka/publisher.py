@@ -1,6 +1,6 @@
 """Publishes change events (:mod:`bkaudit.events`) to Kafka without losing any.
 
-* One kafka-python producer built by :func:`connectors.kafka.client_config.producer_config` (acks=all,
+* One librdkafka producer built by :func:`connectors.kafka.client_config.producer_config` (acks=all,
   endless retries, one request in flight per connection so per-key order survives retries), behind a
   :class:`~connectors.kafka.tail_sender.TailSender`: records go out in batches, and the newest record of
   each partition is held until :meth:`ChangePublisher.release_tails` (the watcher calls it when its queue
@@ -11,10 +11,9 @@
   snapshot markers go to every partition explicitly, and each SnapshotEnd carries how many snapshot events
   its partition received.
 * Never drop: the publisher caps the records not yet acknowledged (``max_unacked``) and blocks the caller
-  at the cap — back-pressure up the watch loop instead of a silent loss. That cap is what bounds memory:
-  kafka-python 3 has no buffer limit of its own (no ``buffer_memory``), and with one record per batch (the
-  embedded broker's setting) each pending record costs kilobytes of Python objects. When ``send`` blocks
-  for want of metadata (``max_block_ms``) and raises, the publisher retries until the event is accepted.
+  at the cap — back-pressure up the watch loop instead of a silent loss. When librdkafka's own queue is full
+  for ``max_block_ms`` the publisher keeps retrying until the event is accepted. Delivery reports are
+  served by a small thread polling the producer, so acks are counted while the watcher is idle.
 * A record that still fails after the producer's retries (delivery timeout) sets
   :attr:`ChangePublisher.failed`; the watcher then publishes a full snapshot once the broker accepts
   records again.
@@ -22,8 +21,6 @@
   leader election) shows in the acknowledgements: a partition's offsets go backwards. That sets
   :attr:`ChangePublisher.topic_lost`; the watcher then learns the topic's partitions again
   (:meth:`ChangePublisher.refresh_partitions`) and publishes a full snapshot into the new topic.
-
-Status: stable.
 
 Example:
     >>> partition_for_key(b"ledger/59", 4) in range(4)
@@ -36,19 +33,23 @@ import contextlib
 import logging
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from kafka import KafkaProducer
-from kafka.errors import KafkaTimeoutError
-from kafka.partitioner.default import murmur2
+from confluent_kafka import Producer, murmur2
 
 from bkaudit.events import encode_event, kafka_key, payload_type
 from bkaudit.pb import change_events_pb2 as pb
 from bkaudit.settings import KafkaSettings
-from connectors.kafka.client_config import holds_tails, kafka_errors, producer_config
+from connectors.kafka.client_config import (
+    KafkaTimeout,
+    error_text,
+    holds_tails,
+    kafka_errors,
+    partition_count,
+    producer_config,
+)
 from connectors.kafka.tail_sender import TailSender
 from connectors.kafka.topics import ensure_topic
 
@@ -65,6 +66,9 @@ MEMBERSHIP_PARTITION_KEY = b"cluster"
 def partition_for_key(key: bytes, partition_count: int) -> int:
     """Kafka's default partition of a keyed record (``toPositive(murmur2(key)) % partitions``).
 
+    librdkafka's own function (``partitioner=murmur2_random``, the producers' setting), so a record sent
+    without an explicit partition lands where this says, as with Java's default partitioner.
+
     Example:
         >>> partition_for_key(b"cluster", 1)
         0
@@ -72,58 +76,18 @@ def partition_for_key(key: bytes, partition_count: int) -> int:
         ...     partition_for_key(b"ledger/%d" % i, 8) for i in range(5)]
         True
     """
-    return (murmur2(key) & 0x7FFFFFFF) % partition_count
-
-
-_MURMUR2_SEED = 0x9747B28C
-_MURMUR2_M = 0x5BD1E995
+    return murmur2(key, partition_count)
 
 
 def partitions_for_keys(keys: Sequence[bytes], partition_count: int) -> list[int]:
-    """:func:`partition_for_key` of many keys at once, vectorised over keys of equal length (kafka-python's
-    murmur2 is pure Python, ~15 µs a key; a lost bookie's 30 k alerts spent half a second there).
+    """:func:`partition_for_key` of many keys (librdkafka's murmur2 in C: ~60 ns a key).
 
     Example:
         >>> keys = [b"c1/ledger/%d" % i for i in range(100)] + [b"", b"x"]
         >>> partitions_for_keys(keys, 8) == [partition_for_key(k, 8) for k in keys]
         True
     """
-    import numpy as np
-
-    out = [0] * len(keys)
-    by_length: dict[int, list[int]] = defaultdict(list)
-    for position, key in enumerate(keys):
-        by_length[len(key)].append(position)
-    m = np.uint32(_MURMUR2_M)
-    for length, positions in by_length.items():
-        data = np.frombuffer(b"".join(keys[p] for p in positions), dtype=np.uint8).reshape(
-            len(positions), length
-        )
-        h = np.full(len(positions), (_MURMUR2_SEED ^ length) & 0xFFFFFFFF, dtype=np.uint32)
-        whole = length & ~3
-        if whole:
-            blocks = np.ascontiguousarray(data[:, :whole]).view("<u4")
-            for column in range(whole // 4):
-                k = blocks[:, column] * m
-                k ^= k >> np.uint32(24)
-                k *= m
-                h *= m
-                h ^= k
-        tail = length - whole
-        if tail >= 3:
-            h ^= data[:, whole + 2].astype(np.uint32) << np.uint32(16)
-        if tail >= 2:
-            h ^= data[:, whole + 1].astype(np.uint32) << np.uint32(8)
-        if tail >= 1:
-            h ^= data[:, whole].astype(np.uint32)
-            h *= m
-        h ^= h >> np.uint32(13)
-        h *= m
-        h ^= h >> np.uint32(15)
-        chosen = (h & np.uint32(0x7FFFFFFF)) % np.uint32(partition_count)
-        for position, partition in zip(positions, chosen.tolist(), strict=True):
-            out[position] = partition
-    return out
+    return [murmur2(key, partition_count) for key in keys]
 
 
 class ChangePublisher:
@@ -145,7 +109,7 @@ class ChangePublisher:
         *,
         partitions: int | None = None,
         on_delivered: DeliveredHook | None = None,
-        producer_factory: Callable[..., Any] = KafkaProducer,
+        producer_factory: Callable[[dict[str, Any]], Any] = Producer,
         max_unacked: int = 10_000,
     ) -> None:
         self.settings = settings
@@ -165,15 +129,29 @@ class ChangePublisher:
         self._acked: dict[int, int] = {}  # partition → highest offset acknowledged (in this topic's life)
         self._topic_lost: str | None = None
         self._unacked = threading.BoundedSemaphore(max_unacked)
+        self._poller: threading.Thread | None = None
 
     def start(self) -> None:
         """Ensure the topic exists and open the producer."""
         self.partition_count = ensure_topic(self.settings, self.topic, self._wanted_partitions)
         # The producer bootstraps on its own (the brokers may have gone between the two calls).
         with kafka_errors(self.settings, "opening the producer"):
-            self._producer = self._producer_factory(**producer_config(self.settings))
-        self._sender = TailSender(self._producer, hold_tails=holds_tails(self.settings))
+            self._producer = self._producer_factory(producer_config(self.settings))
+        self._sender = TailSender(
+            self._producer,
+            hold_tails=holds_tails(self.settings),
+            max_block_s=self.settings.producer_max_block_ms / 1000,
+        )
+        self._poller = threading.Thread(
+            target=self._serve_delivery_reports, args=(self._producer,), name="kafka-delivery", daemon=True
+        )
+        self._poller.start()
         logger.info("publishing change events to %s (%d partitions)", self.topic, self.partition_count)
+
+    def _serve_delivery_reports(self, producer: Any) -> None:
+        """Run the delivery callbacks (acks, failures) as they come, like a client's I/O thread would."""
+        while self._producer is producer:
+            producer.poll(0.1)
 
     @property
     def failed(self) -> bool:
@@ -198,16 +176,15 @@ class ChangePublisher:
         """
         self.partition_count = ensure_topic(self.settings, self.topic, self._wanted_partitions)
         deadline = time.monotonic() + timeout_s
-        while len(self._producer.partitions_for(self.topic) or ()) != self.partition_count:
-            if time.monotonic() >= deadline:
-                break
-            with contextlib.suppress(Exception):
-                self._producer._metadata.request_update()  # kafka-python's cached cluster metadata
+        while time.monotonic() < deadline:
+            with contextlib.suppress(Exception):  # the producer's metadata request also updates its cache
+                if partition_count(self._producer, self.topic, 1.0) == self.partition_count:
+                    break
             time.sleep(0.1)
         return self.partition_count
 
-    def _note_acknowledged(self, metadata: Any) -> None:
-        partition, offset = getattr(metadata, "partition", None), getattr(metadata, "offset", -1)
+    def _note_acknowledged(self, message: Any) -> None:
+        partition, offset = message.partition(), message.offset()
         if partition is None or offset is None or offset < 0:  # acks=0: no offset to compare
             return
         with self._lock:
@@ -250,7 +227,7 @@ class ChangePublisher:
         event_time_ms = event.event_time_ms
         while not self._unacked.acquire(timeout=1.0):
             if self._stopping.is_set():
-                raise KafkaTimeoutError("shutting down with records still unacknowledged")
+                raise KafkaTimeout("shutting down with records still unacknowledged")
             logger.debug("waiting for Kafka to acknowledge earlier records")
         assert self._sender is not None, "start() first"
         while True:
@@ -264,13 +241,13 @@ class ChangePublisher:
                     on_error=partial(self._failed_delivery, kind),
                 )
                 break
-            except KafkaTimeoutError:
-                # Buffer full or no metadata for max_block_ms: the broker is slow or away. Keep blocking the
-                # caller (back-pressure) rather than dropping; give up only when shutting down.
+            except KafkaTimeout:
+                # The producer's queue stayed full for max_block_ms: the broker is slow or away. Keep blocking
+                # the caller (back-pressure) rather than dropping; give up only when shutting down.
                 if self._stopping.is_set():
                     self._unacked.release()
                     raise
-                logger.warning("Kafka is not accepting records (buffer full or no metadata); still trying")
+                logger.warning("Kafka is not accepting records (the producer's queue is full); still trying")
         self.sent += 1
         return partition
 
@@ -288,14 +265,14 @@ class ChangePublisher:
         while self._sender is not None and self._sender.holding:
             try:
                 self._sender.release(timeout_s=1.0)
-            except KafkaTimeoutError:
+            except KafkaTimeout:
                 if self._stopping.is_set():
                     raise
                 logger.debug("waiting for Kafka before sending the held records")
 
-    def _delivered(self, kind: str, event_time_ms: int, change_time_ms: int | None, metadata: Any) -> None:
+    def _delivered(self, kind: str, event_time_ms: int, change_time_ms: int | None, message: Any) -> None:
         self._unacked.release()
-        self._note_acknowledged(metadata)
+        self._note_acknowledged(message)
         with self._lock:
             self.delivered += 1
         if self._on_delivered is not None:
@@ -311,7 +288,7 @@ class ChangePublisher:
         with self._lock:
             self.delivery_failures += 1
         self._failed.set()
-        logger.error("a %s event was not delivered after retries: %s", kind or "change", type(error).__name__)
+        logger.error("a %s event was not delivered after retries: %s", kind or "change", error_text(error))
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Send the held records and wait until every record published so far is acknowledged or failed."""
@@ -327,7 +304,7 @@ class ChangePublisher:
         try:
             assert self._sender is not None
             self._sender.flush(timeout_s)
-        except KafkaTimeoutError:
+        except KafkaTimeout:
             logger.error(
                 "shutdown: %d change events were not confirmed by Kafka within %.0f s "
                 "(the next start publishes a full snapshot)",
@@ -335,8 +312,12 @@ class ChangePublisher:
                 timeout_s,
             )
         remaining = max(0.0, timeout_s - (time.monotonic() - started))
-        self._producer.close(timeout=remaining)
-        self._producer = None
+        producer, self._producer = self._producer, None  # stops the delivery-report thread
+        if self._poller is not None:
+            self._poller.join(timeout=1.0)
+            self._poller = None
+        if remaining <= 0 or len(producer):
+            producer.purge()  # what was not confirmed in time is abandoned (the next start republishes)
         self._sender = None
 
     def abort(self) -> None:

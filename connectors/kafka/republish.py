@@ -79,11 +79,11 @@ def republish_open_alerts(
 
 
 def _send(kafka: KafkaSettings, topic: str, alerts: list[Alert]) -> None:
-    from kafka import KafkaProducer
+    from confluent_kafka import Producer
 
     from connectors.kafka.client_config import kafka_errors, producer_config
     from connectors.kafka.publisher import partitions_for_keys
-    from connectors.kafka.publisher_pool import send_records
+    from connectors.kafka.tail_sender import send_records
     from connectors.kafka.topics import ensure_topic
 
     partitions = ensure_topic(kafka, topic)
@@ -93,11 +93,7 @@ def _send(kafka: KafkaSettings, topic: str, alerts: list[Alert]) -> None:
         for alert, key, partition in zip(alerts, keys, partitions_for_keys(keys, partitions), strict=True)
     ]
     with kafka_errors(kafka, f"republishing {len(records)} open alerts to {topic!r}"):
-        producer = KafkaProducer(**producer_config(kafka))
-        try:
-            failed, first_failure = send_records(producer, kafka, records)
-        finally:
-            producer.close()
+        failed, first_failure = send_records(Producer(producer_config(kafka)), kafka, records)
     if failed:
         raise ServiceError(
             f"Kafka at {kafka.bootstrap_servers}: {failed} of {len(records)} open alerts were not delivered "

@@ -1,4 +1,4 @@
-"""A PySpark Python data source that reads Kafka topics through kafka-python.
+"""A PySpark Python data source that reads Kafka topics through librdkafka (confluent-kafka).
 
 Spark's JVM ``kafka`` connector is not obtainable here, so this source gives the same columns
 (``key, value, topic, partition, offset, timestamp, timestampType, headers``) from a Python
@@ -145,8 +145,8 @@ def record_fingerprint(offset: int, timestamp_ms: int, key: bytes | None, value:
     """What identifies one record of a topic: its offset, timestamp and a CRC-32 of key and value.
 
     A recreated topic that has grown past our position holds a different record at the same offset
-    (another time, other bytes), which this tells apart without topic ids (kafka-python does not expose
-    them, and the embedded broker forgets them with its data).
+    (another time, other bytes), which this tells apart without topic ids (the embedded broker forgets
+    them with its data).
 
     Example:
         >>> record_fingerprint(41, 1700000000000, b"ledger/1", b"v")
@@ -253,13 +253,13 @@ def with_backoff(
 ) -> Any:
     """``call()``, retried with exponential back-off while Kafka fails, for up to ``limit_s`` seconds.
 
-    A broker that hangs or restarts makes kafka-python raise after its request timeout (30 s by default);
+    A broker that hangs or restarts makes the client raise after its request timeout (30 s by default);
     the job rides that out instead of dying, and stops with one :class:`ServiceError` line only when the
     outage lasts longer than the limit.
 
     Example:
-        >>> from kafka.errors import KafkaTimeoutError
-        >>> answers = iter([KafkaTimeoutError("hung"), KafkaTimeoutError("hung"), 42])
+        >>> from connectors.kafka.client_config import KafkaTimeout
+        >>> answers = iter([KafkaTimeout("hung"), KafkaTimeout("hung"), 42])
         >>> def call():
         ...     answer = next(answers)
         ...     if isinstance(answer, Exception):
@@ -268,21 +268,26 @@ def with_backoff(
         >>> with_backoff("reading offsets", call, limit_s=60, servers="k1:9092", sleep=lambda s: None)
         42
     """
-    from kafka.errors import KafkaError
+    from confluent_kafka import KafkaException
+
+    from connectors.kafka.client_config import configuration_error, error_text
 
     started: float | None = None
     delay = BACKOFF_FIRST_S
     while True:
         try:
             result = call()
-        except KafkaError as err:
+        except KafkaException as err:
+            refused = configuration_error(err)
+            if refused is not None:
+                raise refused from None  # no outage: waiting would not change the answer
             now = clock()
             started = now if started is None else started
             waited = now - started
             if waited >= limit_s:
                 raise ServiceError(
                     f"bkaudit_kafka: Kafka at {servers} failed {action} for {waited:.0f} s, longer than "
-                    f"stream.broker_outage_limit_s ({limit_s:.0f} s): {type(err).__name__}; check the "
+                    f"stream.broker_outage_limit_s ({limit_s:.0f} s): {error_text(err)}; check the "
                     "brokers, then start the job again"
                 ) from None
             if status is not None:
@@ -291,7 +296,7 @@ def with_backoff(
                 "Kafka at %s: %s failed (%s); retrying in %.1f s (outage %.0f s of %.0f s allowed)",
                 servers,
                 action,
-                type(err).__name__,
+                error_text(err),
                 delay,
                 waited,
                 limit_s,
@@ -316,42 +321,44 @@ class _KafkaOffsets:
         self._consumer: Any = self._retrying("connecting", self._connect)
 
     def _connect(self) -> Any:
-        from kafka import KafkaConsumer
+        from confluent_kafka import Consumer
 
         from connectors.kafka.client_config import consumer_config
 
-        return KafkaConsumer(**consumer_config(self._settings, None))
+        consumer = Consumer(consumer_config(self._settings, None))
+        consumer.list_topics(timeout=self._timeout_s)  # raises while no broker answers: retried
+        return consumer
+
+    @property
+    def _timeout_s(self) -> float:
+        return self._settings.request_timeout_ms / 1000.0
 
     def _retrying(self, action: str, call: Callable[[], Any]) -> Any:
         return with_backoff(
             action, call, limit_s=self._limit_s, servers=self._settings.bootstrap_servers, status=self._status
         )
 
-    def _partitions(self, topic: str) -> list[Any]:
-        from kafka import TopicPartition
-
-        ids = self._consumer.partitions_for_topic(topic) or set()
-        return [TopicPartition(topic, p) for p in sorted(ids)]
-
     def earliest(self, topics: Sequence[str]) -> Offsets:
-        return self._retrying(
-            "reading the earliest offsets", lambda: self._lookup(topics, self._consumer.beginning_offsets)
-        )
+        return self._retrying("reading the earliest offsets", lambda: self._lookup(topics, low=True))
 
     def latest(self, topics: Sequence[str]) -> Offsets:
         """The end offsets, from fresh metadata (a recreated topic may have another partition count)."""
-        return self._retrying(
-            "reading the latest offsets", lambda: self._lookup(topics, self._consumer.end_offsets, fresh=True)
-        )
+        return self._retrying("reading the latest offsets", lambda: self._lookup(topics, low=False))
 
-    def _lookup(self, topics: Sequence[str], fetch: Any, *, fresh: bool = False) -> Offsets:
+    def _lookup(self, topics: Sequence[str], *, low: bool) -> Offsets:
+        from confluent_kafka import TopicPartition
+
         result: Offsets = {}
-        if fresh:
-            self._consumer.topics()  # kafka-python refreshes its metadata of every topic here
+        described = self._consumer.list_topics(timeout=self._timeout_s).topics  # fresh, every topic
         for topic in topics:
-            partitions = self._partitions(topic)
-            answered = fetch(partitions) if partitions else {}
-            result[topic] = {str(tp.partition): int(answered[tp]) for tp in partitions}
+            metadata = described.get(topic)
+            ids = sorted(metadata.partitions) if metadata is not None and metadata.error is None else []
+            result[topic] = {}
+            for partition in ids:
+                watermarks = self._consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=self._timeout_s, cached=False
+                )
+                result[topic][str(partition)] = int(watermarks[0] if low else watermarks[1])
         return result
 
     def fingerprints(self, wanted: dict[tuple[str, str], int]) -> dict[tuple[str, str], str | None]:
@@ -365,34 +372,38 @@ class _KafkaOffsets:
         return self._retrying("reading record fingerprints", lambda: self._fetch_fingerprints(wanted))
 
     def _fetch_fingerprints(self, wanted: dict[tuple[str, str], int]) -> dict[tuple[str, str], str | None]:
-        from kafka import TopicPartition
-        from kafka.errors import KafkaTimeoutError
+        from confluent_kafka import TopicPartition
 
-        by_tp = {
-            TopicPartition(topic, int(partition)): offset for (topic, partition), offset in wanted.items()
-        }
+        from connectors.kafka.client_config import KafkaTimeout
+
+        by_key = {(topic, int(partition)): offset for (topic, partition), offset in wanted.items()}
         found: dict[tuple[str, str], str | None] = {}
-        self._consumer.assign(list(by_tp))
+        assigned = [TopicPartition(t, p, offset) for (t, p), offset in by_key.items()]
+        self._consumer.assign(assigned)
         try:
-            for tp, offset in by_tp.items():
-                self._consumer.seek(tp, offset)
-            deadline = time.monotonic() + self._settings.request_timeout_ms / 1000.0
-            pending = set(by_tp)
+            deadline = time.monotonic() + self._timeout_s
+            pending = set(by_key)
             while pending and time.monotonic() < deadline:
-                for tp, records in self._consumer.poll(timeout_ms=200, max_records=500).items():
-                    first = next((r for r in records if r.offset >= by_tp[tp]), None)
-                    if tp in pending and first is not None:
-                        pending.discard(tp)
-                        self._consumer.pause(tp)
-                        found[(tp.topic, str(tp.partition))] = (
-                            record_fingerprint(first.offset, first.timestamp, first.key, first.value)
-                            if first.offset == by_tp[tp]
-                            else None  # the broker's next record is later: none at that offset
+                for message in self._consumer.consume(num_messages=500, timeout=0.2):
+                    if message.error() is not None:
+                        continue  # a partition's end or a transient fetch error: the deadline decides
+                    key = (message.topic(), message.partition())
+                    if key not in pending or message.offset() < by_key[key]:
+                        continue
+                    pending.discard(key)
+                    self._consumer.pause([TopicPartition(*key)])
+                    found[(key[0], str(key[1]))] = (
+                        record_fingerprint(
+                            message.offset(), message.timestamp()[1], message.key(), message.value()
                         )
+                        if message.offset() == by_key[key]
+                        else None  # the broker's next record is later: none at that offset
+                    )
             if pending:
-                raise KafkaTimeoutError(f"no record fetched from {len(pending)} partitions")
+                raise KafkaTimeout(f"no record fetched from {len(pending)} partitions")
         finally:
-            self._consumer.assign([])
+            self._consumer.resume(assigned)  # a pause outlives the assignment in librdkafka
+            self._consumer.unassign()
         return found
 
     def close(self) -> None:
@@ -402,61 +413,60 @@ class _KafkaOffsets:
 def _read_range(options: dict[str, str], kafka_range: KafkaRange) -> Iterator[pa.RecordBatch]:
     """Executor side: read one offset range and yield Arrow record batches.
 
-    A broker that stops answering is waited for (kafka-python reconnects by itself) up to the range's
+    A broker that stops answering is waited for (librdkafka reconnects by itself) up to the range's
     outage limit; then the task fails with one line.
     """
-    from kafka import KafkaConsumer, TopicPartition
-    from kafka.errors import OffsetOutOfRangeError
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     from connectors.kafka.client_config import consumer_config
 
     if kafka_range.end <= kafka_range.start:
         return
     settings = _kafka_settings(options)
-    # No automatic reset: a range whose offsets vanished must not be filled with another topic's records.
-    config = {**consumer_config(settings, None), "auto_offset_reset": "none"}
+    # No automatic reset: a range whose offsets vanished must not be filled with another topic's records
+    # ("error" reports it as an _AUTO_OFFSET_RESET error instead).
+    config = {**consumer_config(settings, None), "auto.offset.reset": "error"}
     consumer = with_backoff(
         "connecting",
-        lambda: KafkaConsumer(**config),
+        lambda: Consumer(config),
         limit_s=kafka_range.outage_limit_s,
         servers=settings.bootstrap_servers,
     )
     try:
-        tp = TopicPartition(kafka_range.topic, kafka_range.partition)
-        consumer.assign([tp])
-        consumer.seek(tp, kafka_range.start)
+        consumer.assign([TopicPartition(kafka_range.topic, kafka_range.partition, kafka_range.start)])
         position = kafka_range.start
         columns: dict[str, list[Any]] = {name: [] for name in _ARROW_SCHEMA.names}
         idle_since: float | None = None
         while position < kafka_range.end:
-            try:
-                polled = consumer.poll(timeout_ms=1000, max_records=5000)
-            except OffsetOutOfRangeError:
+            messages = consumer.consume(num_messages=5000, timeout=1.0)
+            if any(_offsets_gone(m, KafkaError) for m in messages):
                 _warn_range_gone(kafka_range, position)
                 break
-            records = polled.get(tp, [])
+            records = [m for m in messages if m.error() is None]
             if not records:
                 idle_since = idle_since or time.monotonic()
                 if time.monotonic() - idle_since > kafka_range.outage_limit_s:
                     raise ServiceError(
-                        f"bkaudit_kafka: no records from {tp.topic}/{tp.partition} at offset {position} "
-                        f"(range ends at {kafka_range.end}) for {kafka_range.outage_limit_s:.0f} s "
-                        "(stream.broker_outage_limit_s); check the brokers, then start the job again"
+                        f"bkaudit_kafka: no records from {kafka_range.topic}/{kafka_range.partition} at "
+                        f"offset {position} (range ends at {kafka_range.end}) for "
+                        f"{kafka_range.outage_limit_s:.0f} s (stream.broker_outage_limit_s); check the "
+                        "brokers, then start the job again"
                     )
                 continue
             idle_since = None
             for record in records:
-                if record.offset >= kafka_range.end:
+                if record.offset() >= kafka_range.end:
                     break
-                columns["key"].append(record.key)
-                columns["value"].append(record.value)
-                columns["topic"].append(record.topic)
-                columns["partition"].append(record.partition)
-                columns["offset"].append(record.offset)
-                columns["timestamp"].append(record.timestamp * 1000)
-                columns["timestampType"].append(record.timestamp_type)
-                columns["headers"].append([{"key": k, "value": v} for k, v in (record.headers or [])])
-            position = records[-1].offset + 1
+                timestamp_type, timestamp_ms = record.timestamp()
+                columns["key"].append(record.key())
+                columns["value"].append(record.value())
+                columns["topic"].append(record.topic())
+                columns["partition"].append(record.partition())
+                columns["offset"].append(record.offset())
+                columns["timestamp"].append(timestamp_ms * 1000)
+                columns["timestampType"].append(_SPARK_TIMESTAMP_TYPES.get(timestamp_type, 0))
+                columns["headers"].append([{"key": k, "value": v} for k, v in (record.headers() or [])])
+            position = records[-1].offset() + 1
             if len(columns["offset"]) >= 5000 or position >= kafka_range.end:
                 yield pa.RecordBatch.from_pydict(columns, schema=_ARROW_SCHEMA)
                 columns = {name: [] for name in _ARROW_SCHEMA.names}
@@ -464,6 +474,19 @@ def _read_range(options: dict[str, str], kafka_range: KafkaRange) -> Iterator[pa
             yield pa.RecordBatch.from_pydict(columns, schema=_ARROW_SCHEMA)
     finally:
         consumer.close()
+
+
+#: librdkafka's timestamp types → Spark's ``timestampType`` column (0 CreateTime, 1 LogAppendTime).
+_SPARK_TIMESTAMP_TYPES = {1: 0, 2: 1}
+
+
+def _offsets_gone(message: Any, kafka_error: Any) -> bool:
+    """Whether ``message`` reports that the range's next offset is no longer on the broker."""
+    error = message.error()
+    return error is not None and error.code() in (
+        kafka_error._AUTO_OFFSET_RESET,
+        kafka_error.OFFSET_OUT_OF_RANGE,
+    )
 
 
 def _warn_range_gone(kafka_range: KafkaRange, position: int) -> None:

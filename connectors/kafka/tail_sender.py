@@ -3,9 +3,10 @@
 The embedded broker (Tansu) sets a partition's high watermark to the *base offset of its last batch + 1*:
 after a ten-record batch at offsets 0–9 it reports 1, and the other nine records stay invisible to any
 consumer that reads up to the end offsets (Spark's planning, ``bkaudit query``'s tools, an SRE's
-``kafka-console-consumer``) until the next write to that partition. Sending one record per batch
-(``batch_size=0``) avoids it, at one request per record: the watcher's 1 M-ledger snapshot then takes
-~15 minutes, and a lost bookie's thousands of alerts take seconds to publish.
+``kafka-console-consumer``) until the next write to that partition. librdkafka batches like any Kafka
+client, so it hits this too. Sending one record per batch (``batch_size=0``) avoids it, at one request per
+record: the watcher's 1 M-ledger snapshot then takes many minutes, and a lost bookie's thousands of alerts
+take seconds to publish.
 
 :class:`TailSender` keeps batching and fixes only the end of a burst. It holds back the newest record of
 each partition; records before it go out in ordinary (multi-record) batches. :meth:`TailSender.release`
@@ -16,16 +17,15 @@ after everything before it). On real Kafka the hold is unnecessary: ``kafka.sing
 sends straight through; with ``producer_batch_size = 0`` every batch is one record anyway and nothing is
 held.
 
-Status: stable.
+A full local queue (librdkafka's ``BufferError``) is back-pressure: the sender serves delivery reports and
+tries again, for up to ``max_block_s``, then raises :class:`~connectors.kafka.client_config.KafkaTimeout`;
+the record is then neither sent nor held, so the caller can retry it. Nothing is dropped.
 
 Example:
-    >>> class Recorder:  # stands in for KafkaProducer in this doctest
+    >>> class Recorder:  # stands in for confluent_kafka.Producer in this doctest
     ...     def __init__(self): self.log = []
-    ...     def send(self, topic, *, key, value, partition): self.log.append(value); return Done()
-    ...     def flush(self, timeout=None): self.log.append("flush")
-    >>> class Done:
-    ...     def add_callback(self, *a): pass
-    ...     def add_errback(self, *a): pass
+    ...     def produce(self, topic, *, value, key, partition, on_delivery): self.log.append(value)
+    ...     def flush(self, timeout=-1): self.log.append("flush"); return 0
     >>> producer = Recorder(); sender = TailSender(producer, hold_tails=True)
     >>> for value in (b"a", b"b", b"c"):
     ...     sender.send("t", key=b"k", value=value, partition=0)
@@ -35,11 +35,16 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-#: Called with the record metadata after the broker acknowledged the record.
+from confluent_kafka import KafkaException
+
+from connectors.kafka.client_config import KafkaTimeout
+
+#: Called with the delivered ``confluent_kafka.Message`` (its partition and offset) after the broker acked.
 OnSuccess = Callable[[Any], None]
 #: Called with the exception when the record failed after the producer's retries.
 OnError = Callable[[BaseException], None]
@@ -54,19 +59,21 @@ class _Held:
 
 
 class TailSender:
-    """Sends keyed records to explicit partitions through one kafka-python producer (see the module doc).
+    """Sends keyed records to explicit partitions through one librdkafka producer (see the module doc).
 
-    Not thread-safe: one thread sends and releases (the watcher's worker, the sink's batch).
+    Not thread-safe: one thread sends and releases (the watcher's worker, the sink's batch). Delivery
+    callbacks run wherever the producer is polled (``flush``, ``poll``; the watcher polls on a thread).
 
     Example:
-        >>> # sender = TailSender(KafkaProducer(...), hold_tails=settings.single_record_tails)
+        >>> # sender = TailSender(Producer(producer_config(settings)), hold_tails=holds_tails(settings))
         >>> # sender.send("bkaudit.alerts", key=b"ledger/7", value=payload, partition=3)
         >>> # sender.flush()     # release the held tails and wait for every acknowledgement
     """
 
-    def __init__(self, producer: Any, *, hold_tails: bool) -> None:
+    def __init__(self, producer: Any, *, hold_tails: bool, max_block_s: float = 60.0) -> None:
         self.producer = producer
         self.hold_tails = hold_tails
+        self.max_block_s = max_block_s
         self._held: dict[tuple[str, int], _Held] = {}
 
     @property
@@ -86,8 +93,8 @@ class TailSender:
     ) -> None:
         """Send a record, or hold it as its partition's tail and send the one it replaces.
 
-        May raise what ``KafkaProducer.send`` raises (e.g. ``KafkaTimeoutError`` when the producer cannot
-        take the record); the record passed in is then not held either, so the caller can retry it.
+        May raise what ``Producer.produce`` raises, or :class:`KafkaTimeout` when the producer's queue stayed
+        full for ``max_block_s``; the record passed in is then not held either, so the caller can retry it.
         """
         record = _Held(key, value, on_success, on_error)
         if not self.hold_tails:
@@ -102,12 +109,12 @@ class TailSender:
     def release(self, timeout_s: float | None = None) -> None:
         """Flush what was sent, then send every held record alone (one-record batches at the ends).
 
-        Raises ``KafkaTimeoutError`` when the flush does not finish within ``timeout_s``; the held records
+        Raises :class:`KafkaTimeout` when the flush does not finish within ``timeout_s``; the held records
         are then kept for the next call.
         """
         if not self._held:
             return
-        self.producer.flush(timeout=timeout_s)
+        self._flush(timeout_s)
         held, self._held = self._held, {}
         for index, ((topic, partition), record) in enumerate(held.items()):
             try:
@@ -120,14 +127,68 @@ class TailSender:
     def flush(self, timeout_s: float | None = None) -> None:
         """Release the held tails and wait until every record is acknowledged or failed."""
         self.release(timeout_s)
-        self.producer.flush(timeout=timeout_s)
+        self._flush(timeout_s)
+
+    def _flush(self, timeout_s: float | None) -> None:
+        pending = self.producer.flush(-1 if timeout_s is None else timeout_s)
+        if pending:
+            raise KafkaTimeout(f"{pending} records still unacknowledged after {timeout_s} s")
 
     def _send_now(self, topic: str, partition: int, record: _Held) -> None:
-        future = self.producer.send(topic, key=record.key, value=record.value, partition=partition)
-        if record.on_success is not None:
-            future.add_callback(record.on_success)
-        if record.on_error is not None:
-            future.add_errback(record.on_error)
+        deadline = time.monotonic() + self.max_block_s
+        while True:
+            try:
+                self.producer.produce(
+                    topic,
+                    value=record.value,
+                    key=record.key,
+                    partition=partition,
+                    on_delivery=_delivery_report(record.on_success, record.on_error),
+                )
+                return
+            except BufferError:
+                # The local queue is full: serve delivery reports (they free it) and try again.
+                if time.monotonic() >= deadline:
+                    raise KafkaTimeout(
+                        f"the producer's queue stayed full for {self.max_block_s:.0f} s"
+                    ) from None
+                self.producer.poll(0.1)
 
 
-__all__ = ["TailSender"]
+def _delivery_report(on_success: OnSuccess | None, on_error: OnError | None) -> Callable[[Any, Any], None]:
+    def report(error: Any, message: Any) -> None:
+        if error is not None:
+            if on_error is not None:
+                on_error(KafkaException(error))
+        elif on_success is not None:
+            on_success(message)
+
+    return report
+
+
+#: (topic, partition, key, value)
+Record = tuple[str, int, bytes | None, bytes]
+
+
+def send_records(producer: Any, settings: Any, records: Sequence[Record]) -> tuple[int, str | None]:
+    """Send ``records`` through ``producer`` (one-record tails when the settings ask for them) and wait for
+    every acknowledgement; returns (records that failed after the producer's retries, the first failure).
+
+    The one bulk send loop (the sink's alerts and feedback, ``bkaudit alerts republish``).
+
+    Example:
+        >>> # failed, first_failure = send_records(Producer(producer_config(s)), s, records)
+    """
+    from connectors.kafka.client_config import error_text, holds_tails
+
+    failures: list[BaseException] = []
+    sender = TailSender(
+        producer, hold_tails=holds_tails(settings), max_block_s=settings.producer_max_block_ms / 1000
+    )
+    for topic, partition, key, value in records:
+        sender.send(topic, key=key, value=value, partition=partition, on_error=failures.append)
+    sender.flush()
+    return len(failures), (error_text(failures[0]) if failures else None)
+
+
+__all__ = ["Record", "TailSender", "send_records"]

@@ -1,23 +1,19 @@
 """Topic administration: create the topics bkaudit needs when they are absent.
 
-Status: stable.
-
 Example:
     >>> # ensure_topic(KafkaSettings(bootstrap_servers="127.0.0.1:9092"), "bkaudit.changes")
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
 
-from kafka import KafkaAdminClient
-from kafka.admin import NewTopic
-from kafka.errors import TopicAlreadyExistsError
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from bkaudit.errors import ServiceError
 from bkaudit.settings import KafkaSettings
-from connectors.kafka.client_config import admin_config, kafka_errors
+from connectors.kafka.client_config import admin_config, error_code, kafka_errors
 
 
 def ensure_topic(
@@ -27,20 +23,27 @@ def ensure_topic(
 
     Returns the topic's partition count as the broker reports it once the topic is visible. This is the
     first thing both processes ask of Kafka, so an unreachable or refusing cluster surfaces here as one
-    :class:`ServiceError` line (naming the brokers), not as kafka-python's traceback.
+    :class:`ServiceError` line (naming the brokers), not as a client's traceback.
     """
     wanted = partitions or settings.topic_partitions
     with kafka_errors(settings, f"creating topic {topic!r}"):
-        admin = KafkaAdminClient(**admin_config(settings))
-        try:
-            with contextlib.suppress(TopicAlreadyExistsError):
-                admin.create_topics([NewTopic(topic, num_partitions=wanted, replication_factor=1)])
-            deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline:
-                described = admin.describe_topics([topic])
-                if described and not described[0].get("error_code") and described[0].get("partitions"):
-                    return len(described[0]["partitions"])
-                time.sleep(0.1)
-            raise ServiceError(f"topic {topic!r} not visible after {timeout_s:.0f} s")
-        finally:
-            admin.close()
+        admin = AdminClient(admin_config(settings))
+        # The first answer bounds the wait for an unreachable cluster (kafka.bootstrap_timeout_ms).
+        existing = admin.list_topics(timeout=settings.bootstrap_timeout_ms / 1000).topics
+        if topic not in existing or existing[topic].error is not None:
+            created = admin.create_topics(
+                [NewTopic(topic, num_partitions=wanted, replication_factor=1)],
+                request_timeout=settings.request_timeout_ms / 1000,
+            )
+            try:
+                created[topic].result()
+            except KafkaException as err:
+                if error_code(err) != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            described = admin.list_topics(timeout=settings.request_timeout_ms / 1000).topics.get(topic)
+            if described is not None and described.error is None and described.partitions:
+                return len(described.partitions)
+            time.sleep(0.1)
+        raise ServiceError(f"topic {topic!r} not visible after {timeout_s:.0f} s")

@@ -42,7 +42,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kafka.errors import KafkaTimeoutError
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
@@ -85,6 +84,7 @@ from bkaudit.logsetup import SECRET_FILTER
 from bkaudit.metrics_http import serve_metrics
 from bkaudit.pb import change_events_pb2 as pb
 from bkaudit.settings import Settings, ZooKeeperSettings
+from connectors.kafka.client_config import KafkaTimeout
 from connectors.kafka.publisher import ChangePublisher
 from connectors.zookeeper.fallback_watch import FALLBACK_EVENT, FallbackWatches
 from connectors.zookeeper.ordered_reads import OrderedReads
@@ -1172,7 +1172,7 @@ class ChangeWatcher:
     def _release_tails(self) -> None:
         try:
             self.publisher.release_tails()
-        except KafkaTimeoutError:
+        except KafkaTimeout:
             logger.debug("stopping with held records; stop() flushes what it can")
         except Exception:
             # The records stay held (nothing is lost); try again at the next pause.

@@ -1,13 +1,14 @@
 """Benchmark: the floors under the streaming auditor's figures on this machine, before any bkaudit logic.
 
-What the decided stack (kafka-python, the embedded Tansu broker, PySpark with a Python data source and
-``transformWithStateInPandas``, local mode) costs by itself, so the stream benchmark's figures can be read
-against what is reachable at all:
+What the decided stack (confluent-kafka/librdkafka, the embedded Tansu broker, PySpark with a Python data
+source and ``transformWithStateInPandas``, local mode) costs by itself, so the stream benchmark's figures
+can be read against what is reachable at all:
 
 - ``publish``: N alert-sized JSON records (pre-encoded, keys and partitions computed beforehand) sent with
-  kafka-python to the embedded broker and acknowledged, from 1 and from several processes (one producer each,
+  librdkafka to the embedded broker and acknowledged, from 1 and from several processes (one producer each,
   partitions split between them). A lost bookie at 1 M ledgers on 100 bookies has ~31,000 alerts to publish.
-- ``consume``: the same records read back by one kafka-python consumer (records/s).
+- ``consume``: the same records read back by one librdkafka consumer (records/s).
+  (``bench_kafka_clients.py`` compares both Python clients side by side.)
 - ``spark_latency``: a micro-batch carrying one record, through bkaudit's Kafka source and (a) nothing else,
   (b) a ``transformWithStateInPandas`` operator that only counts (RocksDB state store, event-time watermark):
   seconds from the trigger to the ``foreachBatch`` function holding the rows (the DAG ran), and from the
@@ -74,30 +75,33 @@ def _alert_record(index: int) -> tuple[bytes, bytes]:
 def _publisher(
     bootstrap: str, topic: str, records: list[tuple[int, bytes, bytes]], out: Any, go: Any
 ) -> None:
-    from kafka import KafkaProducer
+    from confluent_kafka import Producer
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap, batch_size=262_144, linger_ms=5, acks=1)
-    producer.partitions_for(topic)  # metadata before the clock starts
+    producer = Producer({"bootstrap.servers": bootstrap, "batch.size": 262_144, "linger.ms": 5, "acks": 1})
+    producer.list_topics(topic, timeout=30)  # metadata before the clock starts
     out.put("ready")
     go.wait()
+    failures: list[Any] = []
     started = time.perf_counter()
-    futures = [producer.send(topic, key=k, value=v, partition=p) for p, k, v in records]
+    for p, k, v in records:
+        while True:
+            try:
+                producer.produce(
+                    topic, value=v, key=k, partition=p, on_delivery=lambda e, _m: e and failures.append(e)
+                )
+                break
+            except BufferError:
+                producer.poll(0.01)
     producer.flush()
-    failed = sum(1 for f in futures if f.failed())
-    out.put((time.perf_counter() - started, failed))
-    producer.close()
+    out.put((time.perf_counter() - started, len(failures)))
 
 
 def publish_floor(bootstrap: str, alerts: int, processes: int, partitions: int) -> dict[str, Any]:
     """Seconds to send and have acknowledged ``alerts`` pre-encoded records from ``processes`` producers."""
-    from kafka.admin import KafkaAdminClient, NewTopic
-
     from connectors.kafka.publisher import partitions_for_keys
 
     topic = f"floor.publish.{processes}.{os.getpid()}.{time.time_ns()}"
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(topic, partitions, 1)])
-    admin.close()
+    _create_topic(bootstrap, topic, partitions)
     encoded = [_alert_record(i) for i in range(alerts)]
     placed = partitions_for_keys([k for k, _ in encoded], partitions)
     shares: list[list[tuple[int, bytes, bytes]]] = [[] for _ in range(processes)]
@@ -132,19 +136,19 @@ def publish_floor(bootstrap: str, alerts: int, processes: int, partitions: int) 
 
 
 def consume_floor(bootstrap: str, topic: str, expected: int) -> dict[str, Any]:
-    """Records/s of one kafka-python consumer reading ``topic`` from the start."""
-    from kafka import KafkaConsumer, TopicPartition
+    """Records/s of one librdkafka consumer reading ``topic`` from the start."""
+    from confluent_kafka import Consumer
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
-    partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
-    consumer.assign(partitions)
-    consumer.seek_to_beginning(*partitions)
+    from bkaudit.settings import KafkaSettings
+    from connectors.kafka.client_config import assign_from_beginning, consumer_config
+
+    consumer = Consumer(consumer_config(KafkaSettings(bootstrap_servers=bootstrap), None))
+    assign_from_beginning(consumer, topic, 30)
     seen = 0
     started = time.perf_counter()
     deadline = started + 300
     while seen < expected and time.perf_counter() < deadline:
-        for records in consumer.poll(timeout_ms=500, max_records=10_000).values():
-            seen += len(records)
+        seen += sum(1 for m in consumer.consume(num_messages=10_000, timeout=0.5) if m.error() is None)
     elapsed = time.perf_counter() - started
     consumer.close()
     return {"records": seen, "seconds": round(elapsed, 3), "records_per_s": round(seen / elapsed)}
@@ -221,17 +225,22 @@ def _query(spark: Any, bootstrap: str, topic: str, stateful: bool, checkpoint: P
 
 
 def _producer(bootstrap: str) -> Any:
-    from kafka import KafkaProducer
+    from confluent_kafka import Producer
 
-    return KafkaProducer(bootstrap_servers=bootstrap, batch_size=0, linger_ms=0, acks=1)
+    return Producer({"bootstrap.servers": bootstrap, "batch.num.messages": 1, "linger.ms": 0, "acks": 1})
+
+
+def _send_and_wait(producer: Any, topic: str, key: bytes, value: bytes, **partition: int) -> None:
+    """One record, acknowledged before returning."""
+    producer.produce(topic, value=value, key=key, **partition)
+    assert producer.flush(30) == 0
 
 
 def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    from kafka.admin import KafkaAdminClient, NewTopic
+    from bkaudit.settings import KafkaSettings
+    from connectors.kafka.topics import ensure_topic
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(topic, partitions, 1)])
-    admin.close()
+    ensure_topic(KafkaSettings(bootstrap_servers=bootstrap), topic, partitions)
 
 
 def _wait_idle(query: Any, timeout_s: float = 60.0) -> None:
@@ -261,7 +270,7 @@ def spark_latency(
             _wait_idle(query)
             key = f"round-{round_number}"
             sent = time.time()
-            producer.send(topic, key=key.encode(), value=b"x").get(timeout=30)
+            _send_and_wait(producer, topic, key.encode(), b"x")
             deadline = time.time() + 60
             while key not in batches.seen and time.time() < deadline:
                 time.sleep(0.005)
@@ -277,7 +286,6 @@ def spark_latency(
                 trigger_to_rows.append(arrived - started)
     finally:
         query.stop()
-        producer.close()
     return {
         "stateful": stateful,
         "send_to_rows_s": _summary(send_to_rows),
@@ -291,17 +299,21 @@ def spark_throughput(
     """``records`` records in one ``availableNow`` micro-batch (keys spread like ledger buckets)."""
     topic = f"floor.throughput.{int(stateful)}.{time.time_ns()}"
     _create_topic(bootstrap, topic, partitions)
-    from kafka import KafkaProducer
+    from confluent_kafka import Producer
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap, batch_size=262_144, linger_ms=5, acks=1)
+    producer = Producer({"bootstrap.servers": bootstrap, "batch.size": 262_144, "linger.ms": 5, "acks": 1})
     value = b"v" * 200  # the size of a ledger upsert event
     for i in range(records):
-        producer.send(topic, key=f"ledgers/{i % 64}".encode(), value=value)
+        while True:
+            try:
+                producer.produce(topic, value=value, key=f"ledgers/{i % 64}".encode())
+                break
+            except BufferError:
+                producer.poll(0.01)
     producer.flush()
     # Tansu's high watermark after multi-record batches is too low; a last one-record send fixes it.
     for partition in range(partitions):
-        producer.send(topic, key=b"tail", value=value, partition=partition).get(timeout=30)
-    producer.close()
+        _send_and_wait(producer, topic, b"tail", value, partition=partition)
     started = time.perf_counter()
     query, batches = _query(
         spark, bootstrap, topic, stateful, work / f"cp-throughput-{int(stateful)}", availableNow=True

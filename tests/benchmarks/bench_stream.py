@@ -105,7 +105,6 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     add("--driver-memory", default="4g")
     add("--trigger-s", type=float, default=0.5, help="stream.trigger_interval_s")
     add("--watermark-s", type=float, default=5.0, help="stream.watermark_delay_s")
-    add("--publish-processes", type=int, default=2, help="stream.publish_processes")
     add("--max-offsets", type=int, default=0, help="stream.max_offsets_per_trigger (0: unlimited)")
     add("--snapshot-timeout", type=float, default=7200.0, help="seconds for the watcher's snapshot")
     add("--ingest-timeout", type=float, default=7200.0, help="seconds for the job's snapshot ingest")
@@ -240,8 +239,7 @@ class AlertAcks:
             self._raw.append((at, value))
 
     def published(self, at: float, alerts: list[dict[str, Any]]) -> None:
-        """Alerts the sink's publish call returned at ``at``: all acknowledged by then (an upper bound; the
-        only time known when the sink's worker processes sent them, ``stream.publish_processes``)."""
+        """Alerts the sink's publish call returned at ``at``: all acknowledged by then (an upper bound)."""
         with self.lock:
             self._raw.extend((at, alert) for alert in alerts)
 
@@ -1195,7 +1193,6 @@ def run_sink_scale(args: argparse.Namespace) -> dict[str, Any]:
             kafka=kafka_values,
             lakehouse_root=state_dir / "lakehouse",
             checkpoint_root=state_dir / "checkpoints",
-            stream={"publish_processes": args.publish_processes},
         )
         for topic in (settings.kafka.changes_topic, settings.kafka.feedback_topic):
             ensure_topic(settings.kafka, topic, partitions=args.partitions)
@@ -1411,7 +1408,6 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             checkpoint_root=state_dir / "checkpoints",
             stream={
                 "trigger_interval_s": args.trigger_s,
-                "publish_processes": args.publish_processes,
                 "watermark_delay_s": args.watermark_s,
                 "max_offsets_per_trigger": args.max_offsets or None,
                 "maintenance_every_batches": 0,

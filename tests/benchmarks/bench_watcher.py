@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -141,33 +142,27 @@ def _run_watch_once(
 
 
 def _read_topic(settings: Any, topic: str, password: bytes) -> dict[str, Any]:
-    from kafka import KafkaConsumer, TopicPartition
-
     from bkaudit.events import decode_event
-    from connectors.kafka.client_config import consumer_config
+    from bkaudit.testing.kafka_io import TopicTail
 
-    consumer = KafkaConsumer(**{**consumer_config(settings, None), "max_partition_fetch_bytes": 8 * 2**20})
+    tail = TopicTail(settings, topic)
     try:
-        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        consumer.assign(partitions)
-        consumer.seek_to_beginning(*partitions)
-        end = consumer.end_offsets(partitions)
+        end = tail.end_offsets()
         counts: dict[str, int] = {}
         records = 0
         leaked = 0
         last_end: Any = None
         started = time.monotonic()
-        while any(consumer.position(tp) < end[tp] for tp in partitions):
-            for batch in consumer.poll(timeout_ms=1000, max_records=50_000).values():
-                for record in batch:
-                    records += 1
-                    if password in record.value:
-                        leaked += 1
-                    event = decode_event(record.value)
-                    kind = event.WhichOneof("payload") or ""
-                    counts[kind] = counts.get(kind, 0) + 1
-                    if kind == "snapshot_end":
-                        last_end = event.snapshot_end
+        while any(tail.positions[p] < end[p] for p in end):
+            for record in tail.poll(1.0):
+                records += 1
+                if password in record.value:
+                    leaked += 1
+                event = decode_event(record.value)
+                kind = event.WhichOneof("payload") or ""
+                counts[kind] = counts.get(kind, 0) + 1
+                if kind == "snapshot_end":
+                    last_end = event.snapshot_end
         return {
             "records": records,
             "by_type": counts,
@@ -183,7 +178,7 @@ def _read_topic(settings: Any, topic: str, password: bytes) -> dict[str, Any]:
             },
         }
     finally:
-        consumer.close()
+        tail.close()
 
 
 def _scrape(port: int, histogram: str) -> dict[str, float]:
@@ -238,11 +233,11 @@ def _free_port() -> int:
 def _latency(harness: Any, chroot: str, spec: Any, args: argparse.Namespace) -> dict[str, Any]:
     """Rewrite ledger znodes at a fixed rate under a running watcher (a child process, as in production);
     time each change from just before ``zk.set`` to a consumer receiving its upsert."""
-    from kafka import KafkaConsumer, TopicPartition
+    from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
     from bkaudit.domain.layout import ledger_path
     from bkaudit.events import decode_event
-    from connectors.kafka.client_config import consumer_config
+    from connectors.kafka.client_config import consumer_config, partition_count
 
     topic = harness.unique_topic("latency")
     command, env = _watch_command(harness, chroot, topic, args)
@@ -256,15 +251,15 @@ def _latency(harness: Any, chroot: str, spec: Any, args: argparse.Namespace) -> 
     watcher = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     kafka = harness.kafka_settings()
     writer = harness.kazoo_client(chroot, timeout=30)
-    # fetch_max_wait_ms: the consumer's own wait would otherwise dominate what is measured.
-    consumer = KafkaConsumer(**{**consumer_config(kafka, None), "fetch_max_wait_ms": 5})
+    # fetch.wait.max.ms: the consumer's own wait would otherwise dominate what is measured.
+    consumer = Consumer({**consumer_config(kafka, None), "fetch.wait.max.ms": 5})
     try:
         deadline = time.monotonic() + 3600
         partitions: list[Any] = []
         while not partitions and time.monotonic() < deadline:
-            partitions = [
-                TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())
-            ]
+            with contextlib.suppress(Exception):  # the topic does not exist yet
+                count = partition_count(consumer, topic, 5.0)
+                partitions = [TopicPartition(topic, p, OFFSET_END) for p in range(count)]
             time.sleep(0.2)
         # The START snapshot is out and acknowledged: live changes would otherwise queue behind it.
         while (
@@ -275,9 +270,7 @@ def _latency(harness: Any, chroot: str, spec: Any, args: argparse.Namespace) -> 
                 raise RuntimeError("the watcher exited")
             time.sleep(0.5)
         consumer.assign(partitions)
-        consumer.seek_to_end(*partitions)
-        for tp in partitions:
-            consumer.position(tp)  # resolve the end offsets now, before the first change
+        consumer.consume(num_messages=1, timeout=1.0)  # resolve the end offsets now, before the first change
         lag_before = _scrape(port, "bkaudit_watcher_publish_lag_seconds")
         change_before = _scrape(port, "bkaudit_watcher_change_to_kafka_seconds")
         sent: dict[tuple[int, int], float] = {}
@@ -287,10 +280,11 @@ def _latency(harness: Any, chroot: str, spec: Any, args: argparse.Namespace) -> 
 
         def consume() -> None:
             while not done.is_set():
-                for batch in consumer.poll(timeout_ms=50).values():
-                    now = time.time()
-                    for record in batch:
-                        event = decode_event(record.value)
+                messages = consumer.consume(num_messages=1000, timeout=0.05)
+                now = time.time()
+                for record in messages:
+                    if record.error() is None:
+                        event = decode_event(record.value())
                         if event.HasField("ledger_upserted") and not event.snapshot_id:
                             key = (event.ledger_upserted.ledger_id, event.ledger_upserted.znode.version)
                             received.setdefault(key, now)

@@ -31,14 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kafka import KafkaConsumer, TopicPartition
-
 from bkaudit.settings import KafkaSettings
 from bkaudit.sim.cluster import SimulatedCluster
 from bkaudit.sim.truth import ClusterSnapshot, TruthParameters, ground_truth
 from bkaudit.testing.harness import ServiceHarness
+from bkaudit.testing.kafka_io import end_offsets
 from connectors.delta.tables import read_table
-from connectors.kafka.client_config import consumer_config
 from connectors.kafka.topics import ensure_topic
 from connectors.process import free_port
 from tests.integration.event_fixtures import alerts_on
@@ -67,7 +65,6 @@ STREAM_SETTINGS = {
     "REPROBE_DELAY_S": "1",
     "REPROBE_ROUNDS": "2",
     "UNDER_REPLICATION_GRACE_S": str(GRACE_S),
-    "PUBLISH_PROCESSES": "1",
 }
 WATCHER_SETTINGS = {
     "HEARTBEAT_INTERVAL_S": "0.5",
@@ -442,13 +439,8 @@ class ChaosStack:
         assert not lost, f"alerts missing from {self.kafka.alerts_topic}: {lost}"
 
     def topic_end_offsets(self) -> dict[str, int]:
-        consumer = KafkaConsumer(**consumer_config(self.kafka, None))
-        try:
-            partitions = consumer.partitions_for_topic(self.kafka.changes_topic) or set()
-            ends = consumer.end_offsets([TopicPartition(self.kafka.changes_topic, p) for p in partitions])
-            return {str(tp.partition): offset for tp, offset in ends.items()}
-        finally:
-            consumer.close()
+        ends = end_offsets(self.kafka, self.kafka.changes_topic)
+        return {str(partition): offset for partition, offset in ends.items()}
 
     def wait_read_to_end(self, timeout_s: float = 120.0) -> None:
         """Every partition of the changes topic, as it is now, is read by a committed batch of the job."""

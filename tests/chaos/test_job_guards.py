@@ -22,10 +22,9 @@ import random
 import time
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition
 
 from bkaudit import events as ev
-from connectors.kafka.client_config import consumer_config
+from bkaudit.testing.kafka_io import read_topic
 from connectors.process import free_port
 from tests.chaos.recovery import after_future_heartbeat, second_job_on_same_checkpoint
 from tests.chaos.stack import PARTITIONS, JobProcess, wait_for
@@ -39,26 +38,12 @@ YEAR_2100_MS = 4_102_444_800_000  # 2100-01-01T00:00:00Z
 
 def heartbeats_dated(kafka, at_ms: int) -> set[tuple[int, int]]:
     """(partition, offset) of every heartbeat on the changes topic dated ``at_ms``."""
-    consumer = KafkaConsumer(**consumer_config(kafka, None))
-    try:
-        partitions = [
-            TopicPartition(kafka.changes_topic, p) for p in consumer.partitions_for_topic(kafka.changes_topic)
-        ]
-        consumer.assign(partitions)
-        consumer.seek_to_beginning()
-        ends = consumer.end_offsets(partitions)
-        found: set[tuple[int, int]] = set()
-        deadline = time.monotonic() + 60
-        while any(consumer.position(tp) < ends[tp] for tp in partitions):
-            assert time.monotonic() < deadline, f"could not read {kafka.changes_topic} to {ends} in 60 s"
-            for records in consumer.poll(timeout_ms=500).values():
-                for record in records:
-                    event = ev.decode_event(record.value)
-                    if ev.payload_type(event) == "heartbeat" and event.heartbeat.watcher_time_ms == at_ms:
-                        found.add((record.partition, record.offset))
-        return found
-    finally:
-        consumer.close()
+    found: set[tuple[int, int]] = set()
+    for record in read_topic(kafka, kafka.changes_topic, timeout_s=60):
+        event = ev.decode_event(record.value)
+        if ev.payload_type(event) == "heartbeat" and event.heartbeat.watcher_time_ms == at_ms:
+            found.add((record.partition, record.offset))
+    return found
 
 
 def change_the_cluster(stack, rng: random.Random) -> str:

@@ -21,10 +21,9 @@ import random
 import time
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition
 
 from bkaudit import events as ev
-from connectors.kafka.client_config import consumer_config
+from bkaudit.testing.kafka_io import read_topic
 from tests.chaos.recovery import after_job_kill, after_watcher_kill
 from tests.chaos.stack import wait_for
 from tests.integration.job_process import Kill, kill_during_batch
@@ -54,28 +53,14 @@ def kill_running_job_after_next_commit(stack, rng: random.Random) -> Kill:
 
 def snapshot_markers(kafka) -> dict[str, set[str]]:
     """snapshot id → the marker kinds seen for it on the changes topic (``begin``, ``end``)."""
-    consumer = KafkaConsumer(**consumer_config(kafka, None))
-    try:
-        partitions = [
-            TopicPartition(kafka.changes_topic, p) for p in consumer.partitions_for_topic(kafka.changes_topic)
-        ]
-        consumer.assign(partitions)
-        consumer.seek_to_beginning()
-        ends = consumer.end_offsets(partitions)
-        markers: dict[str, set[str]] = {}
-        deadline = time.monotonic() + 60
-        while any(consumer.position(tp) < ends[tp] for tp in partitions):
-            assert time.monotonic() < deadline, f"could not read {kafka.changes_topic} to {ends} in 60 s"
-            for records in consumer.poll(timeout_ms=500).values():
-                for record in records:
-                    event = ev.decode_event(record.value)
-                    kind = ev.payload_type(event)
-                    if kind in ("snapshot_begin", "snapshot_end"):
-                        marker = getattr(event, kind)
-                        markers.setdefault(marker.snapshot_id, set()).add(kind.removeprefix("snapshot_"))
-        return markers
-    finally:
-        consumer.close()
+    markers: dict[str, set[str]] = {}
+    for record in read_topic(kafka, kafka.changes_topic, timeout_s=60):
+        event = ev.decode_event(record.value)
+        kind = ev.payload_type(event)
+        if kind in ("snapshot_begin", "snapshot_end"):
+            marker = getattr(event, kind)
+            markers.setdefault(marker.snapshot_id, set()).add(kind.removeprefix("snapshot_"))
+    return markers
 
 
 def test_kill9_of_the_job_at_random_points_during_churn_and_a_bookie_loss(stack, chaos_seed):

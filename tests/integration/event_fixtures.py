@@ -10,19 +10,19 @@ receives from the processor, for tests of the sink alone.
 from __future__ import annotations
 
 import json
-import time
 from collections import namedtuple
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from confluent_kafka import Producer
 
 from bkaudit import events as ev
 from bkaudit.domain.metadata import LedgerMetadata, LedgerState, Segment
 from bkaudit.domain.rackmap import RackMap
 from bkaudit.domain.registration import BookieServiceInfo, Endpoint
 from bkaudit.domain.underreplication import UnderreplicatedLedger
-from connectors.kafka.client_config import consumer_config, holds_tails, producer_config
+from bkaudit.testing.kafka_io import read_topic
+from connectors.kafka.client_config import holds_tails, partition_count, producer_config
 from connectors.kafka.publisher import partition_for_key
 from connectors.kafka.tail_sender import TailSender
 
@@ -41,17 +41,20 @@ class Watcher:
     def __init__(self, kafka: Any, clock: Callable[[], int], *, cluster: str = "cluster-1") -> None:
         self.kafka = kafka
         self.builder = ev.EventBuilder(cluster, "run-1", clock_ms=clock)
-        self.producer = KafkaProducer(**producer_config(kafka))
+        self.producer = Producer(producer_config(kafka))
         # Batches with one-record tails, as the real publisher sends (exact high watermarks on Tansu).
         self.sender = TailSender(self.producer, hold_tails=holds_tails(kafka))
         self.mzxid = 100
         self.sent = 0
+        self._partitions: dict[str, int] = {}
 
     def send(self, payload: Any, **kw: Any) -> None:
         event = self.builder.build(payload, **kw)
         key = ev.kafka_key(event)
         topic = self.kafka.changes_topic
-        partition = partition_for_key(key, len(self.producer.partitions_for(topic)))
+        if topic not in self._partitions:
+            self._partitions[topic] = partition_count(self.producer, topic, 30.0)
+        partition = partition_for_key(key, self._partitions[topic])
         self.sender.send(topic, key=key, value=ev.encode_event(event), partition=partition)
         self.sent += 1
 
@@ -132,25 +135,12 @@ class Watcher:
 
     def close(self) -> None:
         self.sender.flush()
-        self.producer.close()
 
 
 def alerts_on(kafka: Any, timeout_s: float = 20.0) -> list[tuple[str, dict[str, Any]]]:
     """Every ``(key, alert)`` on ``kafka.alerts_topic``, all partitions, from the beginning."""
-    consumer = KafkaConsumer(**consumer_config(kafka, None))
-    partitions = [
-        TopicPartition(kafka.alerts_topic, p) for p in consumer.partitions_for_topic(kafka.alerts_topic)
-    ]
-    consumer.assign(partitions)
-    consumer.seek_to_beginning()
-    end = sum(consumer.end_offsets(partitions).values())
-    out: list[tuple[str, dict[str, Any]]] = []
-    deadline = time.monotonic() + timeout_s
-    while len(out) < end and time.monotonic() < deadline:
-        for records in consumer.poll(timeout_ms=300).values():
-            out.extend((r.key.decode(), json.loads(r.value)) for r in records)
-    consumer.close()
-    return out
+    records = read_topic(kafka, kafka.alerts_topic, timeout_s)
+    return [((r.key or b"").decode(), json.loads(r.value)) for r in records]
 
 
 def decision_table(*rows: tuple[str, int, int | None, str | None, dict[str, Any]]) -> Any:

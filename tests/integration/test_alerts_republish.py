@@ -14,12 +14,11 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from kafka import KafkaConsumer, TopicPartition
 
 from bkaudit.domain.alert_book import alert_to_row
 from bkaudit.domain.alerts import Alert, AlertKind, alert_bytes
+from bkaudit.testing.kafka_io import TopicTail
 from connectors.delta.tables import OPEN_ALERTS, BatchWriter, ensure_tables
-from connectors.kafka.client_config import consumer_config
 from connectors.kafka.publisher import partitions_for_keys
 
 pytestmark = pytest.mark.integration
@@ -84,26 +83,20 @@ def write_open_alerts(lakehouse: Path, alerts: list[Alert]) -> None:
 
 def records_on(kafka: Any, expected: int, settle_s: float = 3.0) -> list[tuple[int, bytes, bytes]]:
     """Every (partition, key, value) on the alerts topic, waiting for ``expected`` and then a little more."""
-    consumer = KafkaConsumer(**consumer_config(kafka, None))
+    tail = TopicTail(kafka, kafka.alerts_topic)
     try:
-        partitions = [
-            TopicPartition(kafka.alerts_topic, p) for p in consumer.partitions_for_topic(kafka.alerts_topic)
-        ]
-        consumer.assign(partitions)
-        consumer.seek_to_beginning()
         found: list[tuple[int, bytes, bytes]] = []
         deadline = time.monotonic() + 60
         settled: float | None = None
         while time.monotonic() < deadline:
-            for batch in consumer.poll(timeout_ms=300).values():
-                found.extend((r.partition, r.key, r.value) for r in batch)
+            found.extend((r.partition, r.key, r.value) for r in tail.poll())
             if len(found) >= expected:
                 settled = settled or time.monotonic() + settle_s  # anything extra would show up now
                 if time.monotonic() > settled:
                     break
         return found
     finally:
-        consumer.close()
+        tail.close()
 
 
 def test_republish_sends_every_open_alert_as_the_job_publishes_it(

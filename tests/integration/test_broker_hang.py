@@ -1,7 +1,7 @@
 """A hung broker under a running job: ride it out with back-off, or stop with one line and exit 2.
 
 The broker is frozen for real (SIGSTOP of the embedded broker's process: connections stay open and nothing
-answers, as with a hung or partitioned broker), then thawed with SIGCONT. kafka-python gives up on a
+answers, as with a hung or partitioned broker), then thawed with SIGCONT. The Kafka client gives up on a
 request after ``kafka.request_timeout_ms`` (30 s by default); the job used to die with it (exit 1, and a
 restart loop under systemd). Now the source's planning retries with back-off for up to
 ``stream.broker_outage_limit_s``, and only past that limit does the job stop, with one line and exit 2.
@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.chaos]  # also part of `pytes
 BOOKIES = [f"10.0.3.{i}:3181" for i in range(1, 7)]
 RACKS = {b: f"/rack{i % 3}" for i, b in enumerate(BOOKIES)}
 LOST = BOOKIES[0]
-OLD_LIMIT_S = 30.0  # kafka-python's default request timeout: where the job used to die
+OLD_LIMIT_S = 30.0  # the client's default request timeout: where the job used to die
 HANG_S = OLD_LIMIT_S + 10
 
 
@@ -86,7 +86,7 @@ def test_a_broker_hang_longer_than_the_request_timeout_is_ridden_out(
         kafka=kafka,
         lakehouse_root=tmp_path / "lh",
         checkpoint_root=tmp_path / "cp",
-        stream={"watermark_delay_s": 0.5, "default_recovery_delay_s": 0, "publish_processes": 1},
+        stream={"watermark_delay_s": 0.5, "default_recovery_delay_s": 0},
     )
     ensure_topic(kafka, kafka.changes_topic, partitions=2)
     t0 = int(time.time() * 1000) - 600_000
@@ -134,7 +134,6 @@ def test_a_hang_past_the_outage_limit_stops_the_job_with_one_line_and_exit_2(
         "KAFKA__TOPIC_PARTITIONS": "2",
         "KAFKA__REQUEST_TIMEOUT_MS": "2000",
         "STREAM__BROKER_OUTAGE_LIMIT_S": "5",
-        "STREAM__PUBLISH_PROCESSES": "1",
         "STREAM__WATERMARK_DELAY_S": "0.5",
         "LAKEHOUSE_ROOT": str(tmp_path / "lh"),
         "CHECKPOINT_ROOT": str(tmp_path / "cp"),

@@ -182,9 +182,6 @@ def test_a_running_job_reads_the_recreated_topic_after_the_broker_lost_its_data(
     """The same loss under a running job: its planning waits out the restart (back-off), keeps its
     positions while the topic is absent, then finds the recreated topic and reads it from its start."""
     settings = job_settings(kafka_settings, tmp_path)
-    settings = settings.model_copy(
-        update={"stream": settings.stream.model_copy(update={"publish_processes": 1})}
-    )
     kafka = settings.kafka
     clock, t0, mzxid = publish_before_the_loss(kafka, range(1, 9))
     query, sink = job.start(spark, settings)

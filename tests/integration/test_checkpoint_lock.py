@@ -50,7 +50,6 @@ def job_env(root: Path, kafka: Any) -> dict[str, str]:
             "BKAUDIT_SPARK__EXTRA_CONF": json.dumps({"spark.local.dir": str(root / "tmp")}),
             "BKAUDIT_STREAM__APP_ID": APP_ID,
             "BKAUDIT_STREAM__LEDGER_STATE_BUCKETS": "2",
-            "BKAUDIT_STREAM__PUBLISH_PROCESSES": "1",
         }
     )
     return env

@@ -13,13 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition
 
 from bkaudit.settings import Settings
 from bkaudit.sim.cluster import SimulatedCluster
 from bkaudit.sim.truth import TruthParameters
+from bkaudit.testing.kafka_io import read_topic
 from connectors.delta.tables import read_table
-from connectors.kafka.client_config import consumer_config
 from connectors.kafka.topics import ensure_topic
 from connectors.zookeeper.watcher import ChangeWatcher
 from streaming import job
@@ -252,19 +251,7 @@ def test_a_silent_bookie_is_unresponsive_not_a_data_alert(stack):
 
 def test_every_alert_transition_is_on_the_topic_with_stable_ids_and_no_password(stack):
     kafka = stack.settings.kafka
-    consumer = KafkaConsumer(**consumer_config(kafka, None))
-    partitions = [
-        TopicPartition(kafka.alerts_topic, p) for p in consumer.partitions_for_topic(kafka.alerts_topic)
-    ]
-    consumer.assign(partitions)
-    consumer.seek_to_beginning()
-    end = sum(consumer.end_offsets(partitions).values())
-    records = []
-    deadline = time.monotonic() + 30
-    while len(records) < end and time.monotonic() < deadline:
-        for batch in consumer.poll(timeout_ms=300).values():
-            records.extend(batch)
-    consumer.close()
+    records = read_topic(kafka, kafka.alerts_topic, timeout_s=30)
     alerts = [json.loads(r.value) for r in records]
     violations = read_table(stack.settings.lakehouse_root, "violations").to_pylist()
     assert {(a["alert_id"], a["state"]) for a in alerts} == {(v["alert_id"], v["state"]) for v in violations}

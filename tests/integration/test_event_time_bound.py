@@ -14,12 +14,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from kafka import KafkaProducer
 
 from bkaudit import events as ev
 from bkaudit.settings import Settings
+from bkaudit.testing.kafka_io import produce
 from connectors.delta.tables import read_table
-from connectors.kafka.client_config import producer_config
 from connectors.kafka.topics import ensure_topic
 from streaming import job
 from tests.integration.event_fixtures import Watcher
@@ -136,15 +135,11 @@ def test_rows_the_watermark_drops_are_counted_and_a_watermark_ahead_is_a_gauge(
 def test_dead_letters_of_poison_records_keep_their_key_and_value_bytes(spark, kafka_settings, tmp_path):
     settings, watcher, _ = job_with_watcher(kafka_settings, tmp_path, clock_offset_ms=-60_000)
     kafka = settings.kafka
-    producer = KafkaProducer(**{**producer_config(kafka), "batch_size": 0})  # one-record batches: exact ends
     poison = {(b"ledger/9", b"\xff\x00not a change event"), (b"ledger/10", b"")}
-    for key, value in sorted(poison):
-        producer.send(kafka.changes_topic, key=key, value=value, partition=1)
     # Raw ledger metadata (which holds the ledger password) published by mistake: its bytes are not kept.
     metadata = b'BookieMetadataFormatVersion\t2\nquorumSize: 2\npassword: "s3cret"\n'
-    producer.send(kafka.changes_topic, key=b"ledger/11", value=metadata, partition=0)
-    producer.flush()
-    producer.close()
+    records = [(key, value, 1) for key, value in sorted(poison)] + [(b"ledger/11", metadata, 0)]
+    produce(kafka, kafka.changes_topic, records)  # one-record batches: exact ends
     watcher.ledger(1, BOOKIES)
     watcher.flush()
     run_once(spark, settings)

@@ -11,10 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 
-from connectors.kafka.client_config import consumer_config, producer_config
+from bkaudit.testing.kafka_io import TopicTail, end_offsets, produce, read_topic
+from connectors.kafka.client_config import admin_config, producer_config
 from connectors.kafka.publisher import partition_for_key
 from connectors.kafka.tail_sender import TailSender
 from connectors.kafka.topics import ensure_topic
@@ -77,45 +79,28 @@ def test_restart_zookeeper_keeps_data_and_clients_reconnect(bk_services, zk_chro
         client.close()
 
 
-def _end_offsets_total(kafka_settings, topic: str, partitions: int) -> int:
-    consumer = KafkaConsumer(**consumer_config(kafka_settings, None))
-    try:
-        return sum(consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)]).values())
-    finally:
-        consumer.close()
+def _end_offsets_total(kafka_settings, topic: str) -> int:
+    return sum(end_offsets(kafka_settings, topic).values())
 
 
 def _burst(kafka_settings, topic: str, records: list[tuple[bytes, bytes]], *, tails: bool) -> None:
     """Send ``records`` as fast as the producer takes them (multi-record batches), then flush."""
-    producer = KafkaProducer(**producer_config(kafka_settings))
-    sender = TailSender(producer, hold_tails=tails)
-    try:
-        for key, value in records:
-            sender.send(topic, key=key, value=value, partition=partition_for_key(key, 3))
-        sender.flush()
-    finally:
-        producer.close()
+    sender = TailSender(Producer(producer_config(kafka_settings)), hold_tails=tails)
+    for key, value in records:
+        sender.send(topic, key=key, value=value, partition=partition_for_key(key, 3))
+    sender.flush()
 
 
 def test_broker_produces_and_consumes_in_per_key_order_with_exact_high_watermarks(kafka_settings):
     topic = kafka_settings.changes_topic
     assert ensure_topic(kafka_settings, topic, partitions=3) == 3
-    assert producer_config(kafka_settings)["batch_size"] > 0  # batching on: the case the tails exist for
+    assert producer_config(kafka_settings)["batch.size"] > 0  # batching on: the case the tails exist for
     sent = [(f"ledger/{i % 5}".encode(), f"v{i}".encode()) for i in range(2000)]
     _burst(kafka_settings, topic, sent, tails=True)
     # Every partition ended with a one-record batch, so the broker's high watermarks count every record.
-    assert _end_offsets_total(kafka_settings, topic, 3) == len(sent)
+    assert _end_offsets_total(kafka_settings, topic) == len(sent)
 
-    consumer = KafkaConsumer(**consumer_config(kafka_settings, None))
-    partitions = [TopicPartition(topic, p) for p in range(3)]
-    consumer.assign(partitions)
-    consumer.seek_to_beginning()
-    received: list[tuple[bytes, bytes]] = []
-    deadline = time.monotonic() + 20
-    while len(received) < len(sent) and time.monotonic() < deadline:
-        for records in consumer.poll(timeout_ms=500).values():
-            received.extend((r.key, r.value) for r in records)
-    consumer.close()
+    received = [(r.key, r.value) for r in read_topic(kafka_settings, topic)]
     assert sorted(received) == sorted(sent)
     for key in {k for k, _ in sent}:
         assert [v for k, v in received if k == key] == [v for k, v in sent if k == key]
@@ -131,7 +116,7 @@ def test_without_single_record_tails_the_embedded_broker_hides_records_behind_it
     ensure_topic(kafka_settings, topic, partitions=3)
     sent = [(f"ledger/{i % 5}".encode(), f"v{i}".encode()) for i in range(2000)]
     _burst(kafka_settings, topic, sent, tails=False)
-    assert _end_offsets_total(kafka_settings, topic, 3) < len(sent)
+    assert _end_offsets_total(kafka_settings, topic) < len(sent)
 
 
 def test_stop_broker_makes_it_unreachable_and_start_brings_it_back_empty(bk_services, kafka_settings):
@@ -145,11 +130,7 @@ def test_stop_broker_makes_it_unreachable_and_start_brings_it_back_empty(bk_serv
     finally:
         bk_services.start_broker()
     # In-memory storage: the topic did not survive, and the broker answers again.
-    consumer = KafkaConsumer(**consumer_config(kafka_settings, None))
-    try:
-        assert topic not in consumer.topics()
-    finally:
-        consumer.close()
+    assert topic not in AdminClient(admin_config(kafka_settings)).list_topics(timeout=10).topics
 
 
 def _bkaudit(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -209,3 +190,28 @@ def test_dev_up_without_java_says_so(tmp_path):
     result = _bkaudit(["dev", "up"], env, tmp_path)
     assert result.returncode == 2
     assert "needs Java" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_records_without_a_partition_land_where_javas_partitioner_puts_them(kafka_settings):
+    # librdkafka's partitioner (murmur2_random, set by producer_config) agrees with partition_for_key, the
+    # rule the watcher and the sink place records by (Java's default partitioner, tests/unit).
+    topic = kafka_settings.feedback_topic
+    ensure_topic(kafka_settings, topic, partitions=7)
+    keys = [f"c1/ledger/{i}".encode() for i in range(200)] + [b"cluster", b"bookie/10.0.0.1:3181", b""]
+    produce(kafka_settings, topic, [(key, b"v") for key in keys], one_record_batches=False)
+    # One-record tails are not needed here: read_topic reads to the end offsets, so check the count too.
+    landed = {r.key: r.partition for r in read_topic_all(kafka_settings, topic, len(keys))}
+    assert landed == {key: partition_for_key(key, 7) for key in keys}
+
+
+def read_topic_all(kafka_settings, topic: str, expected: int) -> list:
+    """Every record of ``topic`` (``expected`` of them), whatever the end offsets say."""
+    tail = TopicTail(kafka_settings, topic)
+    try:
+        found: list = []
+        deadline = time.monotonic() + 30
+        while len(found) < expected and time.monotonic() < deadline:
+            found.extend(tail.poll())
+        return found
+    finally:
+        tail.close()

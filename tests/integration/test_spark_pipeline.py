@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from kafka import KafkaProducer
 
+from bkaudit.testing.kafka_io import produce
 from connectors.delta.store import append_batch, read_table
-from connectors.kafka.client_config import producer_config
 from connectors.kafka.spark_source import KafkaDataSource
 from connectors.kafka.topics import ensure_topic
 
@@ -16,11 +15,8 @@ pytestmark = pytest.mark.integration
 
 def _produce(settings, topic: str, start: int, count: int) -> None:
     # One record per batch: exact high watermarks on the embedded broker (TailSender has no headers).
-    producer = KafkaProducer(**{**producer_config(settings), "batch_size": 0})
-    for i in range(start, start + count):
-        producer.send(topic, key=f"k{i % 3}".encode(), value=f"{i}".encode(), headers=[("h", b"x")])
-    producer.flush()
-    producer.close()
+    records = [(f"k{i % 3}".encode(), f"{i}".encode()) for i in range(start, start + count)]
+    produce(settings, topic, records, headers=[("h", b"x")])
 
 
 def _run_to_delta(

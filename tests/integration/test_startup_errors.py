@@ -24,6 +24,7 @@ def test_watch_with_a_real_zookeeper_and_kafka_unreachable(cli, monkeypatch, bk_
     monkeypatch.setenv("BKAUDIT_KAFKA__BOOTSTRAP_TIMEOUT_MS", "1000")
     monkeypatch.setenv("BKAUDIT_KAFKA__SECURITY_PROTOCOL", "SASL_PLAINTEXT")
     monkeypatch.setenv("BKAUDIT_KAFKA__SASL_MECHANISM", "PLAIN")
+    monkeypatch.setenv("BKAUDIT_KAFKA__SASL_USERNAME", "bkaudit")  # PLAIN needs both (librdkafka checks)
     monkeypatch.setenv("BKAUDIT_KAFKA__SASL_PASSWORD", KAFKA_PASSWORD)
     monkeypatch.setenv("BKAUDIT_WATCHER__PROGRESS", "off")
     started = time.monotonic()

@@ -131,9 +131,7 @@ def test_lost_bookie_fans_out_to_exactly_its_ledgers_and_resolves_when_it_return
 def test_undecodable_records_reach_dead_letters_even_behind_the_watermark(spark, kafka_settings, tmp_path):
     # The watcher's clock runs an hour ahead of the broker's: every garbage record's Kafka timestamp is far
     # behind the watermark, which must not drop it (dead letters carry no watermark time).
-    from kafka import KafkaProducer
-
-    from connectors.kafka.client_config import producer_config
+    from bkaudit.testing.kafka_io import produce
 
     settings, watcher, t0 = job_with_watcher(kafka_settings, tmp_path, clock_offset_ms=3_600_000)
     # Allowed: this watcher's clock is known to run ahead (without it, its events would be dead letters).
@@ -145,12 +143,8 @@ def test_undecodable_records_reach_dead_letters_even_behind_the_watermark(spark,
     watcher.heartbeat(t0 + 60_000)
     watcher.flush()
     run_once(spark, settings)  # the watermark is now ~t0 + 60 s
-    producer = KafkaProducer(**{**producer_config(kafka), "batch_size": 0})  # one-record batches: exact ends
     garbage = [b"\xff\x00not a change event", b""]
-    for value in garbage:
-        producer.send(kafka.changes_topic, key=b"ledger/9", value=value, partition=1)
-    producer.flush()
-    producer.close()
+    produce(kafka, kafka.changes_topic, [(b"ledger/9", value, 1) for value in garbage])  # exact ends
     watcher.ledger(2, BOOKIES[1:4])  # and processing goes on around them
     watcher.heartbeat(t0 + 61_000)
     watcher.flush()

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaConsumer, TopicPartition
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import EventType
@@ -69,7 +68,7 @@ from bkaudit.domain.underreplication import (
 from bkaudit.events import ReplayedState
 from bkaudit.pb import change_events_pb2 as pb
 from bkaudit.settings import Settings
-from connectors.kafka.client_config import consumer_config
+from bkaudit.testing.kafka_io import TopicTail
 from connectors.zookeeper.ordered_reads import OrderedReads
 from connectors.zookeeper.persistent_watch import PersistentWatches
 from connectors.zookeeper.watcher import (
@@ -267,24 +266,14 @@ class TopicReader:
     records: list[Record] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.consumer = KafkaConsumer(**consumer_config(self.settings, None))
-        deadline = time.monotonic() + 15
-        partitions = None
-        while not partitions and time.monotonic() < deadline:
-            partitions = self.consumer.partitions_for_topic(self.topic)
-            if not partitions:
-                time.sleep(0.1)
-        assert partitions, f"topic {self.topic} does not exist"
-        self.partitions = [TopicPartition(self.topic, p) for p in sorted(partitions)]
-        self.consumer.assign(self.partitions)
-        self.consumer.seek_to_beginning(*self.partitions)
+        self.tail = TopicTail(self.settings, self.topic)
+        self.partitions = list(range(self.tail.partitions))
 
     def poll(self, timeout_ms: int = 300) -> list[Record]:
         new: list[Record] = []
-        for tp, batch in self.consumer.poll(timeout_ms=timeout_ms).items():
-            for r in batch:
-                assert self.forbidden not in r.value, "the ledger password was published"
-                new.append(Record(tp.partition, r.offset, r.key, r.value, events.decode_event(r.value)))
+        for r in self.tail.poll(timeout_ms / 1000):
+            assert self.forbidden not in r.value, "the ledger password was published"
+            new.append(Record(r.partition, r.offset, r.key or b"", r.value, events.decode_event(r.value)))
         self.records.extend(new)
         return new
 
@@ -298,9 +287,9 @@ class TopicReader:
 
     def drain(self, timeout_s: float = 20.0) -> None:
         """Read until every partition's end offset (as of now) is reached."""
-        end = self.consumer.end_offsets(self.partitions)
+        end = self.tail.end_offsets()
         deadline = time.monotonic() + timeout_s
-        while any(self.consumer.position(tp) < end[tp] for tp in self.partitions):
+        while any(self.tail.positions[p] < end[p] for p in end):
             assert time.monotonic() < deadline, "timed out draining the topic"
             self.poll()
 
@@ -317,7 +306,7 @@ class TopicReader:
         return events.ReplayedState().apply_all((r.event, r.partition) for r in ordered)
 
     def close(self) -> None:
-        self.consumer.close()
+        self.tail.close()
 
 
 def _brief(event: pb.ChangeEvent) -> str:
@@ -1050,7 +1039,7 @@ def test_delivery_failure_republishes_a_full_snapshot_and_metrics_are_served(
     with running_watcher(settings) as (watcher, reader):
         assert watcher.wait_for_snapshots(1, 30)
         watcher.publisher._unacked.acquire()  # a record in flight...
-        watcher.publisher._failed_delivery("ledger_upserted", TimeoutError())  # ...fails as kafka-python says
+        watcher.publisher._failed_delivery("ledger_upserted", TimeoutError())  # ...fails, as reported
         assert watcher.wait_for_snapshots(2, 30)
         reader.wait_for(lambda evs: len(evs_of(evs, "snapshot_end")) == 2 * len(reader.partitions))
         second = reader.events("snapshot_begin")[-1].snapshot_begin
@@ -1317,39 +1306,41 @@ def _republished(evs: list[pb.ChangeEvent]) -> bool:
 # ============================================================================================ no services
 
 
-class _FakeFuture:
-    def __init__(self) -> None:
-        self.callbacks: list[Any] = []
-        self.errbacks: list[Any] = []
-
-    def add_callback(self, function: Any, *args: Any) -> None:
-        self.callbacks.append((function, args))
-
-    def add_errback(self, function: Any, *args: Any) -> None:
-        self.errbacks.append((function, args))
-
-
-class _FullBufferProducer:
-    """A producer whose buffer is full for the first ``refusals`` sends (kafka-python raises then)."""
+class _FullQueueProducer:
+    """A producer whose queue is full for the first ``refusals`` produces (librdkafka's BufferError)."""
 
     def __init__(self, refusals: int) -> None:
         self.refusals = refusals
         self.sent: list[tuple[str, bytes, bytes, int]] = []
-        self.futures: list[_FakeFuture] = []
+        self.reports: list[Any] = []
 
-    def send(self, topic: str, *, value: bytes, key: bytes, partition: int) -> _FakeFuture:
-        from kafka.errors import KafkaTimeoutError
-
+    def produce(self, topic: str, *, value: bytes, key: bytes, partition: int, on_delivery: Any) -> None:
         if self.refusals > 0:
             self.refusals -= 1
-            raise KafkaTimeoutError("buffer full")
+            raise BufferError("Local: Queue full")
         self.sent.append((topic, key, value, partition))
-        future = _FakeFuture()
-        self.futures.append(future)
-        return future
+        self.reports.append(on_delivery)
+
+    def poll(self, timeout: float = -1) -> int:
+        return 0
+
+
+class _Delivered:
+    """What librdkafka hands a delivery report: the message with its partition and offset."""
+
+    def __init__(self, partition: int, offset: int) -> None:
+        self._partition, self._offset = partition, offset
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
 
 
 def test_publisher_blocks_on_a_full_buffer_instead_of_dropping_and_flags_failed_deliveries() -> None:
+    from confluent_kafka import KafkaError
+
     from bkaudit.settings import KafkaSettings
     from connectors.kafka.publisher import ChangePublisher, partition_for_key
     from connectors.kafka.tail_sender import TailSender
@@ -1358,10 +1349,11 @@ def test_publisher_blocks_on_a_full_buffer_instead_of_dropping_and_flags_failed_
     publisher = ChangePublisher(
         KafkaSettings(), "t", on_delivered=lambda kind, t, _change: delivered.append((kind, t))
     )
-    producer = _FullBufferProducer(refusals=3)
-    # Straight sends (no held tails) so each publish reaches the producer at once.
+    producer = _FullQueueProducer(refusals=3)
+    # Straight sends (no held tails) so each publish reaches the producer at once; no blocking window, so
+    # each refusal comes back to the publisher, which keeps trying.
     publisher._producer, publisher.partition_count = producer, 8
-    publisher._sender = TailSender(producer, hold_tails=False)
+    publisher._sender = TailSender(producer, hold_tails=False, max_block_s=0.0)
     event = events.EventBuilder("c", "r", clock_ms=lambda: 5).build(events.ledger_deleted(42))
     partition = publisher.publish(event)
     assert partition == partition_for_key(b"ledger/42", 8)
@@ -1369,18 +1361,16 @@ def test_publisher_blocks_on_a_full_buffer_instead_of_dropping_and_flags_failed_
         ("t", b"ledger/42", events.encode_event(event), partition)
     ]  # sent once, not lost
     assert publisher.publish(event, partition=3) == 3
-    function, args = producer.futures[0].callbacks[0]
-    function(*args, None)
+    producer.reports[0](None, _Delivered(partition, 0))
     assert delivered == [("ledger_deleted", 5)] and publisher.delivered == 1
-    function, args = producer.futures[1].errbacks[0]
-    function(*args, TimeoutError())
+    producer.reports[1](KafkaError(KafkaError._MSG_TIMED_OUT), None)
     assert publisher.failed and publisher.delivery_failures == 1
     publisher.clear_failed()
     assert not publisher.failed
-    # Shutting down: a send that cannot get buffer space gives up instead of blocking forever.
+    # Shutting down: a send that cannot get queue space gives up instead of blocking forever.
     producer.refusals = 1
     publisher.abort()
-    with pytest.raises(Exception, match="buffer full"):
+    with pytest.raises(Exception, match="queue stayed full"):
         publisher.publish(event)
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from bkaudit.errors import ConfigError
 from bkaudit.settings import CONFIG_FILE_ENV, Settings, load_settings
-from connectors.kafka.client_config import consumer_config, holds_tails, producer_config
+from connectors.kafka.client_config import admin_config, consumer_config, holds_tails, producer_config
 from streaming.session import ROCKSDB_PROVIDER, spark_conf
 
 
@@ -69,7 +69,76 @@ def test_secrets_never_show_in_repr_or_json_dump():
         assert "zk-secret" not in text
     # ...but the client builder gets the real value.
     config = producer_config(Settings(kafka={"sasl_mechanism": "PLAIN", "sasl_password": "hunter2"}).kafka)
-    assert config["sasl_plain_password"] == "hunter2"
+    assert config["sasl.password"] == "hunter2"
+
+
+def test_security_settings_map_to_librdkafka_properties():
+    kafka = Settings(
+        kafka={
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": "SCRAM-SHA-512",
+            "sasl_username": "auditor",
+            "sasl_password": "s-pw",
+            "ssl_cafile": "/etc/ca.pem",
+            "ssl_certfile": "/etc/client.pem",
+            "ssl_keyfile": "/etc/client.key",
+            "ssl_password": "k-pw",
+        }
+    ).kafka
+    for config in (producer_config(kafka), consumer_config(kafka, None), admin_config(kafka)):
+        assert {name: config[name] for name in SECURITY_PROPERTIES} == {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "auditor",
+            "sasl.password": "s-pw",
+            "ssl.ca.location": "/etc/ca.pem",
+            "ssl.certificate.location": "/etc/client.pem",
+            "ssl.key.location": "/etc/client.key",
+            "ssl.key.password": "k-pw",
+        }
+
+
+SECURITY_PROPERTIES = (
+    "security.protocol",
+    "sasl.mechanism",
+    "sasl.username",
+    "sasl.password",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.key.password",
+)
+
+
+def test_extra_config_passes_any_librdkafka_property_and_masks_secret_looking_ones():
+    settings = Settings(
+        kafka={
+            "extra_config": {
+                "sasl.oauthbearer.client.secret": "oauth-s3cret",
+                "ssl.keystore.password": "ks-s3cret",
+                "some.token": "tok-s3cret",
+                "linger.ms": "7",
+            }
+        }
+    )
+    for text in (repr(settings), str(settings), settings.model_dump_json()):
+        assert "s3cret" not in text
+    assert '"linger.ms":"7"' in settings.model_dump_json()
+    config = producer_config(settings.kafka)
+    assert config["sasl.oauthbearer.client.secret"] == "oauth-s3cret"
+    assert config["ssl.keystore.password"] == "ks-s3cret"
+    assert config["linger.ms"] == "7"  # it overrides bkaudit's own value
+    assert consumer_config(settings.kafka, None)["some.token"] == "tok-s3cret"
+
+
+def test_extra_config_from_the_environment_is_json(monkeypatch):
+    monkeypatch.setenv(
+        "BKAUDIT_KAFKA__EXTRA_CONFIG", '{"sasl.oauthbearer.method": "oidc", "fetch.wait.max.ms": "50"}'
+    )
+    kafka = load_settings().kafka
+    assert admin_config(kafka)["fetch.wait.max.ms"] == "50"
+    assert admin_config(kafka)["sasl.oauthbearer.method"] == "oidc"
+    assert "oidc" not in repr(kafka)
 
 
 def test_bad_values_give_one_config_error_line(monkeypatch):
@@ -101,18 +170,20 @@ def test_kafka_client_defaults_work_around_tansu_and_keep_order():
     producer = producer_config(settings)
     # Batching, with each burst ending in one-record batches (Tansu's high watermark counts only the first
     # record of a partition's last batch).
-    assert producer["batch_size"] > 0 and holds_tails(settings)
+    assert producer["batch.size"] > 0 and holds_tails(settings)
     assert not holds_tails(settings.model_copy(update={"single_record_tails": False}))
     assert producer["acks"] == "all"
-    assert producer["max_in_flight_requests_per_connection"] == 1
+    assert producer["max.in.flight.requests.per.connection"] == 1
+    assert producer["enable.idempotence"] is False  # Tansu has no idempotent producer support
+    assert producer["partitioner"] == "murmur2_random"  # Java's default partitioner
     consumer = consumer_config(settings, "g")
-    assert consumer["session_timeout_ms"] <= 10_000  # Tansu's first join waits for the full timeout
-    assert consumer["enable_auto_commit"] is False
+    assert consumer["session.timeout.ms"] <= 10_000  # Tansu's first join waits for the full timeout
+    assert consumer["enable.auto.commit"] is False
     # Production overrides through settings, one place.
     tuned = producer_config(
         settings.model_copy(update={"producer_batch_size": 65536, "producer_linger_ms": 10})
     )
-    assert (tuned["batch_size"], tuned["linger_ms"]) == (65536, 10)
+    assert (tuned["batch.size"], tuned["linger.ms"]) == (65536, 10)
 
 
 def test_spark_conf_sets_what_the_job_needs():
@@ -126,3 +197,32 @@ def test_spark_conf_sets_what_the_job_needs():
         load_settings(spark={"extra_conf": {"spark.ui.enabled": "true"}}).spark, for_tests=True
     )
     assert extra["spark.ui.enabled"] == "true"
+
+
+def test_publish_processes_is_deprecated_with_a_clear_message(caplog):
+    with caplog.at_level("WARNING", logger="bkaudit.settings"):
+        settings = load_settings(stream={"publish_processes": 4})
+    assert settings.stream.publish_processes == 4  # accepted (old config files still load), ignored
+    assert (
+        "stream.publish_processes (BKAUDIT_STREAM__PUBLISH_PROCESSES) is deprecated and ignored"
+        in caplog.text
+    )
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="bkaudit.settings"):
+        load_settings()
+    assert "publish_processes" not in caplog.text
+
+
+def test_extra_config_secrets_stay_out_of_help_and_the_effective_settings(cli, monkeypatch):
+    from bkaudit.settings_docs import effective_settings_json
+
+    monkeypatch.setenv("BKAUDIT_KAFKA__EXTRA_CONFIG", '{"sasl.oauthbearer.client.secret": "oauth-9922"}')
+    monkeypatch.setenv("BKAUDIT_KAFKA__SASL_PASSWORD", "sasl-9911")
+    text = effective_settings_json(load_settings())
+    assert "oauth-9922" not in text and "sasl-9911" not in text
+    assert '"sasl.oauthbearer.client.secret": "**********"' in text
+    for command in ((), ("watch",), ("stream",), ("alerts", "republish")):
+        result = cli(*command, "--help")
+        shown = result.stdout.decode("utf-8") + result.stderr
+        assert result.exit_code == 0 and "Usage" in shown
+        assert "oauth-9922" not in shown and "sasl-9911" not in shown

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from kafka.errors import KafkaTimeoutError
 
 from bkaudit.errors import ServiceError
+from connectors.kafka.client_config import KafkaTimeout
 from connectors.kafka.spark_source import (
     BACKOFF_MAX_S,
     SourceStatus,
@@ -33,8 +33,8 @@ class FakeTime:
 
 def hung_broker(fake: FakeTime, request_timeout_s: float):
     def call():
-        fake.now += request_timeout_s  # kafka-python blocks for its request timeout, then raises
-        raise KafkaTimeoutError("Failed to get offsets by timestamps in 30000 ms")
+        fake.now += request_timeout_s  # the client blocks for its request timeout, then raises
+        raise KafkaTimeout("Failed to get watermark offsets")
 
     return call
 
@@ -66,7 +66,7 @@ def test_backoff_doubles_up_to_its_cap_and_stops_with_one_line_past_the_limit(tm
 def test_a_broker_back_within_the_limit_clears_the_outage(tmp_path):
     fake = FakeTime()
     status = SourceStatus(str(tmp_path / "status.json"))
-    answers = iter([KafkaTimeoutError("hung"), KafkaTimeoutError("hung"), {"t": {"0": 7}}])
+    answers = iter([KafkaTimeout("hung"), KafkaTimeout("hung"), {"t": {"0": 7}}])
 
     def call():
         fake.now += 30.0
@@ -116,12 +116,28 @@ def test_a_query_failed_by_the_source_becomes_its_one_line():
         "Failed when Python streaming data source perform latestOffset: Traceback (most recent call last):\n"
         '  File "spark_source.py", line 272, in latestOffset\n'
         "bkaudit.errors.ServiceError: bkaudit_kafka: Kafka at k1:9092 failed reading the latest offsets "
-        "for 601 s, longer than stream.broker_outage_limit_s (600 s): KafkaTimeoutError\n SQLSTATE: 38000"
+        "for 601 s, longer than stream.broker_outage_limit_s (600 s): _TRANSPORT: Failed to get metadata\n"
+        " SQLSTATE: 38000"
     )
     failure = query_failure(text)
     assert isinstance(failure, ServiceError)
     assert str(failure) == (
         "bkaudit_kafka: Kafka at k1:9092 failed reading the latest offsets for 601 s, longer than "
-        "stream.broker_outage_limit_s (600 s): KafkaTimeoutError"
+        "stream.broker_outage_limit_s (600 s): _TRANSPORT: Failed to get metadata"
     )
     assert isinstance(query_failure("java.lang.OutOfMemoryError: Java heap space"), RuntimeError)
+
+
+def test_a_refused_client_configuration_is_not_retried():
+    from confluent_kafka import KafkaError, KafkaException
+
+    from bkaudit.errors import ConfigError
+
+    fake = FakeTime()
+
+    def call():
+        raise KafkaException(KafkaError(KafkaError._INVALID_ARG, 'No such configuration property: "x.y"'))
+
+    with pytest.raises(ConfigError, match=r"kafka\.extra_config"):
+        with_backoff("connecting", call, limit_s=600, servers="k1:9092", sleep=fake.sleep, clock=fake.clock)
+    assert fake.sleeps == []  # waiting would not change librdkafka's answer

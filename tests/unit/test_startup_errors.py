@@ -20,7 +20,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from kafka.errors import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
@@ -172,6 +172,27 @@ def test_watch_with_kafka_unreachable(cli, monkeypatch):
     assert "SASL_PLAINTEXT settings" in stderr
 
 
+def test_watch_with_a_property_librdkafka_does_not_know(cli, monkeypatch):
+    with_secrets(monkeypatch)
+    monkeypatch.setenv("BKAUDIT_KAFKA__EXTRA_CONFIG", '{"no.such.property": "1"}')
+    monkeypatch.setattr("connectors.zookeeper.watcher.KazooClient", ReachableZooKeeper)
+    stderr = one_line_error(cli("watch", "--zookeeper", "zk.example:2181", "--bootstrap", REFUSED))
+    assert (
+        "librdkafka refused the Kafka client configuration (_INVALID_ARG: "
+        'No such configuration property: "no.such.property"' in stderr
+    )
+    assert "kafka.extra_config (BKAUDIT_KAFKA__EXTRA_CONFIG)" in stderr
+
+
+def test_watch_with_sasl_plain_and_no_username(cli, monkeypatch):
+    with_secrets(monkeypatch)
+    monkeypatch.delenv("BKAUDIT_KAFKA__SASL_USERNAME")
+    monkeypatch.setattr("connectors.zookeeper.watcher.KazooClient", ReachableZooKeeper)
+    stderr = one_line_error(cli("watch", "--zookeeper", "zk.example:2181", "--bootstrap", REFUSED))
+    assert "librdkafka refused the Kafka client configuration" in stderr
+    assert "sasl.username and sasl.password must be set" in stderr
+
+
 def test_watch_with_the_metrics_port_taken(cli, monkeypatch, taken_port):
     host, port = taken_port
     monkeypatch.setenv("BKAUDIT_WATCHER__METRICS_HOST", host)
@@ -241,11 +262,13 @@ def test_kafka_errors_scrub_passwords_from_the_broker_text():
         bootstrap_servers="k1:9092", security_protocol="SASL_SSL", sasl_password=KAFKA_PASSWORD
     )
     with pytest.raises(ServiceError) as caught, kafka_errors(settings, "opening the producer"):
-        raise KafkaError(f"authentication failed for bkaudit/{KAFKA_PASSWORD}")
+        raise KafkaException(
+            KafkaError(KafkaError._AUTHENTICATION, f"authentication failed for bkaudit/{KAFKA_PASSWORD}")
+        )
     message = str(caught.value)
     assert KAFKA_PASSWORD not in message
     assert "authentication failed for bkaudit/***" in message
-    assert message.startswith("Kafka at k1:9092: opening the producer failed (KafkaError: ")
+    assert message.startswith("Kafka at k1:9092: opening the producer failed (_AUTHENTICATION: ")
 
 
 def test_kafka_errors_leave_other_exceptions_alone():

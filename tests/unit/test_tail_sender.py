@@ -9,46 +9,41 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kafka.errors import KafkaTimeoutError
 
-from connectors.kafka.tail_sender import TailSender
-
-
-class _Future:
-    def __init__(self) -> None:
-        self.callbacks: list[Any] = []
-        self.errbacks: list[Any] = []
-
-    def add_callback(self, fn: Any) -> None:
-        self.callbacks.append(fn)
-
-    def add_errback(self, fn: Any) -> None:
-        self.errbacks.append(fn)
+from connectors.kafka.client_config import KafkaTimeout
+from connectors.kafka.tail_sender import TailSender, send_records
 
 
 class _Recorder:
-    """Records sends and flushes in order; can be told to fail the next send or flush."""
+    """Records produces and flushes in order (a confluent_kafka.Producer's calls); can be told to refuse
+    the next produce (a full queue) or leave the next flush unfinished."""
 
     def __init__(self) -> None:
         self.log: list[Any] = []
-        self.futures: list[_Future] = []
+        self.reports: list[Any] = []  # each produced record's on_delivery
         self.fail_sends = 0
         self.fail_flushes = 0
+        self.polls = 0
 
-    def send(self, topic: str, *, key: bytes | None, value: bytes, partition: int) -> _Future:
+    def produce(
+        self, topic: str, *, value: bytes, key: bytes | None, partition: int, on_delivery: Any
+    ) -> None:
         if self.fail_sends:
             self.fail_sends -= 1
-            raise KafkaTimeoutError("buffer full")
+            raise BufferError("Local: Queue full")
         self.log.append((topic, partition, value))
-        future = _Future()
-        self.futures.append(future)
-        return future
+        self.reports.append(on_delivery)
 
-    def flush(self, timeout: float | None = None) -> None:
+    def poll(self, timeout: float = -1) -> int:
+        self.polls += 1
+        return 0
+
+    def flush(self, timeout: float = -1) -> int:
         if self.fail_flushes:
             self.fail_flushes -= 1
-            raise KafkaTimeoutError("Timeout waiting for future")
+            return 1  # one record still unacknowledged when the timeout ran out
         self.log.append("flush")
+        return 0
 
 
 def _sends(log: list[Any]) -> list[Any]:
@@ -105,11 +100,52 @@ def test_callbacks_are_attached_to_the_record_they_belong_to():
     producer = _Recorder()
     sender = TailSender(producer, hold_tails=True)
     acked: list[Any] = []
-    sender.send("t", key=None, value=b"a", partition=0, on_success=acked.append, on_error=acked.append)
+    failed: list[Any] = []
+    sender.send("t", key=None, value=b"a", partition=0, on_success=acked.append, on_error=failed.append)
     sender.send("t", key=None, value=b"b", partition=0)
-    assert len(producer.futures) == 1 and producer.futures[0].callbacks == [acked.append]
+    assert len(producer.reports) == 1
+    producer.reports[0](None, "message a")  # librdkafka's delivery report: (error, message)
+    assert acked == ["message a"] and failed == []
     sender.release()
-    assert producer.futures[1].callbacks == [] and producer.futures[1].errbacks == []
+    producer.reports[1](None, "message b")  # b has no callbacks: nothing to call
+    assert acked == ["message a"]
+
+
+def test_a_failed_delivery_reaches_the_error_callback_as_a_kafka_exception():
+    from confluent_kafka import KafkaError, KafkaException
+
+    producer = _Recorder()
+    failed: list[BaseException] = []
+    TailSender(producer, hold_tails=False).send(
+        "t", key=None, value=b"a", partition=0, on_error=failed.append
+    )
+    producer.reports[0](KafkaError(KafkaError._MSG_TIMED_OUT), None)
+    assert isinstance(failed[0], KafkaException)
+    assert failed[0].args[0].code() == KafkaError._MSG_TIMED_OUT
+
+
+def test_a_full_queue_is_waited_out_not_dropped():
+    producer = _Recorder()
+    sender = TailSender(producer, hold_tails=False)
+    producer.fail_sends = 3
+    sender.send("t", key=None, value=b"a", partition=0)
+    assert producer.log == [("t", 0, b"a")] and producer.polls == 3  # delivery reports served meanwhile
+
+
+def test_send_records_counts_the_failures_and_names_the_first():
+    from confluent_kafka import KafkaError
+
+    from bkaudit.settings import KafkaSettings
+
+    class Failing(_Recorder):
+        def flush(self, timeout: float = -1) -> int:
+            for report in self.reports:
+                report(KafkaError(KafkaError._MSG_TIMED_OUT, "Message timed out"), None)
+            self.reports = []
+            return super().flush(timeout)
+
+    failed, first = send_records(Failing(), KafkaSettings(), [("t", 0, b"k", b"v"), ("t", 1, b"k", b"w")])
+    assert (failed, first) == (2, "_MSG_TIMED_OUT: Message timed out")
 
 
 def _holding_a() -> tuple[_Recorder, TailSender]:
@@ -121,8 +157,9 @@ def _holding_a() -> tuple[_Recorder, TailSender]:
 
 def test_a_refused_send_loses_neither_the_held_record_nor_the_new_one():
     producer, sender = _holding_a()
+    sender.max_block_s = 0.0
     producer.fail_sends = 1
-    with pytest.raises(KafkaTimeoutError):
+    with pytest.raises(KafkaTimeout):
         sender.send("t", key=None, value=b"b", partition=0)
     # "a" is still held; the caller retries "b".
     sender.send("t", key=None, value=b"b", partition=0)
@@ -133,7 +170,7 @@ def test_a_refused_send_loses_neither_the_held_record_nor_the_new_one():
 def test_a_flush_timeout_keeps_the_tails_for_the_next_release():
     producer, sender = _holding_a()
     producer.fail_flushes = 1
-    with pytest.raises(KafkaTimeoutError):
+    with pytest.raises(KafkaTimeout):
         sender.release(timeout_s=0.1)
     assert sender.holding == 1 and producer.log == []
     sender.release()
@@ -145,18 +182,17 @@ def test_a_send_failing_during_release_keeps_the_unsent_tails():
     sender = TailSender(producer, hold_tails=True)
     for partition in range(3):
         sender.send("t", key=None, value=b"p%d" % partition, partition=partition)
-    producer.fail_sends = 0
-    original_send = producer.send
+    original_produce = producer.produce
     calls = {"n": 0}
 
-    def send_failing_second(*args: Any, **kwargs: Any) -> _Future:
+    def produce_failing_second(*args: Any, **kwargs: Any) -> None:
         calls["n"] += 1
         if calls["n"] == 2:
-            raise KafkaTimeoutError("buffer full")
-        return original_send(*args, **kwargs)
+            raise KafkaTimeout("the producer's queue stayed full")
+        original_produce(*args, **kwargs)
 
-    producer.send = send_failing_second  # type: ignore[method-assign]
-    with pytest.raises(KafkaTimeoutError):
+    producer.produce = produce_failing_second  # type: ignore[method-assign]
+    with pytest.raises(KafkaTimeout):
         sender.release()
     assert sender.holding == 2
     sender.release()
