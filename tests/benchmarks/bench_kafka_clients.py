@@ -130,23 +130,13 @@ def sink_path_produce(bootstrap: str, topic: str, records: list[Placed]) -> floa
 
 
 def confluent_consume(bootstrap: str, topic: str, expected: int) -> float:
-    """Records/s of one librdkafka consumer reading ``topic`` from the beginning (every partition)."""
-    from confluent_kafka import Consumer
+    """Records/s of one librdkafka consumer reading ``topic`` from the beginning (every partition): the
+    floors benchmark's consumer, so both report the same measurement."""
+    from tests.benchmarks.bench_floors import consume_floor
 
-    from bkaudit.settings import KafkaSettings
-    from connectors.kafka.client_config import assign_from_beginning, consumer_config
-
-    consumer = Consumer(consumer_config(KafkaSettings(bootstrap_servers=bootstrap), None))
-    assign_from_beginning(consumer, topic, 30)
-    seen = 0
-    started = time.perf_counter()
-    deadline = started + 300
-    while seen < expected and time.perf_counter() < deadline:
-        seen += sum(1 for m in consumer.consume(num_messages=10_000, timeout=0.5) if m.error() is None)
-    elapsed = time.perf_counter() - started
-    consumer.close()
-    assert seen >= expected, f"read {seen} of {expected}"
-    return seen / elapsed
+    figures = consume_floor(bootstrap, topic, expected)
+    assert figures["records"] >= expected, f"read {figures['records']} of {expected}"
+    return float(figures["records"]) / max(figures["seconds"], 1e-9)
 
 
 # ----------------------------------------------------------------------------------------- kafka-python
