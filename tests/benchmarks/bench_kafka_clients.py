@@ -29,7 +29,6 @@ import argparse
 import importlib.util
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,20 +41,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from tests.benchmarks.bench_floors import _summary
+
 #: (partition, key, value)
 Placed = tuple[int, bytes, bytes]
 
 BATCH_BYTES = 262_144
-
-
-def _summary(values: list[float]) -> dict[str, Any]:
-    ordered = sorted(values)
-    return {
-        "n": len(ordered),
-        "p50": round(statistics.median(ordered), 3),
-        "min": round(ordered[0], 3),
-        "max": round(ordered[-1], 3),
-    }
 
 
 def _records(count: int, size: int, partitions: int) -> list[Placed]:
