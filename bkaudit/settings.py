@@ -203,6 +203,12 @@ class StreamSettings(BaseModel):
         "bkaudit_kafka", description="the Python Kafka source, or Spark's JVM kafka source (needs its jars)"
     )
     trigger_interval_s: float = Field(1.0, ge=0)
+    membership_trigger_interval_s: float = Field(
+        0.1,
+        ge=0,
+        description="trigger of the membership lane (registrations, the recovery delay, a lost bookie's "
+        "alerts): a short one keeps a loss's alerts within a second",
+    )
     watermark_delay_s: float = Field(5.0, ge=0, description="how late an event may arrive")
     max_event_time_skew_s: float = Field(
         300.0,

@@ -1,9 +1,12 @@
-"""The Structured Streaming auditor: builds and runs the one query (``bkaudit stream``).
+"""The Structured Streaming auditor (``bkaudit stream``): two queries of one application.
 
-``changes + feedback topics → decode → watermark → transformWithStateInPandas → foreachBatch sink``; see
-docs/design.md for why state, timers and idempotency sit where they do.
+- The ledger lane: ``changes + feedback topics → decode → watermark → transformWithStateInPandas →
+  foreachBatch sink`` (:mod:`streaming.sink`): ledgers, placement, probes, snapshots, the rack map.
+- The membership lane: ``changes topic without ledger records → foreachBatch`` (:mod:`streaming.membership`),
+  no stateful operator, a short trigger: registrations, the recovery delay, a lost bookie's alerts.
 
-Status: first version (streaming auditor issue).
+The lanes share one :class:`~streaming.loss.LossAuditor` (the lost-bookie alerts' only owner) and one alert
+producer; see docs/design.md for why state, timers and idempotency sit where they do.
 
 Example:
     >>> from bkaudit.settings import Settings
@@ -30,6 +33,13 @@ from bkaudit.errors import ConfigError, ServiceError
 from bkaudit.localfs import writable_directory
 from bkaudit.settings import Settings, StreamSettings
 from streaming.decode import decode_batches
+from streaming.membership import QUERY_NAME as MEMBERSHIP_QUERY_NAME
+from streaming.membership import (
+    SKIPPED_KEY_PREFIXES,
+    MembershipLane,
+    MembershipLaneConfig,
+    MembershipStateStore,
+)
 from streaming.processor import ProcessorConfig, make_processor
 from streaming.schemas import CHANGE_SCHEMA, DECISION_SCHEMA
 from streaming.sink import AuditSink, SinkConfig
@@ -39,8 +49,9 @@ logger = logging.getLogger(__name__)
 QUERY_NAME = "bkaudit"
 
 
-def processor_config(stream: StreamSettings) -> ProcessorConfig:
+def processor_config(stream: StreamSettings, *, membership: bool = True) -> ProcessorConfig:
     return ProcessorConfig(
+        membership=membership,
         default_recovery_delay_s=stream.default_recovery_delay_s,
         reprobe_delay_s=stream.reprobe_delay_s,
         reprobe_rounds=stream.reprobe_rounds,
@@ -85,24 +96,32 @@ def ensure_topics(settings: Settings) -> int:
     return partitions
 
 
-def decisions_frame(spark: Any, settings: Settings) -> Any:
-    """The streaming DataFrame of decisions (the processor's output, dead letters passed through)."""
-    from pyspark.sql.functions import current_timestamp
-
+def _kafka_reader(spark: Any, settings: Settings, topics: list[str], status_file: Path) -> Any:
+    """A stream reader of ``topics`` with the job's Kafka options (both lanes)."""
     kafka, stream = settings.kafka, settings.stream
     if stream.source_format == "bkaudit_kafka":
         from connectors.kafka.spark_source import KafkaDataSource
 
         spark.dataSource.register(KafkaDataSource)
-    reader = (
+    return (
         spark.readStream.format(stream.source_format)
         .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
-        .option("subscribe", f"{kafka.changes_topic},{kafka.feedback_topic}")
+        .option("subscribe", ",".join(topics))
         .option("startingOffsets", "earliest")
         .option("failOnDataLoss", "true")
         .option("kafka.request.timeout.ms", str(kafka.request_timeout_ms))
         .option("bkaudit.brokerOutageLimitS", str(stream.broker_outage_limit_s))
-        .option("bkaudit.statusFile", str(source_status_file(settings)))
+        .option("bkaudit.statusFile", str(status_file))
+    )
+
+
+def decisions_frame(spark: Any, settings: Settings) -> Any:
+    """The streaming DataFrame of decisions (the processor's output, dead letters passed through)."""
+    from pyspark.sql.functions import current_timestamp
+
+    kafka, stream = settings.kafka, settings.stream
+    reader = _kafka_reader(
+        spark, settings, [kafka.changes_topic, kafka.feedback_topic], source_status_file(settings)
     )
     if stream.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(stream.max_offsets_per_trigger))
@@ -124,11 +143,31 @@ def decisions_frame(spark: Any, settings: Settings) -> Any:
     # branch of the plan that would read and decode every record again.
     watched = decoded.withWatermark("watermark_time", f"{int(stream.watermark_delay_s * 1000)} milliseconds")
     return watched.groupBy("state_key").transformWithStateInPandas(
-        statefulProcessor=make_processor(processor_config(stream)),
+        statefulProcessor=make_processor(processor_config(stream, membership=False)),
         outputStructType=DECISION_SCHEMA,
         outputMode="Append",
         timeMode="EventTime",
     )
+
+
+def membership_records_frame(spark: Any, settings: Settings) -> Any:
+    """The membership lane's input: the changes topic's records but the ledgers', with the batch time."""
+    from pyspark.sql.functions import current_timestamp
+
+    if settings.stream.source_format != "bkaudit_kafka":
+        raise ConfigError(
+            "the membership lane needs stream.source_format = bkaudit_kafka (it skips ledger records while "
+            "reading)"
+        )
+    reader = _kafka_reader(
+        spark, settings, [settings.kafka.changes_topic], membership_checkpoint(settings) / SOURCE_STATUS_FILE
+    ).option("bkaudit.skipKeyPrefixes", ",".join(SKIPPED_KEY_PREFIXES))
+    return reader.load().withColumn("batch_time", current_timestamp())
+
+
+def membership_checkpoint(settings: Settings) -> Path:
+    """The membership lane's checkpoint: inside the job's, so a checkpoint reset resets both lanes."""
+    return Path(settings.checkpoint_root) / settings.stream.app_id / "membership"
 
 
 def source_status_file(settings: Settings) -> Path:
@@ -202,8 +241,89 @@ def exclusive_checkpoint(settings: Settings) -> Iterator[Path]:
         yield checkpoint
 
 
-def start(spark: Any, settings: Settings, *, available_now: bool = False) -> tuple[Any, AuditSink]:
-    """Start the query; returns it with its sink (whose reports tests and the demo read)."""
+class AuditQueries:
+    """The job's two queries as one handle: ``isActive``, ``exception()``, ``stop()``,
+    ``awaitTermination()`` and ``processAllAvailable()`` cover both; anything else is the ledger lane's.
+
+    ``lanes`` pairs each query with its ``foreachBatch`` function (for a graceful stop).
+    """
+
+    def __init__(self, ledgers: Any, membership: Any, lanes: list[tuple[Any, Any]]) -> None:
+        self.ledgers = ledgers
+        self.membership = membership
+        self.lanes = lanes
+
+    @property
+    def queries(self) -> list[Any]:
+        return [self.ledgers, self.membership]
+
+    @property
+    def isActive(self) -> bool:
+        return all(q.isActive for q in self.queries)
+
+    def exception(self) -> Any:
+        return next((e for q in self.queries if (e := q.exception()) is not None), None)
+
+    def stop(self) -> None:
+        for query in self.queries:
+            query.stop()
+
+    def awaitTermination(self, timeout: float | None = None) -> Any:
+        if timeout is None:
+            for query in self.queries:
+                query.awaitTermination()
+            return True
+        return all(q.awaitTermination(timeout) is not False for q in self.queries)
+
+    def processAllAvailable(self) -> None:
+        for query in self.queries:
+            query.processAllAvailable()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.ledgers, name)
+
+
+def _trigger(writer: Any, interval_s: float, available_now: bool) -> Any:
+    if available_now:
+        return writer.trigger(availableNow=True)
+    return writer.trigger(processingTime=f"{int(interval_s * 1000)} milliseconds")
+
+
+def start_membership_lane(spark: Any, settings: Settings, sink: AuditSink, *, available_now: bool) -> Any:
+    """Start the membership lane's query (its own checkpoint and FAIR pool); returns it with its lane."""
+    stream = settings.stream
+    checkpoint = membership_checkpoint(settings)
+    lane = MembershipLane(
+        MembershipLaneConfig(
+            app_id=stream.app_id,
+            feedback_topic=settings.kafka.feedback_topic,
+            processor=processor_config(stream),
+            max_event_time_skew_s=stream.max_event_time_skew_s,
+            cluster_default=settings.cluster or "unknown",
+        ),
+        sink.loss,
+        MembershipStateStore(checkpoint / "bkaudit-membership-state"),
+        sink.metrics,
+    )
+    writer = (
+        membership_records_frame(spark, settings)
+        .writeStream.queryName(MEMBERSHIP_QUERY_NAME)
+        .foreachBatch(lane)
+        .option("checkpointLocation", str(checkpoint / "spark"))
+    )
+    context = spark.sparkContext
+    # Its own pool of the FAIR scheduler: its small tasks never queue behind a ledger lane batch's.
+    context.setLocalProperty("spark.scheduler.pool", "membership")
+    try:
+        query = _trigger(writer, stream.membership_trigger_interval_s, available_now).start()
+    finally:
+        context.setLocalProperty("spark.scheduler.pool", None)
+    return query, lane
+
+
+def start(spark: Any, settings: Settings, *, available_now: bool = False) -> tuple[AuditQueries, AuditSink]:
+    """Start both lanes; returns them as one handle with the ledger lane's sink (whose reports, and whose
+    ``loss`` auditor's, tests and the demo read)."""
     from streaming.metrics import StreamMetrics, make_listener
 
     checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
@@ -216,20 +336,17 @@ def start(spark: Any, settings: Settings, *, available_now: bool = False) -> tup
     if settings.stream.metrics_port:
         metrics.serve(settings.stream.metrics_port)
     sink = AuditSink(sink_config(settings, partitions), metrics)
+    if not available_now:
+        sink.start_producer()  # a long-running job: its producer is connected before the first loss
+    membership, lane = start_membership_lane(spark, settings, sink, available_now=available_now)
     writer = (
         decisions_frame(spark, settings)
         .writeStream.queryName(QUERY_NAME)
         .foreachBatch(sink)
         .option("checkpointLocation", str(checkpoint))
     )
-    if available_now:
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(
-            processingTime=f"{int(settings.stream.trigger_interval_s * 1000)} milliseconds"
-        )
-        sink.start_producer()  # a long-running job: its producer is connected before the first loss
-    return writer.start(), sink
+    ledgers = _trigger(writer, settings.stream.trigger_interval_s, available_now).start()
+    return AuditQueries(ledgers, membership, [(ledgers, sink), (membership, lane)]), sink
 
 
 def stop_gracefully(query: Any, sink: AuditSink | None = None, timeout_s: float = 60.0) -> None:
@@ -239,16 +356,24 @@ def stop_gracefully(query: Any, sink: AuditSink | None = None, timeout_s: float 
     enormous nested interrupt trace (and overflow its stack doing so); waiting for the sink avoids that.
     A batch that reaches the sink after the stop began fails fast and is replayed on the next start.
     """
+    if isinstance(query, AuditQueries):
+        for lane_query, lane in query.lanes:
+            _stop_lane(lane_query, lane, timeout_s)
+        return
     if sink is None:
         query.stop()
         return
-    sink.stopping.set()
-    acquired = sink.busy.acquire(timeout=timeout_s)
+    _stop_lane(query, sink, timeout_s)
+
+
+def _stop_lane(query: Any, lane: Any, timeout_s: float) -> None:
+    lane.stopping.set()
+    acquired = lane.busy.acquire(timeout=timeout_s)
     try:
         query.stop()
     finally:
         if acquired:
-            sink.busy.release()
+            lane.busy.release()
 
 
 def query_failure(exception: Any) -> Exception:
@@ -281,8 +406,9 @@ def _run_locked(settings: Settings) -> None:
     spark = build_spark_session(settings.spark)
     query, sink = start(spark, settings)
     logger.info(
-        "query %s running (checkpoint %s)",
+        "queries %s and %s running (checkpoint %s)",
         QUERY_NAME,
+        MEMBERSHIP_QUERY_NAME,
         Path(settings.checkpoint_root) / settings.stream.app_id,
     )
     stopping = threading.Event()
@@ -299,6 +425,5 @@ def _run_locked(settings: Settings) -> None:
         if query.exception() is not None and not sink.stopping.is_set():
             raise query_failure(query.exception())
     finally:
-        if query.isActive:
-            stop_gracefully(query, sink)
+        stop_gracefully(query, sink)  # both lanes (one may have stopped on its own)
         sink.close()

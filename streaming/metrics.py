@@ -40,7 +40,13 @@ from bkaudit.metrics_http import serve_metrics
 from connectors.kafka.spark_source import SourceStatusCollector
 
 if TYPE_CHECKING:
+    from streaming.loss import LossReport
     from streaming.sink import BatchReport
+
+#: The ledger lane's query name: its progress feeds the stream gauges (the membership lane's does not).
+LEDGER_LANE_QUERY = "bkaudit"
+#: Kinds whose open count the loss owner reports (streaming.loss.LOSS_ALERT_KINDS' values).
+_LOSS_KINDS = frozenset({"BOOKIE_LOST", "LEDGER_UNDER_REPLICATED", "LEDGER_UNRECOVERABLE"})
 
 # Alert kind → gauge name (BookKeeper's Auditor names, lower-cased, bkaudit_ prefix).
 AUDIT_GAUGES = {
@@ -238,6 +244,8 @@ class StreamMetrics:
         # this at the source's status file).
         self.source_status = SourceStatusCollector(None)
         self.registry.register(self.source_status)
+        # Open alerts per kind as last reported by each lane (the loss owner's kinds, the ledger lane's rest).
+        self._open_by_lane: dict[str, dict[str, int]] = {"ledgers": {}, "loss": {}}
 
     def set_open_alerts(self, counts: Mapping[str, int]) -> None:
         """Set every audit gauge from the current open-alert counts (absent kinds are 0).
@@ -285,10 +293,33 @@ class StreamMetrics:
             self.alert_transitions.labels(alert["kind"], alert["state"]).inc()
         self.ledgers_written.inc(report.ledgers_written)
         self.sink_duration.observe(report.seconds)
-        self.set_open_alerts(report.open_alerts)
+        self._open_by_lane = {
+            "ledgers": {k: n for k, n in report.open_alerts.items() if k not in _LOSS_KINDS},
+            "loss": {k: n for k, n in report.open_alerts.items() if k in _LOSS_KINDS},
+        }
+        self.set_open_alerts({**self._open_by_lane["ledgers"], **self._open_by_lane["loss"]})
+
+    def on_membership_batch(self, report: LossReport, loss_open: Mapping[str, int]) -> None:
+        """Record the alerts one membership-lane batch published, and the loss owner's open counts.
+
+        Example:
+            >>> from streaming.loss import LossReport
+            >>> metrics = StreamMetrics()
+            >>> report = LossReport("a", 1, alerts=[{"kind": "BOOKIE_LOST", "state": "firing"}])
+            >>> metrics.on_membership_batch(report, {"BOOKIE_LOST": 1})
+            >>> metrics.registry.get_sample_value("bkaudit_num_lost_bookies")
+            1.0
+        """
+        for alert in report.alerts:
+            self.alert_transitions.labels(alert["kind"], alert["state"]).inc()
+        self._open_by_lane["loss"] = dict(loss_open)
+        self.set_open_alerts({**self._open_by_lane["ledgers"], **self._open_by_lane["loss"]})
 
     def on_progress(self, progress: Mapping[str, Any]) -> None:
-        """Record one ``StreamingQueryProgress`` (as its JSON dict)."""
+        """Record one ``StreamingQueryProgress`` (as its JSON dict) of the ledger lane (others are ignored:
+        the membership lane's tiny batches would hide the ledger lane's lag)."""
+        if progress.get("name") not in (None, LEDGER_LANE_QUERY):
+            return
         duration_ms = (progress.get("durationMs") or {}).get("triggerExecution")
         if duration_ms is not None:
             self.batch_duration.observe(duration_ms / 1000)

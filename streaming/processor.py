@@ -55,6 +55,13 @@ class ProcessorConfig:
     reprobe_max_delay_s: float = 600.0
     confirmed_recheck_s: float = 300.0  # how often a confirmed failure is re-probed to notice a repair
     under_replication_grace_s: float = 0.0  # 0 disables UNDER_REPLICATION_STUCK
+    # False in the job: registrations and the recovery delay are the membership lane's
+    # (streaming.membership), and the cluster group keeps only the rack map and snapshot brackets.
+    membership: bool = True
+
+
+#: Changes that only membership reads (skipped by a cluster group without it).
+_MEMBERSHIP_CHANGES = frozenset({"bookie_status", "recovery_delay", "heartbeat"})
 
 
 def _decision(kind: str, event_time_ms: int, **fields: Any) -> Decision:
@@ -142,6 +149,8 @@ class ClusterLogic:
         out: list[Decision] = []
         for row in rows:
             kind, at_ms, payload = row["kind"], row["event_time_ms"], row["payload"]
+            if not self.config.membership and kind in _MEMBERSHIP_CHANGES:
+                continue
             if kind == "bookie_status":
                 bookie_id = row["bookie_id"]
                 registration = {k: payload.get(k) for k in ("rpc_address", "host", "port", "has_cookie")}
@@ -171,7 +180,8 @@ class ClusterLogic:
                     # Kept until its END: the sink needs the begin's time to tell live events from older ones.
                     brackets = info.setdefault("brackets", {})
                     brackets[str(payload.get("partition", 0))] = [payload.get("snapshot_id"), at_ms]
-                out.extend(self._transitions(membership, info, membership.advance(at_ms)))
+                if self.config.membership:
+                    out.extend(self._transitions(membership, info, membership.advance(at_ms)))
             elif kind == "snapshot_end":
                 opened = (info.get("brackets") or {}).pop(str(payload.get("partition", 0)), None)
                 if payload.get("complete") and payload.get("mode") == "FULL":
@@ -182,16 +192,19 @@ class ClusterLogic:
             elif kind == "heartbeat":
                 out.extend(self._transitions(membership, info, membership.advance(at_ms)))
         info["membership"] = membership.to_json()
-        return info, out, membership.next_deadline_ms()
+        return info, out, self._deadline(membership)
+
+    def _deadline(self, membership: BookieMembership) -> int | None:
+        return membership.next_deadline_ms() if self.config.membership else None
 
     def on_timer(
         self, state: dict[str, Any] | None, at_ms: int
     ) -> tuple[dict[str, Any], list[Decision], int | None]:
         """A membership deadline passed in event time."""
         membership, info = self._load(state)
-        out = self._transitions(membership, info, membership.advance(at_ms))
+        out = self._transitions(membership, info, membership.advance(at_ms)) if self.config.membership else []
         info["membership"] = membership.to_json()
-        return info, out, membership.next_deadline_ms()
+        return info, out, self._deadline(membership)
 
 
 # ------------------------------------------------------------------------------------------------ ledgers
@@ -486,7 +499,7 @@ def _order(entry: tuple[int, Any, Any, int]) -> tuple[Any, ...]:
     )
 
 
-def _rows_from_frames(frames: Iterator[Any]) -> list[dict[str, Any]]:
+def rows_from_frames(frames: Iterator[Any]) -> list[dict[str, Any]]:
     """The group's input rows in event-time order (then run id, sequence).
 
     Plain Python over column lists: most groups hold one row (a ledger's upsert), and pandas' per-call
@@ -659,7 +672,7 @@ def make_processor(config: ProcessorConfig) -> Any:
             if state_key == DEAD_LETTER_STATE_KEY:
                 yield from _passed_through(rows)
                 return
-            decoded = _rows_from_frames(rows)
+            decoded = rows_from_frames(rows)
             state, stored_cluster = self._load()
             cluster = next((r["cluster"] for r in reversed(decoded) if r.get("cluster")), stored_cluster)
             if state_key == "cluster":

@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence, Set
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,32 +33,24 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bkaudit.domain.alert_book import AlertBook, alert_to_row
-from bkaudit.domain.alerts import RACK_MAP_ENTITY, AlertKind, AlertState, alert_bytes
+from bkaudit.domain.alert_book import AlertBook
+from bkaudit.domain.alerts import RACK_MAP_ENTITY, AlertKind, AlertState
 from bkaudit.domain.rules.evaluate import (
     PlacementPolicyConfig,
     ledger_bookies,
     placement_column,
     placement_condition,
 )
-from bkaudit.domain.rules.lost_ledgers import (
-    LOST_BOOKIE_INPUT_SCHEMA,
-    lost_bookie_verdicts,
-    verdict_conditions,
-)
-from bkaudit.errors import ServiceError
 from bkaudit.settings import KafkaSettings
 from connectors.delta.scan import scan
 from connectors.delta.tables import (
+    APP_METADATA_KEY,
     BOOKIES,
     DEAD_LETTERS,
-    INDEX_LEDGER_COLUMNS,
     LEDGER_BOOKIES,
     LEDGER_BUCKETS,
     LEDGERS,
-    OPEN_ALERTS,
     SNAPSHOT_SEEN,
-    VIOLATIONS,
     BatchWriter,
     ensure_tables,
     latest_version,
@@ -66,7 +58,10 @@ from connectors.delta.tables import (
     table_before_batch,
 )
 from streaming.decode import ARROW_CHANGE_SCHEMA
+from streaming.loss import LOSS_ALERT_KINDS, MEMBERSHIP_DECISIONS, LossAuditor, record_transitions
+from streaming.membership import membership_app
 from streaming.processor import DECISION_COLUMNS
+from streaming.publish import publish
 
 if TYPE_CHECKING:
     from streaming.metrics import StreamMetrics
@@ -78,7 +73,6 @@ _REPLICAS_KINDS = {
     "LESS_THAN_AQ": AlertKind.REPLICAS_LESS_THAN_AQ,
     "LESS_THAN_WQ": AlertKind.REPLICAS_LESS_THAN_WQ,
 }
-_LOST_KINDS = (AlertKind.LEDGER_UNDER_REPLICATED, AlertKind.LEDGER_UNRECOVERABLE)
 _PLACEMENT_KINDS = (AlertKind.PLACEMENT_NOT_ADHERING, AlertKind.PLACEMENT_SOFT)
 
 
@@ -174,48 +168,24 @@ def _read_unknown_placement(ledgers_table: Any) -> list[dict[str, Any]]:
     return [row for row in rows if not row.get("deleted")]
 
 
-# What the lost-bookie rule reads of a ledger (the rule's columns, the deleted / undecodable checks): copied
-# into the index rows, read from the ledgers table only for index rows written before the copy existed.
-_LOSS_EVALUATION_COLUMNS = ("ledger_id", *INDEX_LEDGER_COLUMNS, "deleted")
-# What the evaluation loop reads of an index row besides the rule's verdict (kept as Python values).
-_LOSS_ONLY_LOOP_COLUMNS = ["bookie", "ledger_id", "state", "pulsar_topic"]
-
-LostCondition = tuple[str, dict[str, Any]] | None
+#: The ``bookies`` columns the ledger lane writes: the rack map's (membership is :mod:`streaming.loss`'s).
+RACK_COLUMNS = ("bookie_id", "cluster", "rack", "updated_at")
 
 
-def _evaluate_lost_bookies(
-    trigger_ms: Mapping[int, int],
-    ledgers: Mapping[int, Mapping[str, Any]],
-    loss_only_rows: Mapping[int, Mapping[str, Any]],
-    loss_only_index_rows: Mapping[int, int],
-    indexed_table: pa.Table | None,
-    lost: Set[str],
-) -> dict[int, LostCondition]:
-    """The lost-bookie condition of every ledger the batch evaluates (absent: none holds), in at most two
-    vectorised calls: the loss-only ledgers straight from their index rows' Arrow columns (a loss reaches
-    tens of thousands), the others from their rows (changed in this batch, or read from ``ledgers``).
-    Deleted and undecodable ledgers are left out: the evaluation resolves their alerts instead."""
-    if not lost:
-        return {}
-    from_index: list[int] = []
-    whole: list[Mapping[str, Any]] = []
-    for ledger_id in trigger_ms:
-        row = ledgers.get(ledger_id)
-        if row is None and ledger_id in loss_only_index_rows:
-            from_index.append(loss_only_index_rows[ledger_id])
-            continue
-        if row is None:
-            row = loss_only_rows.get(ledger_id)
-        if row is not None and not row.get("deleted") and row.get("state"):
-            whole.append(row)
-    conditions: dict[int, LostCondition] = {}
-    if from_index and indexed_table is not None:
-        rows = indexed_table.take(pa.array(from_index, pa.int64()))
-        conditions.update(verdict_conditions(lost_bookie_verdicts(rows, lost)))
-    if whole:
-        table = pa.Table.from_pylist(list(whole), schema=LOST_BOOKIE_INPUT_SCHEMA)
-        conditions.update(verdict_conditions(lost_bookie_verdicts(table, lost)))
-    return conditions
+def _loss_app(app_id: str) -> str:
+    """The app transaction id of the loss alerts the ledger lane's batches record (:mod:`streaming.loss`)."""
+    return f"{app_id}.loss"
+
+
+def _only_loss_owner_committed(table: Any, since_version: int, app_id: str) -> bool:
+    """Whether every commit of ``table`` after ``since_version`` is the loss owner's (its kinds are left out
+    of the ledger lane's cached open alerts, which therefore still hold)."""
+    newer = table.version() - since_version
+    if newer <= 0:
+        return newer == 0
+    owners = {_loss_app(app_id), membership_app(app_id)}
+    history = table.history(newer)
+    return len(history) == newer and all(c.get(APP_METADATA_KEY) in owners for c in history)
 
 
 def _compact_json(message: Mapping[str, Any]) -> bytes:
@@ -329,6 +299,8 @@ class AuditSink:
         # bookie leaves thousands open, and every later batch would pay for them).
         self._open_alerts_cache: tuple[int, dict[Any, Any]] | None = None
         ensure_tables(config.lakehouse_root)
+        # The loss alerts' one owner, shared with the membership lane (one producer for both lanes).
+        self.loss = LossAuditor(config, self._kafka)
 
     # -- clients ------------------------------------------------------------------------------------------
     def _kafka(self) -> Any:
@@ -386,10 +358,14 @@ class AuditSink:
         }
         open_table = table_before_batch(root, "open_alerts", app, batch_id)
         cached, self._open_alerts_cache = self._open_alerts_cache, None  # valid again only if all goes well
-        if cached is not None and cached[0] == open_table.version():
+        if cached is not None and _only_loss_owner_committed(open_table, cached[0], app):
             book = AlertBook(cluster, open=dict(cached[1]))
         else:
-            book = AlertBook.from_rows(cluster, open_table.to_pyarrow_table().to_pylist())
+            # The loss kinds are streaming.loss's: this lane neither fires nor resolves them.
+            open_rows = open_table.to_pyarrow_table().to_pylist()
+            book = AlertBook.from_rows(
+                cluster, (r for r in open_rows if AlertKind(r["kind"]) not in LOSS_ALERT_KINDS)
+            )
         ledgers_table = table_before_batch(root, "ledgers", app, batch_id)
         index_table = table_before_batch(root, "ledger_bookies", app, batch_id)
 
@@ -402,7 +378,7 @@ class AuditSink:
         trigger_ms: dict[int, int] = {}
         index_replace: dict[int, list[str]] = {}
         bookies_changed: set[str] = set()
-        lost_changed: dict[str, int] = {}
+        membership: list[dict[str, Any]] = []  # handed to the loss owner after this batch's index write
         moved: dict[str, int] = {}
         racks = {b: r.get("rack") for b, r in bookie_rows.items()}
         # Placement is unknown while the current rack map is invalid (the open alert is that state).
@@ -542,35 +518,14 @@ class AuditSink:
                     pulsar_topic=row_now.get("pulsar_topic"),
                     detail=payload,
                 )
-            elif kind == "bookie_state":
-                existing = bookie_rows.get(bookie_id, {"bookie_id": bookie_id})
-                bookie_rows[bookie_id] = {
-                    **existing,
-                    "cluster": cluster,
-                    "status": payload.get("status"),
-                    "lost": bool(payload.get("lost")),
-                    "missing_since": _ts(payload.get("missing_since_ms")),
-                    "flaps": payload.get("flaps") or 0,
-                    "host": payload.get("host"),
-                    "port": payload.get("port"),
-                    "has_cookie": payload.get("has_cookie"),
-                    "rpc_address": payload.get("rpc_address"),
-                    "rack": racks.get(bookie_id, existing.get("rack")),
-                    "updated_at": _ts(at_ms),
-                }
-                bookies_changed.add(bookie_id)
-            elif kind == "bookie_lost":
-                book.set_bookie_condition(
-                    AlertKind.BOOKIE_LOST,
-                    bookie_id,
-                    True,
-                    at_ms=at_ms,
-                    detail={"missing_since": payload.get("missing_since_ms")},
-                )
-                lost_changed[bookie_id] = at_ms
-            elif kind == "bookie_returned":
-                book.set_bookie_condition(AlertKind.BOOKIE_LOST, bookie_id, False, at_ms=at_ms)
-                lost_changed[bookie_id] = at_ms
+            elif kind in MEMBERSHIP_DECISIONS:
+                membership.append(row)
+                if kind == "bookie_state":  # this batch's probes see the registration
+                    existing = bookie_rows.get(bookie_id, {"bookie_id": bookie_id})
+                    bookie_rows[bookie_id] = {
+                        **existing,
+                        **{k: payload.get(k) for k in ("status", "host", "port", "rpc_address")},
+                    }
             elif kind == "rack_map" and payload.get("error"):
                 detail = {"reason": payload["error"]}
                 book.set_cluster_condition(AlertKind.RACK_MAP_INVALID, True, at_ms=at_ms, detail=detail)
@@ -635,51 +590,23 @@ class AuditSink:
                     }
                 )
 
-        # 2b. the ledgers affected through the index (lost / returned / moved bookies) ----------------------
-        fanout_bookies = set(lost_changed) | set(moved)
-        # Ledgers reached only through a lost or returned bookie: their metadata and racks did not change in
-        # this batch, so only the lost-bookie rule is evaluated, from the few columns it reads (a loss at 1 M
-        # ledgers reaches ~30 k of them; reading whole rows and re-checking placement doubled its cost).
-        loss_only_rows: dict[int, dict[str, Any]] = {}
-        # Ledger id -> its row in `indexed_table`, for the loss-only ledgers whose index row carries the
-        # ledger columns: the lost-bookie rule reads those as Arrow columns (no Python row per ledger).
-        loss_only_index_rows: dict[int, int] = {}
-        indexed_table: pa.Table | None = None
-        if fanout_bookies:
-            indexed_table = scan(
-                index_table,
-                [("bookie", "in", sorted(fanout_bookies))],
-                ["bookie", "ledger_id", *INDEX_LEDGER_COLUMNS],
-                prune_partitions=True,
-            )
-            indexed = indexed_table.select(_LOSS_ONLY_LOOP_COLUMNS).to_pylist()
+        # 2b. the ledgers on bookies whose rack moved: placement re-checked (losses are streaming.loss's) ----
+        if moved:
+            indexed = scan(
+                index_table, [("bookie", "in", sorted(moved))], ["bookie", "ledger_id"], prune_partitions=True
+            ).to_pylist()
             affected: dict[int, int] = {}
-            on_moved: set[int] = set()
-            for position, entry in enumerate(indexed):
-                if entry["ledger_id"] in index_replace:
-                    continue  # this batch replaced the ledger's bookies: use the new ones below
-                when = max(lost_changed.get(entry["bookie"], 0), moved.get(entry["bookie"], 0))
-                affected[entry["ledger_id"]] = max(affected.get(entry["ledger_id"], 0), when)
-                if entry["bookie"] in moved:
-                    on_moved.add(entry["ledger_id"])
-                elif entry["state"] is not None:  # null: written before the index carried the columns
-                    loss_only_rows[entry["ledger_id"]] = entry
-                    loss_only_index_rows[entry["ledger_id"]] = position
+            for entry in indexed:
+                if entry["ledger_id"] not in index_replace:  # replaced in this batch: its new bookies below
+                    when = moved[entry["bookie"]]
+                    affected[entry["ledger_id"]] = max(affected.get(entry["ledger_id"], when), when)
             for ledger_id, bookies_now in index_replace.items():
-                hits = fanout_bookies & set(bookies_now)
+                hits = [moved[b] for b in bookies_now if b in moved]
                 if hits:
-                    when = max(max(lost_changed.get(b, 0), moved.get(b, 0)) for b in hits)
-                    affected[ledger_id] = max(affected.get(ledger_id, 0), when)
+                    affected[ledger_id] = max(affected.get(ledger_id, 0), *hits)
             missing_rows = [i for i in affected if i not in ledgers]
-            whole_rows = [i for i in missing_rows if i in on_moved]
-            for found in _read_filtered(ledgers_table, "ledger_id", whole_rows):
+            for found in _read_filtered(ledgers_table, "ledger_id", missing_rows):
                 ledgers[found["ledger_id"]] = found
-            for ledger_id in on_moved:
-                loss_only_rows.pop(ledger_id, None)  # also on a lost bookie: evaluated whole, from its row
-                loss_only_index_rows.pop(ledger_id, None)
-            not_copied = [i for i in missing_rows if i not in on_moved and i not in loss_only_rows]
-            for found in _read_filtered(ledgers_table, "ledger_id", not_copied, _LOSS_EVALUATION_COLUMNS):
-                loss_only_rows[found["ledger_id"]] = found
             for ledger_id, when in affected.items():
                 trigger_ms[ledger_id] = max(trigger_ms.get(ledger_id, when), when)
 
@@ -705,43 +632,20 @@ class AuditSink:
                 index_replace[ledger_id] = []
                 touch(ledger_id, done["at_ms"])
 
-        # 2d. evaluate the affected ledgers ------------------------------------------------------------------
-        lost = {b for b, r in bookie_rows.items() if r.get("lost")}
-        lost_conditions = _evaluate_lost_bookies(
-            trigger_ms, ledgers, loss_only_rows, loss_only_index_rows, indexed_table, lost
-        )
+        # 2d. evaluate the affected ledgers (placement; the lost-bookie rule is streaming.loss's) -----------
         for ledger_id in sorted(trigger_ms):
-            # A snapshot's reconciliation may have put a loss-only ledger into `ledgers`: then it is whole.
-            current = ledgers.get(ledger_id)
-            loss_only_row = current is None and ledger_id in loss_only_rows
-            if current is None:
-                current = loss_only_rows.get(ledger_id)
-            at_ms = trigger_ms[ledger_id]
-            if current is None:
+            if ledger_id not in ledgers:
                 continue
-            row_now = current
+            row_now = ledgers[ledger_id]
+            at_ms = trigger_ms[ledger_id]
             entity = f"ledger/{ledger_id}"
             if row_now.get("deleted"):
                 book.resolve_entity(entity, at_ms, "ledger deleted")
                 continue
             if not row_now.get("state"):  # undecodable: nothing else can be evaluated
-                for kind in (*_LOST_KINDS, *_PLACEMENT_KINDS):
+                for kind in _PLACEMENT_KINDS:
                     book.set_ledger_condition(kind, ledger_id, False, at_ms=at_ms)
                 continue
-            condition = lost_conditions.get(ledger_id)
-            for kind in _LOST_KINDS:
-                holds = condition is not None and condition[0] == kind.value
-                book.set_ledger_condition(
-                    kind,
-                    ledger_id,
-                    holds,
-                    at_ms=at_ms,
-                    bookies=condition[1]["lost_bookies"] if holds and condition else [],
-                    pulsar_topic=row_now.get("pulsar_topic"),
-                    detail=condition[1] if holds and condition else None,
-                )
-            if loss_only_row:
-                continue  # placement unchanged (see loss_only_rows); the row is not written
             payload = _as_payload(row_now)
             if rack_map_invalid:
                 # Unknown: no placement alert fires or resolves; a closed ledger's column is null until the
@@ -798,28 +702,20 @@ class AuditSink:
                     pa.Table.from_pylist(index_rows, schema=LEDGER_BOOKIES.schema),
                 )
             )
-        if bookies_changed:
-            rows_out = [bookie_rows[b] for b in sorted(bookies_changed)]
-            written.append(writer.upsert("bookies", pa.Table.from_pylist(rows_out, schema=BOOKIES.schema)))
         open_alerts_version: int | None = open_table.version()  # unchanged unless written below
-        if book.transitions:
-            # Each transition's row once: its violations row, and its open_alerts row when still open (an
-            # open alert with a transition's id is that transition: a re-fire is a new object).
-            transition_rows = {id(a): alert_to_row(a) for a in book.transitions}
-            ids = {a.alert_id for a in book.transitions}
-            open_rows = [
-                transition_rows[id(a)] for a in book.transitions if book.open.get((a.entity, a.kind)) is a
-            ]
-            open_written = writer.replace_keys(
-                "open_alerts", "alert_id", ids, pa.Table.from_pylist(open_rows, schema=OPEN_ALERTS.schema)
-            )
-            written.append(open_written)
-            # Written now: the table's new version. Skipped (a replay found it done): unknown, no cache.
-            open_alerts_version = latest_version(root, "open_alerts") if open_written else None
-            violations = [{**transition_rows[id(a)], "batch_id": batch_id} for a in book.transitions]
-            written.append(
-                writer.append("violations", pa.Table.from_pylist(violations, schema=VIOLATIONS.schema))
-            )
+        with self.loss.lock:  # tables the loss owner writes too: one commit at a time
+            if bookies_changed:
+                rows_out = [bookie_rows[b] for b in sorted(bookies_changed)]
+                written.append(
+                    writer.upsert(
+                        "bookies", pa.Table.from_pylist(rows_out, schema=BOOKIES.schema), columns=RACK_COLUMNS
+                    )
+                )
+            if book.transitions:
+                open_written, violations_written = record_transitions(writer, book)
+                written.extend([open_written, violations_written])
+                # Written now: the table's new version. Skipped (a replay found it done): unknown, no cache.
+                open_alerts_version = latest_version(root, "open_alerts") if open_written else None
         if dead_letters:
             written.append(
                 writer.append("dead_letters", pa.Table.from_pylist(dead_letters, schema=DEAD_LETTERS.schema))
@@ -833,8 +729,22 @@ class AuditSink:
         report.skipped_replay_tables = sum(1 for w in written if not w)
         if open_alerts_version is not None:
             self._open_alerts_cache = (open_alerts_version, dict(book.open))
+
+        # 6. the loss alerts: membership decisions, and this batch's changed ledgers against the lost set
+        # (after their index rows are written: see streaming.loss for why no ledger falls between the lanes)
+        loss = self.loss.apply(
+            app_id=_loss_app(app),
+            batch_id=batch_id,
+            cluster=cluster,
+            membership=membership,
+            changed_rows={i: ledgers[i] for i in index_replace if i in ledgers},
+            changed_at_ms={i: trigger_ms.get(i, 0) for i in index_replace},
+        )
+        report.alerts.extend(loss.alerts)
+        report.skipped_replay_tables += loss.skipped_replay_tables
         report.dead_letters = dict(Counter(row["source"] for row in dead_letters))
-        report.open_alerts = dict(sorted(Counter(kind.value for _, kind in book.open).items()))
+        open_counts = Counter(kind.value for _, kind in book.open) + Counter(self.loss.open_counts())
+        report.open_alerts = dict(sorted(open_counts.items()))
         self._maintain(batch_id)
         report.seconds = round(time.monotonic() - started, 3)
         if self.metrics is not None:
@@ -852,7 +762,8 @@ class AuditSink:
 
         started = time.monotonic()
         try:
-            maintain(self.config.lakehouse_root)
+            with self.loss.lock:  # never beside a commit of the membership lane
+                maintain(self.config.lakehouse_root)
         except Exception:  # maintenance is an optimisation: never fail a batch for it
             logger.exception("Delta maintenance failed; the next run will try again")
         else:
@@ -1037,57 +948,7 @@ class AuditSink:
         """Send the batch's alert transitions and feedback; returns the alerts as published (JSON objects)."""
         if not book.transitions and not feedback:
             return []
-        from connectors.kafka.client_config import partition_count
-        from connectors.kafka.publisher import partitions_for_keys
-        from connectors.kafka.tail_sender import send_records
-
-        producer = self._kafka()
-        metadata_timeout_s = self.config.kafka.producer_max_block_ms / 1000
-        records: list[tuple[str, int, bytes | None, bytes]] = []
-
-        def place(topic: str, keyed: list[tuple[bytes, bytes]]) -> None:
-            # Explicit partitions (Kafka's default rule) so each partition's last record can be held back and
-            # sent alone: the embedded broker's high watermark is wrong after a multi-record batch.
-            if keyed:
-                count = partition_count(producer, topic, metadata_timeout_s)
-                partitions = partitions_for_keys([k for k, _ in keyed], count)
-                for (key, value), partition in zip(keyed, partitions, strict=True):
-                    records.append((topic, partition, key, value))
-
-        published = [alert.to_json() for alert in book.transitions]
-        place(
-            self.config.kafka.alerts_topic,
-            [
-                (alert.kafka_key().encode(), alert_bytes(body))
-                for alert, body in zip(book.transitions, published, strict=True)
-            ],
-        )
-        place(
-            self.config.kafka.feedback_topic,
-            [(f"ledger/{message['ledger_id']}".encode(), _compact_json(message)) for message in feedback],
-        )
-        failed, first_failure = send_records(producer, self.config.kafka, records)
-        if failed:
-            # Fail the batch: it is replayed, and a replay publishes the same alert ids again.
-            raise ServiceError(
-                f"{failed} alert or feedback records were not delivered to Kafka ({first_failure}); "
-                "the batch fails and is replayed when the job restarts"
-            )
-        # One line per batch at INFO (a lost bookie's tens of thousands of lines cost seconds), each alert at
-        # DEBUG; the alerts themselves are on the topic and in the violations table.
-        counts_by_kind = Counter(f"{body['state']} {body['kind']}" for body in published)
-        if published:
-            logger.info(
-                "published %d alert transitions: %s",
-                len(published),
-                ", ".join(f"{n} {what}" for what, n in sorted(counts_by_kind.items())),
-            )
-        if logger.isEnabledFor(logging.DEBUG):
-            for alert in book.transitions:
-                logger.debug(
-                    "alert %s %s %s %s", alert.state.value, alert.kind.value, alert.entity, alert.alert_id
-                )
-        return published
+        return publish(self._kafka(), self.config.kafka, book.transitions, feedback)
 
 
 def open_alert_counts(root: str | Path) -> dict[str, int]:

@@ -400,26 +400,31 @@ class BatchWriter:
         )
         return True
 
-    def upsert(self, name: str, rows: pa.Table) -> bool:
-        """Insert or replace rows by the table's key (every column taken from ``rows``)."""
+    def upsert(self, name: str, rows: pa.Table, *, columns: Sequence[str] | None = None) -> bool:
+        """Insert or replace rows by the table's key (every column taken from ``rows``).
+
+        With ``columns``, an existing row gets only those columns from ``rows`` (the others keep what another
+        writer put there: the two lanes of the job share the ``bookies`` table this way); a new row is
+        inserted whole, null where ``rows`` has no value.
+        """
         spec = TABLES[name]
         table = DeltaTable(table_path(self.root, name))
         if not self._pending(table):
             return False
         source = self._conform(spec, rows)
         predicate = " AND ".join(f"t.{k} = s.{k}" for k in spec.key)
-        (
-            table.merge(
-                source,
-                predicate,
-                source_alias="s",
-                target_alias="t",
-                commit_properties=_commit(self.app_id, self.batch_id),
-            )
-            .when_matched_update_all()
-            .when_not_matched_insert_all()
-            .execute()
+        merge = table.merge(
+            source,
+            predicate,
+            source_alias="s",
+            target_alias="t",
+            commit_properties=_commit(self.app_id, self.batch_id),
         )
+        if columns is None:
+            merge = merge.when_matched_update_all()
+        else:
+            merge = merge.when_matched_update({c: f"s.{c}" for c in columns})
+        merge.when_not_matched_insert_all().execute()
         return True
 
     def replace_keys(self, name: str, key_column: str, keys: Iterable[object], rows: pa.Table) -> bool:

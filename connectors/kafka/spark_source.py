@@ -27,8 +27,9 @@ metrics in the driver's registry.
 Options (Spark's names): ``kafka.bootstrap.servers``, ``subscribe`` (comma-separated topics),
 ``startingOffsets`` (``earliest`` | ``latest`` | JSON ``{"topic": {"0": 42}}``), ``maxOffsetsPerTrigger``,
 ``failOnDataLoss``, ``kafka.request.timeout.ms`` (default: the setting), and bkaudit's own
-``bkaudit.brokerOutageLimitS`` and ``bkaudit.statusFile``. Security settings are not options (they would
-show in query plans): they come from the same ``BKAUDIT_KAFKA__*`` settings every other client uses.
+``bkaudit.brokerOutageLimitS``, ``bkaudit.statusFile`` and ``bkaudit.skipKeyPrefixes``. Security settings
+are not options (they would show in query plans): they come from the same ``BKAUDIT_KAFKA__*`` settings
+every other client uses.
 
 Example:
     >>> KafkaDataSource.name()
@@ -181,6 +182,18 @@ def _number(options: dict[str, str], name: str, kind: Any) -> Any:
 def _outage_limit_s(options: dict[str, str]) -> float:
     name = "bkaudit.brokeroutagelimits"
     return float(_number(options, name, float)) if options.get(name) else DEFAULT_OUTAGE_LIMIT_S
+
+
+def skipped_key_prefixes(options: dict[str, str]) -> tuple[bytes, ...]:
+    """Option ``bkaudit.skipKeyPrefixes``: records whose key starts with one of these (comma-separated) are
+    read past and never become rows (the job's membership lane skips every ``ledger/`` record this way).
+
+    Example:
+        >>> skipped_key_prefixes({"bkaudit.skipkeyprefixes": "ledger/, x"}), skipped_key_prefixes({})
+        ((b'ledger/', b'x'), ())
+    """
+    text = options.get("bkaudit.skipkeyprefixes", "")
+    return tuple(part.strip().encode() for part in text.split(",") if part.strip())
 
 
 def _topics(options: dict[str, str]) -> list[str]:
@@ -423,6 +436,7 @@ def _read_range(options: dict[str, str], kafka_range: KafkaRange) -> Iterator[pa
     if kafka_range.end <= kafka_range.start:
         return
     settings = _kafka_settings(options)
+    skipped = skipped_key_prefixes(options)
     # No automatic reset: a range whose offsets vanished must not be filled with another topic's records
     # ("error" reports it as an _AUTO_OFFSET_RESET error instead).
     config = {**consumer_config(settings, None), "auto.offset.reset": "error"}
@@ -457,6 +471,8 @@ def _read_range(options: dict[str, str], kafka_range: KafkaRange) -> Iterator[pa
             for record in records:
                 if record.offset() >= kafka_range.end:
                     break
+                if skipped and (record.key() or b"").startswith(skipped):
+                    continue
                 timestamp_type, timestamp_ms = record.timestamp()
                 columns["key"].append(record.key())
                 columns["value"].append(record.value())

@@ -1,0 +1,406 @@
+"""The lost-bookie alerts of the job: one owner shared by its two lanes.
+
+``BOOKIE_LOST``, ``LEDGER_UNDER_REPLICATED`` and ``LEDGER_UNRECOVERABLE`` are decided here and nowhere else,
+by :meth:`LossAuditor.apply`, from
+
+- membership decisions (the membership lane, :mod:`streaming.membership`): a bookie lost or returned sends
+  the ledgers of its partition of the ``ledger_bookies`` index through the vectorised lost-bookie rule
+  (:func:`~bkaudit.domain.rules.lost_ledgers.lost_bookie_verdicts`), with no Spark state and no read of the
+  ``ledgers`` table;
+- changed ledgers (the ledger lane, :class:`streaming.sink.AuditSink`, *after* it wrote their index rows):
+  their new versions against the lost set.
+
+The auditor keeps the lost set and the open alerts of its kinds in memory (loaded from Delta at the first
+call), publishes each call's transitions, then records them (``bookies`` membership columns, ``open_alerts``,
+``violations``) with the caller's ``(app_id, batch_id)`` app transaction, so a replayed batch writes nothing
+twice.
+
+**Why no ledger falls between the lanes.** Each call holds :attr:`LossAuditor.lock` from reading the lost
+set and the index to recording its alerts, and the ledger lane calls only after its index write. If the
+ledger lane's call comes first, the lost bookie's index partition already holds the ledger's new rows when
+the loss reads it; if the loss comes first, the ledger lane's call sees the bookie lost. Either way the
+newest version of every ledger meets the newest lost set, and the later call decides last. The same lock
+serialises every commit to the tables both lanes write (``open_alerts``, ``violations``, ``bookies``):
+delta-rs would fail one of two concurrent commits.
+
+Example:
+    >>> sorted(kind.value for kind in LOSS_ALERT_KINDS)
+    ['BOOKIE_LOST', 'LEDGER_UNDER_REPLICATED', 'LEDGER_UNRECOVERABLE']
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+
+from bkaudit.domain.alert_book import AlertBook, alert_to_row
+from bkaudit.domain.alerts import Alert, AlertKind
+from bkaudit.domain.rules.lost_ledgers import (
+    LOST_BOOKIE_INPUT_SCHEMA,
+    lost_bookie_verdicts,
+    verdict_conditions,
+)
+from connectors.delta.scan import scan
+from connectors.delta.tables import (
+    BOOKIES,
+    INDEX_LEDGER_COLUMNS,
+    OPEN_ALERTS,
+    VIOLATIONS,
+    BatchWriter,
+    table_before_batch,
+    table_path,
+)
+from streaming.publish import publish
+
+if TYPE_CHECKING:
+    from streaming.sink import SinkConfig
+
+logger = logging.getLogger(__name__)
+
+#: The ledger kinds of the lost-bookie rule.
+LOST_LEDGER_KINDS = (AlertKind.LEDGER_UNDER_REPLICATED, AlertKind.LEDGER_UNRECOVERABLE)
+#: Every kind this module owns; the ledger lane never touches these.
+LOSS_ALERT_KINDS = frozenset({AlertKind.BOOKIE_LOST, *LOST_LEDGER_KINDS})
+#: The decisions that carry membership (the processor's and the membership lane's vocabulary).
+MEMBERSHIP_DECISIONS = frozenset({"bookie_state", "bookie_lost", "bookie_returned"})
+#: The ``bookies`` columns membership owns; ``rack`` is the ledger lane's (placement), kept on update.
+MEMBERSHIP_COLUMNS = (
+    "bookie_id",
+    "cluster",
+    "status",
+    "lost",
+    "missing_since",
+    "flaps",
+    "host",
+    "port",
+    "rpc_address",
+    "has_cookie",
+    "updated_at",
+)
+_RULE_SCHEMA = pa.schema([*LOST_BOOKIE_INPUT_SCHEMA, pa.field("pulsar_topic", pa.string())])
+_RULE_COLUMNS = _RULE_SCHEMA.names
+
+
+def _ts(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+@dataclass
+class LossReport:
+    """What one :meth:`LossAuditor.apply` did (for logs, metrics, tests and benchmarks)."""
+
+    app_id: str
+    batch_id: int
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+    ledgers_evaluated: int = 0
+    bookies_written: int = 0
+    skipped_replay_tables: int = 0  # writes a replay found already done
+    published_at: float | None = None  # wall time every alert of the call was acknowledged
+    seconds: float = 0.0
+
+
+@dataclass
+class _Evaluation:
+    """Ledgers to put through the lost-bookie rule: their rule columns and the event time to decide at."""
+
+    rows: pa.Table  # _RULE_COLUMNS
+    at_ms: np.ndarray
+
+
+class LossAuditor:
+    """The one owner of the loss alerts (see the module docstring); thread-safe, one per job process."""
+
+    def __init__(self, config: SinkConfig, producer: Callable[[], Any]) -> None:
+        self.config = config
+        self._producer = producer
+        self.lock = threading.RLock()
+        self._open: dict[tuple[str, AlertKind], Alert] | None = None
+        self._lost: frozenset[str] = frozenset()
+        self.reports: list[LossReport] = []
+
+    # -- state --------------------------------------------------------------------------------------------
+    def _table(self, name: str) -> DeltaTable:
+        return DeltaTable(table_path(self.config.lakehouse_root, name))
+
+    def _load(self, open_alerts: DeltaTable, bookies: DeltaTable, cluster: str) -> None:
+        kinds = sorted(kind.value for kind in LOSS_ALERT_KINDS)
+        rows = scan(open_alerts, [("kind", "in", kinds)]).to_pylist()
+        self._open = dict(AlertBook.from_rows(cluster, rows).open)
+        lost = scan(bookies, [("lost", "=", True)], ["bookie_id"]).column("bookie_id").to_pylist()
+        self._lost = frozenset(lost)
+
+    def _ensure_loaded(self, app_id: str, batch_id: int, cluster: str) -> None:
+        root = self.config.lakehouse_root
+        applied = self._table("open_alerts").transaction_version(app_id)
+        replaying = applied is not None and applied >= batch_id
+        if replaying:
+            # A batch whose alerts were recorded before a crash: decide from the state before it.
+            before = table_before_batch(root, "open_alerts", app_id, batch_id)
+            self._load(before, table_before_batch(root, "bookies", app_id, batch_id), cluster)
+        elif self._open is None:
+            self._load(self._table("open_alerts"), self._table("bookies"), cluster)
+
+    def lost(self) -> frozenset[str]:
+        """The bookies lost now (as far as the calls so far know)."""
+        with self.lock:
+            return self._lost
+
+    def open_counts(self) -> dict[str, int]:
+        """Open alerts of the loss kinds, per kind (empty before the first call)."""
+        with self.lock:
+            counts: dict[str, int] = {}
+            for _, kind in self._open or {}:
+                counts[kind.value] = counts.get(kind.value, 0) + 1
+            return counts
+
+    # -- the call -----------------------------------------------------------------------------------------
+    def apply(
+        self,
+        *,
+        app_id: str,
+        batch_id: int,
+        cluster: str,
+        membership: Sequence[Mapping[str, Any]] = (),
+        changed_rows: Mapping[int, Mapping[str, Any]] | None = None,
+        changed_at_ms: Mapping[int, int] | None = None,
+    ) -> LossReport:
+        """Apply membership decisions (rows with ``kind``, ``at_ms``, ``bookie_id``, ``payload``) and
+        re-evaluate changed ledgers (``ledgers`` rows by id, with the event time of each change); publish
+        the resulting transitions, then record them. A call with nothing to do writes nothing."""
+        started = time.monotonic()
+        report = LossReport(app_id, batch_id)
+        changed_rows, changed_at_ms = changed_rows or {}, changed_at_ms or {}
+        if not membership and not changed_rows:
+            return report
+        with self.lock:
+            self._ensure_loaded(app_id, batch_id, cluster)
+            assert self._open is not None
+            book = AlertBook(cluster, open=dict(self._open))
+            bookie_rows, lost, lost_changed = self._apply_membership(book, membership, cluster)
+            evaluated = self._evaluate(book, lost, lost_changed, changed_rows, changed_at_ms)
+            report.ledgers_evaluated = evaluated
+            if book.transitions:
+                report.alerts = publish(self._producer(), self.config.kafka, book.transitions)
+                report.published_at = time.time()
+            report.bookies_written, report.skipped_replay_tables = self._record(
+                app_id, batch_id, book, bookie_rows
+            )
+            self._open, self._lost = book.open, lost
+        report.seconds = round(time.monotonic() - started, 3)
+        if report.alerts or report.bookies_written:
+            self.reports.append(report)
+        return report
+
+    def _apply_membership(
+        self, book: AlertBook, membership: Sequence[Mapping[str, Any]], cluster: str
+    ) -> tuple[dict[str, dict[str, Any]], frozenset[str], dict[str, int]]:
+        """Bookie rows to write, the lost set after the decisions, and the bookies lost or returned (with
+        the event time of their latest transition)."""
+        bookie_rows: dict[str, dict[str, Any]] = {}
+        lost = set(self._lost)
+        lost_changed: dict[str, int] = {}
+        for row in sorted(membership, key=lambda r: r["at_ms"]):
+            kind, bookie_id, at_ms, payload = row["kind"], row["bookie_id"], row["at_ms"], row["payload"]
+            if kind == "bookie_state":
+                bookie_rows[bookie_id] = {
+                    "bookie_id": bookie_id,
+                    "cluster": cluster,
+                    "status": payload.get("status"),
+                    "lost": bool(payload.get("lost")),
+                    "missing_since": _ts(payload.get("missing_since_ms")),
+                    "flaps": payload.get("flaps") or 0,
+                    "host": payload.get("host"),
+                    "port": payload.get("port"),
+                    "has_cookie": payload.get("has_cookie"),
+                    "rpc_address": payload.get("rpc_address"),
+                    "updated_at": _ts(at_ms),
+                }
+                (lost.add if payload.get("lost") else lost.discard)(bookie_id)
+            elif kind == "bookie_lost":
+                detail = {"missing_since": payload.get("missing_since_ms")}
+                book.set_bookie_condition(AlertKind.BOOKIE_LOST, bookie_id, True, at_ms=at_ms, detail=detail)
+                lost_changed[bookie_id] = at_ms
+            elif kind == "bookie_returned":
+                book.set_bookie_condition(AlertKind.BOOKIE_LOST, bookie_id, False, at_ms=at_ms)
+                lost_changed[bookie_id] = at_ms
+        return bookie_rows, frozenset(lost), lost_changed
+
+    def _evaluate(
+        self,
+        book: AlertBook,
+        lost: frozenset[str],
+        lost_changed: Mapping[str, int],
+        changed_rows: Mapping[int, Mapping[str, Any]],
+        changed_at_ms: Mapping[int, int],
+    ) -> int:
+        """Set the lost-bookie conditions of the ledgers this call reaches; returns how many it evaluated."""
+        parts: list[_Evaluation] = []
+        if lost_changed:
+            parts.append(self._from_index(lost_changed, exclude=set(changed_rows)))
+        if changed_rows and (lost or self._any_open(book, changed_rows)):
+            parts.append(self._from_changed(book, lost_changed, changed_rows, changed_at_ms))
+        parts = [part for part in parts if part.rows.num_rows]
+        if not parts:
+            return 0
+        rows = pa.concat_tables([part.rows for part in parts])
+        at_ms = np.concatenate([part.at_ms for part in parts])
+        order = np.argsort(rows.column("ledger_id").to_numpy(), kind="stable")  # transitions by ledger id
+        rows, at_ms = rows.take(pa.array(order, pa.int64())), at_ms[order]
+        conditions = verdict_conditions(lost_bookie_verdicts(rows, lost)) if lost else {}
+        _set_conditions(book, rows, at_ms, conditions)
+        return rows.num_rows
+
+    @staticmethod
+    def _any_open(book: AlertBook, ledger_ids: Mapping[int, Any]) -> bool:
+        return any((f"ledger/{i}", kind) in book.open for i in ledger_ids for kind in LOST_LEDGER_KINDS)
+
+    def _from_index(self, lost_changed: Mapping[str, int], exclude: set[int]) -> _Evaluation:
+        """The ledgers on the bookies lost or returned, once each, from their index partitions (the ledger
+        columns copied into the index; ``ledgers`` only for rows written before the copy existed)."""
+        bookies = sorted(lost_changed)
+        indexed = scan(
+            self._table("ledger_bookies"),
+            [("bookie", "in", bookies)],
+            ["bookie", "ledger_id", *INDEX_LEDGER_COLUMNS],
+            prune_partitions=True,
+        )
+        when = np.asarray([lost_changed[b] for b in bookies], dtype=np.int64)
+        at_ms = when[pc.index_in(indexed.column("bookie"), pa.array(bookies)).to_numpy(zero_copy_only=False)]
+        ledger_ids = indexed.column("ledger_id").to_numpy()
+        # One row per ledger: the one of its latest transition (a ledger on two lost bookies is decided once).
+        order = np.lexsort((-at_ms, ledger_ids))
+        first = order[np.r_[True, ledger_ids[order][1:] != ledger_ids[order][:-1]]] if len(order) else order
+        keep = first[~np.isin(ledger_ids[first], np.fromiter(exclude, np.int64, len(exclude)))]
+        unique = indexed.take(pa.array(keep, pa.int64()))
+        return self._with_copied_columns(unique, at_ms[keep])
+
+    def _with_copied_columns(self, indexed: pa.Table, at_ms: np.ndarray) -> _Evaluation:
+        """Index rows whose copied columns are null (written before the copy existed) read from ``ledgers``;
+        deleted or undecodable ledgers drop out (their alerts were resolved when that happened)."""
+        missing = pc.is_null(indexed.column("state")).to_numpy(zero_copy_only=False)
+        complete = _Evaluation(
+            indexed.filter(pa.array(~missing)).select(_RULE_COLUMNS).cast(_RULE_SCHEMA), at_ms[~missing]
+        )
+        if not missing.any():
+            return complete
+        ids = indexed.column("ledger_id").to_numpy()[missing]
+        found = scan(
+            self._table("ledgers"), [("ledger_id", "in", ids.tolist())], [*_RULE_COLUMNS, "deleted"]
+        ).to_pylist()
+        live = {r["ledger_id"]: r for r in found if not r.get("deleted") and r.get("state")}
+        when = dict(zip(ids.tolist(), at_ms[missing].tolist(), strict=True))
+        old = _rule_table(list(live.values()))
+        return _Evaluation(
+            pa.concat_tables([complete.rows, old]),
+            np.concatenate([complete.at_ms, np.asarray([when[i] for i in live], dtype=np.int64)]),
+        )
+
+    def _from_changed(
+        self,
+        book: AlertBook,
+        lost_changed: Mapping[str, int],
+        changed_rows: Mapping[int, Mapping[str, Any]],
+        changed_at_ms: Mapping[int, int],
+    ) -> _Evaluation:
+        """The ledger lane's changed ledgers: deleted and undecodable ones resolve here, live ones are
+        evaluated at the later of their change and any loss or return of a bookie they name."""
+        live: list[Mapping[str, Any]] = []
+        at_ms: list[int] = []
+        for ledger_id, row in changed_rows.items():
+            at = changed_at_ms[ledger_id]
+            if row.get("deleted"):
+                for kind in LOST_LEDGER_KINDS:
+                    book.set_ledger_condition(
+                        kind, ledger_id, False, at_ms=at, detail={"resolution": "ledger deleted"}
+                    )
+                continue
+            if not row.get("state"):  # undecodable: nothing can be evaluated
+                for kind in LOST_LEDGER_KINDS:
+                    book.set_ledger_condition(kind, ledger_id, False, at_ms=at)
+                continue
+            hits = [lost_changed[b] for b in row.get("bookies") or () if b in lost_changed]
+            live.append(row)
+            at_ms.append(max([at, *hits]))
+        return _Evaluation(_rule_table(live), np.asarray(at_ms, dtype=np.int64))
+
+    def _record(
+        self, app_id: str, batch_id: int, book: AlertBook, bookie_rows: Mapping[str, Mapping[str, Any]]
+    ) -> tuple[int, int]:
+        """Write the call's bookie rows and alert transitions (one commit per table, skipped on replay);
+        returns the bookie rows and the writes a replay found done."""
+        writer = BatchWriter(self.config.lakehouse_root, app_id, batch_id)
+        written: list[bool] = []
+        if bookie_rows:
+            rows = [dict(bookie_rows[b]) for b in sorted(bookie_rows)]
+            table = pa.Table.from_pylist(rows, schema=BOOKIES.schema)
+            written.append(writer.upsert("bookies", table, columns=MEMBERSHIP_COLUMNS))
+        if book.transitions:
+            written.extend(record_transitions(writer, book))
+        return len(bookie_rows), written.count(False)
+
+
+def record_transitions(writer: BatchWriter, book: AlertBook) -> tuple[bool, bool]:
+    """``open_alerts`` (each transition's row while it is open, removed when resolved) and ``violations``
+    (every transition, appended) for a book's transitions; per table, False when a replay found it written."""
+    # Each transition's row once: an open alert with a transition's id is that transition (a re-fire is a
+    # new object).
+    rows = {id(a): alert_to_row(a) for a in book.transitions}
+    ids = {a.alert_id for a in book.transitions}
+    open_rows = [rows[id(a)] for a in book.transitions if book.open.get((a.entity, a.kind)) is a]
+    written = writer.replace_keys(
+        "open_alerts", "alert_id", ids, pa.Table.from_pylist(open_rows, schema=OPEN_ALERTS.schema)
+    )
+    violations = [{**rows[id(a)], "batch_id": writer.batch_id} for a in book.transitions]
+    appended = writer.append("violations", pa.Table.from_pylist(violations, schema=VIOLATIONS.schema))
+    return written, appended
+
+
+def _rule_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+    """``ledgers`` rows as the rule's columns (segments as the table holds them)."""
+    return pa.Table.from_pylist([{c: r.get(c) for c in _RULE_COLUMNS} for r in rows], schema=_RULE_SCHEMA)
+
+
+def _set_conditions(
+    book: AlertBook,
+    rows: pa.Table,
+    at_ms: np.ndarray,
+    conditions: Mapping[int, tuple[str, dict[str, Any]] | None],
+) -> None:
+    ledger_ids = rows.column("ledger_id").to_pylist()
+    topics = rows.column("pulsar_topic").to_pylist()
+    for ledger_id, at, topic in zip(ledger_ids, at_ms.tolist(), topics, strict=True):
+        condition = conditions.get(ledger_id)
+        if condition is None and not any((f"ledger/{ledger_id}", k) in book.open for k in LOST_LEDGER_KINDS):
+            continue  # nothing holds, nothing open: no transition either way
+        for kind in LOST_LEDGER_KINDS:
+            holds = condition is not None and condition[0] == kind.value
+            book.set_ledger_condition(
+                kind,
+                ledger_id,
+                holds,
+                at_ms=at,
+                bookies=condition[1]["lost_bookies"] if holds and condition else [],
+                pulsar_topic=topic,
+                detail=condition[1] if holds and condition else None,
+            )
+
+
+__all__ = [
+    "LOSS_ALERT_KINDS",
+    "LOST_LEDGER_KINDS",
+    "MEMBERSHIP_COLUMNS",
+    "MEMBERSHIP_DECISIONS",
+    "LossAuditor",
+    "LossReport",
+    "record_transitions",
+]

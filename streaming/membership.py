@@ -1,0 +1,201 @@
+"""The membership lane: the job's second query, from a bookie's registration to its ledgers' alerts.
+
+``changes topic (every record but ledger/…) → foreachBatch(MembershipLane)``, with no stateful operator and
+a short trigger. Per micro-batch the lane
+
+1. decodes the records with the ledger lane's decoder (dead letters and future events are the ledger
+   lane's to record: it reads every record too);
+2. applies bookie registrations, ``lostBookieRecoveryDelay`` and heartbeats (the event-time clock) to
+   :class:`~bkaudit.domain.rules.lost_bookie.BookieMembership` through the same
+   :class:`~streaming.processor.ClusterLogic` the stateful processor used: BookKeeper's debounce (the delay
+   from ZooKeeper, no delay when more than one bookie is missing, a return within the delay is a flap);
+3. hands the resulting decisions to :class:`~streaming.loss.LossAuditor`, which reads only the lost bookie's
+   index partition, applies the vectorised lost-bookie rule, publishes, then records in Delta;
+4. saves its state (a few kB: one entry per bookie) as ``<batch id>.json`` in its checkpoint.
+
+A batch starts from the state saved by the newest batch before it, so a replay after a crash decides what
+its first attempt decided, and the auditor's app transaction skips what that attempt already recorded: no
+alert lost, none re-fired under a new id. Rack-map events stay with the ledger lane (they change placement,
+a ledger-lane rule).
+
+Example:
+    >>> import tempfile
+    >>> store = MembershipStateStore(Path(tempfile.mkdtemp()))
+    >>> store.save(3, {"bookies": {}}); store.save(5, {"bookies": {"b1": {}}})
+    >>> store.before(5), store.before(9)
+    ({'bookies': {}}, {'bookies': {'b1': {}}})
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from streaming.decode import decode_batches
+from streaming.loss import MEMBERSHIP_DECISIONS, LossAuditor, LossReport
+from streaming.processor import ClusterLogic, ProcessorConfig, rows_from_frames
+
+if TYPE_CHECKING:
+    from streaming.metrics import StreamMetrics
+
+logger = logging.getLogger(__name__)
+
+QUERY_NAME = "bkaudit-membership"
+#: Records the membership lane never needs (the source reads past them without building rows).
+SKIPPED_KEY_PREFIXES = ("ledger/",)
+#: The change kinds the lane applies; everything else on the changes topic is the ledger lane's.
+MEMBERSHIP_CHANGES = frozenset({"bookie_status", "recovery_delay", "heartbeat"})
+
+
+def membership_app(app_id: str) -> str:
+    """The app transaction id of the membership lane's Delta commits.
+
+    Example:
+        >>> membership_app("bkaudit")
+        'bkaudit.membership'
+    """
+    return f"{app_id}.membership"
+
+
+class MembershipStateStore:
+    """The lane's state after each micro-batch, one small JSON file per batch in its checkpoint."""
+
+    def __init__(self, directory: Path, keep: int = 20) -> None:
+        self.directory = directory
+        self.keep = keep
+
+    def _batches(self) -> list[int]:
+        if not self.directory.is_dir():
+            return []
+        return sorted(int(p.stem) for p in self.directory.glob("*.json") if p.stem.isdigit())
+
+    def before(self, batch_id: int) -> dict[str, Any] | None:
+        """The state saved by the newest batch before ``batch_id`` (None: the lane's first batch)."""
+        earlier = [b for b in self._batches() if b < batch_id]
+        if not earlier:
+            return None
+        state: dict[str, Any] = json.loads((self.directory / f"{earlier[-1]}.json").read_text())
+        return state
+
+    def save(self, batch_id: int, state: dict[str, Any]) -> None:
+        """Write atomically (a crash leaves the previous file or the new one), then drop old files."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        temporary = self.directory / f".{batch_id}.json.tmp"
+        with open(temporary, "w") as handle:
+            json.dump(state, handle, separators=(",", ":"), sort_keys=True)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, self.directory / f"{batch_id}.json")
+        for old in self._batches()[: -self.keep]:
+            (self.directory / f"{old}.json").unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class MembershipLaneConfig:
+    """What the lane needs besides the shared auditor; built by ``streaming.job`` from the settings."""
+
+    app_id: str
+    feedback_topic: str
+    processor: ProcessorConfig
+    max_event_time_skew_s: float | None = None
+    cluster_default: str = "unknown"
+
+
+class LaneStopping(RuntimeError):
+    """Raised for a batch that arrives after a graceful stop began (Spark replays it on restart)."""
+
+
+def membership_rows(records: pa.Table, config: MembershipLaneConfig) -> list[dict[str, Any]]:
+    """The batch's membership changes as :class:`ClusterLogic` rows, in event-time order."""
+    if not records.num_rows:
+        return []
+    decoded = pa.Table.from_batches(
+        list(
+            decode_batches(
+                iter(records.to_batches()),
+                feedback_topic=config.feedback_topic,
+                max_event_time_skew_s=config.max_event_time_skew_s,
+            )
+        )
+    )
+    wanted = decoded.filter(pa.compute.is_in(decoded.column("kind"), pa.array(sorted(MEMBERSHIP_CHANGES))))
+    if not wanted.num_rows:
+        return []
+    return rows_from_frames(iter([wanted.to_pandas()]))
+
+
+class MembershipLane:
+    """The membership lane's ``foreachBatch`` function; see the module docstring."""
+
+    def __init__(
+        self,
+        config: MembershipLaneConfig,
+        auditor: LossAuditor,
+        store: MembershipStateStore,
+        metrics: StreamMetrics | None = None,
+    ) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.auditor = auditor
+        self.store = store
+        self.logic = ClusterLogic(config.processor)
+        self.busy = threading.Lock()
+        self.stopping = threading.Event()
+        self.reports: list[LossReport] = []
+
+    def __call__(self, batch_df: Any, batch_id: int) -> None:
+        if self.stopping.is_set():
+            raise LaneStopping(
+                f"membership batch {batch_id} arrived while the job is stopping; replayed later"
+            )
+        with self.busy:
+            self.process(batch_df.toArrow(), batch_id)
+
+    def process(self, records: pa.Table, batch_id: int) -> LossReport:
+        """Apply one micro-batch of raw Kafka records (the source's columns plus ``batch_time``)."""
+        rows = membership_rows(records, self.config)
+        state = self.store.before(batch_id)
+        cluster = next((r["cluster"] for r in reversed(rows) if r.get("cluster")), None)
+        cluster = cluster or (state or {}).get("cluster") or self.config.cluster_default
+        new_state, decisions, _ = self.logic.apply(state, rows)
+        new_state["cluster"] = cluster
+        membership = [
+            {
+                "kind": d["kind"],
+                "at_ms": d["event_time_ms"],
+                "bookie_id": d["bookie_id"],
+                "payload": d["payload"],
+            }
+            for d in decisions
+            if d["kind"] in MEMBERSHIP_DECISIONS
+        ]
+        report = self.auditor.apply(
+            app_id=membership_app(self.config.app_id),
+            batch_id=batch_id,
+            cluster=cluster,
+            membership=membership,
+        )
+        self.store.save(batch_id, new_state)
+        if self.metrics is not None:
+            self.metrics.on_membership_batch(report, self.auditor.open_counts())
+        if report.alerts or report.bookies_written:
+            self.reports.append(report)
+        return report
+
+
+__all__ = [
+    "QUERY_NAME",
+    "SKIPPED_KEY_PREFIXES",
+    "MembershipLane",
+    "MembershipLaneConfig",
+    "MembershipStateStore",
+    "membership_app",
+    "membership_rows",
+]

@@ -1,0 +1,101 @@
+"""Alert transitions and feedback records onto Kafka: the one send path of both lanes of the job.
+
+Both lanes share one producer (:class:`streaming.sink.AuditSink` owns it), so alerts reach each partition in
+the order the lanes decided them. Records get explicit partitions (Kafka's default rule for their keys) so
+each partition's last record can be held back and sent alone: the embedded broker's high watermark is wrong
+after a multi-record batch (:mod:`connectors.kafka.tail_sender`).
+
+Example:
+    >>> encoded_alerts([])
+    ([], [])
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bkaudit.domain.alerts import Alert, alert_bytes
+from bkaudit.errors import ServiceError
+from bkaudit.settings import KafkaSettings
+
+logger = logging.getLogger(__name__)
+
+
+def _compact_json(message: Mapping[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":")).encode()
+
+
+def encoded_alerts(alerts: Sequence[Alert]) -> tuple[list[dict[str, Any]], list[tuple[bytes, bytes]]]:
+    """The alerts as published JSON objects, and as ``(key, value)`` records (one encoder for all)."""
+    published = [alert.to_json() for alert in alerts]
+    keyed = [
+        (alert.kafka_key().encode(), alert_bytes(body)) for alert, body in zip(alerts, published, strict=True)
+    ]
+    return published, keyed
+
+
+def publish(
+    producer: Any,
+    kafka: KafkaSettings,
+    alerts: Sequence[Alert],
+    feedback: Sequence[Mapping[str, Any]] = (),
+) -> list[dict[str, Any]]:
+    """Send alert transitions and feedback, wait for every acknowledgement; returns the alerts as published.
+
+    Raises :class:`~bkaudit.errors.ServiceError` when a record is not delivered: the caller's batch fails
+    and is replayed, and a replay publishes the same alert ids again.
+    """
+    if not alerts and not feedback:
+        return []
+    from connectors.kafka.client_config import partition_count
+    from connectors.kafka.publisher import partitions_for_keys
+    from connectors.kafka.tail_sender import send_records
+
+    metadata_timeout_s = kafka.producer_max_block_ms / 1000
+    records: list[tuple[str, int, bytes | None, bytes]] = []
+
+    def place(topic: str, keyed: list[tuple[bytes, bytes]]) -> None:
+        if keyed:
+            count = partition_count(producer, topic, metadata_timeout_s)
+            partitions = partitions_for_keys([k for k, _ in keyed], count)
+            for (key, value), partition in zip(keyed, partitions, strict=True):
+                records.append((topic, partition, key, value))
+
+    published, keyed_alerts = encoded_alerts(alerts)
+    place(kafka.alerts_topic, keyed_alerts)
+    place(
+        kafka.feedback_topic,
+        [(f"ledger/{message['ledger_id']}".encode(), _compact_json(message)) for message in feedback],
+    )
+    failed, first_failure = send_records(producer, kafka, records)
+    if failed:
+        raise ServiceError(
+            f"{failed} alert or feedback records were not delivered to Kafka ({first_failure}); "
+            "the batch fails and is replayed when the job restarts"
+        )
+    _log_published(alerts, published)
+    return published
+
+
+def _log_published(alerts: Sequence[Alert], published: Sequence[Mapping[str, Any]]) -> None:
+    # One line per call at INFO (a lost bookie's tens of thousands of lines cost seconds), each alert at
+    # DEBUG; the alerts themselves are on the topic and in the violations table.
+    if published:
+        counts_by_kind = Counter(f"{body['state']} {body['kind']}" for body in published)
+        logger.info(
+            "published %d alert transitions: %s",
+            len(published),
+            ", ".join(f"{n} {what}" for what, n in sorted(counts_by_kind.items())),
+        )
+    if logger.isEnabledFor(logging.DEBUG):
+        for alert in alerts:
+            logger.debug(
+                "alert %s %s %s %s", alert.state.value, alert.kind.value, alert.entity, alert.alert_id
+            )
+
+
+__all__ = ["encoded_alerts", "publish"]
