@@ -405,12 +405,9 @@ def _run_locked(settings: Settings) -> None:
 
     spark = build_spark_session(settings.spark)
     query, sink = start(spark, settings)
-    logger.info(
-        "queries %s and %s running (checkpoint %s)",
-        QUERY_NAME,
-        MEMBERSHIP_QUERY_NAME,
-        Path(settings.checkpoint_root) / settings.stream.app_id,
-    )
+    checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
+    logger.info("query %s running (checkpoint %s)", MEMBERSHIP_QUERY_NAME, checkpoint / "membership")
+    logger.info("query %s running (checkpoint %s)", QUERY_NAME, checkpoint)
     stopping = threading.Event()
 
     def request_stop(signum: int, _frame: Any) -> None:
