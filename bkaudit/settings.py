@@ -206,8 +206,8 @@ class StreamSettings(BaseModel):
     membership_trigger_interval_s: float = Field(
         0.1,
         ge=0,
-        description="trigger of the membership lane (registrations, the recovery delay, a lost bookie's "
-        "alerts): a short one keeps a loss's alerts within a second",
+        description="how often the membership lane (registrations, the recovery delay, a lost bookie's "
+        "alerts; a driver thread) looks for new records: a short one keeps a loss's alerts within a second",
     )
     watermark_delay_s: float = Field(5.0, ge=0, description="how late an event may arrive")
     max_event_time_skew_s: float = Field(

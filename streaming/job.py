@@ -33,6 +33,7 @@ from bkaudit.errors import ConfigError, ServiceError
 from bkaudit.localfs import writable_directory
 from bkaudit.settings import Settings, StreamSettings
 from streaming.decode import decode_batches
+from streaming.driver_batches import DriverMicroBatches, OffsetLog
 from streaming.membership import QUERY_NAME as MEMBERSHIP_QUERY_NAME
 from streaming.membership import (
     SKIPPED_KEY_PREFIXES,
@@ -96,22 +97,34 @@ def ensure_topics(settings: Settings) -> int:
     return partitions
 
 
-def _kafka_reader(spark: Any, settings: Settings, topics: list[str], status_file: Path) -> Any:
-    """A stream reader of ``topics`` with the job's Kafka options (both lanes)."""
+def kafka_source_options(settings: Settings, topics: list[str], status_file: Path) -> dict[str, str]:
+    """The Kafka source's options for ``topics`` (both lanes read with the same ones).
+
+    Example:
+        >>> options = kafka_source_options(Settings(), ["bkaudit.changes"], Path("/tmp/status.json"))
+        >>> options["subscribe"], options["failOnDataLoss"]
+        ('bkaudit.changes', 'true')
+    """
     kafka, stream = settings.kafka, settings.stream
-    if stream.source_format == "bkaudit_kafka":
+    return {
+        "kafka.bootstrap.servers": kafka.bootstrap_servers,
+        "subscribe": ",".join(topics),
+        "startingOffsets": "earliest",
+        "failOnDataLoss": "true",
+        "kafka.request.timeout.ms": str(kafka.request_timeout_ms),
+        "bkaudit.brokerOutageLimitS": str(stream.broker_outage_limit_s),
+        "bkaudit.statusFile": str(status_file),
+    }
+
+
+def _kafka_reader(spark: Any, settings: Settings, topics: list[str], status_file: Path) -> Any:
+    """A stream reader of ``topics`` with the job's Kafka options."""
+    if settings.stream.source_format == "bkaudit_kafka":
         from connectors.kafka.spark_source import KafkaDataSource
 
         spark.dataSource.register(KafkaDataSource)
-    return (
-        spark.readStream.format(stream.source_format)
-        .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
-        .option("subscribe", ",".join(topics))
-        .option("startingOffsets", "earliest")
-        .option("failOnDataLoss", "true")
-        .option("kafka.request.timeout.ms", str(kafka.request_timeout_ms))
-        .option("bkaudit.brokerOutageLimitS", str(stream.broker_outage_limit_s))
-        .option("bkaudit.statusFile", str(status_file))
+    return spark.readStream.format(settings.stream.source_format).options(
+        **kafka_source_options(settings, topics, status_file)
     )
 
 
@@ -150,19 +163,21 @@ def decisions_frame(spark: Any, settings: Settings) -> Any:
     )
 
 
-def membership_records_frame(spark: Any, settings: Settings) -> Any:
-    """The membership lane's input: the changes topic's records but the ledgers', with the batch time."""
-    from pyspark.sql.functions import current_timestamp
+def membership_reader(settings: Settings) -> Any:
+    """The membership lane's planner and reader: the changes topic, its ``ledger/`` records skipped while
+    reading (the driver runs it, :mod:`streaming.driver_batches`)."""
+    from connectors.kafka.spark_source import KafkaStreamReader
 
     if settings.stream.source_format != "bkaudit_kafka":
         raise ConfigError(
             "the membership lane needs stream.source_format = bkaudit_kafka (it skips ledger records while "
             "reading)"
         )
-    reader = _kafka_reader(
-        spark, settings, [settings.kafka.changes_topic], membership_checkpoint(settings) / SOURCE_STATUS_FILE
-    ).option("bkaudit.skipKeyPrefixes", ",".join(SKIPPED_KEY_PREFIXES))
-    return reader.load().withColumn("batch_time", current_timestamp())
+    options = kafka_source_options(
+        settings, [settings.kafka.changes_topic], membership_checkpoint(settings) / SOURCE_STATUS_FILE
+    )
+    options["bkaudit.skipKeyPrefixes"] = ",".join(SKIPPED_KEY_PREFIXES)
+    return KafkaStreamReader({key.lower(): value for key, value in options.items()})
 
 
 def membership_checkpoint(settings: Settings) -> Path:
@@ -242,16 +257,17 @@ def exclusive_checkpoint(settings: Settings) -> Iterator[Path]:
 
 
 class AuditQueries:
-    """The job's two queries as one handle: ``isActive``, ``exception()``, ``stop()``,
-    ``awaitTermination()`` and ``processAllAvailable()`` cover both; anything else is the ledger lane's.
+    """The job's two lanes as one handle: ``isActive``, ``exception()``, ``stop()``, ``awaitTermination()``
+    and ``processAllAvailable()`` cover both; anything else is the ledger lane's query.
 
-    ``lanes`` pairs each query with its ``foreachBatch`` function (for a graceful stop).
+    ``ledgers`` is the Structured Streaming query (its ``foreachBatch`` is ``sink``); ``membership`` the
+    driver-run lane (:class:`~streaming.driver_batches.DriverMicroBatches`).
     """
 
-    def __init__(self, ledgers: Any, membership: Any, lanes: list[tuple[Any, Any]]) -> None:
+    def __init__(self, ledgers: Any, membership: DriverMicroBatches, sink: AuditSink) -> None:
         self.ledgers = ledgers
         self.membership = membership
-        self.lanes = lanes
+        self.sink = sink
 
     @property
     def queries(self) -> list[Any]:
@@ -289,10 +305,11 @@ def _trigger(writer: Any, interval_s: float, available_now: bool) -> Any:
     return writer.trigger(processingTime=f"{int(interval_s * 1000)} milliseconds")
 
 
-def start_membership_lane(spark: Any, settings: Settings, sink: AuditSink, *, available_now: bool) -> Any:
-    """Start the membership lane's query (its own checkpoint and FAIR pool); returns it with its lane."""
+def start_membership_lane(settings: Settings, sink: AuditSink, *, available_now: bool) -> DriverMicroBatches:
+    """Start the membership lane: micro-batches in a driver thread, with its own checkpoint directory."""
     stream = settings.stream
     checkpoint = membership_checkpoint(settings)
+    store = MembershipStateStore(checkpoint / "bkaudit-membership-state")
     lane = MembershipLane(
         MembershipLaneConfig(
             app_id=stream.app_id,
@@ -302,23 +319,18 @@ def start_membership_lane(spark: Any, settings: Settings, sink: AuditSink, *, av
             cluster_default=settings.cluster or "unknown",
         ),
         sink.loss,
-        MembershipStateStore(checkpoint / "bkaudit-membership-state"),
+        store,
         sink.metrics,
     )
-    writer = (
-        membership_records_frame(spark, settings)
-        .writeStream.queryName(MEMBERSHIP_QUERY_NAME)
-        .foreachBatch(lane)
-        .option("checkpointLocation", str(checkpoint / "spark"))
-    )
-    context = spark.sparkContext
-    # Its own pool of the FAIR scheduler: its small tasks never queue behind a ledger lane batch's.
-    context.setLocalProperty("spark.scheduler.pool", "membership")
-    try:
-        query = _trigger(writer, stream.membership_trigger_interval_s, available_now).start()
-    finally:
-        context.setLocalProperty("spark.scheduler.pool", None)
-    return query, lane
+    return DriverMicroBatches(
+        MEMBERSHIP_QUERY_NAME,
+        membership_reader(settings),
+        lane.process,
+        store.saved,
+        OffsetLog(checkpoint / "offsets"),
+        interval_s=stream.membership_trigger_interval_s,
+        available_now=available_now,
+    ).start()
 
 
 def start(spark: Any, settings: Settings, *, available_now: bool = False) -> tuple[AuditQueries, AuditSink]:
@@ -338,15 +350,19 @@ def start(spark: Any, settings: Settings, *, available_now: bool = False) -> tup
     sink = AuditSink(sink_config(settings, partitions), metrics)
     if not available_now:
         sink.start_producer()  # a long-running job: its producer is connected before the first loss
-    membership, lane = start_membership_lane(spark, settings, sink, available_now=available_now)
+    membership = start_membership_lane(settings, sink, available_now=available_now)
     writer = (
         decisions_frame(spark, settings)
         .writeStream.queryName(QUERY_NAME)
         .foreachBatch(sink)
         .option("checkpointLocation", str(checkpoint))
     )
-    ledgers = _trigger(writer, settings.stream.trigger_interval_s, available_now).start()
-    return AuditQueries(ledgers, membership, [(ledgers, sink), (membership, lane)]), sink
+    try:
+        ledgers = _trigger(writer, settings.stream.trigger_interval_s, available_now).start()
+    except BaseException:
+        membership.stop()
+        raise
+    return AuditQueries(ledgers, membership, sink), sink
 
 
 def stop_gracefully(query: Any, sink: AuditSink | None = None, timeout_s: float = 60.0) -> None:
@@ -357,8 +373,8 @@ def stop_gracefully(query: Any, sink: AuditSink | None = None, timeout_s: float 
     A batch that reaches the sink after the stop began fails fast and is replayed on the next start.
     """
     if isinstance(query, AuditQueries):
-        for lane_query, lane in query.lanes:
-            _stop_lane(lane_query, lane, timeout_s)
+        query.membership.stop(timeout_s)  # its thread stops after the running batch
+        _stop_lane(query.ledgers, query.sink, timeout_s)
         return
     if sink is None:
         query.stop()

@@ -1,7 +1,7 @@
-"""The membership lane: the job's second query, from a bookie's registration to its ledgers' alerts.
+"""The membership lane: from a bookie's registration to its ledgers' alerts, beside the ledger lane.
 
-``changes topic (every record but ledger/…) → foreachBatch(MembershipLane)``, with no stateful operator and
-a short trigger. Per micro-batch the lane
+``changes topic (every record but ledger/…) → MembershipLane.process``, run by a driver thread
+(:mod:`streaming.driver_batches`) with no Spark task and no stateful operator. Per micro-batch the lane
 
 1. decodes the records with the ledger lane's decoder (dead letters and future events are the ledger
    lane's to record: it reads every record too);
@@ -11,12 +11,13 @@ a short trigger. Per micro-batch the lane
    from ZooKeeper, no delay when more than one bookie is missing, a return within the delay is a flap);
 3. hands the resulting decisions to :class:`~streaming.loss.LossAuditor`, which reads only the lost bookie's
    index partition, applies the vectorised lost-bookie rule, publishes, then records in Delta;
-4. saves its state (a few kB: one entry per bookie) as ``<batch id>.json`` in its checkpoint.
+4. saves its state (a few kB: one entry per bookie) as ``<batch id>.json`` in its checkpoint: the batch's
+   commit.
 
-A batch starts from the state saved by the newest batch before it, so a replay after a crash decides what
-its first attempt decided, and the auditor's app transaction skips what that attempt already recorded: no
-alert lost, none re-fired under a new id. Rack-map events stay with the ledger lane (they change placement,
-a ledger-lane rule).
+A batch starts from the state saved by the newest batch before it, so a replay after a crash (the same
+records, :class:`~streaming.driver_batches.OffsetLog`) decides what its first attempt decided, and the
+auditor's app transaction skips what that attempt already recorded: no alert lost, none re-fired under a
+new id. Rack-map events stay with the ledger lane (they change placement, a ledger-lane rule).
 
 Example:
     >>> import tempfile
@@ -31,7 +32,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,6 +84,10 @@ class MembershipStateStore:
         state: dict[str, Any] = json.loads((self.directory / f"{earlier[-1]}.json").read_text())
         return state
 
+    def saved(self, batch_id: int) -> bool:
+        """Whether ``batch_id`` saved its state (it finished: its alerts are published and recorded)."""
+        return (self.directory / f"{batch_id}.json").is_file()
+
     def save(self, batch_id: int, state: dict[str, Any]) -> None:
         """Write atomically (a crash leaves the previous file or the new one), then drop old files."""
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -108,10 +112,6 @@ class MembershipLaneConfig:
     cluster_default: str = "unknown"
 
 
-class LaneStopping(RuntimeError):
-    """Raised for a batch that arrives after a graceful stop began (Spark replays it on restart)."""
-
-
 def membership_rows(records: pa.Table, config: MembershipLaneConfig) -> list[dict[str, Any]]:
     """The batch's membership changes as :class:`ClusterLogic` rows, in event-time order."""
     if not records.num_rows:
@@ -132,7 +132,7 @@ def membership_rows(records: pa.Table, config: MembershipLaneConfig) -> list[dic
 
 
 class MembershipLane:
-    """The membership lane's ``foreachBatch`` function; see the module docstring."""
+    """The membership lane's batch function; see the module docstring."""
 
     def __init__(
         self,
@@ -146,20 +146,11 @@ class MembershipLane:
         self.auditor = auditor
         self.store = store
         self.logic = ClusterLogic(config.processor)
-        self.busy = threading.Lock()
-        self.stopping = threading.Event()
         self.reports: list[LossReport] = []
 
-    def __call__(self, batch_df: Any, batch_id: int) -> None:
-        if self.stopping.is_set():
-            raise LaneStopping(
-                f"membership batch {batch_id} arrived while the job is stopping; replayed later"
-            )
-        with self.busy:
-            self.process(batch_df.toArrow(), batch_id)
-
     def process(self, records: pa.Table, batch_id: int) -> LossReport:
-        """Apply one micro-batch of raw Kafka records (the source's columns plus ``batch_time``)."""
+        """Apply one micro-batch of raw Kafka records (the source's columns plus ``batch_time``); its
+        state file, saved last, is the batch's commit."""
         rows = membership_rows(records, self.config)
         state = self.store.before(batch_id)
         cluster = next((r["cluster"] for r in reversed(rows) if r.get("cluster")), None)

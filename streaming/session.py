@@ -37,8 +37,6 @@ def spark_conf(settings: SparkSettings, *, for_tests: bool = False) -> dict[str,
     """
     conf = {
         "spark.sql.session.timeZone": "UTC",
-        # The job's two queries share the cores fairly (the membership lane runs in its own pool).
-        "spark.scheduler.mode": "FAIR",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",

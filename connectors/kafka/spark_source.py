@@ -85,7 +85,7 @@ KAFKA_SCHEMA = StructType(
     ]
 )
 
-_ARROW_SCHEMA = pa.schema(
+ARROW_RECORD_SCHEMA = pa.schema(
     [
         ("key", pa.binary()),
         ("value", pa.binary()),
@@ -110,6 +110,8 @@ Fingerprints = dict[str, dict[str, str]]
 META = "@bkaudit"
 
 DEFAULT_OUTAGE_LIMIT_S = 600.0
+#: The planner's and the range readers' fetch wait (librdkafka's default is 500 ms).
+PLANNER_FETCH_WAIT_MS = 10
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 30.0
 
@@ -338,7 +340,11 @@ class _KafkaOffsets:
 
         from connectors.kafka.client_config import consumer_config
 
-        consumer = Consumer(consumer_config(self._settings, None))
+        # A fetch holds the broker connection for up to fetch.wait.max.ms (a broker answers one connection's
+        # requests in order): a long one would delay the offset lookups queued behind it.
+        consumer = Consumer(
+            {**consumer_config(self._settings, None), "fetch.wait.max.ms": PLANNER_FETCH_WAIT_MS}
+        )
         consumer.list_topics(timeout=self._timeout_s)  # raises while no broker answers: retried
         return consumer
 
@@ -397,7 +403,8 @@ class _KafkaOffsets:
             deadline = time.monotonic() + self._timeout_s
             pending = set(by_key)
             while pending and time.monotonic() < deadline:
-                for message in self._consumer.consume(num_messages=500, timeout=0.2):
+                # consume() waits for num_messages or the timeout: one record per partition will do.
+                for message in self._consumer.consume(num_messages=len(pending), timeout=0.2):
                     if message.error() is not None:
                         continue  # a partition's end or a transient fetch error: the deadline decides
                     key = (message.topic(), message.partition())
@@ -439,7 +446,11 @@ def _read_range(options: dict[str, str], kafka_range: KafkaRange) -> Iterator[pa
     skipped = skipped_key_prefixes(options)
     # No automatic reset: a range whose offsets vanished must not be filled with another topic's records
     # ("error" reports it as an _AUTO_OFFSET_RESET error instead).
-    config = {**consumer_config(settings, None), "auto.offset.reset": "error"}
+    config = {
+        **consumer_config(settings, None),
+        "auto.offset.reset": "error",
+        "fetch.wait.max.ms": PLANNER_FETCH_WAIT_MS,
+    }
     consumer = with_backoff(
         "connecting",
         lambda: Consumer(config),
@@ -449,10 +460,11 @@ def _read_range(options: dict[str, str], kafka_range: KafkaRange) -> Iterator[pa
     try:
         consumer.assign([TopicPartition(kafka_range.topic, kafka_range.partition, kafka_range.start)])
         position = kafka_range.start
-        columns: dict[str, list[Any]] = {name: [] for name in _ARROW_SCHEMA.names}
+        columns: dict[str, list[Any]] = {name: [] for name in ARROW_RECORD_SCHEMA.names}
         idle_since: float | None = None
         while position < kafka_range.end:
-            messages = consumer.consume(num_messages=5000, timeout=1.0)
+            # consume() waits for num_messages or the timeout: ask for no more than the range still holds.
+            messages = consumer.consume(num_messages=min(5000, kafka_range.end - position), timeout=1.0)
             if any(_offsets_gone(m, KafkaError) for m in messages):
                 _warn_range_gone(kafka_range, position)
                 break
@@ -484,10 +496,10 @@ def _read_range(options: dict[str, str], kafka_range: KafkaRange) -> Iterator[pa
                 columns["headers"].append([{"key": k, "value": v} for k, v in (record.headers() or [])])
             position = records[-1].offset() + 1
             if len(columns["offset"]) >= 5000 or position >= kafka_range.end:
-                yield pa.RecordBatch.from_pydict(columns, schema=_ARROW_SCHEMA)
-                columns = {name: [] for name in _ARROW_SCHEMA.names}
+                yield pa.RecordBatch.from_pydict(columns, schema=ARROW_RECORD_SCHEMA)
+                columns = {name: [] for name in ARROW_RECORD_SCHEMA.names}
         if columns["offset"]:
-            yield pa.RecordBatch.from_pydict(columns, schema=_ARROW_SCHEMA)
+            yield pa.RecordBatch.from_pydict(columns, schema=ARROW_RECORD_SCHEMA)
     finally:
         consumer.close()
 

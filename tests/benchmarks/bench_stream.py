@@ -1,6 +1,6 @@
 """Benchmark: lost bookie → its ledgers' alerts on Kafka, against a full read of all ledger metadata.
 
-Status: complete. Starts its own embedded ZooKeeper and broker (:class:`~bkaudit.testing.ServiceHarness`) in a
+Starts its own embedded ZooKeeper and broker (:class:`~bkaudit.testing.ServiceHarness`) in a
 temporary directory, bulk-loads N closed ledgers over B bookies in R racks
 (:func:`bkaudit.sim.bulk.bulk_load`, hierarchical layout), writes the rest of a BookKeeper cluster's znodes
 (``INSTANCEID``, ``available/``, ``cookies/``, ``underreplication/lostBookieRecoveryDelay`` = 0, Pulsar's
@@ -20,13 +20,16 @@ Prints one JSON document:
   query's start until every ledger is a row of the ``ledgers`` Delta table (row count from the Delta log's
   add actions, no data read), ledgers/s, micro-batches;
 - ``loss``: for each of ``--losses`` bookies, ``t0`` = just before its ``available/<id>`` znode is deleted
-  (a graceful loss; ``lostBookieRecoveryDelay`` is 0). An alert is "on Kafka" when the broker acknowledged
-  it: the sink's producer gets a callback per alert (:class:`AlertAcks`; a consumer would time the embedded
-  broker's fetch path, which serves backlogs of one-record batches at a few hundred records/s). Figures:
-  time to ``BOOKIE_LOST``, to the first and to the last firing ``LEDGER_UNDER_REPLICATED``/
-  ``LEDGER_UNRECOVERABLE`` of the bookie's ledgers (all of ``bookie_ledger_index``'s ledgers required), and
-  a timeline (watcher event time, trigger start, sink start, publish start/acked, sink end). The bookie then
-  registers again and the time until all its alerts are resolved is reported (the next loss starts clean);
+  (a graceful loss; ``lostBookieRecoveryDelay`` is 0). The job's membership lane (its own query, triggered
+  every ``--membership-trigger-s``) hands the loss to the loss owner (``sink.loss``), which publishes every
+  alert of the bookie's ledgers in one :func:`streaming.publish.publish` call. An alert is "on Kafka" when
+  that call returned: it waits for the broker's acknowledgement of every record (:class:`AlertAcks`; a
+  consumer would time the embedded broker's fetch path, which serves backlogs of one-record batches at a
+  few hundred records/s). Figures: time to ``BOOKIE_LOST``, to the first and to the last firing
+  ``LEDGER_UNDER_REPLICATED``/``LEDGER_UNRECOVERABLE`` of the bookie's ledgers (all of
+  ``bookie_ledger_index``'s ledgers required), and a timeline (watcher event time, membership trigger and
+  batch, loss owner's publish start/acked, Delta recorded). The bookie then registers again and the time
+  until all its alerts are resolved is reported (the next loss starts clean);
 - ``ratio_full_read_to_last_alert``: Java full read time / loss-to-last-alert time (p50 of the losses, and
   the first loss alone: "from one run");
 - ``sustained``: ledger znodes rewritten through ZooKeeper (``set`` of the same bytes: new version and
@@ -42,8 +45,9 @@ Prints one JSON document:
 or Spark: the START snapshot's decisions (built with the job's own decode and processor logic) go to the
 unchanged sink in batches, then the losses, optionally with several alert producer batch sizes.
 
-Targets (issue): loss → last alert ≤ 2 s p50 with 1 M ledgers on 100 bookies, ≥ 100× faster than the full
-read; ≥ 10 k change events/s at p99 end-to-end lag ≤ 5 s.
+Targets: loss → last alert ≤ 1.0 s p50 with 1 M ledgers on 100 bookies and ≥ 100× faster than the Java full
+read; ≤ 0.6 s p50 at 20 k ledgers. The script ends with one JSON line of the named figures
+(:func:`summary_line`) after the whole document.
 
 Run as a script for the full figure (long: run it in the background), or through pytest (``-m benchmark``)
 at a small count::
@@ -103,7 +107,13 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     add("--master", default="local[2]")
     add("--shuffle-partitions", type=int, default=4)
     add("--driver-memory", default="4g")
-    add("--trigger-s", type=float, default=0.5, help="stream.trigger_interval_s")
+    add("--trigger-s", type=float, default=0.5, help="stream.trigger_interval_s (the ledger lane)")
+    add(
+        "--membership-trigger-s",
+        type=float,
+        default=0.1,
+        help="stream.membership_trigger_interval_s (the membership lane)",
+    )
     add("--watermark-s", type=float, default=5.0, help="stream.watermark_delay_s")
     add("--max-offsets", type=int, default=0, help="stream.max_offsets_per_trigger (0: unlimited)")
     add("--snapshot-timeout", type=float, default=7200.0, help="seconds for the watcher's snapshot")
@@ -207,6 +217,7 @@ class Timers:
 
 def _instrument(timers: Timers) -> None:
     """Timers around the sink's expensive helpers (this process only; the code itself is unchanged)."""
+    import streaming.loss as loss_module
     import streaming.sink as sink_module
     from connectors.delta import tables
 
@@ -217,6 +228,9 @@ def _instrument(timers: Timers) -> None:
     timers.wrap(sink_module.AuditSink, "_vanished", "sink.snapshot_reconcile")
     timers.wrap(sink_module.AuditSink, "_publish", "sink.publish_kafka")
     timers.wrap(sink_module.AuditSink, "_probe", "sink.probes")
+    timers.wrap(loss_module.LossAuditor, "apply", "loss.apply")
+    timers.wrap(loss_module.LossAuditor, "_from_index", "loss.index_read_and_rule")
+    timers.wrap(loss_module.LossAuditor, "_record", "loss.record_delta")
 
 
 class AlertAcks:
@@ -268,26 +282,45 @@ class AlertAcks:
 
 
 class SinkRecorder:
-    """Wraps one sink: per batch when ``process`` ran and the ledger versions it applied; per ``_publish``
-    call its wall times; every alert's broker ack (:class:`AlertAcks`)."""
+    """Wraps one job's two lanes: per ledger-lane batch when ``process`` ran and the ledger versions it
+    applied; per loss-owner call (``sink.loss.apply``, from either
+    lane) when it ran and the event time of every ``bookie_lost`` it carried; per ``publish`` call (both
+    lanes' one send path, :func:`streaming.publish.publish`, which returns once every record is acked) its
+    wall times and alerts (:class:`AlertAcks`)."""
 
     def __init__(self, sink: Any, acks: AlertAcks | None = None) -> None:
+        import streaming.loss as loss_module
+        import streaming.sink as sink_module
+
         self.sink = sink
         self.original = sink.process
         self.lock = threading.Lock()
         self.batches: list[dict[str, Any]] = []
+        self.loss_calls: list[dict[str, Any]] = []  # one per sink.loss.apply call that carried membership
         self.publishes: list[tuple[float, float]] = []  # (started, returned: every record acked)
         self.applied: dict[tuple[int, int], float] = {}  # (ledger id, znode version) -> wall time applied
         self.track_versions = False
-        # bookie -> (event time of its bookie_lost decision, micro-batch that carried it)
+        # bookie -> (event time of its bookie_lost decision, the loss call's index in loss_calls)
         self.lost_event_times: dict[str, tuple[float, int]] = {}
         self.acks = acks or AlertAcks()
-        # Instance attributes: AuditSink looks these up on self.
-        sink.process = self.process
-        publish, make_producer = sink._publish, sink._kafka
-        alerts_topic = sink.config.kafka.alerts_topic
+        self._undo: list[tuple[Any, str, Any]] = []
+        # Instance attributes: the lanes look these up on self; ``publish`` is looked up in each module.
+        self._patch(sink, "process", self.process)
+        self._patch(sink.loss, "apply", self._timed_apply(sink.loss.apply))
+        for module in (loss_module, sink_module):
+            self._patch(module, "publish", self._timed_publish(module.publish))
 
-        def timed_publish(*args: Any, **kwargs: Any) -> Any:
+    def _patch(self, owner: Any, attribute: str, replacement: Any) -> None:
+        self._undo.append((owner, attribute, getattr(owner, attribute)))
+        setattr(owner, attribute, replacement)
+
+    def restore(self) -> None:
+        for owner, attribute, original in reversed(self._undo):
+            setattr(owner, attribute, original)
+        self._undo.clear()
+
+    def _timed_publish(self, publish: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
             started = time.time()
             try:
                 published = publish(*args, **kwargs)
@@ -297,35 +330,38 @@ class SinkRecorder:
                 with self.lock:
                     self.publishes.append((started, time.time()))
 
-        def producer() -> Any:
-            made = make_producer()
-            if not getattr(made, "_bench_acks", False):
-                send = made.send
+        return timed
 
-                def send_recorded(topic: str, *args: Any, **kwargs: Any) -> Any:
-                    future = send(topic, *args, **kwargs)
-                    if topic == alerts_topic:
-                        value = bytes(kwargs.get("value") or b"")
-                        future.add_callback(lambda _metadata: self.acks.acked(value))
-                    return future
+    def _timed_apply(self, apply: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            membership = list(kwargs.get("membership") or ())
+            started = time.time()
+            report = apply(*args, **kwargs)
+            if membership:
+                with self.lock:
+                    self.loss_calls.append(
+                        {
+                            "app_id": kwargs.get("app_id"),
+                            "batch_id": kwargs.get("batch_id"),
+                            "started": started,
+                            "published_at": getattr(report, "published_at", None),
+                            "finished": time.time(),
+                            "alerts": len(getattr(report, "alerts", None) or []),
+                        }
+                    )
+                    for row in membership:
+                        if row["kind"] == "bookie_lost":
+                            entry = (row["at_ms"] / 1000.0, len(self.loss_calls) - 1)
+                            self.lost_event_times.setdefault(row["bookie_id"], entry)
+            return report
 
-                made.send = send_recorded
-                made._bench_acks = True
-            return made
-
-        sink._publish, sink._kafka = timed_publish, producer
+        return timed
 
     def process(self, decisions: Any, batch_id: int) -> Any:
         import pyarrow.compute as pc
 
         started = time.time()
         keys: list[tuple[int, int]] = []
-        if decisions.num_rows:
-            lost = decisions.filter(pc.equal(decisions.column("kind"), "bookie_lost"))
-            for bookie, at in zip(
-                lost.column("bookie_id").to_pylist(), lost.column("event_time").to_pylist(), strict=True
-            ):
-                self.lost_event_times.setdefault(bookie, (at.timestamp(), batch_id))
         if self.track_versions and decisions.num_rows:
             states = decisions.filter(pc.equal(decisions.column("kind"), "ledger_state"))
             if states.num_rows:
@@ -847,6 +883,50 @@ def _wait_for(
     return found
 
 
+def _loss_timeline(
+    recorder: SinkRecorder,
+    bookie_id: str,
+    membership: Any,
+    publishes: list[tuple[float, float]],
+    t0: float,
+) -> dict[str, Any]:
+    """Where a loss's time went, in seconds after ``t0``: the watcher's event time, the membership lane's
+    batch (planned, read; from its progress), the loss owner's call (publish started, every alert acked,
+    Delta recorded)."""
+    event_at, call_index = recorder.lost_event_times.get(bookie_id, (None, None))
+    with recorder.lock:
+        call = recorder.loss_calls[call_index] if call_index is not None else None
+    progress = None
+    if call and call["app_id"].endswith(".membership") and membership is not None:
+        found = _batch_durations(membership, {call["batch_id"]})
+        progress = next((d for d in found if d.get("timestamp")), None)
+    planned = _iso_s(progress["timestamp"]) if progress else None
+    ms = (progress or {}).get("ms") or {}
+    read = planned + (ms["latestOffset"] + ms["getBatch"]) / 1000 if planned and ms else None
+    publish = next(
+        (
+            (started, acked)
+            for started, acked in publishes
+            if call and call["started"] <= started <= call["finished"]
+        ),
+        None,
+    )
+
+    def since(at: float | None) -> float | None:
+        return round(at - t0, 3) if at else None
+
+    return {
+        "watcher_event": since(event_at),
+        "membership_batch_planned": since(planned),
+        "membership_batch_read": since(read),
+        "loss_apply_start": since(call["started"] if call else None),
+        "publish_start": since(publish[0] if publish else None),
+        "publish_acked": since(publish[1] if publish else None),
+        "delta_recorded": since(call["finished"] if call else None),
+        "membership_batch_ms": ms or None,
+    }
+
+
 def _lose_bookies(
     args: argparse.Namespace,
     session: Any,
@@ -889,31 +969,14 @@ def _lose_bookies(
         with recorder.lock:
             batches = [b for b in recorder.batches[first_batch:] if b["decisions"]]
             publishes = recorder.publishes[first_publish:]
-        durations = _batch_durations(query, {b["batch_id"] for b in batches})
-        event_at, loss_batch_id = recorder.lost_event_times.get(bookie_id, (None, None))
-        loss_batch = next((b for b in batches if b["batch_id"] == loss_batch_id), None)
-        trigger = next((d for d in durations if d["batch_id"] == loss_batch_id and d.get("timestamp")), None)
-        publish = next(
-            (
-                (started, acked)
-                for started, acked in publishes
-                if loss_batch and loss_batch["started"] <= started <= loss_batch["finished"]
-            ),
-            None,
+        run["timeline_s"] = _loss_timeline(
+            recorder, bookie_id, getattr(query, "membership", None), publishes, t0
         )
-        run["timeline_s"] = {
-            "watcher_event": round(event_at - t0, 3) if event_at else None,
-            "trigger_start": round(_iso_s(trigger["timestamp"]) - t0, 3) if trigger else None,
-            "sink_start": round(loss_batch["started"] - t0, 3) if loss_batch else None,
-            "publish_start": round(publish[0] - t0, 3) if publish else None,
-            "publish_acked": round(publish[1] - t0, 3) if publish else None,
-            "sink_end": round(loss_batch["finished"] - t0, 3) if loss_batch else None,
-        }
         run["sink_batches"] = [
             {k: (round(v - t0, 3) if k in ("started", "finished") else v) for k, v in b.items()}
             for b in batches
         ]
-        run["query_batches"] = durations
+        run["query_batches"] = _batch_durations(query, {b["batch_id"] for b in batches})
         if args.spark_ui:
             run["stages"] = _stage_breakdown(spark, {b["batch_id"] for b in batches})
         # Come back: the alerts resolve; wait for that so the next loss starts clean.
@@ -1238,6 +1301,7 @@ def run_sink_scale(args: argparse.Namespace) -> dict[str, Any]:
         bookies = [b.bookie_id for b in spec.bookies]
         chosen = [bookies[(i * 37 + 11) % len(bookies)] for i in range(min(args.losses, len(bookies)))]
         figures["loss"] = []
+        recorders: list[SinkRecorder] = []
         for batch_size in (int(b) for b in args.alert_batch_sizes.split(",") if b):
             kafka = settings.kafka.model_copy(
                 update={"producer_batch_size": batch_size, "producer_linger_ms": 5 if batch_size else 0}
@@ -1245,7 +1309,11 @@ def run_sink_scale(args: argparse.Namespace) -> dict[str, Any]:
             sink.close()
             sink = AuditSink(sink_config(settings.model_copy(update={"kafka": kafka}), args.partitions))
             closers.append(sink.close)
+            if recorders:
+                recorders[-1].restore()
             recorder = SinkRecorder(sink)
+            recorders.append(recorder)
+            closers.append(recorder.restore)
             runs: list[dict[str, Any]] = []
             for bookie_id in chosen:
                 ledgers = {str(i) for i in index[bookie_id]}
@@ -1408,6 +1476,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             checkpoint_root=state_dir / "checkpoints",
             stream={
                 "trigger_interval_s": args.trigger_s,
+                "membership_trigger_interval_s": args.membership_trigger_s,
                 "watermark_delay_s": args.watermark_s,
                 "max_offsets_per_trigger": args.max_offsets or None,
                 "maintenance_every_batches": 0,
@@ -1416,6 +1485,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         started = time.monotonic()
         query, sink = job.start(spark, settings)
         recorder = SinkRecorder(sink)
+        closers.append(recorder.restore)
 
         def stop_job() -> None:
             _stop(watcher)  # no more input (heartbeats included): the running batch is the last one
@@ -1522,6 +1592,40 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             shutil.rmtree(state_dir, ignore_errors=True)
 
 
+def summary_line(figures: dict[str, Any]) -> dict[str, Any]:
+    """The figures the targets name, for the one JSON line the script ends with.
+
+    Example:
+        >>> summary_line({"ledgers": 10, "bookies": 2, "load_average_at_start": [0.1, 0.2, 0.3],
+        ...     "full_read": {"java": {"total_s": 4.0}},
+        ...     "loss": {"runs": [{"last_ledger_alert_s": 0.5, "alerts_acked": 5, "complete": True,
+        ...     "bookie_lost_alert_s": 0.2}]}})["speedup_p50"]
+        8.0
+    """
+    loss = figures.get("loss") or {}
+    runs = loss.get("runs", []) if isinstance(loss, dict) else [r for level in loss for r in level["runs"]]
+    lasts = [r["last_ledger_alert_s"] if r["complete"] else None for r in runs]
+    complete = [x for x in lasts if x is not None]
+    p50 = round(statistics.median(complete), 3) if complete else None
+    full_read = ((figures.get("full_read") or {}).get("java") or {}).get("total_s")
+    return {
+        "ledgers": figures.get("ledgers"),
+        "bookies": figures.get("bookies"),
+        "full_read_s": full_read,
+        "loss_to_last_alert_s": lasts,
+        "loss_to_last_alert_p50_s": p50,
+        "speedup_p50": round(full_read / p50, 1) if full_read and p50 else None,
+        "alerts_per_loss": [r["alerts_acked"] for r in runs],
+        "loss_to_bookie_lost_s": [r.get("bookie_lost_alert_s") for r in runs],
+        "loss_to_first_alert_s": [r.get("first_ledger_alert_s") for r in runs],
+        "full_read_under_job_s": ((figures.get("full_read") or {}).get("java_under_job") or {}).get(
+            "total_s"
+        ),
+        "load_avg": {"start": figures.get("load_average_at_start"), "end": _load()},
+        "mode": figures.get("mode", "job"),
+    }
+
+
 @pytest.mark.benchmark
 def test_stream_figures() -> None:
     """Prints the figures at a small scale; asserts completeness only (no timing: machines differ)."""
@@ -1533,6 +1637,7 @@ def test_stream_figures() -> None:
     )
     figures = run_benchmark(args)
     print(json.dumps(figures, indent=2))
+    print(json.dumps(summary_line(figures)))
     assert figures["snapshot"]["job_ingest_complete"]
     assert all(run["complete"] for run in figures["loss"]["runs"])
     assert figures["full_read"]["java"]["ledgers_read"] == PYTEST_LEDGERS
@@ -1549,4 +1654,6 @@ if __name__ == "__main__":
     logger.setLevel(logging.INFO)
     arguments = _parse_args(sys.argv[1:])
     run = run_sink_scale if arguments.sink_only else run_benchmark
-    print(json.dumps(run(arguments), indent=2))
+    results = run(arguments)
+    print(json.dumps(results, indent=2))
+    print(json.dumps(summary_line(results)))

@@ -1,0 +1,264 @@
+"""Micro-batches run by a thread in the driver: the membership lane's engine, in place of a Spark query.
+
+A Spark query's micro-batch needs task slots, and the ledger lane's stateful batches hold them: measured on
+this machine (``tests/benchmarks/bench_stream.py``, 20 k ledgers, ``local[2]``), a membership query waited
+4-6 s from its trigger to its ``foreachBatch`` (``latestOffset`` 0.9-1.0 s in the Python source's planner
+process, ``addBatch`` 3.2-4.8 s, of which the lane itself used 0.4 s). Here the same planning and reading
+code runs in the driver, and a loss reaches the lane after a few broker round trips.
+
+It keeps a Spark query's guarantees with a checkpoint of its own:
+
+- *the same planner*: :class:`~connectors.kafka.spark_source.KafkaStreamReader` plans every batch (offsets,
+  topic fingerprints, ``failOnDataLoss``, broker outages with back-off), so both lanes read a recreated or
+  truncated topic the same way;
+- *a write-ahead offset log*: ``offsets/<batch id>.json`` holds a batch's start, end and batch time before
+  the batch runs; the caller's ``committed(batch id)`` (the lane's saved state) says it finished. On start,
+  a logged batch that did not finish runs again with exactly its records and batch time, so it decides what
+  its first attempt decided.
+
+The handle answers like a ``StreamingQuery`` (``isActive``, ``exception()``, ``stop()``,
+``awaitTermination()``, ``processAllAvailable()``, ``recentProgress``), so the job treats both lanes alike.
+
+Example:
+    >>> import tempfile
+    >>> log = OffsetLog(Path(tempfile.mkdtemp()))
+    >>> log.write(0, {"t": {"0": 0}}, {"t": {"0": 5}}, 1_700_000_000_000)
+    >>> log.latest()
+    (0, {'batch_time_ms': 1700000000000, 'end': {'t': {'0': 5}}, 'start': {'t': {'0': 0}}})
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from connectors.kafka.spark_source import ARROW_RECORD_SCHEMA
+
+logger = logging.getLogger(__name__)
+
+#: Progress entries kept (``recentProgress``), as Spark keeps 100 by default.
+PROGRESS_KEPT = 100
+
+
+class OffsetLog:
+    """One JSON file per planned batch: its start and end offsets and batch time, written before it runs."""
+
+    def __init__(self, directory: Path, keep: int = 100) -> None:
+        self.directory = directory
+        self.keep = keep
+
+    def _batches(self) -> list[int]:
+        if not self.directory.is_dir():
+            return []
+        return sorted(int(p.stem) for p in self.directory.glob("*.json") if p.stem.isdigit())
+
+    def latest(self) -> tuple[int, dict[str, Any]] | None:
+        """The newest logged batch and its entry (None: nothing logged yet)."""
+        batches = self._batches()
+        if not batches:
+            return None
+        entry: dict[str, Any] = json.loads((self.directory / f"{batches[-1]}.json").read_text())
+        return batches[-1], entry
+
+    def write(self, batch_id: int, start: dict[str, Any], end: dict[str, Any], batch_time_ms: int) -> None:
+        """Write atomically and durably (the batch runs only after this returns), then drop old entries."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        entry = {"start": start, "end": end, "batch_time_ms": batch_time_ms}
+        temporary = self.directory / f".{batch_id}.json.tmp"
+        with open(temporary, "w") as handle:
+            json.dump(entry, handle, separators=(",", ":"), sort_keys=True)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, self.directory / f"{batch_id}.json")
+        for old in self._batches()[: -self.keep]:
+            (self.directory / f"{old}.json").unlink(missing_ok=True)
+
+
+class DriverMicroBatches:
+    """Plans and runs micro-batches of a Kafka stream reader in a driver thread; see the module docstring.
+
+    ``process(records, batch_id)`` gets the batch's records as one Arrow table (the source's columns plus
+    ``batch_time``); ``committed(batch_id)`` says whether a batch's effects are durable.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        reader: Any,
+        process: Callable[[pa.Table, int], Any],
+        committed: Callable[[int], bool],
+        log: OffsetLog,
+        *,
+        interval_s: float,
+        available_now: bool = False,
+    ) -> None:
+        self.name = name
+        self._reader = reader
+        self._process = process
+        self._committed = committed
+        self._log = log
+        self._interval_s = interval_s
+        self._available_now = available_now
+        self._stopping = threading.Event()
+        self._error: BaseException | None = None
+        self._idle_plannings = 0  # plannings that found nothing new (processAllAvailable waits on it)
+        self._changed = threading.Condition()
+        self._trigger_active = False
+        self.recentProgress: deque[dict[str, Any]] = deque(maxlen=PROGRESS_KEPT)
+        self._readers = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"{name}-read")
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> DriverMicroBatches:
+        self._thread.start()
+        return self
+
+    # ------------------------------------------------------------------------------- the query's face
+
+    @property
+    def isActive(self) -> bool:
+        return self._thread.is_alive()
+
+    def exception(self) -> BaseException | None:
+        return self._error
+
+    @property
+    def lastProgress(self) -> dict[str, Any] | None:
+        return self.recentProgress[-1] if self.recentProgress else None
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return {"isTriggerActive": self._trigger_active, "isDataAvailable": False, "message": self.name}
+
+    def stop(self, timeout_s: float = 120.0) -> None:
+        """Stop after the running batch (a batch is never interrupted half-way)."""
+        self._stopping.set()
+        with self._changed:
+            self._changed.notify_all()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout_s)
+
+    def awaitTermination(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        if self._error is not None:
+            raise RuntimeError(f"{self.name} failed: {self._error}") from self._error
+        return not self._thread.is_alive()
+
+    def processAllAvailable(self) -> None:
+        """Return once a planning that started after this call found nothing new (or the lane ended)."""
+        with self._changed:
+            seen = self._idle_plannings
+            while self._thread.is_alive() and self._idle_plannings < seen + 2:
+                self._changed.wait(0.5)
+        if self._error is not None:
+            raise RuntimeError(f"{self.name} failed: {self._error}") from self._error
+
+    # ------------------------------------------------------------------------------------------ the loop
+
+    def _run(self) -> None:
+        try:
+            start, batch_id = self._recover()
+            if self._available_now:
+                self._reader.prepareForTriggerAvailableNow()
+            while not self._stopping.is_set():
+                planned_at = time.monotonic()
+                end = self._plan(start)
+                if end is None:
+                    if self._available_now:
+                        return
+                    self._wait(planned_at)
+                    continue
+                self._log.write(batch_id, start, end, int(time.time() * 1000))
+                self._run_batch(batch_id, start, end, int(time.time() * 1000), planned_at)
+                start, batch_id = end, batch_id + 1
+                self._wait(planned_at)
+        except BaseException as error:  # the job stops with it (exit 2 for a source's ServiceError)
+            self._error = error
+            logger.error("%s stopped: %s", self.name, error)
+        finally:
+            self._reader.stop()
+            self._readers.shutdown(wait=False)
+            with self._changed:
+                self._changed.notify_all()
+
+    def _recover(self) -> tuple[dict[str, Any], int]:
+        """Where to go on: after the newest logged batch, run again first if it did not finish."""
+        logged = self._log.latest()
+        if logged is None:
+            return self._reader.initialOffset(), 0
+        batch_id, entry = logged
+        if not self._committed(batch_id):
+            logger.info(
+                "%s: batch %d did not finish before the last stop; running it again", self.name, batch_id
+            )
+            self._run_batch(batch_id, entry["start"], entry["end"], entry["batch_time_ms"], time.monotonic())
+        return entry["end"], batch_id + 1
+
+    def _plan(self, start: dict[str, Any]) -> dict[str, Any] | None:
+        """The next batch's end offset, or None when nothing new arrived."""
+        end: dict[str, Any] = self._reader.latestOffset(start, self._reader.getDefaultReadLimit())
+        if end == start:
+            with self._changed:
+                self._idle_plannings += 1
+                self._changed.notify_all()
+            return None
+        return end
+
+    def _wait(self, planned_at: float) -> None:
+        remaining = self._interval_s - (time.monotonic() - planned_at)
+        if remaining > 0:
+            self._stopping.wait(remaining)
+
+    def _run_batch(
+        self, batch_id: int, start: dict[str, Any], end: dict[str, Any], batch_time_ms: int, planned_at: float
+    ) -> None:
+        self._trigger_active = True
+        try:
+            read_started = time.monotonic()
+            records = self._read(start, end, batch_time_ms)
+            processed_started = time.monotonic()
+            self._process(records, batch_id)
+            self._reader.commit(end)
+            finished = time.monotonic()
+        finally:
+            self._trigger_active = False
+        self.recentProgress.append(
+            {
+                "name": self.name,
+                "batchId": batch_id,
+                "timestamp": _iso(time.time() - (finished - planned_at)),
+                "numInputRows": records.num_rows,
+                "durationMs": {
+                    "latestOffset": round((read_started - planned_at) * 1000),
+                    "getBatch": round((processed_started - read_started) * 1000),
+                    "addBatch": round((finished - processed_started) * 1000),
+                    "triggerExecution": round((finished - planned_at) * 1000),
+                },
+            }
+        )
+
+    def _read(self, start: dict[str, Any], end: dict[str, Any], batch_time_ms: int) -> pa.Table:
+        """Every range of the batch, read concurrently (librdkafka waits outside the GIL)."""
+        ranges = list(self._reader.partitions(start, end))
+        parts = list(self._readers.map(lambda r: list(self._reader.read(r)), ranges))
+        batches = [batch for part in parts for batch in part]
+        table = pa.Table.from_batches(batches, schema=ARROW_RECORD_SCHEMA)
+        batch_time = pa.array([batch_time_ms * 1000] * table.num_rows, pa.timestamp("us", tz="UTC"))
+        return table.append_column("batch_time", batch_time)
+
+
+def _iso(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+__all__ = ["DriverMicroBatches", "OffsetLog"]
