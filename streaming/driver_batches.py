@@ -178,8 +178,9 @@ class DriverMicroBatches:
                         return
                     self._wait(planned_at)
                     continue
-                self._log.write(batch_id, start, end, int(time.time() * 1000))
-                self._run_batch(batch_id, start, end, int(time.time() * 1000), planned_at)
+                batch_time_ms = int(time.time() * 1000)
+                self._log.write(batch_id, start, end, batch_time_ms)
+                self._run_batch(batch_id, start, end, batch_time_ms, planned_at)
                 start, batch_id = end, batch_id + 1
                 self._wait(planned_at)
         except BaseException as error:  # the job stops with it (exit 2 for a source's ServiceError)
