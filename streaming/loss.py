@@ -34,9 +34,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -50,6 +51,7 @@ from bkaudit.domain.rules.lost_ledgers import (
     lost_bookie_verdicts,
     verdict_conditions,
 )
+from bkaudit.settings import KafkaSettings
 from connectors.delta.scan import scan
 from connectors.delta.tables import (
     BOOKIES,
@@ -61,9 +63,7 @@ from connectors.delta.tables import (
     table_path,
 )
 from streaming.publish import publish
-
-if TYPE_CHECKING:
-    from streaming.sink import SinkConfig
+from streaming.reports import LossReport
 
 logger = logging.getLogger(__name__)
 
@@ -91,22 +91,28 @@ _RULE_SCHEMA = pa.schema([*LOST_BOOKIE_INPUT_SCHEMA, pa.field("pulsar_topic", pa
 _RULE_COLUMNS = _RULE_SCHEMA.names
 
 
+def membership_app(app_id: str) -> str:
+    """The app transaction id of the loss owner's Delta commits for the membership lane's batches.
+
+    Example:
+        >>> membership_app("bkaudit")
+        'bkaudit.membership'
+    """
+    return f"{app_id}.membership"
+
+
+def loss_app(app_id: str) -> str:
+    """The app transaction id of the loss owner's Delta commits for the ledger lane's batches.
+
+    Example:
+        >>> loss_app("bkaudit")
+        'bkaudit.loss'
+    """
+    return f"{app_id}.loss"
+
+
 def _ts(ms: int | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
-
-
-@dataclass
-class LossReport:
-    """What one :meth:`LossAuditor.apply` did (for logs, metrics, tests and benchmarks)."""
-
-    app_id: str
-    batch_id: int
-    alerts: list[dict[str, Any]] = field(default_factory=list)
-    ledgers_evaluated: int = 0
-    bookies_written: int = 0
-    skipped_replay_tables: int = 0  # writes a replay found already done
-    published_at: float | None = None  # wall time every alert of the call was acknowledged
-    seconds: float = 0.0
 
 
 @dataclass
@@ -120,8 +126,9 @@ class _Evaluation:
 class LossAuditor:
     """The one owner of the loss alerts (see the module docstring); thread-safe, one per job process."""
 
-    def __init__(self, config: SinkConfig, producer: Callable[[], Any]) -> None:
-        self.config = config
+    def __init__(self, lakehouse_root: Path, kafka: KafkaSettings, producer: Callable[[], Any]) -> None:
+        self.lakehouse_root = lakehouse_root
+        self.kafka = kafka
         self._producer = producer
         self.lock = threading.RLock()
         self._open: dict[tuple[str, AlertKind], Alert] | None = None
@@ -130,7 +137,7 @@ class LossAuditor:
 
     # -- state --------------------------------------------------------------------------------------------
     def _table(self, name: str) -> DeltaTable:
-        return DeltaTable(table_path(self.config.lakehouse_root, name))
+        return DeltaTable(table_path(self.lakehouse_root, name))
 
     def _load(self, open_alerts: DeltaTable, bookies: DeltaTable, cluster: str) -> None:
         kinds = sorted(kind.value for kind in LOSS_ALERT_KINDS)
@@ -140,7 +147,7 @@ class LossAuditor:
         self._lost = frozenset(lost)
 
     def _ensure_loaded(self, app_id: str, batch_id: int, cluster: str) -> None:
-        root = self.config.lakehouse_root
+        root = self.lakehouse_root
         applied = self._table("open_alerts").transaction_version(app_id)
         replaying = applied is not None and applied >= batch_id
         if replaying:
@@ -190,7 +197,7 @@ class LossAuditor:
             evaluated = self._evaluate(book, lost, lost_changed, changed_rows, changed_at_ms)
             report.ledgers_evaluated = evaluated
             if book.transitions:
-                report.alerts = publish(self._producer(), self.config.kafka, book.transitions)
+                report.alerts = publish(self._producer(), self.kafka, book.transitions)
                 report.published_at = time.time()
             report.bookies_written, report.skipped_replay_tables = self._record(
                 app_id, batch_id, book, bookie_rows
@@ -338,7 +345,7 @@ class LossAuditor:
     ) -> tuple[int, int]:
         """Write the call's bookie rows and alert transitions (one commit per table, skipped on replay);
         returns the bookie rows and the writes a replay found done."""
-        writer = BatchWriter(self.config.lakehouse_root, app_id, batch_id)
+        writer = BatchWriter(self.lakehouse_root, app_id, batch_id)
         written: list[bool] = []
         if bookie_rows:
             rows = [dict(bookie_rows[b]) for b in sorted(bookie_rows)]
@@ -402,5 +409,7 @@ __all__ = [
     "MEMBERSHIP_DECISIONS",
     "LossAuditor",
     "LossReport",
+    "loss_app",
+    "membership_app",
     "record_transitions",
 ]

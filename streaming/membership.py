@@ -39,8 +39,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from streaming.decode import decode_batches
-from streaming.loss import MEMBERSHIP_DECISIONS, LossAuditor, LossReport
+from streaming.loss import MEMBERSHIP_DECISIONS, LossAuditor, membership_app
 from streaming.processor import ClusterLogic, ProcessorConfig, rows_from_frames
+from streaming.reports import LossReport
 
 if TYPE_CHECKING:
     from streaming.metrics import StreamMetrics
@@ -52,16 +53,6 @@ QUERY_NAME = "bkaudit-membership"
 SKIPPED_KEY_PREFIXES = ("ledger/",)
 #: The change kinds the lane applies; everything else on the changes topic is the ledger lane's.
 MEMBERSHIP_CHANGES = frozenset({"bookie_status", "recovery_delay", "heartbeat"})
-
-
-def membership_app(app_id: str) -> str:
-    """The app transaction id of the membership lane's Delta commits.
-
-    Example:
-        >>> membership_app("bkaudit")
-        'bkaudit.membership'
-    """
-    return f"{app_id}.membership"
 
 
 class MembershipStateStore:

@@ -7,7 +7,7 @@ Three families, all in a private ``CollectorRegistry``:
   ahead of the wall clock (then events dated now are late), the input rows the stateful operator dropped
   as late (Spark drops them without a trace), the input backlog, state rows, and
   ``bkaudit_last_batch_timestamp_seconds`` (a liveness heartbeat: alert when it stops moving);
-- what the sink did, from its :class:`~streaming.sink.BatchReport` after every batch (:meth:`on_batch`):
+- what the sink did, from its :class:`~streaming.reports.BatchReport` after every batch (:meth:`on_batch`):
   probes by reason and outcome, dead letters by source, alert transitions published by kind and state,
   ledger rows written, and the sink's own seconds per batch (the batch duration above is the whole trigger:
   reading, decoding, the stateful stage and the sink). These counters count work done, not unique events: a
@@ -40,8 +40,7 @@ from bkaudit.metrics_http import serve_metrics
 from connectors.kafka.spark_source import SourceStatusCollector
 
 if TYPE_CHECKING:
-    from streaming.loss import LossReport
-    from streaming.sink import BatchReport
+    from streaming.reports import BatchReport, LossReport
 
 #: The ledger lane's query name: its progress feeds the stream gauges (the membership lane's does not).
 LEDGER_LANE_QUERY = "bkaudit"
@@ -91,8 +90,9 @@ AUDIT_GAUGES = {
     ),
 }
 
-# Label values the sink reports (streaming.sink.BatchReport), created at zero so that rates and `increase()`
-# see the first event and the dashboard's checker knows them. A value outside these is still counted.
+# Label values the sink reports (streaming.reports.BatchReport), created at zero so that rates and
+# `increase()` see the first event and the dashboard's checker knows them. A value outside these is still
+# counted.
 PROBE_REASONS = ("reprobe", "scrutiny")
 PROBE_OUTCOMES = ("healthy", "failing")
 DEAD_LETTER_SOURCES = ("kafka", "znode", "future")
@@ -266,7 +266,7 @@ class StreamMetrics:
         its replay completes). A replayed batch counts again: these count work done, not unique events.
 
         Example:
-            >>> from streaming.sink import BatchReport
+            >>> from streaming.reports import BatchReport
             >>> metrics = StreamMetrics()
             >>> metrics.on_batch(
             ...     BatchReport(
@@ -303,7 +303,7 @@ class StreamMetrics:
         """Record the alerts one membership-lane batch published, and the loss owner's open counts.
 
         Example:
-            >>> from streaming.loss import LossReport
+            >>> from streaming.reports import LossReport
             >>> metrics = StreamMetrics()
             >>> report = LossReport("a", 1, alerts=[{"kind": "BOOKIE_LOST", "state": "firing"}])
             >>> metrics.on_membership_batch(report, {"BOOKIE_LOST": 1})

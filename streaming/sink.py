@@ -58,10 +58,17 @@ from connectors.delta.tables import (
     table_before_batch,
 )
 from streaming.decode import ARROW_CHANGE_SCHEMA
-from streaming.loss import LOSS_ALERT_KINDS, MEMBERSHIP_DECISIONS, LossAuditor, record_transitions
-from streaming.membership import membership_app
+from streaming.loss import (
+    LOSS_ALERT_KINDS,
+    MEMBERSHIP_DECISIONS,
+    LossAuditor,
+    loss_app,
+    membership_app,
+    record_transitions,
+)
 from streaming.processor import DECISION_COLUMNS
 from streaming.publish import publish
+from streaming.reports import BatchReport
 
 if TYPE_CHECKING:
     from streaming.metrics import StreamMetrics
@@ -98,31 +105,6 @@ class SinkConfig:
 ARROW_DECISION_SCHEMA = pa.schema(
     [pa.field(name, ARROW_CHANGE_SCHEMA.field(name).type) for name in DECISION_COLUMNS]
 )
-
-
-@dataclass
-class BatchReport:
-    """What one batch did (for logs, metrics and tests).
-
-    The counts are the work this run of the batch did: a batch Spark replays (the sink ran, the commit did
-    not) reports its probes, alerts and rows again, even when the tables skip its writes as already done.
-    ``probe_outcomes`` is keyed ``(reason, outcome)``: reason ``reprobe`` (the processor asked) or
-    ``scrutiny`` (the background pass), outcome ``healthy`` or ``failing``
-    (:attr:`~connectors.bookie.ledger_probe.LedgerProbeOutcome.failing`). ``dead_letters`` is keyed by the
-    rows' ``source``: ``kafka`` (a record that is not a change event) or ``znode`` (undecodable metadata).
-    """
-
-    batch_id: int
-    decisions: int = 0
-    alerts: list[dict[str, Any]] = field(default_factory=list)
-    feedback: int = 0
-    probes: int = 0
-    probe_outcomes: dict[tuple[str, str], int] = field(default_factory=dict)  # (reason, outcome) → probes
-    dead_letters: dict[str, int] = field(default_factory=dict)  # source → rows
-    ledgers_written: int = 0
-    skipped_replay_tables: int = 0
-    open_alerts: dict[str, int] = field(default_factory=dict)  # kind → open count after the batch
-    seconds: float = 0.0
 
 
 def kafka_partition(key: str, partitions: int) -> int:
@@ -172,18 +154,13 @@ def _read_unknown_placement(ledgers_table: Any) -> list[dict[str, Any]]:
 RACK_COLUMNS = ("bookie_id", "cluster", "rack", "updated_at")
 
 
-def _loss_app(app_id: str) -> str:
-    """The app transaction id of the loss alerts the ledger lane's batches record (:mod:`streaming.loss`)."""
-    return f"{app_id}.loss"
-
-
 def _only_loss_owner_committed(table: Any, since_version: int, app_id: str) -> bool:
     """Whether every commit of ``table`` after ``since_version`` is the loss owner's (its kinds are left out
     of the ledger lane's cached open alerts, which therefore still hold)."""
     newer = table.version() - since_version
     if newer <= 0:
         return newer == 0
-    owners = {_loss_app(app_id), membership_app(app_id)}
+    owners = {loss_app(app_id), membership_app(app_id)}
     history = table.history(newer)
     return len(history) == newer and all(c.get(APP_METADATA_KEY) in owners for c in history)
 
@@ -300,7 +277,7 @@ class AuditSink:
         self._open_alerts_cache: tuple[int, dict[Any, Any]] | None = None
         ensure_tables(config.lakehouse_root)
         # The loss alerts' one owner, shared with the membership lane (one producer for both lanes).
-        self.loss = LossAuditor(config, self._kafka)
+        self.loss = LossAuditor(config.lakehouse_root, config.kafka, self._kafka)
 
     # -- clients ------------------------------------------------------------------------------------------
     def _kafka(self) -> Any:
@@ -733,7 +710,7 @@ class AuditSink:
         # 6. the loss alerts: membership decisions, and this batch's changed ledgers against the lost set
         # (after their index rows are written: see streaming.loss for why no ledger falls between the lanes)
         loss = self.loss.apply(
-            app_id=_loss_app(app),
+            app_id=loss_app(app),
             batch_id=batch_id,
             cluster=cluster,
             membership=membership,

@@ -110,8 +110,6 @@ Fingerprints = dict[str, dict[str, str]]
 META = "@bkaudit"
 
 DEFAULT_OUTAGE_LIMIT_S = 600.0
-#: The planner's and the range readers' fetch wait (librdkafka's default is 500 ms).
-PLANNER_FETCH_WAIT_MS = 10
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 30.0
 
@@ -333,6 +331,9 @@ class _KafkaOffsets:
         self._settings = _kafka_settings(options)
         self._limit_s = _outage_limit_s(options)
         self._status = status
+        # Metadata and offsets only: a broker answers one connection's requests in order, and a fetch may
+        # hold the connection for up to fetch.wait.max.ms (500 ms), so fingerprints are fetched by a
+        # client of their own per call (closing it does not wait for its last fetch).
         self._consumer: Any = self._retrying("connecting", self._connect)
 
     def _connect(self) -> Any:
@@ -340,11 +341,7 @@ class _KafkaOffsets:
 
         from connectors.kafka.client_config import consumer_config
 
-        # A fetch holds the broker connection for up to fetch.wait.max.ms (a broker answers one connection's
-        # requests in order): a long one would delay the offset lookups queued behind it.
-        consumer = Consumer(
-            {**consumer_config(self._settings, None), "fetch.wait.max.ms": PLANNER_FETCH_WAIT_MS}
-        )
+        consumer = Consumer(consumer_config(self._settings, None))
         consumer.list_topics(timeout=self._timeout_s)  # raises while no broker answers: retried
         return consumer
 
@@ -391,27 +388,28 @@ class _KafkaOffsets:
         return self._retrying("reading record fingerprints", lambda: self._fetch_fingerprints(wanted))
 
     def _fetch_fingerprints(self, wanted: dict[tuple[str, str], int]) -> dict[tuple[str, str], str | None]:
-        from confluent_kafka import TopicPartition
+        from confluent_kafka import Consumer, TopicPartition
 
-        from connectors.kafka.client_config import KafkaTimeout
+        from connectors.kafka.client_config import KafkaTimeout, consumer_config
 
         by_key = {(topic, int(partition)): offset for (topic, partition), offset in wanted.items()}
         found: dict[tuple[str, str], str | None] = {}
         assigned = [TopicPartition(t, p, offset) for (t, p), offset in by_key.items()]
-        self._consumer.assign(assigned)
+        fetcher: Any = Consumer(consumer_config(self._settings, None))
+        fetcher.assign(assigned)
         try:
             deadline = time.monotonic() + self._timeout_s
             pending = set(by_key)
             while pending and time.monotonic() < deadline:
                 # consume() waits for num_messages or the timeout: one record per partition will do.
-                for message in self._consumer.consume(num_messages=len(pending), timeout=0.2):
+                for message in fetcher.consume(num_messages=len(pending), timeout=0.2):
                     if message.error() is not None:
                         continue  # a partition's end or a transient fetch error: the deadline decides
                     key = (message.topic(), message.partition())
                     if key not in pending or message.offset() < by_key[key]:
                         continue
                     pending.discard(key)
-                    self._consumer.pause([TopicPartition(*key)])
+                    fetcher.pause([TopicPartition(*key)])
                     found[(key[0], str(key[1]))] = (
                         record_fingerprint(
                             message.offset(), message.timestamp()[1], message.key(), message.value()
@@ -422,8 +420,7 @@ class _KafkaOffsets:
             if pending:
                 raise KafkaTimeout(f"no record fetched from {len(pending)} partitions")
         finally:
-            self._consumer.resume(assigned)  # a pause outlives the assignment in librdkafka
-            self._consumer.unassign()
+            fetcher.close()
         return found
 
     def close(self) -> None:
@@ -446,11 +443,7 @@ def _read_range(options: dict[str, str], kafka_range: KafkaRange) -> Iterator[pa
     skipped = skipped_key_prefixes(options)
     # No automatic reset: a range whose offsets vanished must not be filled with another topic's records
     # ("error" reports it as an _AUTO_OFFSET_RESET error instead).
-    config = {
-        **consumer_config(settings, None),
-        "auto.offset.reset": "error",
-        "fetch.wait.max.ms": PLANNER_FETCH_WAIT_MS,
-    }
+    config = {**consumer_config(settings, None), "auto.offset.reset": "error"}
     consumer = with_backoff(
         "connecting",
         lambda: Consumer(config),

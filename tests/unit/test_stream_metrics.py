@@ -14,7 +14,8 @@ from bkaudit.domain.alerts import AlertKind, AlertState
 from bkaudit.settings import KafkaSettings
 from connectors.delta.tables import read_table
 from streaming.metrics import DEAD_LETTER_SOURCES, PROBE_OUTCOMES, PROBE_REASONS, StreamMetrics
-from streaming.sink import ARROW_DECISION_SCHEMA, AuditSink, BatchReport, SinkConfig
+from streaming.reports import BatchReport
+from streaming.sink import ARROW_DECISION_SCHEMA, AuditSink, SinkConfig
 
 # Shaped like Spark 4's StreamingQueryProgress.json for the bkaudit_kafka source (offsets parsed as JSON).
 PROGRESS = {

@@ -1,0 +1,53 @@
+"""What a batch of either lane did: the reports the job's metrics, logs, tests and benchmarks read.
+
+Example:
+    >>> BatchReport(3, decisions=10).decisions, LossReport("bkaudit.membership", 3).alerts
+    (10, [])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class BatchReport:
+    """What one batch did (for logs, metrics and tests).
+
+    The counts are the work this run of the batch did: a batch Spark replays (the sink ran, the commit did
+    not) reports its probes, alerts and rows again, even when the tables skip its writes as already done.
+    ``probe_outcomes`` is keyed ``(reason, outcome)``: reason ``reprobe`` (the processor asked) or
+    ``scrutiny`` (the background pass), outcome ``healthy`` or ``failing``
+    (:attr:`~connectors.bookie.ledger_probe.LedgerProbeOutcome.failing`). ``dead_letters`` is keyed by the
+    rows' ``source``: ``kafka`` (a record that is not a change event) or ``znode`` (undecodable metadata).
+    """
+
+    batch_id: int
+    decisions: int = 0
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+    feedback: int = 0
+    probes: int = 0
+    probe_outcomes: dict[tuple[str, str], int] = field(default_factory=dict)  # (reason, outcome) → probes
+    dead_letters: dict[str, int] = field(default_factory=dict)  # source → rows
+    ledgers_written: int = 0
+    skipped_replay_tables: int = 0
+    open_alerts: dict[str, int] = field(default_factory=dict)  # kind → open count after the batch
+    seconds: float = 0.0
+
+
+@dataclass
+class LossReport:
+    """What one :meth:`LossAuditor.apply` did (for logs, metrics, tests and benchmarks)."""
+
+    app_id: str
+    batch_id: int
+    alerts: list[dict[str, Any]] = field(default_factory=list)
+    ledgers_evaluated: int = 0
+    bookies_written: int = 0
+    skipped_replay_tables: int = 0  # writes a replay found already done
+    published_at: float | None = None  # wall time every alert of the call was acknowledged
+    seconds: float = 0.0
+
+
+__all__ = ["BatchReport", "LossReport"]
