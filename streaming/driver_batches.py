@@ -51,38 +51,49 @@ logger = logging.getLogger(__name__)
 PROGRESS_KEPT = 100
 
 
-class OffsetLog:
-    """One JSON file per planned batch: its start and end offsets and batch time, written before it runs."""
+class BatchFiles:
+    """One small JSON document per micro-batch in a directory, written atomically and durably; the newest
+    ``keep`` are kept. A crash leaves either the previous files or the new one, never a torn file."""
 
     def __init__(self, directory: Path, keep: int = 100) -> None:
         self.directory = directory
         self.keep = keep
 
-    def _batches(self) -> list[int]:
+    def batches(self) -> list[int]:
         if not self.directory.is_dir():
             return []
         return sorted(int(p.stem) for p in self.directory.glob("*.json") if p.stem.isdigit())
 
-    def latest(self) -> tuple[int, dict[str, Any]] | None:
-        """The newest logged batch and its entry (None: nothing logged yet)."""
-        batches = self._batches()
-        if not batches:
-            return None
-        entry: dict[str, Any] = json.loads((self.directory / f"{batches[-1]}.json").read_text())
-        return batches[-1], entry
+    def read(self, batch_id: int) -> dict[str, Any]:
+        document: dict[str, Any] = json.loads((self.directory / f"{batch_id}.json").read_text())
+        return document
 
-    def write(self, batch_id: int, start: dict[str, Any], end: dict[str, Any], batch_time_ms: int) -> None:
-        """Write atomically and durably (the batch runs only after this returns), then drop old entries."""
+    def saved(self, batch_id: int) -> bool:
+        return (self.directory / f"{batch_id}.json").is_file()
+
+    def save(self, batch_id: int, document: dict[str, Any]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        entry = {"start": start, "end": end, "batch_time_ms": batch_time_ms}
         temporary = self.directory / f".{batch_id}.json.tmp"
         with open(temporary, "w") as handle:
-            json.dump(entry, handle, separators=(",", ":"), sort_keys=True)
+            json.dump(document, handle, separators=(",", ":"), sort_keys=True)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, self.directory / f"{batch_id}.json")
-        for old in self._batches()[: -self.keep]:
+        for old in self.batches()[: -self.keep]:
             (self.directory / f"{old}.json").unlink(missing_ok=True)
+
+
+class OffsetLog(BatchFiles):
+    """One file per planned batch: its start and end offsets and batch time, written before it runs."""
+
+    def latest(self) -> tuple[int, dict[str, Any]] | None:
+        """The newest logged batch and its entry (None: nothing logged yet)."""
+        batches = self.batches()
+        return (batches[-1], self.read(batches[-1])) if batches else None
+
+    def write(self, batch_id: int, start: dict[str, Any], end: dict[str, Any], batch_time_ms: int) -> None:
+        """Log a batch (it runs only after this returns)."""
+        self.save(batch_id, {"start": start, "end": end, "batch_time_ms": batch_time_ms})
 
 
 class DriverMicroBatches:
@@ -262,4 +273,4 @@ def _iso(epoch_s: float) -> str:
     return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-__all__ = ["DriverMicroBatches", "OffsetLog"]
+__all__ = ["BatchFiles", "DriverMicroBatches", "OffsetLog"]

@@ -29,9 +29,7 @@ Example:
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from streaming.decode import decode_batches
+from streaming.driver_batches import BatchFiles
 from streaming.loss import MEMBERSHIP_DECISIONS, LossAuditor, membership_app
 from streaming.processor import ClusterLogic, ProcessorConfig, rows_from_frames
 from streaming.reports import LossReport
@@ -55,41 +54,16 @@ SKIPPED_KEY_PREFIXES = ("ledger/",)
 MEMBERSHIP_CHANGES = frozenset({"bookie_status", "recovery_delay", "heartbeat"})
 
 
-class MembershipStateStore:
+class MembershipStateStore(BatchFiles):
     """The lane's state after each micro-batch, one small JSON file per batch in its checkpoint."""
 
     def __init__(self, directory: Path, keep: int = 20) -> None:
-        self.directory = directory
-        self.keep = keep
-
-    def _batches(self) -> list[int]:
-        if not self.directory.is_dir():
-            return []
-        return sorted(int(p.stem) for p in self.directory.glob("*.json") if p.stem.isdigit())
+        super().__init__(directory, keep)
 
     def before(self, batch_id: int) -> dict[str, Any] | None:
         """The state saved by the newest batch before ``batch_id`` (None: the lane's first batch)."""
-        earlier = [b for b in self._batches() if b < batch_id]
-        if not earlier:
-            return None
-        state: dict[str, Any] = json.loads((self.directory / f"{earlier[-1]}.json").read_text())
-        return state
-
-    def saved(self, batch_id: int) -> bool:
-        """Whether ``batch_id`` saved its state (it finished: its alerts are published and recorded)."""
-        return (self.directory / f"{batch_id}.json").is_file()
-
-    def save(self, batch_id: int, state: dict[str, Any]) -> None:
-        """Write atomically (a crash leaves the previous file or the new one), then drop old files."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        temporary = self.directory / f".{batch_id}.json.tmp"
-        with open(temporary, "w") as handle:
-            json.dump(state, handle, separators=(",", ":"), sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self.directory / f"{batch_id}.json")
-        for old in self._batches()[: -self.keep]:
-            (self.directory / f"{old}.json").unlink(missing_ok=True)
+        earlier = [b for b in self.batches() if b < batch_id]
+        return self.read(earlier[-1]) if earlier else None
 
 
 @dataclass(frozen=True)
