@@ -126,6 +126,11 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     add("--duration", type=float, default=60.0, help="sustained: seconds of writing")
     add("--set-in-flight", type=int, default=2000, help="sustained: sets outstanding")
     add("--drain-timeout", type=float, default=600.0, help="sustained: wait for the job to apply all")
+    add(
+        "--watcher-batch-size",
+        type=int,
+        help="the watcher's kafka.producer_batch_size (0: one record per batch); default: the setting's",
+    )
     add("--spark-ui", action="store_true", help="enable Spark's UI: per-stage times (binds a port)")
     add("--skip-loss", action="store_true")
     add("--skip-full-read", action="store_true")
@@ -544,8 +549,12 @@ def _child(function: str, *args: Any) -> list[str]:
     return [sys.executable, "-c", code, *[str(a) for a in args]]
 
 
-def _start_watcher(hosts: str, kafka: Any, partitions: int, log: Path) -> subprocess.Popen[bytes]:
-    """``bkaudit watch`` as its own process, as in production; its log tells when the snapshot is out."""
+def _start_watcher(
+    hosts: str, kafka: Any, partitions: int, log: Path, batch_size: int | None = None
+) -> subprocess.Popen[bytes]:
+    """``bkaudit watch`` as its own process, as in production; its log tells when the snapshot is out.
+
+    ``batch_size``: the watcher's ``kafka.producer_batch_size`` (None: the setting's default)."""
     command = [
         sys.executable,
         "-m",
@@ -569,8 +578,18 @@ def _start_watcher(hosts: str, kafka: Any, partitions: int, log: Path) -> subpro
         "INFO",
     ]
     env = {**os.environ, "BKAUDIT_WATCHER__PROGRESS": "off", "BKAUDIT_ZOOKEEPER__SESSION_TIMEOUT_S": "30"}
+    if batch_size is not None:
+        env["BKAUDIT_KAFKA__PRODUCER_BATCH_SIZE"] = str(batch_size)
     with log.open("wb") as out:
         return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+
+
+def _topic_losses(log: Path) -> int:
+    """How often the watcher took the changes topic for lost (acknowledged offsets went backwards) and
+    published a FULL snapshot into it: each one is a whole snapshot more for the job to apply."""
+    if not log.exists():
+        return 0
+    return log.read_text(errors="replace").count("publishing a FULL snapshot into it")
 
 
 _SNAPSHOT_DONE = re.compile(
@@ -1447,7 +1466,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         ensure_topic(kafka, kafka.changes_topic, partitions=args.partitions)
         ensure_topic(kafka, kafka.alerts_topic, partitions=args.alert_partitions)
         watch_log = state_dir / "watch.log"
-        watcher = _start_watcher(hosts, kafka, args.partitions, watch_log)
+        watcher = _start_watcher(hosts, kafka, args.partitions, watch_log, args.watcher_batch_size)
         closers.append(lambda: _stop(watcher))
         started = time.monotonic()
         snapshot = _wait_snapshot(watcher, watch_log, args.snapshot_timeout)
@@ -1585,6 +1604,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         for close in reversed(closers):
             with contextlib.suppress(Exception):
                 close()
+        figures["watcher_topic_losses"] = _topic_losses(state_dir / "watch.log")
         harness.stop()
         if args.state_dir is None:
             import shutil
@@ -1621,6 +1641,7 @@ def summary_line(figures: dict[str, Any]) -> dict[str, Any]:
         "full_read_under_job_s": ((figures.get("full_read") or {}).get("java_under_job") or {}).get(
             "total_s"
         ),
+        "watcher_topic_losses": figures.get("watcher_topic_losses"),
         "load_avg": {"start": figures.get("load_average_at_start"), "end": _load()},
         "mode": figures.get("mode", "job"),
     }
