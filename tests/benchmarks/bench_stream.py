@@ -1623,7 +1623,9 @@ def summary_line(figures: dict[str, Any]) -> dict[str, Any]:
         8.0
     """
     loss = figures.get("loss") or {}
-    runs = loss.get("runs", []) if isinstance(loss, dict) else [r for level in loss for r in level["runs"]]
+    # --sink-only: one level per alert producer batch size; the line is the first size's.
+    level = loss if isinstance(loss, dict) else (loss[0] if loss else {})
+    runs = level.get("runs", [])
     lasts = [r["last_ledger_alert_s"] if r["complete"] else None for r in runs]
     complete = [x for x in lasts if x is not None]
     p50 = round(statistics.median(complete), 3) if complete else None
@@ -1644,6 +1646,7 @@ def summary_line(figures: dict[str, Any]) -> dict[str, Any]:
         "watcher_topic_losses": figures.get("watcher_topic_losses"),
         "load_avg": {"start": figures.get("load_average_at_start"), "end": _load()},
         "mode": figures.get("mode", "job"),
+        "alert_producer_batch_size": level.get("alert_producer_batch_size"),
     }
 
 
