@@ -207,7 +207,7 @@ class StreamSettings(BaseModel):
         0.1,
         ge=0,
         description="how often the membership lane (registrations, the recovery delay, a lost bookie's "
-        "alerts; a driver thread) looks for new records: a short one keeps a loss's alerts within a second",
+        "alerts; a driver thread) looks for new records: a loss waits for half of it on average",
     )
     watermark_delay_s: float = Field(5.0, ge=0, description="how late an event may arrive")
     max_event_time_skew_s: float = Field(
