@@ -23,7 +23,7 @@ import time
 import pytest
 
 from bkaudit import events as ev
-from bkaudit.testing.kafka_io import read_topic
+from bkaudit.testing.kafka_io import TopicTail, read_topic
 from tests.chaos.recovery import after_job_kill, after_watcher_kill
 from tests.chaos.stack import wait_for
 from tests.integration.job_process import Kill, kill_during_batch
@@ -129,8 +129,25 @@ def test_kill9_of_the_watcher_mid_stream_and_mid_snapshot_then_restart(stack, ch
     for _ in range(5):
         stack.cluster.create_ledger(entries=2)
     before = set(snapshot_markers(stack.kafka))
-    stack.watcher.start()
-    wait_for("the restarted watcher's snapshot to begin", stack.watcher.snapshots_started, 60, every_s=0.01)
+    # A short fetch wait: the embedded broker holds an idle fetch for all of it before returning new records.
+    quick = stack.kafka.model_copy(update={"extra_config": {"fetch.wait.max.ms": "10"}})
+    changes = TopicTail(quick, stack.kafka.changes_topic)
+    try:
+        changes.read_to_end()
+        stack.watcher.start()
+
+        def begin_marker_published() -> bool:
+            # On the topic, not only in the watcher's log: a kill between the log line and the broker's
+            # acknowledgement would interrupt no snapshot the job can see.
+            return any(
+                ev.payload_type(ev.decode_event(record.value)) == "snapshot_begin"
+                and ev.decode_event(record.value).snapshot_begin.snapshot_id not in before
+                for record in changes.poll(0.05)
+            )
+
+        wait_for("the restarted watcher's snapshot to begin", begin_marker_published, 60, every_s=0.0)
+    finally:
+        changes.close()
     time.sleep(rng.uniform(0.0, 0.05))
     stack.watcher.kill9()
     markers = {k: v for k, v in snapshot_markers(stack.kafka).items() if k not in before}
