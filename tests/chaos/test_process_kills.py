@@ -11,7 +11,7 @@ Watcher: killed at a random moment while the cluster churns, with deletions and 
 watcher runs (its next START snapshot must reconcile them); then killed right after its snapshot began
 (the topic holds the snapshot's begin marker and no end marker), the cluster changes again, and the next
 watcher's snapshot must repair it all. Snapshot reads are made one at a time in this module, so that a
-snapshot of a few hundred ledgers lasts long enough to be interrupted. The restart is
+snapshot of 600 ledgers lasts about a second and can be interrupted. The restart is
 :func:`tests.chaos.recovery.after_watcher_kill`.
 """
 
@@ -30,7 +30,11 @@ from tests.integration.job_process import Kill, kill_during_batch
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration]
 
-STACK_OPTIONS = {"watcher_settings": {"SNAPSHOT_BATCH_SIZE": "1", "SNAPSHOT_CONCURRENCY": "1"}}
+# One read at a time over 600 ledgers: a snapshot lasts long enough (about a second) to be interrupted.
+STACK_OPTIONS = {
+    "ledgers": 600,
+    "watcher_settings": {"SNAPSHOT_BATCH_SIZE": "1", "SNAPSHOT_CONCURRENCY": "1"},
+}
 JOB_START_TIMEOUT_S = 300.0
 
 
@@ -67,7 +71,7 @@ KILL_TRIES = 5
 
 
 def kill_watcher_after_snapshot_begins(stack, rng: random.Random) -> dict[str, set[str]]:
-    """Start the watcher, SIGKILL it 0-50 ms after its snapshot's begin marker is on the topic; returns the
+    """Start the watcher, SIGKILL it 0-20 ms after its snapshot's begin marker is on the topic; returns the
     new snapshots' markers."""
     before = set(snapshot_markers(stack.kafka))
     # A short fetch wait: the embedded broker holds an idle fetch for all of it before returning new records.
@@ -89,7 +93,7 @@ def kill_watcher_after_snapshot_begins(stack, rng: random.Random) -> dict[str, s
         wait_for("the restarted watcher's snapshot to begin", begin_marker_published, 60, every_s=0.0)
     finally:
         changes.close()
-    time.sleep(rng.uniform(0.0, 0.05))
+    time.sleep(rng.uniform(0.0, 0.02))
     stack.watcher.kill9()
     return {k: v for k, v in snapshot_markers(stack.kafka).items() if k not in before}
 
