@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 import pytest
 
@@ -140,3 +142,95 @@ def test_replayed_batch_is_not_written_twice(tmp_path):
     assert append_batch(table, rows, app_id="other-job", batch_id=0) is True  # another writer is independent
     assert append_batch(table, rows, app_id="job", batch_id=1) is True
     assert read_table(table).num_rows == 9
+
+
+def _source_end(query) -> dict:
+    """The source's end offset of the query's last micro-batch, without the source's bookkeeping."""
+    from connectors.kafka.spark_source import positions_of
+
+    end = query.lastProgress["sources"][0]["endOffset"]
+    return positions_of(json.loads(end) if isinstance(end, str) else end)
+
+
+def test_skipped_key_prefixes_never_become_rows_and_their_offsets_are_read_past(
+    spark, kafka_settings, tmp_path
+):
+    # The membership lane's source (option bkaudit.skipKeyPrefixes=ledger/): ledger records are read past,
+    # not returned, and the offsets still move beyond them, so no later micro-batch reads them again.
+    topic = kafka_settings.changes_topic
+    ensure_topic(kafka_settings, topic, partitions=2)
+    spark.dataSource.register(KafkaDataSource)
+    collected: list[tuple[int, str, str, int, int]] = []
+
+    def write(batch_frame, batch_id: int) -> None:
+        for row in batch_frame.toArrow().to_pylist():
+            collected.append((batch_id, row["key"], row["value"], row["partition"], row["offset"]))
+
+    def start(checkpoint: str):
+        frame = (
+            spark.readStream.format("bkaudit_kafka")
+            .option("kafka.bootstrap.servers", kafka_settings.bootstrap_servers)
+            .option("subscribe", topic)
+            .option("bkaudit.skipKeyPrefixes", "ledger/")
+            .load()
+            .selectExpr("CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value", "partition", "offset")
+        )
+        writer = frame.writeStream.foreachBatch(write).option("checkpointLocation", checkpoint)
+        return writer.trigger(processingTime="0 seconds").start()
+
+    def send(records: list[tuple[str, str, int]]) -> None:
+        produce(kafka_settings, topic, [(k.encode(), v.encode(), p) for k, v, p in records])
+
+    # Each partition ends with ledger records: the last records of the range are skipped ones.
+    first = [
+        ("bookie/b1", "a0", 0),
+        ("ledger/1", "a1", 0),
+        ("cluster", "a2", 0),
+        ("ledger/2", "a3", 0),
+        ("ledger/3", "a4", 1),
+        ("bookie/b2", "a5", 1),
+        ("ledger/4", "a6", 1),
+        ("ledger/5", "a7", 1),
+    ]
+    only_ledgers = [("ledger/6", "b0", 0), ("ledger/7", "b1", 1), ("ledger/8", "b2", 1)]
+    last = [("ledger/9", "c0", 0), ("bookie/b3", "c1", 0), ("cluster", "c2", 1), ("ledger/10", "c3", 1)]
+    checkpoint = str(tmp_path / "checkpoint")
+    query = start(checkpoint)
+    try:
+        send(first)
+        query.processAllAvailable()
+        assert sorted((k, v, p) for _, k, v, p, _ in collected) == [
+            ("bookie/b1", "a0", 0),
+            ("bookie/b2", "a5", 1),
+            ("cluster", "a2", 0),
+        ]
+        assert _source_end(query) == {topic: {"0": 4, "1": 4}}  # past the skipped tails
+
+        mark = len(collected)
+        send(only_ledgers)
+        query.processAllAvailable()
+        assert collected[mark:] == []  # a micro-batch of skipped records only: no rows, offsets moved
+        assert _source_end(query) == {topic: {"0": 5, "1": 6}}
+
+        mark = len(collected)
+        send(last)
+        query.processAllAvailable()
+        assert sorted((k, v, p, o) for _, k, v, p, o in collected[mark:]) == [
+            ("bookie/b3", "c1", 0, 6),
+            ("cluster", "c2", 1, 6),
+        ]
+        assert _source_end(query) == {topic: {"0": 7, "1": 8}}
+    finally:
+        query.stop()
+    assert query.exception() is None, query.exception()
+    assert not any(key.startswith("ledger/") for _, key, *_ in collected)
+
+    # A restart from the checkpoint reads nothing again (neither the rows nor the skipped records).
+    mark = len(collected)
+    restarted = start(checkpoint)
+    try:
+        restarted.processAllAvailable()
+    finally:
+        restarted.stop()
+    assert restarted.exception() is None, restarted.exception()
+    assert collected[mark:] == []
