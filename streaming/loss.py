@@ -63,7 +63,7 @@ from connectors.delta.tables import (
     table_path,
 )
 from streaming.publish import publish
-from streaming.reports import LossReport
+from streaming.reports import REPORTS_KEPT, LossReport, keep_recent
 
 logger = logging.getLogger(__name__)
 
@@ -205,7 +205,7 @@ class LossAuditor:
             self._open, self._lost = book.open, lost
         report.seconds = round(time.monotonic() - started, 3)
         if report.alerts or report.bookies_written:
-            self.reports.append(report)
+            keep_recent(self.reports, report, REPORTS_KEPT)
         return report
 
     def _apply_membership(

@@ -40,7 +40,7 @@ from streaming.decode import decode_batches
 from streaming.driver_batches import BatchFiles
 from streaming.loss import MEMBERSHIP_DECISIONS, LossAuditor, membership_app
 from streaming.processor import ClusterLogic, ProcessorConfig, rows_from_frames
-from streaming.reports import LossReport
+from streaming.reports import REPORTS_KEPT, LossReport, keep_recent
 
 if TYPE_CHECKING:
     from streaming.metrics import StreamMetrics
@@ -142,7 +142,7 @@ class MembershipLane:
         if self.metrics is not None:
             self.metrics.on_membership_batch(report, self.auditor.open_counts())
         if report.alerts or report.bookies_written:
-            self.reports.append(report)
+            keep_recent(self.reports, report, REPORTS_KEPT)
         return report
 
 

@@ -50,4 +50,23 @@ class LossReport:
     seconds: float = 0.0
 
 
-__all__ = ["BatchReport", "LossReport"]
+def keep_recent(reports: list[Any], report: Any, keep: int) -> None:
+    """Append ``report`` and drop all but the newest ``keep``: a job runs for months, and a loss's report
+    holds every alert it published.
+
+    Example:
+        >>> kept = [1, 2, 3]
+        >>> keep_recent(kept, 4, keep=3)
+        >>> kept
+        [2, 3, 4]
+    """
+    reports.append(report)
+    if len(reports) > keep:
+        del reports[:-keep]
+
+
+#: How many reports a lane keeps in memory (for tests, the demo and benchmarks; metrics are cumulative).
+REPORTS_KEPT = 1000
+
+
+__all__ = ["REPORTS_KEPT", "BatchReport", "LossReport", "keep_recent"]

@@ -68,7 +68,7 @@ from streaming.loss import (
 )
 from streaming.processor import DECISION_COLUMNS
 from streaming.publish import publish
-from streaming.reports import BatchReport
+from streaming.reports import REPORTS_KEPT, BatchReport, keep_recent
 
 if TYPE_CHECKING:
     from streaming.metrics import StreamMetrics
@@ -726,7 +726,7 @@ class AuditSink:
         report.seconds = round(time.monotonic() - started, 3)
         if self.metrics is not None:
             self.metrics.on_batch(report)  # the one place the sink's metrics are updated
-        self.reports.append(report)
+        keep_recent(self.reports, report, REPORTS_KEPT)
         return report
 
     def _maintain(self, batch_id: int) -> None:
