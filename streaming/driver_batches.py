@@ -43,6 +43,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from bkaudit.errors import ConfigError
 from connectors.kafka.spark_source import ARROW_RECORD_SCHEMA
 
 logger = logging.getLogger(__name__)
@@ -65,7 +66,19 @@ class BatchFiles:
         return sorted(int(p.stem) for p in self.directory.glob("*.json") if p.stem.isdigit())
 
     def read(self, batch_id: int) -> dict[str, Any]:
-        document: dict[str, Any] = json.loads((self.directory / f"{batch_id}.json").read_text())
+        """One batch's document; a file that is not one (written by hand, a damaged disk) is a ConfigError
+        naming it: the checkpoint cannot be trusted, a person must reset it."""
+        path = self.directory / f"{batch_id}.json"
+        try:
+            document = json.loads(path.read_text())
+        except (ValueError, UnicodeDecodeError) as err:
+            raise ConfigError(
+                f"{path}: not a batch file ({err}); reset the checkpoint (docs/troubleshooting.md)"
+            ) from None
+        if not isinstance(document, dict):
+            raise ConfigError(
+                f"{path}: not a batch file (a JSON {type(document).__name__}); reset the checkpoint"
+            )
         return document
 
     def saved(self, batch_id: int) -> bool:
@@ -265,7 +278,7 @@ class DriverMicroBatches:
         parts = list(self._readers.map(lambda r: list(self._reader.read(r)), ranges))
         batches = [batch for part in parts for batch in part]
         table = pa.Table.from_batches(batches, schema=ARROW_RECORD_SCHEMA)
-        batch_time = pa.array([batch_time_ms * 1000] * table.num_rows, pa.timestamp("us", tz="UTC"))
+        batch_time = pa.repeat(pa.scalar(batch_time_ms * 1000, pa.timestamp("us", tz="UTC")), table.num_rows)
         return table.append_column("batch_time", batch_time)
 
 

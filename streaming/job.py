@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bkaudit.domain.rules.evaluate import PlacementPolicyConfig
-from bkaudit.errors import ConfigError, ServiceError
+from bkaudit.errors import BkauditError, ConfigError, ServiceError
 from bkaudit.localfs import writable_directory
 from bkaudit.settings import Settings, StreamSettings
 from streaming.decode import decode_batches
@@ -402,7 +402,11 @@ def query_failure(exception: Any) -> Exception:
         ServiceError('bkaudit_kafka: Kafka at k:9 failed')
         >>> type(query_failure("java.lang.OutOfMemoryError"))
         <class 'RuntimeError'>
+        >>> query_failure(ConfigError("cp/membership/offsets/3.json: unreadable"))
+        ConfigError('cp/membership/offsets/3.json: unreadable')
     """
+    if isinstance(exception, BkauditError):
+        return exception  # the membership lane's own one-line errors (a damaged checkpoint, a source fault)
     text = str(exception)
     found = re.search(r"(bkaudit_kafka: [^\n]*)", text)
     if found:

@@ -14,9 +14,12 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from bkaudit.errors import ConfigError
 from connectors.kafka.spark_source import ARROW_RECORD_SCHEMA
-from streaming.driver_batches import DriverMicroBatches, OffsetLog
+from streaming.driver_batches import BatchFiles, DriverMicroBatches, OffsetLog
 
 
 class ListReader:
@@ -176,3 +179,41 @@ def test_the_offset_log_keeps_the_newest_entries(tmp_path: Path) -> None:
         log.write(batch, {"t": {"0": batch}}, {"t": {"0": batch + 1}}, 1000 + batch)
     assert sorted(p.name for p in tmp_path.glob("*.json")) == ["3.json", "4.json", "5.json"]
     assert log.latest() == (5, {"start": {"t": {"0": 5}}, "end": {"t": {"0": 6}}, "batch_time_ms": 1005})
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b'{"start": {"t": {"0": 0}}, "end": {"t"', b"\xff\xfe\x00garbage", b"[1, 2, 3]", b""],
+    ids=["truncated", "not text", "not an object", "empty"],
+)
+def test_a_damaged_offset_log_stops_the_lane_with_one_error_naming_the_file(
+    tmp_path: Path, content: bytes
+) -> None:
+    log = OffsetLog(tmp_path / "offsets")
+    log.write(0, {"t": {"0": 0}}, {"t": {"0": 1}}, 1000)
+    (tmp_path / "offsets" / "0.json").write_bytes(content)
+    reader, lane = ListReader(available=3), Recorder(log)
+    lanes = engine(reader, lane, log).start()
+    with pytest.raises(RuntimeError):
+        lanes.awaitTermination(10)
+    error = lanes.exception()
+    assert isinstance(error, ConfigError)
+    assert str(tmp_path / "offsets" / "0.json") in str(error) and "reset the checkpoint" in str(error)
+    assert "\n" not in str(error)
+    assert lane.seen == []  # nothing was processed from a log it could not read
+
+
+@given(st.binary(max_size=200))
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_any_bytes_in_a_batch_file_read_as_a_document_or_a_config_error(
+    tmp_path: Path, content: bytes
+) -> None:
+    files = BatchFiles(tmp_path / "random")
+    files.directory.mkdir(exist_ok=True)
+    (files.directory / "7.json").write_bytes(content)
+    try:
+        document = files.read(7)
+    except ConfigError as err:
+        assert "7.json" in str(err)
+    else:
+        assert isinstance(document, dict)
