@@ -37,12 +37,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
+from bkaudit.domain.alerts import rfc3339_ms
 from bkaudit.errors import ConfigError
 from connectors.kafka.spark_source import ARROW_RECORD_SCHEMA
 
@@ -261,7 +261,7 @@ class DriverMicroBatches:
             {
                 "name": self.name,
                 "batchId": batch_id,
-                "timestamp": _iso(time.time() - (finished - planned_at)),
+                "timestamp": rfc3339_ms(int((time.time() - (finished - planned_at)) * 1000)),
                 "numInputRows": records.num_rows,
                 "durationMs": {
                     "latestOffset": round((read_started - planned_at) * 1000),
@@ -280,10 +280,6 @@ class DriverMicroBatches:
         table = pa.Table.from_batches(batches, schema=ARROW_RECORD_SCHEMA)
         batch_time = pa.repeat(pa.scalar(batch_time_ms * 1000, pa.timestamp("us", tz="UTC")), table.num_rows)
         return table.append_column("batch_time", batch_time)
-
-
-def _iso(epoch_s: float) -> str:
-    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 __all__ = ["BatchFiles", "DriverMicroBatches", "OffsetLog"]

@@ -111,7 +111,13 @@ def loss_app(app_id: str) -> str:
     return f"{app_id}.loss"
 
 
-def _ts(ms: int | None) -> datetime | None:
+def utc_from_ms(ms: int | None) -> datetime | None:
+    """Epoch milliseconds as a UTC ``datetime`` (the tables' timestamp columns); None stays None.
+
+    Example:
+        >>> utc_from_ms(0).isoformat(), utc_from_ms(None)
+        ('1970-01-01T00:00:00+00:00', None)
+    """
     return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
@@ -224,13 +230,13 @@ class LossAuditor:
                     "cluster": cluster,
                     "status": payload.get("status"),
                     "lost": bool(payload.get("lost")),
-                    "missing_since": _ts(payload.get("missing_since_ms")),
+                    "missing_since": utc_from_ms(payload.get("missing_since_ms")),
                     "flaps": payload.get("flaps") or 0,
                     "host": payload.get("host"),
                     "port": payload.get("port"),
                     "has_cookie": payload.get("has_cookie"),
                     "rpc_address": payload.get("rpc_address"),
-                    "updated_at": _ts(at_ms),
+                    "updated_at": utc_from_ms(at_ms),
                 }
                 (lost.add if payload.get("lost") else lost.discard)(bookie_id)
             elif kind == "bookie_lost":
@@ -412,4 +418,5 @@ __all__ = [
     "loss_app",
     "membership_app",
     "record_transitions",
+    "utc_from_ms",
 ]

@@ -26,7 +26,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +65,7 @@ from streaming.loss import (
     loss_app,
     membership_app,
     record_transitions,
+    utc_from_ms,
 )
 from streaming.processor import DECISION_COLUMNS
 from streaming.publish import publish
@@ -117,10 +118,6 @@ def kafka_partition(key: str, partitions: int) -> int:
     from connectors.kafka.publisher import partition_for_key
 
     return partition_for_key(key.encode("utf-8"), partitions)  # the watcher's own rule: one implementation
-
-
-def _ts(ms: int | None) -> datetime | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
 def _b64_bytes(text: str | None) -> bytes | None:
@@ -197,7 +194,7 @@ def _ledger_row(ledger_id: int, payload: Mapping[str, Any], cluster: str, at_ms:
         "znode_mtime_ms": payload.get("znode_mtime_ms"),
         "undecodable_reason": None,
         "deleted": False,
-        "updated_at": _ts(at_ms),
+        "updated_at": utc_from_ms(at_ms),
     }
 
 
@@ -416,7 +413,7 @@ class AuditSink:
                     **existing,
                     "deleted": True,
                     "cluster": cluster,
-                    "updated_at": _ts(at_ms),
+                    "updated_at": utc_from_ms(at_ms),
                 }
                 index_replace[ledger_id] = []
                 touch(ledger_id, at_ms)
@@ -442,7 +439,7 @@ class AuditSink:
                     "mzxid": payload.get("mzxid"),
                     "znode_version": payload.get("version"),
                     "deleted": False,
-                    "updated_at": _ts(at_ms),
+                    "updated_at": utc_from_ms(at_ms),
                 }
                 index_replace[ledger_id] = []
                 touch(ledger_id, at_ms)
@@ -460,8 +457,8 @@ class AuditSink:
                         "ledger_id": ledger_id,
                         "path": payload.get("path"),
                         "reason": payload.get("reason"),
-                        "received_at": _ts(at_ms),
-                        "received_date": _ts(at_ms).date(),  # type: ignore[union-attr]
+                        "received_at": utc_from_ms(at_ms),
+                        "received_date": utc_from_ms(at_ms).date(),  # type: ignore[union-attr]
                         "batch_id": batch_id,
                     }
                 )
@@ -477,7 +474,7 @@ class AuditSink:
                     "under_replication_marked": marked,
                     "under_replication_replicas": payload.get("replicas") if marked else [],
                     "under_replication_ctime_ms": payload.get("mark_ctime_ms") if marked else None,
-                    "updated_at": _ts(at_ms),
+                    "updated_at": utc_from_ms(at_ms),
                 }
                 changed_ledgers.add(ledger_id)
                 if not marked:
@@ -518,7 +515,7 @@ class AuditSink:
                 for bookie, rack in racks.items():
                     existing = bookie_rows.get(bookie, {"bookie_id": bookie, "cluster": cluster})
                     if existing.get("rack") != rack or bookie not in bookie_rows:
-                        bookie_rows[bookie] = {**existing, "rack": rack, "updated_at": _ts(at_ms)}
+                        bookie_rows[bookie] = {**existing, "rack": rack, "updated_at": utc_from_ms(at_ms)}
                         bookies_changed.add(bookie)
             elif kind == "snapshot_complete":
                 snapshots_complete.append({**payload, "at_ms": at_ms})
@@ -561,8 +558,8 @@ class AuditSink:
                         "key": _b64_bytes(payload.get("key_b64")),
                         "value": _b64_bytes(payload.get("value_b64")),
                         "reason": payload.get("reason"),
-                        "received_at": _ts(at_ms),
-                        "received_date": _ts(at_ms).date(),  # type: ignore[union-attr]
+                        "received_at": utc_from_ms(at_ms),
+                        "received_date": utc_from_ms(at_ms).date(),  # type: ignore[union-attr]
                         "batch_id": batch_id,
                     }
                 )
@@ -605,7 +602,7 @@ class AuditSink:
                     "ledger_id": ledger_id,
                     "ledger_bucket": ledger_id % LEDGER_BUCKETS,
                 }
-                ledgers[ledger_id] = {**existing, "deleted": True, "updated_at": _ts(done["at_ms"])}
+                ledgers[ledger_id] = {**existing, "deleted": True, "updated_at": utc_from_ms(done["at_ms"])}
                 index_replace[ledger_id] = []
                 touch(ledger_id, done["at_ms"])
 
@@ -785,7 +782,7 @@ class AuditSink:
         )
         seen_ids |= {r["ledger_id"] for r in seen_now if r["snapshot_id"] == snapshot_id}
         # Known before the begin: rows not deleted whose last change is older (this batch's rows supersede).
-        begin = pa.scalar(_ts(begin_ms), type=LEDGERS.schema.field("updated_at").type)
+        begin = pa.scalar(utc_from_ms(begin_ms), type=LEDGERS.schema.field("updated_at").type)
         rows = scan(ledgers_table, columns=["ledger_id", "deleted", "updated_at"])
         not_deleted = pc.or_(pc.is_null(rows["deleted"]), pc.invert(pc.fill_null(rows["deleted"], True)))
         older = pc.or_(pc.is_null(rows["updated_at"]), pc.less(rows["updated_at"], begin))
