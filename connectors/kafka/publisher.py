@@ -141,6 +141,7 @@ class ChangePublisher:
             self._producer,
             hold_tails=holds_tails(self.settings),
             max_block_s=self.settings.producer_max_block_ms / 1000,
+            reports_polled_elsewhere=True,  # only the poller runs the acks, in the broker's order
         )
         self._poller = threading.Thread(
             target=self._serve_delivery_reports, args=(self._producer,), name="kafka-delivery", daemon=True

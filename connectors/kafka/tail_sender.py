@@ -17,9 +17,10 @@ after everything before it). On real Kafka the hold is unnecessary: ``kafka.sing
 sends straight through; with ``producer_batch_size = 0`` every batch is one record anyway and nothing is
 held.
 
-A full local queue (librdkafka's ``BufferError``) is back-pressure: the sender serves delivery reports and
-tries again, for up to ``max_block_s``, then raises :class:`~connectors.kafka.client_config.KafkaTimeout`;
-the record is then neither sent nor held, so the caller can retry it. Nothing is dropped.
+A full local queue (librdkafka's ``BufferError``) is back-pressure: the sender waits for delivery reports
+to free it and tries again, for up to ``max_block_s``, then raises
+:class:`~connectors.kafka.client_config.KafkaTimeout`; the record is then neither sent nor held, so the
+caller can retry it. Nothing is dropped.
 
 Example:
     >>> class Recorder:  # stands in for confluent_kafka.Producer in this doctest
@@ -44,6 +45,9 @@ from confluent_kafka import KafkaException
 
 from connectors.kafka.client_config import KafkaTimeout
 
+#: How often a sender whose reports another thread serves looks at the producer's queue (seconds).
+_DRAIN_POLL_S = 0.001
+
 #: Called with the delivered ``confluent_kafka.Message`` (its partition and offset) after the broker acked.
 OnSuccess = Callable[[Any], None]
 #: Called with the exception when the record failed after the producer's retries.
@@ -62,7 +66,11 @@ class TailSender:
     """Sends keyed records to explicit partitions through one librdkafka producer (see the module doc).
 
     Not thread-safe: one thread sends and releases (the watcher's worker, the sink's batch). Delivery
-    callbacks run wherever the producer is polled (``flush``, ``poll``; the watcher polls on a thread).
+    callbacks run wherever the producer is polled. With ``reports_polled_elsewhere`` (the watcher polls on a
+    thread of its own) the sender never polls: it waits for the producer's queue to drain instead, so every
+    delivery report runs on that one thread, in the order the broker acknowledged. librdkafka hands each
+    batch's reports to whichever thread polls first, so two polling threads can run a later batch's reports
+    before an earlier one's, and acknowledged offsets then seem to go backwards.
 
     Example:
         >>> # sender = TailSender(Producer(producer_config(settings)), hold_tails=holds_tails(settings))
@@ -70,10 +78,18 @@ class TailSender:
         >>> # sender.flush()     # release the held tails and wait for every acknowledgement
     """
 
-    def __init__(self, producer: Any, *, hold_tails: bool, max_block_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        producer: Any,
+        *,
+        hold_tails: bool,
+        max_block_s: float = 60.0,
+        reports_polled_elsewhere: bool = False,
+    ) -> None:
         self.producer = producer
         self.hold_tails = hold_tails
         self.max_block_s = max_block_s
+        self.reports_polled_elsewhere = reports_polled_elsewhere
         self._held: dict[tuple[str, int], _Held] = {}
 
     @property
@@ -130,9 +146,22 @@ class TailSender:
         self._flush(timeout_s)
 
     def _flush(self, timeout_s: float | None) -> None:
-        pending = self.producer.flush(-1 if timeout_s is None else timeout_s)
+        if self.reports_polled_elsewhere:
+            pending = self._wait_drained(timeout_s)
+        else:
+            pending = self.producer.flush(-1 if timeout_s is None else timeout_s)
         if pending:
             raise KafkaTimeout(f"{pending} records still unacknowledged after {timeout_s} s")
+
+    def _wait_drained(self, timeout_s: float | None) -> int:
+        """Wait until the producer holds nothing (sent, acknowledged, reports served); returns what is left.
+
+        ``len(producer)`` counts records queued or in flight and delivery reports not yet served.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while (pending := len(self.producer)) and (deadline is None or time.monotonic() < deadline):
+            time.sleep(_DRAIN_POLL_S)
+        return pending
 
     def _send_now(self, topic: str, partition: int, record: _Held) -> None:
         deadline = time.monotonic() + self.max_block_s
@@ -152,7 +181,10 @@ class TailSender:
                     raise KafkaTimeout(
                         f"the producer's queue stayed full for {self.max_block_s:.0f} s"
                     ) from None
-                self.producer.poll(0.1)
+                if self.reports_polled_elsewhere:
+                    time.sleep(_DRAIN_POLL_S)
+                else:
+                    self.producer.poll(0.1)
 
 
 def _delivery_report(on_success: OnSuccess | None, on_error: OnError | None) -> Callable[[Any, Any], None]:

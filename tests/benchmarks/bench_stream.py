@@ -1104,13 +1104,14 @@ def _decision_table(decisions: list[dict[str, Any]], cluster: str) -> Any:
     """Decisions (processor output) as the Arrow table the sink receives (``DECISION_SCHEMA``)."""
     import pyarrow as pa
 
-    from streaming.sink import ARROW_DECISION_SCHEMA, _ts
+    from streaming.loss import utc_from_ms
+    from streaming.sink import ARROW_DECISION_SCHEMA
 
     return pa.Table.from_pylist(
         [
             {
                 "kind": d["kind"],
-                "event_time": _ts(d["event_time_ms"]),
+                "event_time": utc_from_ms(d["event_time_ms"]),
                 "cluster": cluster,
                 "ledger_id": d.get("ledger_id"),
                 "bookie_id": d.get("bookie_id"),

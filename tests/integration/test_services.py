@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -215,3 +216,35 @@ def read_topic_all(kafka_settings, topic: str, expected: int) -> list:
         return found
     finally:
         tail.close()
+
+
+def test_change_publisher_sees_acknowledged_offsets_in_the_brokers_order(kafka_settings):
+    # Regression: the publisher's poller thread and the sender's flush both ran delivery reports, so a later
+    # batch's acknowledgements could be handled before an earlier one's; offsets then seemed to go backwards
+    # and the watcher republished a FULL snapshot it did not need (a storm of them at 200 k ledgers).
+    from bkaudit import events
+    from connectors.kafka.publisher import ChangePublisher
+
+    rng = random.Random(7)
+
+    def slow_now_and_then(_kind: str, _event_time: int, _change_time: int | None) -> None:
+        if rng.random() < 0.01:
+            time.sleep(0.001)  # a busy process: the window in which two report threads overtake
+
+    topic = "t.ack-order"
+    publisher = ChangePublisher(kafka_settings, topic, partitions=3, on_delivered=slow_now_and_then)
+    publisher.start()
+    builder = events.EventBuilder("c", "r", clock_ms=lambda: 5)
+    sent = 0
+    try:
+        while sent < 20_000 and not publisher.topic_lost:
+            for _ in range(rng.randint(1, 300)):  # the watcher's bursts, each ended by the held tails
+                publisher.publish(builder.build(events.ledger_deleted(sent)))
+                sent += 1
+            publisher.release_tails()
+        publisher.flush(30)
+        assert publisher.take_topic_lost() is None
+        assert publisher.delivered == sent
+    finally:
+        publisher.close()
+    assert _end_offsets_total(kafka_settings, topic) == sent  # nothing lost or duplicated on the broker

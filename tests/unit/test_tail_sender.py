@@ -203,3 +203,48 @@ def test_release_with_nothing_held_does_not_flush():
     producer = _Recorder()
     TailSender(producer, hold_tails=True).release()
     assert producer.log == []
+
+
+class _ServedElsewhere(_Recorder):
+    """A producer whose delivery reports another thread serves: polling or flushing here is a bug, and the
+    queue drains on its own (one record per look)."""
+
+    def __init__(self, refusals: int = 0) -> None:
+        super().__init__()
+        self.fail_sends = refusals
+
+    def __len__(self) -> int:
+        queued = len(_sends(self.log)) - self.drained
+        self.drained += 1 if queued > 0 else 0
+        return max(0, queued)
+
+    drained = 0
+
+    def poll(self, timeout: float = -1) -> int:
+        raise AssertionError("only the report thread may poll")
+
+    def flush(self, timeout: float = -1) -> int:
+        raise AssertionError("only the report thread may serve reports (flush polls)")
+
+
+def test_a_sender_whose_reports_another_thread_serves_waits_for_the_queue_and_never_polls():
+    producer = _ServedElsewhere(refusals=2)  # a full queue twice: wait, do not poll
+    sender = TailSender(producer, hold_tails=True, reports_polled_elsewhere=True)
+    for i in range(3):
+        sender.send("t", key=b"k", value=b"v%d" % i, partition=0)
+    sender.flush(timeout_s=5)
+    assert _sends(producer.log) == [("t", 0, b"v0"), ("t", 0, b"v1"), ("t", 0, b"v2")]
+    assert len(producer) == 0 and sender.holding == 0
+
+
+def test_a_sender_whose_reports_another_thread_serves_times_out_while_records_stay_queued():
+    class Stuck(_ServedElsewhere):
+        def __len__(self) -> int:
+            return 1
+
+    sender = TailSender(Stuck(), hold_tails=True, reports_polled_elsewhere=True)
+    sender.send("t", key=b"k", value=b"a", partition=0)
+    sender.send("t", key=b"k", value=b"b", partition=0)
+    with pytest.raises(KafkaTimeout, match="unacknowledged"):
+        sender.release(timeout_s=0.05)
+    assert sender.holding == 1  # the held record is kept for the next release
