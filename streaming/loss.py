@@ -11,7 +11,9 @@ by :meth:`LossAuditor.apply`, from
   their new versions against the lost set.
 
 The auditor keeps the lost set and the open alerts of its kinds in memory (loaded from Delta at the first
-call), publishes each call's transitions, then records them (``bookies`` membership columns, ``open_alerts``,
+call; the ledger kinds as Arrow columns, :mod:`bkaudit.domain.ledger_alerts`, so a loss goes from the rule's
+verdicts to encoded Kafka records and table rows in bulk, with no object per ledger), publishes each call's
+transitions, then records them (``bookies`` membership columns, ``open_alerts``,
 ``violations``) with the caller's ``(app_id, batch_id)`` app transaction, so a replayed batch writes nothing
 twice.
 
@@ -46,11 +48,17 @@ from deltalake import DeltaTable
 
 from bkaudit.domain.alert_book import AlertBook, alert_to_row
 from bkaudit.domain.alerts import Alert, AlertKind
-from bkaudit.domain.rules.lost_ledgers import (
-    LOST_BOOKIE_INPUT_SCHEMA,
-    lost_bookie_verdicts,
-    verdict_conditions,
+from bkaudit.domain.ledger_alerts import (
+    alert_records,
+    alert_rows,
+    condition_table,
+    empty_open,
+    ledger_transitions,
+    open_from_rows,
+    transition_counts,
+    verdict_conditions_table,
 )
+from bkaudit.domain.rules.lost_ledgers import LOST_BOOKIE_INPUT_SCHEMA, lost_bookie_verdicts
 from bkaudit.settings import KafkaSettings
 from connectors.delta.scan import scan
 from connectors.delta.tables import (
@@ -62,7 +70,7 @@ from connectors.delta.tables import (
     table_before_batch,
     table_path,
 )
-from streaming.publish import publish
+from streaming.publish import encoded_alerts, publish_records
 from streaming.reports import REPORTS_KEPT, LossReport, keep_recent
 
 logger = logging.getLogger(__name__)
@@ -89,6 +97,13 @@ MEMBERSHIP_COLUMNS = (
 )
 _RULE_SCHEMA = pa.schema([*LOST_BOOKIE_INPUT_SCHEMA, pa.field("pulsar_topic", pa.string())])
 _RULE_COLUMNS = _RULE_SCHEMA.names
+#: Every column of an alert transition's rows (``open_alerts`` and ``violations`` each take theirs).
+_ROW_SCHEMA = pa.schema(
+    [
+        *OPEN_ALERTS.schema,
+        *(f for f in VIOLATIONS.schema if f.name not in OPEN_ALERTS.schema.names and f.name != "batch_id"),
+    ]
+)
 
 
 def membership_app(app_id: str) -> str:
@@ -137,7 +152,8 @@ class LossAuditor:
         self.kafka = kafka
         self._producer = producer
         self.lock = threading.RLock()
-        self._open: dict[tuple[str, AlertKind], Alert] | None = None
+        self._open: dict[tuple[str, AlertKind], Alert] | None = None  # BOOKIE_LOST alerts
+        self._open_ledgers: pa.Table = empty_open()  # the ledger kinds, columnar
         self._lost: frozenset[str] = frozenset()
         self.reports: list[LossReport] = []
 
@@ -146,9 +162,10 @@ class LossAuditor:
         return DeltaTable(table_path(self.lakehouse_root, name))
 
     def _load(self, open_alerts: DeltaTable, bookies: DeltaTable, cluster: str) -> None:
-        kinds = sorted(kind.value for kind in LOSS_ALERT_KINDS)
-        rows = scan(open_alerts, [("kind", "in", kinds)]).to_pylist()
-        self._open = dict(AlertBook.from_rows(cluster, rows).open)
+        bookie_rows = scan(open_alerts, [("kind", "=", AlertKind.BOOKIE_LOST.value)]).to_pylist()
+        self._open = dict(AlertBook.from_rows(cluster, bookie_rows).open)
+        kinds = [kind.value for kind in LOST_LEDGER_KINDS]
+        self._open_ledgers = open_from_rows(scan(open_alerts, [("kind", "in", kinds)]))
         lost = scan(bookies, [("lost", "=", True)], ["bookie_id"]).column("bookie_id").to_pylist()
         self._lost = frozenset(lost)
 
@@ -174,6 +191,8 @@ class LossAuditor:
             counts: dict[str, int] = {}
             for _, kind in self._open or {}:
                 counts[kind.value] = counts.get(kind.value, 0) + 1
+            for kind in self._open_ledgers.column("kind").to_pylist():
+                counts[kind] = counts.get(kind, 0) + 1
             return counts
 
     # -- the call -----------------------------------------------------------------------------------------
@@ -200,19 +219,31 @@ class LossAuditor:
             assert self._open is not None
             book = AlertBook(cluster, open=dict(self._open))
             bookie_rows, lost, lost_changed = self._apply_membership(book, membership, cluster)
-            evaluated = self._evaluate(book, lost, lost_changed, changed_rows, changed_at_ms)
-            report.ledgers_evaluated = evaluated
-            if book.transitions:
-                report.alerts = publish(self._producer(), self.kafka, book.transitions)
-                report.published_at = time.time()
+            conditions = self._evaluate(lost, lost_changed, changed_rows, changed_at_ms)
+            ledgers, open_ledgers = ledger_transitions(cluster, self._open_ledgers, conditions)
+            report.ledgers_evaluated = conditions.num_rows
+            self._publish(report, book, cluster, ledgers)
             report.bookies_written, report.skipped_replay_tables = self._record(
-                app_id, batch_id, book, bookie_rows
+                app_id, batch_id, book, bookie_rows, cluster, ledgers
             )
-            self._open, self._lost = book.open, lost
+            self._open, self._open_ledgers, self._lost = book.open, open_ledgers, lost
         report.seconds = round(time.monotonic() - started, 3)
-        if report.alerts or report.bookies_written:
+        if report.values or report.bookies_written:
             keep_recent(self.reports, report, REPORTS_KEPT)
         return report
+
+    def _publish(self, report: LossReport, book: AlertBook, cluster: str, ledgers: pa.Table) -> None:
+        """Publish the bookie transitions, then the ledgers' (encoded in bulk), and wait for every ack."""
+        if not book.transitions and not ledgers.num_rows:
+            return
+        bookie_bodies, bookie_records = encoded_alerts(book.transitions)
+        counts = transition_counts(ledgers)
+        for body in bookie_bodies:
+            counts[(body["kind"], body["state"])] = counts.get((body["kind"], body["state"]), 0) + 1
+        records = [*bookie_records, *alert_records(cluster, ledgers)]
+        report.values = publish_records(self._producer(), self.kafka, records, counts=counts)
+        report.transitions = counts
+        report.published_at = time.time()
 
     def _apply_membership(
         self, book: AlertBook, membership: Sequence[Mapping[str, Any]], cluster: str
@@ -250,32 +281,34 @@ class LossAuditor:
 
     def _evaluate(
         self,
-        book: AlertBook,
         lost: frozenset[str],
         lost_changed: Mapping[str, int],
         changed_rows: Mapping[int, Mapping[str, Any]],
         changed_at_ms: Mapping[int, int],
-    ) -> int:
-        """Set the lost-bookie conditions of the ledgers this call reaches; returns how many it evaluated."""
+    ) -> pa.Table:
+        """The lost-bookie conditions of the ledgers this call reaches (a ``CONDITION_SCHEMA`` table, by
+        ledger id): the lost or returned bookies' index partitions, and the ledger lane's changed ledgers."""
         parts: list[_Evaluation] = []
+        gone = _no_conditions([])
         if lost_changed:
             parts.append(self._from_index(lost_changed, exclude=set(changed_rows)))
-        if changed_rows and (lost or self._any_open(book, changed_rows)):
-            parts.append(self._from_changed(book, lost_changed, changed_rows, changed_at_ms))
+        if changed_rows and (lost or self._any_open(changed_rows)):
+            live, gone = self._from_changed(lost_changed, changed_rows, changed_at_ms)
+            parts.append(live)
         parts = [part for part in parts if part.rows.num_rows]
-        if not parts:
-            return 0
-        rows = pa.concat_tables([part.rows for part in parts])
-        at_ms = np.concatenate([part.at_ms for part in parts])
-        order = np.argsort(rows.column("ledger_id").to_numpy(), kind="stable")  # transitions by ledger id
-        rows, at_ms = rows.take(pa.array(order, pa.int64())), at_ms[order]
-        conditions = verdict_conditions(lost_bookie_verdicts(rows, lost)) if lost else {}
-        _set_conditions(book, rows, at_ms, conditions)
-        return rows.num_rows
+        judged = _no_conditions([])
+        if parts:
+            rows = pa.concat_tables([part.rows for part in parts])
+            at_ms = np.concatenate([part.at_ms for part in parts])
+            verdicts = lost_bookie_verdicts(rows, lost)
+            judged = verdict_conditions_table(verdicts, at_ms, rows.column("pulsar_topic"))
+        conditions = pa.concat_tables([judged, gone])
+        order = np.argsort(conditions.column("ledger_id").to_numpy(), kind="stable")
+        return conditions.take(pa.array(order, pa.int64()))
 
-    @staticmethod
-    def _any_open(book: AlertBook, ledger_ids: Mapping[int, Any]) -> bool:
-        return any((f"ledger/{i}", kind) in book.open for i in ledger_ids for kind in LOST_LEDGER_KINDS)
+    def _any_open(self, ledger_ids: Mapping[int, Any]) -> bool:
+        ids = np.fromiter(ledger_ids, np.int64, len(ledger_ids))
+        return bool(np.isin(ids, self._open_ledgers.column("ledger_id").to_numpy()).any())
 
     def _from_index(self, lost_changed: Mapping[str, int], exclude: set[int]) -> _Evaluation:
         """The ledgers on the bookies lost or returned, once each, from their index partitions (the ledger
@@ -320,34 +353,35 @@ class LossAuditor:
 
     def _from_changed(
         self,
-        book: AlertBook,
         lost_changed: Mapping[str, int],
         changed_rows: Mapping[int, Mapping[str, Any]],
         changed_at_ms: Mapping[int, int],
-    ) -> _Evaluation:
-        """The ledger lane's changed ledgers: deleted and undecodable ones resolve here, live ones are
-        evaluated at the later of their change and any loss or return of a bookie they name."""
+    ) -> tuple[_Evaluation, pa.Table]:
+        """The ledger lane's changed ledgers: live ones to evaluate at the later of their change and any loss
+        or return of a bookie they name; deleted and undecodable ones as conditions that resolve."""
         live: list[Mapping[str, Any]] = []
         at_ms: list[int] = []
+        gone: list[tuple[int, int, str | None]] = []  # (ledger id, at, resolution reason)
         for ledger_id, row in changed_rows.items():
             at = changed_at_ms[ledger_id]
             if row.get("deleted"):
-                for kind in LOST_LEDGER_KINDS:
-                    book.set_ledger_condition(
-                        kind, ledger_id, False, at_ms=at, detail={"resolution": "ledger deleted"}
-                    )
-                continue
-            if not row.get("state"):  # undecodable: nothing can be evaluated
-                for kind in LOST_LEDGER_KINDS:
-                    book.set_ledger_condition(kind, ledger_id, False, at_ms=at)
-                continue
-            hits = [lost_changed[b] for b in row.get("bookies") or () if b in lost_changed]
-            live.append(row)
-            at_ms.append(max([at, *hits]))
-        return _Evaluation(_rule_table(live), np.asarray(at_ms, dtype=np.int64))
+                gone.append((ledger_id, at, "ledger deleted"))
+            elif not row.get("state"):  # undecodable: nothing can be evaluated
+                gone.append((ledger_id, at, None))
+            else:
+                hits = [lost_changed[b] for b in row.get("bookies") or () if b in lost_changed]
+                live.append(row)
+                at_ms.append(max([at, *hits]))
+        return _Evaluation(_rule_table(live), np.asarray(at_ms, dtype=np.int64)), _no_conditions(gone)
 
     def _record(
-        self, app_id: str, batch_id: int, book: AlertBook, bookie_rows: Mapping[str, Mapping[str, Any]]
+        self,
+        app_id: str,
+        batch_id: int,
+        book: AlertBook,
+        bookie_rows: Mapping[str, Mapping[str, Any]],
+        cluster: str,
+        ledgers: pa.Table,
     ) -> tuple[int, int]:
         """Write the call's bookie rows and alert transitions (one commit per table, skipped on replay);
         returns the bookie rows and the writes a replay found done."""
@@ -357,24 +391,32 @@ class LossAuditor:
             rows = [dict(bookie_rows[b]) for b in sorted(bookie_rows)]
             table = pa.Table.from_pylist(rows, schema=BOOKIES.schema)
             written.append(writer.upsert("bookies", table, columns=MEMBERSHIP_COLUMNS))
-        if book.transitions:
-            written.extend(record_transitions(writer, book))
+        if book.transitions or ledgers.num_rows:
+            written.extend(record_transitions(writer, book, alert_rows(cluster, ledgers)))
         return len(bookie_rows), written.count(False)
 
 
-def record_transitions(writer: BatchWriter, book: AlertBook) -> tuple[bool, bool]:
+def record_transitions(
+    writer: BatchWriter, book: AlertBook, ledger_rows: pa.Table | None = None
+) -> tuple[bool, bool]:
     """``open_alerts`` (each transition's row while it is open, removed when resolved) and ``violations``
-    (every transition, appended) for a book's transitions; per table, False when a replay found it written."""
+    (every transition, appended) for a book's transitions and, columnar, ledger transitions
+    (:func:`~bkaudit.domain.ledger_alerts.alert_rows`); per table, False when a replay found it written."""
     # Each transition's row once: an open alert with a transition's id is that transition (a re-fire is a
     # new object).
     rows = {id(a): alert_to_row(a) for a in book.transitions}
-    ids = {a.alert_id for a in book.transitions}
-    open_rows = [rows[id(a)] for a in book.transitions if book.open.get((a.entity, a.kind)) is a]
-    written = writer.replace_keys(
-        "open_alerts", "alert_id", ids, pa.Table.from_pylist(open_rows, schema=OPEN_ALERTS.schema)
-    )
-    violations = [{**rows[id(a)], "batch_id": writer.batch_id} for a in book.transitions]
-    appended = writer.append("violations", pa.Table.from_pylist(violations, schema=VIOLATIONS.schema))
+    all_rows = pa.Table.from_pylist([rows[id(a)] for a in book.transitions], schema=_ROW_SCHEMA)
+    still_open = [book.open.get((a.entity, a.kind)) is a for a in book.transitions]
+    if ledger_rows is not None and ledger_rows.num_rows:
+        all_rows = pa.concat_tables([all_rows, ledger_rows.select(_ROW_SCHEMA.names).cast(_ROW_SCHEMA)])
+        firing = pc.equal(ledger_rows.column("state"), "firing").to_numpy(zero_copy_only=False)
+        still_open.extend(firing.tolist())
+    open_rows = all_rows.filter(pa.array(still_open, pa.bool_())).select(OPEN_ALERTS.schema.names)
+    ids = set(all_rows.column("alert_id").to_pylist())
+    written = writer.replace_keys("open_alerts", "alert_id", ids, open_rows.cast(OPEN_ALERTS.schema))
+    batch = pa.array(np.full(all_rows.num_rows, writer.batch_id, dtype=np.int64))
+    violations = all_rows.append_column("batch_id", batch).select(VIOLATIONS.schema.names)
+    appended = writer.append("violations", violations.cast(VIOLATIONS.schema))
     return written, appended
 
 
@@ -383,29 +425,17 @@ def _rule_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist([{c: r.get(c) for c in _RULE_COLUMNS} for r in rows], schema=_RULE_SCHEMA)
 
 
-def _set_conditions(
-    book: AlertBook,
-    rows: pa.Table,
-    at_ms: np.ndarray,
-    conditions: Mapping[int, tuple[str, dict[str, Any]] | None],
-) -> None:
-    ledger_ids = rows.column("ledger_id").to_pylist()
-    topics = rows.column("pulsar_topic").to_pylist()
-    for ledger_id, at, topic in zip(ledger_ids, at_ms.tolist(), topics, strict=True):
-        condition = conditions.get(ledger_id)
-        if condition is None and not any((f"ledger/{ledger_id}", k) in book.open for k in LOST_LEDGER_KINDS):
-            continue  # nothing holds, nothing open: no transition either way
-        for kind in LOST_LEDGER_KINDS:
-            holds = condition is not None and condition[0] == kind.value
-            book.set_ledger_condition(
-                kind,
-                ledger_id,
-                holds,
-                at_ms=at,
-                bookies=condition[1]["lost_bookies"] if holds and condition else [],
-                pulsar_topic=topic,
-                detail=condition[1] if holds and condition else None,
-            )
+def _no_conditions(gone: Sequence[tuple[int, int, str | None]]) -> pa.Table:
+    """Conditions under which nothing holds (deleted or undecodable ledgers): whatever is open resolves."""
+    return condition_table(
+        ledger_ids=[g[0] for g in gone],
+        at_ms=[g[1] for g in gone],
+        kinds=pa.nulls(len(gone), pa.string()),
+        bookies=[[] for _ in gone],
+        details=pa.nulls(len(gone), pa.string()),
+        topics=pa.nulls(len(gone), pa.string()),
+        resolutions=[g[2] for g in gone],
+    )
 
 
 __all__ = [

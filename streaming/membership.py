@@ -141,7 +141,7 @@ class MembershipLane:
         self.store.save(batch_id, new_state)
         if self.metrics is not None:
             self.metrics.on_membership_batch(report, self.auditor.open_counts())
-        if report.alerts or report.bookies_written:
+        if report.values or report.bookies_written:
             keep_recent(self.reports, report, REPORTS_KEPT)
         return report
 

@@ -305,13 +305,13 @@ class StreamMetrics:
         Example:
             >>> from streaming.reports import LossReport
             >>> metrics = StreamMetrics()
-            >>> report = LossReport("a", 1, alerts=[{"kind": "BOOKIE_LOST", "state": "firing"}])
+            >>> report = LossReport("a", 1, transitions={("BOOKIE_LOST", "firing"): 1})
             >>> metrics.on_membership_batch(report, {"BOOKIE_LOST": 1})
             >>> metrics.registry.get_sample_value("bkaudit_num_lost_bookies")
             1.0
         """
-        for alert in report.alerts:
-            self.alert_transitions.labels(alert["kind"], alert["state"]).inc()
+        for (kind, state), alerts in report.transitions.items():
+            self.alert_transitions.labels(kind, state).inc(alerts)
         self._open_by_lane["loss"] = dict(loss_open)
         self.set_open_alerts({**self._open_by_lane["ledgers"], **self._open_by_lane["loss"]})
 

@@ -51,6 +51,33 @@ def publish(
     """
     if not alerts and not feedback:
         return []
+    published, keyed_alerts = encoded_alerts(alerts)
+    counts = Counter((body["kind"], body["state"]) for body in published)
+    publish_records(producer, kafka, keyed_alerts, feedback, counts=counts)
+    if logger.isEnabledFor(logging.DEBUG):
+        for alert in alerts:
+            logger.debug(
+                "alert %s %s %s %s", alert.state.value, alert.kind.value, alert.entity, alert.alert_id
+            )
+    return published
+
+
+def publish_records(
+    producer: Any,
+    kafka: KafkaSettings,
+    alert_records: Sequence[tuple[bytes, bytes]],
+    feedback: Sequence[Mapping[str, Any]] = (),
+    *,
+    counts: Mapping[tuple[str, str], int] | None = None,
+) -> list[bytes]:
+    """Send encoded alerts (``(key, value)``, e.g. from :func:`encoded_alerts` or the columnar
+    :func:`~bkaudit.domain.ledger_alerts.alert_records`) and feedback, and wait for every acknowledgement;
+    returns the alert values sent. ``counts`` (``(kind, state) → alerts``) is for the log line.
+
+    Raises :class:`~bkaudit.errors.ServiceError` as :func:`publish` does.
+    """
+    if not alert_records and not feedback:
+        return []
     from connectors.kafka.client_config import partition_count
     from connectors.kafka.publisher import partitions_for_keys
     from connectors.kafka.tail_sender import send_records
@@ -58,15 +85,14 @@ def publish(
     metadata_timeout_s = kafka.producer_max_block_ms / 1000
     records: list[tuple[str, int, bytes | None, bytes]] = []
 
-    def place(topic: str, keyed: list[tuple[bytes, bytes]]) -> None:
+    def place(topic: str, keyed: Sequence[tuple[bytes, bytes]]) -> None:
         if keyed:
             count = partition_count(producer, topic, metadata_timeout_s)
             partitions = partitions_for_keys([k for k, _ in keyed], count)
             for (key, value), partition in zip(keyed, partitions, strict=True):
                 records.append((topic, partition, key, value))
 
-    published, keyed_alerts = encoded_alerts(alerts)
-    place(kafka.alerts_topic, keyed_alerts)
+    place(kafka.alerts_topic, alert_records)
     place(
         kafka.feedback_topic,
         [(f"ledger/{message['ledger_id']}".encode(), _compact_json(message)) for message in feedback],
@@ -77,25 +103,19 @@ def publish(
             f"{failed} alert or feedback records were not delivered to Kafka ({first_failure}); "
             "the batch fails and is replayed when the job restarts"
         )
-    _log_published(alerts, published)
-    return published
+    _log_published(len(alert_records), counts or {})
+    return [value for _, value in alert_records]
 
 
-def _log_published(alerts: Sequence[Alert], published: Sequence[Mapping[str, Any]]) -> None:
-    # One line per call at INFO (a lost bookie's tens of thousands of lines cost seconds), each alert at
-    # DEBUG; the alerts themselves are on the topic and in the violations table.
+def _log_published(published: int, counts: Mapping[tuple[str, str], int]) -> None:
+    # One line per call at INFO (a lost bookie's tens of thousands of lines cost seconds); each alert is on
+    # the topic and in the violations table.
     if published:
-        counts_by_kind = Counter(f"{body['state']} {body['kind']}" for body in published)
         logger.info(
             "published %d alert transitions: %s",
-            len(published),
-            ", ".join(f"{n} {what}" for what, n in sorted(counts_by_kind.items())),
+            published,
+            ", ".join(f"{n} {state} {kind}" for (kind, state), n in sorted(counts.items())),
         )
-    if logger.isEnabledFor(logging.DEBUG):
-        for alert in alerts:
-            logger.debug(
-                "alert %s %s %s %s", alert.state.value, alert.kind.value, alert.entity, alert.alert_id
-            )
 
 
-__all__ = ["encoded_alerts", "publish"]
+__all__ = ["encoded_alerts", "publish", "publish_records"]

@@ -3,10 +3,13 @@
 Example:
     >>> BatchReport(3, decisions=10).decisions, LossReport("bkaudit.membership", 3).alerts
     (10, [])
+    >>> LossReport("bkaudit.membership", 4, values=[b'{"kind":"BOOKIE_LOST"}']).alerts
+    [{'kind': 'BOOKIE_LOST'}]
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,16 +41,26 @@ class BatchReport:
 
 @dataclass
 class LossReport:
-    """What one :meth:`LossAuditor.apply` did (for logs, metrics, tests and benchmarks)."""
+    """What one :meth:`LossAuditor.apply` did (for logs, metrics, tests and benchmarks).
+
+    The alerts are kept as the values published (a loss publishes tens of thousands: decoding them all for
+    every call would cost more than publishing); :attr:`alerts` decodes them when asked.
+    """
 
     app_id: str
     batch_id: int
-    alerts: list[dict[str, Any]] = field(default_factory=list)
+    values: list[bytes] = field(default_factory=list)  # the alerts published, as on Kafka
+    transitions: dict[tuple[str, str], int] = field(default_factory=dict)  # (kind, state) → alerts
     ledgers_evaluated: int = 0
     bookies_written: int = 0
     skipped_replay_tables: int = 0  # writes a replay found already done
     published_at: float | None = None  # wall time every alert of the call was acknowledged
     seconds: float = 0.0
+
+    @property
+    def alerts(self) -> list[dict[str, Any]]:
+        """The alerts published, as the JSON objects of interfaces §2."""
+        return [json.loads(value) for value in self.values]
 
 
 def keep_recent(reports: list[Any], report: Any, keep: int) -> None:

@@ -52,6 +52,8 @@ _DRAIN_POLL_S = 0.001
 OnSuccess = Callable[[Any], None]
 #: Called with the exception when the record failed after the producer's retries.
 OnError = Callable[[BaseException], None]
+#: (topic, partition, key, value)
+Record = tuple[str, int, bytes | None, bytes]
 
 
 @dataclass(slots=True)
@@ -60,6 +62,7 @@ class _Held:
     value: bytes
     on_success: OnSuccess | None
     on_error: OnError | None
+    on_delivery: Callable[[Any, Any], None] | None = None  # a ready callback (send_batch) wins
 
 
 class TailSender:
@@ -122,6 +125,37 @@ class TailSender:
             self._send_now(topic, partition, previous)  # raises before the swap: nothing is lost
         self._held[slot] = record
 
+    def send_batch(self, records: Sequence[Record], on_delivery: Callable[[Any, Any], None]) -> None:
+        """Send many records, all with one delivery callback (``on_delivery(error, message)``), holding the
+        newest of each partition as :meth:`send` would; the bulk path (tens of thousands of alerts of a
+        lost bookie) without a callback object and a held slot per record.
+
+        Example:
+            >>> class Recorder:
+            ...     def __init__(self): self.log = []
+            ...     def produce(self, topic, *, value, key, partition, on_delivery): self.log.append(value)
+            ...     def flush(self, timeout=-1): return 0
+            >>> producer = Recorder(); sender = TailSender(producer, hold_tails=True)
+            >>> sender.send_batch([("t", 0, b"k", b"a"), ("t", 1, b"k", b"b"), ("t", 0, b"k", b"c")],
+            ...                   lambda error, message: None)
+            >>> producer.log, sender.holding
+            ([b'a'], 2)
+        """
+        if not self.hold_tails:
+            for topic, partition, key, value in records:
+                self._produce(topic, partition, key, value, on_delivery)
+            return
+        last = {(topic, partition): index for index, (topic, partition, _, _) in enumerate(records)}
+        for slot in last:  # what was held for a partition goes before its new records
+            previous = self._held.pop(slot, None)
+            if previous is not None:
+                self._send_now(*slot, previous)
+        for index, (topic, partition, key, value) in enumerate(records):
+            if last[(topic, partition)] == index:
+                self._held[(topic, partition)] = _Held(key, value, None, None, on_delivery)
+            else:
+                self._produce(topic, partition, key, value, on_delivery)
+
     def release(self, timeout_s: float | None = None) -> None:
         """Flush what was sent, then send every held record alone (one-record batches at the ends).
 
@@ -164,27 +198,45 @@ class TailSender:
         return pending
 
     def _send_now(self, topic: str, partition: int, record: _Held) -> None:
+        callback = record.on_delivery or _delivery_report(record.on_success, record.on_error)
+        self._produce(topic, partition, record.key, record.value, callback)
+
+    def _produce(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes,
+        callback: Callable[[Any, Any], None],
+    ) -> None:
+        try:
+            self.producer.produce(topic, value=value, key=key, partition=partition, on_delivery=callback)
+        except BufferError:
+            self._produce_when_room(topic, partition, key, value, callback)
+
+    def _produce_when_room(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes,
+        callback: Callable[[Any, Any], None],
+    ) -> None:
+        """The local queue is full: wait for delivery reports to free it (serving them unless another thread
+        does) and try again, for up to ``max_block_s``."""
         deadline = time.monotonic() + self.max_block_s
         while True:
+            if time.monotonic() >= deadline:
+                raise KafkaTimeout(f"the producer's queue stayed full for {self.max_block_s:.0f} s") from None
+            if self.reports_polled_elsewhere:
+                time.sleep(_DRAIN_POLL_S)
+            else:
+                self.producer.poll(0.1)
             try:
-                self.producer.produce(
-                    topic,
-                    value=record.value,
-                    key=record.key,
-                    partition=partition,
-                    on_delivery=_delivery_report(record.on_success, record.on_error),
-                )
+                self.producer.produce(topic, value=value, key=key, partition=partition, on_delivery=callback)
                 return
             except BufferError:
-                # The local queue is full: serve delivery reports (they free it) and try again.
-                if time.monotonic() >= deadline:
-                    raise KafkaTimeout(
-                        f"the producer's queue stayed full for {self.max_block_s:.0f} s"
-                    ) from None
-                if self.reports_polled_elsewhere:
-                    time.sleep(_DRAIN_POLL_S)
-                else:
-                    self.producer.poll(0.1)
+                continue
 
 
 def _delivery_report(on_success: OnSuccess | None, on_error: OnError | None) -> Callable[[Any, Any], None]:
@@ -196,10 +248,6 @@ def _delivery_report(on_success: OnSuccess | None, on_error: OnError | None) -> 
             on_success(message)
 
     return report
-
-
-#: (topic, partition, key, value)
-Record = tuple[str, int, bytes | None, bytes]
 
 
 def send_records(producer: Any, settings: Any, records: Sequence[Record]) -> tuple[int, str | None]:
@@ -217,8 +265,7 @@ def send_records(producer: Any, settings: Any, records: Sequence[Record]) -> tup
     sender = TailSender(
         producer, hold_tails=holds_tails(settings), max_block_s=settings.producer_max_block_ms / 1000
     )
-    for topic, partition, key, value in records:
-        sender.send(topic, key=key, value=value, partition=partition, on_error=failures.append)
+    sender.send_batch(records, _delivery_report(None, failures.append))
     sender.flush()
     return len(failures), (error_text(failures[0]) if failures else None)
 

@@ -20,9 +20,10 @@ Prints one JSON document:
   query's start until every ledger is a row of the ``ledgers`` Delta table (row count from the Delta log's
   add actions, no data read), ledgers/s, micro-batches;
 - ``loss``: for each of ``--losses`` bookies, ``t0`` = just before its ``available/<id>`` znode is deleted
-  (a graceful loss; ``lostBookieRecoveryDelay`` is 0). The job's membership lane (its own query, triggered
-  every ``--membership-trigger-s``) hands the loss to the loss owner (``sink.loss``), which publishes every
-  alert of the bookie's ledgers in one :func:`streaming.publish.publish` call. An alert is "on Kafka" when
+  (a graceful loss; ``lostBookieRecoveryDelay`` is 0). The job's membership lane (micro-batches in a driver
+  thread, every ``--membership-trigger-s``) hands the loss to the loss owner (``sink.loss``), which encodes
+  every alert of the bookie's ledgers in bulk and sends them in one
+  :func:`streaming.publish.publish_records` call. An alert is "on Kafka" when
   that call returned: it waits for the broker's acknowledgement of every record (:class:`AlertAcks`; a
   consumer would time the embedded broker's fetch path, which serves backlogs of one-record batches at a
   few hundred records/s). Figures: time to ``BOOKIE_LOST``, to the first and to the last firing
@@ -234,7 +235,10 @@ def _instrument(timers: Timers) -> None:
     timers.wrap(sink_module.AuditSink, "_publish", "sink.publish_kafka")
     timers.wrap(sink_module.AuditSink, "_probe", "sink.probes")
     timers.wrap(loss_module.LossAuditor, "apply", "loss.apply")
-    timers.wrap(loss_module.LossAuditor, "_from_index", "loss.index_read_and_rule")
+    timers.wrap(loss_module.LossAuditor, "_from_index", "loss.index_read")
+    timers.wrap(loss_module.LossAuditor, "_evaluate", "loss.index_read_and_rule")
+    timers.wrap(loss_module, "ledger_transitions", "loss.transitions")
+    timers.wrap(loss_module.LossAuditor, "_publish", "loss.encode_and_publish")
     timers.wrap(loss_module.LossAuditor, "_record", "loss.record_delta")
 
 
@@ -312,8 +316,9 @@ class SinkRecorder:
         # Instance attributes: the lanes look these up on self; ``publish`` is looked up in each module.
         self._patch(sink, "process", self.process)
         self._patch(sink.loss, "apply", self._timed_apply(sink.loss.apply))
-        for module in (loss_module, sink_module):
-            self._patch(module, "publish", self._timed_publish(module.publish))
+        # The loss owner sends records it encoded in bulk; the ledger lane sends Alert objects.
+        self._patch(loss_module, "publish_records", self._timed_publish(loss_module.publish_records))
+        self._patch(sink_module, "publish", self._timed_publish(sink_module.publish))
 
     def _patch(self, owner: Any, attribute: str, replacement: Any) -> None:
         self._undo.append((owner, attribute, getattr(owner, attribute)))
@@ -351,7 +356,7 @@ class SinkRecorder:
                             "started": started,
                             "published_at": getattr(report, "published_at", None),
                             "finished": time.time(),
-                            "alerts": len(getattr(report, "alerts", None) or []),
+                            "alerts": len(getattr(report, "values", None) or []),
                         }
                     )
                     for row in membership:
