@@ -27,7 +27,10 @@ metrics in the driver's registry.
 Options (Spark's names): ``kafka.bootstrap.servers``, ``subscribe`` (comma-separated topics),
 ``startingOffsets`` (``earliest`` | ``latest`` | JSON ``{"topic": {"0": 42}}``), ``maxOffsetsPerTrigger``,
 ``failOnDataLoss``, ``kafka.request.timeout.ms`` (default: the setting), and bkaudit's own
-``bkaudit.brokerOutageLimitS``, ``bkaudit.statusFile`` and ``bkaudit.skipKeyPrefixes``. Security settings
+``bkaudit.brokerOutageLimitS``, ``bkaudit.statusFile``, ``bkaudit.skipKeyPrefixes`` and
+``bkaudit.partitionOfKey`` (read only the partition Kafka's default partitioner gives this key, in each
+topic, as the partition count is now; the membership lane reads the one partition its events share).
+Security settings
 are not options (they would show in query plans): they come from the same ``BKAUDIT_KAFKA__*`` settings
 every other client uses.
 
@@ -196,6 +199,17 @@ def skipped_key_prefixes(options: dict[str, str]) -> tuple[bytes, ...]:
     return tuple(part.strip().encode() for part in text.split(",") if part.strip())
 
 
+def partition_of_key(options: dict[str, str]) -> bytes | None:
+    """Option ``bkaudit.partitionOfKey``: only the partition of this key is planned and read.
+
+    Example:
+        >>> partition_of_key({"bkaudit.partitionofkey": "cluster"}), partition_of_key({})
+        (b'cluster', None)
+    """
+    key = options.get("bkaudit.partitionofkey", "").strip()
+    return key.encode() if key else None
+
+
 def _topics(options: dict[str, str]) -> list[str]:
     topics = [t.strip() for t in options.get("subscribe", "").split(",") if t.strip()]
     if not topics:
@@ -331,6 +345,7 @@ class _KafkaOffsets:
         self._settings = _kafka_settings(options)
         self._limit_s = _outage_limit_s(options)
         self._status = status
+        self._only_key = partition_of_key(options)
         # Metadata and offsets only: a broker answers one connection's requests in order, and a fetch may
         # hold the connection for up to fetch.wait.max.ms (500 ms), so fingerprints are fetched by a
         # client of their own per call (closing it does not wait for its last fetch).
@@ -362,20 +377,35 @@ class _KafkaOffsets:
         return self._retrying("reading the latest offsets", lambda: self._lookup(topics, low=False))
 
     def _lookup(self, topics: Sequence[str], *, low: bool) -> Offsets:
-        from confluent_kafka import TopicPartition
+        """One ``ListOffsets`` request for every partition of ``topics``: the first (``low``) or the end
+        offsets. (``get_watermark_offsets`` asks for both, per partition: four times the requests, and the
+        embedded broker's cost of each grows with the partition's batches.)"""
+        from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicPartition
 
-        result: Offsets = {}
         described = self._consumer.list_topics(timeout=self._timeout_s).topics  # fresh, every topic
-        for topic in topics:
-            metadata = described.get(topic)
-            ids = sorted(metadata.partitions) if metadata is not None and metadata.error is None else []
-            result[topic] = {}
-            for partition in ids:
-                watermarks = self._consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=self._timeout_s, cached=False
-                )
-                result[topic][str(partition)] = int(watermarks[0] if low else watermarks[1])
+        wanted = [
+            TopicPartition(topic, partition, OFFSET_BEGINNING if low else OFFSET_END)
+            for topic in topics
+            if (metadata := described.get(topic)) is not None and metadata.error is None
+            for partition in self._partitions(sorted(metadata.partitions))
+        ]
+        result: Offsets = {topic: {} for topic in topics}
+        if not wanted:
+            return result
+        for found in self._consumer.offsets_for_times(wanted, timeout=self._timeout_s):
+            if found.error is not None:
+                raise KafkaException(found.error)
+            result[found.topic][str(found.partition)] = int(found.offset)
         return result
+
+    def _partitions(self, ids: list[int]) -> list[int]:
+        """The partitions to plan: all, or the one of ``bkaudit.partitionOfKey`` (murmur2, as Java's and our
+        producers place keyed records)."""
+        if self._only_key is None or not ids:
+            return ids
+        from connectors.kafka.publisher import partition_for_key
+
+        return [partition_for_key(self._only_key, len(ids))]
 
     def fingerprints(self, wanted: dict[tuple[str, str], int]) -> dict[tuple[str, str], str | None]:
         """The fingerprint of the record at each ``(topic, partition) → offset``; None: no record there.
@@ -657,6 +687,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         positions = positions_of(start)
         latest = self._available_now_target or self._offsets.latest(self._topics)
         earliest = self._offsets.earliest(self._topics)
+        if partition_of_key(self._options) is not None:
+            # One partition is read; positions of others (another partition count before) are not ours.
+            positions = {
+                t: {p: o for p, o in ps.items() if p in latest.get(t, ps)} for t, ps in positions.items()
+            }
         resets = self._recreated_topics(positions, _meta(start, "fingerprints"), latest, earliest)
         for topic, reason in resets.items():
             self._report_reset(topic, reason)

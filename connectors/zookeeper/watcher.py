@@ -416,6 +416,11 @@ WATCH_EVENT = "watch-event"
 #: The worker sends the publisher's held records once its queue has been empty this long: short enough to
 #: add nothing visible to a live change's latency, long enough not to interrupt a snapshot's read stream.
 TAIL_RELEASE_IDLE_S = 0.002
+#: ... and at most this often while changes keep coming (a snapshot's stream pauses for a few milliseconds
+#: now and then). Each release ends every partition with a one-record batch; at a million ledgers, releases
+#: every few records left the topic with hundreds of thousands of batches, and the embedded broker's offset
+#: lookups and fetches cost time in proportion to a partition's batches.
+TAIL_RELEASE_MIN_INTERVAL_S = 0.02
 
 # The index packs mzxid << 16 | scan epoch. Epochs wrap at 65536; a stale stamp could only match again after
 # 65536 consecutive *incomplete* scans, since every complete scan re-stamps or removes every entry.
@@ -527,6 +532,7 @@ class ChangeWatcher:
         self.zookeeper: KazooClient = KazooClient(**kazoo_client_options(settings.zookeeper))
         self._rack_client: KazooClient | None = None
         self._queue: queue.Queue[tuple[Any, Any, Any]] = queue.Queue(maxsize=self.config.queue_size)
+        self._tails_released_at = 0.0  # monotonic time of the last release of held records
         self._reads = OrderedReads(self.zookeeper, self._deliver)
         self._rack_reads: OrderedReads | None = None
         self._slots = ReadSlots(self.config.snapshot_concurrency)
@@ -1149,7 +1155,9 @@ class ChangeWatcher:
         while True:
             try:
                 if self.publisher.holding:
-                    token, value, error = self._queue.get(timeout=TAIL_RELEASE_IDLE_S)
+                    since = time.monotonic() - self._tails_released_at
+                    idle_s = max(TAIL_RELEASE_IDLE_S, TAIL_RELEASE_MIN_INTERVAL_S - since)
+                    token, value, error = self._queue.get(timeout=idle_s)
                 else:
                     token, value, error = self._queue.get()
             except queue.Empty:
@@ -1170,6 +1178,7 @@ class ChangeWatcher:
                 self.request_snapshot(pb.SnapshotBegin.RECONNECT)
 
     def _release_tails(self) -> None:
+        self._tails_released_at = time.monotonic()
         try:
             self.publisher.release_tails()
         except KafkaTimeout:
