@@ -191,8 +191,8 @@ class LossAuditor:
             counts: dict[str, int] = {}
             for _, kind in self._open or {}:
                 counts[kind.value] = counts.get(kind.value, 0) + 1
-            for kind in self._open_ledgers.column("kind").to_pylist():
-                counts[kind] = counts.get(kind, 0) + 1
+            for entry in pc.value_counts(self._open_ledgers.column("kind")).to_pylist():
+                counts[entry["values"]] = entry["counts"]
             return counts
 
     # -- the call -----------------------------------------------------------------------------------------

@@ -61,6 +61,10 @@ DeliveredHook = Callable[[str, int, int | None], None]
 
 
 MEMBERSHIP_PARTITION_KEY = b"cluster"
+#: Records of a partition held and sent together (one batch): the watcher publishes one event at a time, and
+#: librdkafka (linger 0) would send each few as a batch of its own. The embedded broker's offset lookups and
+#: fetches cost time in proportion to a partition's batches (docs/design.md, the membership lane at 1 M).
+HELD_RECORDS_PER_PARTITION = 64
 
 
 def partition_for_key(key: bytes, partition_count: int) -> int:
@@ -142,6 +146,7 @@ class ChangePublisher:
             hold_tails=holds_tails(self.settings),
             max_block_s=self.settings.producer_max_block_ms / 1000,
             reports_polled_elsewhere=True,  # only the poller runs the acks, in the broker's order
+            hold_records=HELD_RECORDS_PER_PARTITION,
         )
         self._poller = threading.Thread(
             target=self._serve_delivery_reports, args=(self._producer,), name="kafka-delivery", daemon=True

@@ -88,17 +88,21 @@ class TailSender:
         hold_tails: bool,
         max_block_s: float = 60.0,
         reports_polled_elsewhere: bool = False,
+        hold_records: int = 1,
     ) -> None:
         self.producer = producer
         self.hold_tails = hold_tails
         self.max_block_s = max_block_s
         self.reports_polled_elsewhere = reports_polled_elsewhere
-        self._held: dict[tuple[str, int], _Held] = {}
+        # Up to this many of a partition's newest records wait, and go out together (one batch) when one
+        # more comes: a caller that sends records one by one (the watcher) makes fewer, larger batches.
+        self.hold_records = max(1, hold_records)
+        self._held: dict[tuple[str, int], list[_Held]] = {}
 
     @property
     def holding(self) -> int:
-        """How many records are held back (one per partition at most)."""
-        return len(self._held)
+        """How many records are held back (``hold_records`` per partition at most)."""
+        return sum(len(records) for records in self._held.values())
 
     def send(
         self,
@@ -119,11 +123,10 @@ class TailSender:
         if not self.hold_tails:
             self._send_now(topic, partition, record)
             return
-        slot = (topic, partition)
-        previous = self._held.get(slot)
-        if previous is not None:
-            self._send_now(topic, partition, previous)  # raises before the swap: nothing is lost
-        self._held[slot] = record
+        held = self._held.setdefault((topic, partition), [])
+        if len(held) >= self.hold_records:
+            self._send_held(topic, partition, held, keep=0)  # raises before the append: nothing is lost
+        held.append(record)
 
     def send_batch(self, records: Sequence[Record], on_delivery: Callable[[Any, Any], None]) -> None:
         """Send many records, all with one delivery callback (``on_delivery(error, message)``), holding the
@@ -147,32 +150,35 @@ class TailSender:
             return
         last = {(topic, partition): index for index, (topic, partition, _, _) in enumerate(records)}
         for slot in last:  # what was held for a partition goes before its new records
-            previous = self._held.pop(slot, None)
-            if previous is not None:
-                self._send_now(*slot, previous)
+            self._send_held(*slot, self._held.get(slot, []), keep=0)
         for index, (topic, partition, key, value) in enumerate(records):
             if last[(topic, partition)] == index:
-                self._held[(topic, partition)] = _Held(key, value, None, None, on_delivery)
+                self._held[(topic, partition)] = [_Held(key, value, None, None, on_delivery)]
             else:
                 self._produce(topic, partition, key, value, on_delivery)
 
     def release(self, timeout_s: float | None = None) -> None:
-        """Flush what was sent, then send every held record alone (one-record batches at the ends).
+        """Send the held records but each partition's newest, flush, then send each newest alone (one-record
+        batches at the ends).
 
         Raises :class:`KafkaTimeout` when the flush does not finish within ``timeout_s``; the held records
         are then kept for the next call.
         """
-        if not self._held:
+        if not self.holding:
             return
+        for (topic, partition), held in self._held.items():
+            self._send_held(topic, partition, held, keep=1)  # all but each partition's newest, together
         self._flush(timeout_s)
-        held, self._held = self._held, {}
-        for index, ((topic, partition), record) in enumerate(held.items()):
-            try:
-                self._send_now(topic, partition, record)
-            except BaseException:
-                # Keep the unsent ones held (in order) for the next release.
-                self._held = dict(list(held.items())[index:])
-                raise
+        for (topic, partition), held in self._held.items():
+            self._send_held(topic, partition, held, keep=0)  # the newest, alone in its batch
+        self._held = {slot: held for slot, held in self._held.items() if held}
+
+    def _send_held(self, topic: str, partition: int, held: list[_Held], *, keep: int) -> None:
+        """Send the oldest held records of a partition, in order, until ``keep`` remain; a record leaves the
+        list only once it is handed to the producer (an error keeps the rest held, in order)."""
+        while len(held) > keep:
+            self._send_now(topic, partition, held[0])
+            del held[0]
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Release the held tails and wait until every record is acknowledged or failed."""

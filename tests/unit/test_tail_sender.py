@@ -248,3 +248,31 @@ def test_a_sender_whose_reports_another_thread_serves_times_out_while_records_st
     with pytest.raises(KafkaTimeout, match="unacknowledged"):
         sender.release(timeout_s=0.05)
     assert sender.holding == 1  # the held record is kept for the next release
+
+
+def test_held_records_of_a_partition_go_out_together_and_the_newest_alone_after_a_flush():
+    producer = _Recorder()
+    sender = TailSender(producer, hold_tails=True, hold_records=3)
+    for i in range(5):
+        sender.send("t", key=b"k", value=b"p0-%d" % i, partition=0)
+    sender.send("t", key=b"k", value=b"p1-0", partition=1)
+    # The fourth record of partition 0 sent the three held before it, in order; two wait now.
+    assert producer.log == [("t", 0, b"p0-0"), ("t", 0, b"p0-1"), ("t", 0, b"p0-2")]
+    assert sender.holding == 3
+    sender.release()
+    assert producer.log[3:] == [("t", 0, b"p0-3"), "flush", ("t", 0, b"p0-4"), ("t", 1, b"p1-0")]
+    assert sender.holding == 0
+
+
+def test_a_failed_send_of_held_records_keeps_the_rest_held_in_order():
+    producer = _Recorder()
+    sender = TailSender(producer, hold_tails=True, hold_records=2, max_block_s=0.0)
+    for i in range(2):
+        sender.send("t", key=b"k", value=b"v%d" % i, partition=0)
+    producer.fail_sends = 1
+    with pytest.raises(KafkaTimeout):
+        sender.send("t", key=b"k", value=b"v2", partition=0)
+    assert sender.holding == 2  # nothing sent, nothing lost; the caller retries v2
+    sender.send("t", key=b"k", value=b"v2", partition=0)
+    sender.flush()
+    assert _sends(producer.log) == [("t", 0, b"v0"), ("t", 0, b"v1"), ("t", 0, b"v2")]
