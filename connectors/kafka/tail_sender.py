@@ -215,34 +215,24 @@ class TailSender:
         value: bytes,
         callback: Callable[[Any, Any], None],
     ) -> None:
-        try:
-            self.producer.produce(topic, value=value, key=key, partition=partition, on_delivery=callback)
-        except BufferError:
-            self._produce_when_room(topic, partition, key, value, callback)
-
-    def _produce_when_room(
-        self,
-        topic: str,
-        partition: int,
-        key: bytes | None,
-        value: bytes,
-        callback: Callable[[Any, Any], None],
-    ) -> None:
-        """The local queue is full: wait for delivery reports to free it (serving them unless another thread
-        does) and try again, for up to ``max_block_s``."""
-        deadline = time.monotonic() + self.max_block_s
+        """Hand one record to the producer. A full local queue is waited out, for up to ``max_block_s``:
+        delivery reports free it (served here, unless another thread serves them)."""
+        deadline: float | None = None
         while True:
-            if time.monotonic() >= deadline:
-                raise KafkaTimeout(f"the producer's queue stayed full for {self.max_block_s:.0f} s") from None
-            if self.reports_polled_elsewhere:
-                time.sleep(_DRAIN_POLL_S)
-            else:
-                self.producer.poll(0.1)
             try:
                 self.producer.produce(topic, value=value, key=key, partition=partition, on_delivery=callback)
                 return
             except BufferError:
-                continue
+                now = time.monotonic()
+                deadline = now + self.max_block_s if deadline is None else deadline
+                if now >= deadline:
+                    raise KafkaTimeout(
+                        f"the producer's queue stayed full for {self.max_block_s:.0f} s"
+                    ) from None
+                if self.reports_polled_elsewhere:
+                    time.sleep(_DRAIN_POLL_S)
+                else:
+                    self.producer.poll(0.1)
 
 
 def _delivery_report(on_success: OnSuccess | None, on_error: OnError | None) -> Callable[[Any, Any], None]:

@@ -8,7 +8,7 @@ loss reaches through the ``ledger_bookies`` index (~31,000 of 1 M on 100 bookies
   ``LedgerMetadata`` per row, ``is_recoverable``, the sample) over the index rows as Python dicts;
 - ``vectorised_s``: :func:`bkaudit.domain.rules.lost_ledgers.lost_bookie_verdicts` over the same rows as an
   Arrow table; ``vectorised_conditions_s`` adds turning the verdicts into the sink's alert conditions
-  (:func:`~bkaudit.domain.rules.lost_ledgers.verdict_conditions`, one Python object per alert);
+  (:func:`~bkaudit.domain.ledger_alerts.verdict_conditions_table`, columns);
 - ``identical``: every verdict is the same.
 
 Each form runs ``--repeats`` times; the median and the least are reported.
@@ -76,13 +76,11 @@ def _timed(work: Any, repeats: int) -> tuple[Any, dict[str, float]]:
 
 def compare(rows: list[dict[str, Any]], lost: set[str], repeats: int) -> dict[str, Any]:
     """Both forms over the same rows: seconds each, and whether every verdict agrees."""
+    import numpy as np
     import pyarrow as pa
 
-    from bkaudit.domain.rules.lost_ledgers import (
-        LOST_BOOKIE_INPUT_SCHEMA,
-        lost_bookie_verdicts,
-        verdict_conditions,
-    )
+    from bkaudit.domain.ledger_alerts import verdict_conditions_table
+    from bkaudit.domain.rules.lost_ledgers import LOST_BOOKIE_INPUT_SCHEMA, lost_bookie_verdicts
     from tests.unit.test_lost_ledgers import per_ledger_condition
 
     table = pa.Table.from_pylist(rows, schema=LOST_BOOKIE_INPUT_SCHEMA)
@@ -90,8 +88,11 @@ def compare(rows: list[dict[str, Any]], lost: set[str], repeats: int) -> dict[st
         lambda: {row["ledger_id"]: per_ledger_condition(row, lost) for row in rows}, repeats
     )
     verdicts, vectorised_s = _timed(lambda: lost_bookie_verdicts(table, lost), repeats)
-    conditions, conditions_s = _timed(lambda: verdict_conditions(lost_bookie_verdicts(table, lost)), repeats)
-    kinds = [condition[0] for condition in conditions.values() if condition]
+    at_ms, topics = np.zeros(len(rows), np.int64), pa.nulls(len(rows))
+    conditions, conditions_s = _timed(
+        lambda: verdict_conditions_table(lost_bookie_verdicts(table, lost), at_ms, topics), repeats
+    )
+    kinds = [kind for kind in conditions.column("kind").to_pylist() if kind]
     return {
         "lost": sorted(lost),
         "ledgers_reached": len(rows),

@@ -9,19 +9,21 @@ one ledger's columns can never leak into its neighbour's verdict.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from bkaudit.domain.ledger_alerts import verdict_conditions_table
 from bkaudit.domain.metadata import LedgerMetadata, LedgerState, Segment
 from bkaudit.domain.rules.lost_ledgers import (
     LOST_BOOKIE_INPUT_SCHEMA,
     VERDICT_SCHEMA,
     lost_bookie_verdicts,
-    verdict_conditions,
 )
 from bkaudit.errors import FormatError
 
@@ -191,9 +193,10 @@ def test_vectorised_and_per_ledger_rules_agree(batch: tuple[list[dict[str, Any]]
     verdicts = lost_bookie_verdicts(pa.Table.from_pylist(rows, schema=LOST_BOOKIE_INPUT_SCHEMA), lost)
     assert verdicts.schema == VERDICT_SCHEMA
     assert verdicts.column("ledger_id").to_pylist() == [row["ledger_id"] for row in rows]
-    conditions = verdict_conditions(verdicts)
-    for row, verdict in zip(rows, verdicts.to_pylist(), strict=True):
-        assert conditions[row["ledger_id"]] == per_ledger_condition(row, lost), (row, lost)
+    conditions = verdict_conditions_table(verdicts, np.zeros(len(rows), np.int64), pa.nulls(len(rows)))
+    for row, verdict, condition in zip(rows, verdicts.to_pylist(), conditions.to_pylist(), strict=True):
+        alerted = (condition["kind"], json.loads(condition["detail"])) if condition["kind"] else None
+        assert alerted == per_ledger_condition(row, lost), (row, lost)
         named = {b for s in row["segments"] for b in s["ensemble"]} & lost
         assert verdict["lost_bookies"] == sorted(named)
 

@@ -32,7 +32,6 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Set
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -110,39 +109,6 @@ def lost_bookie_verdicts(ledgers: pa.Table, lost: Set[str], *, sample_limit: int
     kinds = pc.if_else(unrecoverable, UNRECOVERABLE, pc.if_else(holds, UNDER_REPLICATED, no_kind))
     sample = windows.sample(unrecoverable, sample_limit)
     return _verdict_table(columns["ledger_id"], kinds, named, sample)
-
-
-def verdict_conditions(verdicts: pa.Table) -> dict[int, tuple[str, dict[str, Any]] | None]:
-    """Ledger id -> the alert condition of its verdict, ``(kind, detail)`` as the alert carries it, or None.
-
-    Ledgers with the same ``LEDGER_UNDER_REPLICATED`` verdict share one condition object (treat it as
-    read-only; :meth:`Alert.ledger <bkaudit.domain.alerts.Alert.ledger>` copies what it keeps): a loss gives
-    tens of thousands of ledgers a handful of distinct verdicts, and every object kept alive here makes the
-    garbage collector's passes longer.
-
-    Example:
-        >>> verdicts = pa.Table.from_pylist([
-        ...     {"ledger_id": 1, "kind": None, "lost_bookies": []},
-        ...     {"ledger_id": 2, "kind": "LEDGER_UNRECOVERABLE", "lost_bookies": ["b1"],
-        ...      "unrecoverable_entries_sample": [0, 2]}], schema=VERDICT_SCHEMA)
-        >>> conditions = verdict_conditions(verdicts)
-        >>> conditions[1], conditions[2][0], conditions[2][1]["unrecoverable_entries_sample"]
-        (None, 'LEDGER_UNRECOVERABLE', [0, 2])
-    """
-    shared: dict[tuple[str, ...], tuple[str, dict[str, Any]]] = {}
-    conditions: dict[int, tuple[str, dict[str, Any]] | None] = {}
-    columns = (verdicts.column(name).to_pylist() for name in VERDICT_SCHEMA.names)
-    for ledger_id, kind, named, sample in zip(*columns, strict=True):
-        if kind is None:
-            conditions[ledger_id] = None
-        elif kind == UNRECOVERABLE:
-            conditions[ledger_id] = (kind, {"lost_bookies": named, "unrecoverable_entries_sample": sample})
-        else:
-            condition = shared.get(key := tuple(named))
-            if condition is None:
-                condition = shared[key] = (kind, {"lost_bookies": named})
-            conditions[ledger_id] = condition
-    return conditions
 
 
 # ----------------------------------------------------------------------------------------------- columns
@@ -414,5 +380,4 @@ __all__ = [
     "UNRECOVERABLE",
     "VERDICT_SCHEMA",
     "lost_bookie_verdicts",
-    "verdict_conditions",
 ]
