@@ -155,11 +155,22 @@ class LossAuditor:
         self._open: dict[tuple[str, AlertKind], Alert] | None = None  # BOOKIE_LOST alerts
         self._open_ledgers: pa.Table = empty_open()  # the ledger kinds, columnar
         self._lost: frozenset[str] = frozenset()
+        self._tables: dict[str, DeltaTable] = {}
         self.reports: list[LossReport] = []
 
     # -- state --------------------------------------------------------------------------------------------
     def _table(self, name: str) -> DeltaTable:
-        return DeltaTable(table_path(self.lakehouse_root, name))
+        """The table at its newest version. Kept open between calls and brought up to date with only the
+        commits since (opening ``ledger_bookies`` afresh reads its whole log: a cost on every loss)."""
+        table = self._tables.get(name)
+        if table is not None:
+            try:
+                table.update_incremental()
+                return table
+            except Exception:  # a table replaced under us (a reset): open it afresh
+                logger.debug("reopening the %s table", name, exc_info=True)
+        table = self._tables[name] = DeltaTable(table_path(self.lakehouse_root, name))
+        return table
 
     def _load(self, open_alerts: DeltaTable, bookies: DeltaTable, cluster: str) -> None:
         bookie_rows = scan(open_alerts, [("kind", "=", AlertKind.BOOKIE_LOST.value)]).to_pylist()
@@ -168,6 +179,7 @@ class LossAuditor:
         self._open_ledgers = open_from_rows(scan(open_alerts, [("kind", "in", kinds)]))
         lost = scan(bookies, [("lost", "=", True)], ["bookie_id"]).column("bookie_id").to_pylist()
         self._lost = frozenset(lost)
+        self._table("ledger_bookies")  # opened now, so a loss reads only the commits since
 
     def _ensure_loaded(self, app_id: str, batch_id: int, cluster: str) -> None:
         root = self.lakehouse_root
