@@ -209,7 +209,8 @@ class DriverMicroBatches:
                 self._wait(planned_at)
         except BaseException as error:  # the job stops with it (exit 2 for a source's ServiceError)
             self._error = error
-            logger.error("%s stopped: %s", self.name, error)
+            # Not logged as an error here: the job raises it and prints it as its one line (exit 2).
+            logger.debug("%s stopped: %s", self.name, error, exc_info=True)
         finally:
             self._reader.stop()
             self._readers.shutdown(wait=False)

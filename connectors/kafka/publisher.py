@@ -94,6 +94,24 @@ def partitions_for_keys(keys: Sequence[bytes], partition_count: int) -> list[int
     return [murmur2(key, partition_count) for key in keys]
 
 
+def partition_for_event(event: pb.ChangeEvent, partition_count: int) -> int:
+    """The partition of a change event published without an explicit one.
+
+    Membership events (bookie status, like the recovery delay and the rack map keyed ``cluster``) all go to
+    the partition of ``cluster``: the lost-bookie rule spans bookies ("more than one missing → no delay")
+    and the recovery delay, so the consumer needs them in one total order, which only one partition gives;
+    the job's membership lane reads that partition alone. Their key stays the entity (``bookie/<id>``).
+
+    Example:
+        >>> from bkaudit import events
+        >>> event = events.EventBuilder("c", "r").build(events.bookie_status("b1:3181", 1))
+        >>> partition_for_event(event, 4) == partition_for_key(MEMBERSHIP_PARTITION_KEY, 4)
+        True
+    """
+    key = MEMBERSHIP_PARTITION_KEY if payload_type(event) == "bookie_status" else kafka_key(event)
+    return partition_for_key(key, partition_count)
+
+
 class ChangePublisher:
     """Sends :class:`~bkaudit.pb.change_events_pb2.ChangeEvent` records to one topic.
 
@@ -209,13 +227,9 @@ class ChangePublisher:
     def partition_for(self, event: pb.ChangeEvent) -> int:
         """The partition ``event`` goes to when published without an explicit partition.
 
-        Membership events (bookie status, like the recovery delay and the rack map keyed ``cluster``) all go
-        to the partition of ``cluster``: the lost-bookie rule spans bookies ("more than one missing → no
-        delay") and the recovery delay, so the consumer needs them in one total order, which only one
-        partition gives. Their key stays the entity (``bookie/<id>``).
+        See :func:`partition_for_event`.
         """
-        key = MEMBERSHIP_PARTITION_KEY if payload_type(event) == "bookie_status" else kafka_key(event)
-        return partition_for_key(key, self.partition_count)
+        return partition_for_event(event, self.partition_count)
 
     def publish(
         self, event: pb.ChangeEvent, *, partition: int | None = None, change_time_ms: int | None = None

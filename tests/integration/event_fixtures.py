@@ -23,7 +23,7 @@ from bkaudit.domain.registration import BookieServiceInfo, Endpoint
 from bkaudit.domain.underreplication import UnderreplicatedLedger
 from bkaudit.testing.kafka_io import read_topic
 from connectors.kafka.client_config import holds_tails, partition_count, producer_config
-from connectors.kafka.publisher import partition_for_key
+from connectors.kafka.publisher import partition_for_event
 from connectors.kafka.tail_sender import TailSender
 
 # kazoo's ZnodeStat field names (what the event helpers read).
@@ -54,7 +54,7 @@ class Watcher:
         topic = self.kafka.changes_topic
         if topic not in self._partitions:
             self._partitions[topic] = partition_count(self.producer, topic, 30.0)
-        partition = partition_for_key(key, self._partitions[topic])
+        partition = partition_for_event(event, self._partitions[topic])  # as the real watcher places it
         self.sender.send(topic, key=key, value=ev.encode_event(event), partition=partition)
         self.sent += 1
 

@@ -29,6 +29,7 @@ import pytest
 from bkaudit.settings import KafkaSettings
 from connectors.delta.tables import TABLES, read_table
 from connectors.kafka.topics import ensure_topic
+from streaming.loss import LOSS_ALERT_KINDS
 from tests.integration.event_fixtures import Watcher
 from tests.integration.job_process import (
     JobRun,
@@ -41,6 +42,7 @@ from tests.integration.job_process import (
 )
 
 pytestmark = pytest.mark.integration
+LOSS_KIND_NAMES = {kind.value for kind in LOSS_ALERT_KINDS}
 
 SEED = 20240611
 KILLS = 3
@@ -223,7 +225,14 @@ def test_sigkill_at_random_points_then_restart_ends_in_the_reference_tables_and_
     crashed = JobRun(tmp_path / "crashed", own_topics("crashed"), STREAM_SETTINGS, APP_ID, PARTITIONS)
     rng = random.Random(SEED)
     last_data_batch = max(reference_plans)
-    alert_batches = {row["batch_id"] for row in read_table(reference.lakehouse, "violations").to_pylist()}
+    # The ledger lane's own alerts: violations' batch ids of the loss kinds may be the membership lane's,
+    # which numbers its batches apart (a kill of the ledger lane's batch N does not replay them).
+    ledger_lane_alerts = [
+        row
+        for row in read_table(reference.lakehouse, "violations").to_pylist()
+        if row["kind"] not in LOSS_KIND_NAMES
+    ]
+    alert_batches = {row["batch_id"] for row in ledger_lane_alerts}
     sink_victim = rng.choice(sorted(b for b in alert_batches if 2 <= b < last_data_batch))
     random_victims = rng.sample([b for b in range(2, last_data_batch) if b != sink_victim], KILLS - 1)
     plan = sorted([(sink_victim, "sink"), *((b, "random") for b in random_victims)])
@@ -258,10 +267,6 @@ def test_sigkill_at_random_points_then_restart_ends_in_the_reference_tables_and_
     assert set(crashed_copies) == set(reference_copies)
     # The batch killed inside the sink had published its alerts already: its replay published them again.
     duplicates = sum(crashed_copies.values()) - len(crashed_copies)
-    republished = sum(
-        1
-        for row in read_table(reference.lakehouse, "violations").to_pylist()
-        if row["batch_id"] == sink_victim
-    )
-    print(f"  {duplicates} duplicates on the crash run's alert topic ({republished} from the sink kill)")
+    republished = sum(1 for row in ledger_lane_alerts if row["batch_id"] == sink_victim)
+    print(f"  {duplicates} duplicates on the alert topic (at least {republished} from the sink kill)")
     assert duplicates >= republished > 0
