@@ -42,6 +42,9 @@ Prints one JSON document:
   seconds, timers around the sink's Delta writes, index reads and alert publishing (wrapped in this process
   only; the code is unchanged), and with ``--spark-ui`` per-stage and per-task times from Spark's REST API.
 
+``--replay`` (:mod:`tests.benchmarks.replay`) measures the job alone: a recorded change stream offered at
+``--rate`` for ``--duration`` while ZooKeeper and the watcher are not running.
+
 ``--sink-only`` (:func:`run_sink_scale`) measures the sink alone at full scale, without ZooKeeper, watcher
 or Spark: the START snapshot's decisions (built with the job's own decode and processor logic) go to the
 unchanged sink in batches, then the losses, optionally with several alert producer batch sizes.
@@ -140,6 +143,11 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
         "--sink-only",
         action="store_true",
         help="no ZooKeeper/watcher/Spark: feed the sink the decisions of the START snapshot, then losses",
+    )
+    add(
+        "--replay",
+        action="store_true",
+        help="the job alone: a recorded change stream offered at --rate for --duration (replay.py)",
     )
     add("--sink-chunk", type=int, default=100_000, help="--sink-only: decisions per sink batch")
     add("--profile-sink", action="store_true", help="--sink-only: cProfile the first loss's sink batch")
@@ -1683,6 +1691,14 @@ if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logger.setLevel(logging.INFO)
     arguments = _parse_args(sys.argv[1:])
+    if arguments.replay:
+        sys.path.insert(0, str(REPO))  # run as a script: the replay module imports this one as a package's
+        from tests.benchmarks import replay
+
+        results = replay.run_replay(arguments)
+        print(json.dumps(results, indent=2))
+        print(json.dumps(replay.summary_line(results)))
+        sys.exit(0)
     run = run_sink_scale if arguments.sink_only else run_benchmark
     results = run(arguments)
     print(json.dumps(results, indent=2))

@@ -1,0 +1,384 @@
+"""The job alone under a recorded change stream: ``bench_stream.py --replay``.
+
+ZooKeeper and the watcher need more than this machine's two cores at 10,000 changes/s (ZooKeeper alone costs
+~0.2 ms of CPU per change), so this mode measures the streaming job without them. A child process plays the
+watcher through the watcher's own publisher (:class:`~connectors.kafka.publisher.ChangePublisher`: same
+keys, partitions, held tails and event encoding). It publishes the START snapshot of the bulk loader's
+cluster (:func:`bkaudit.sim.bulk.plan_ledgers`; every bookie writable, a rack map, the recovery delay), and
+then, on ``go``, ledger metadata changes at ``--rate`` per second for ``--duration`` seconds (each a new znode
+version and mzxid of one of the cluster's ledgers, spread over all of them), with a heartbeat to every
+partition each second as the watcher sends. Every change's event time is its send time.
+
+Figures:
+
+- ``snapshot_ingest_s``: the job's start → every ledger a row of ``ledgers`` (the snapshot was on Kafka
+  before the job started);
+- ``offered_per_s``: changes the child sent per second of sending; ``applied_per_s``: changes applied per
+  second, from the first send to the sink batch that applied the last one;
+- ``lag_*``: per change, the wall time the ledger lane's sink finished the batch that applied it minus the
+  wall time just before it was sent (p50, p99, max).
+
+Example:
+    >>> planned_send_times(3, rate=2.0, start=10.0)
+    [10.0, 10.5, 11.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPLAY_RUN_ID = "bench-replay"
+CLUSTER = "bench-replay-cluster"
+
+
+def planned_send_times(count: int, *, rate: float, start: float) -> list[float]:
+    """When each of ``count`` changes is due at ``rate`` per second from ``start``."""
+    return [start + n / rate for n in range(count)]
+
+
+def _child(function: str, *args: Any) -> list[str]:
+    code = f"import sys; from tests.benchmarks.replay import {function}; {function}(sys.argv[1:])"
+    return [sys.executable, "-c", code, *[str(a) for a in args]]
+
+
+class _Stat:
+    """A znode stat for events built without ZooKeeper."""
+
+    def __init__(self, mzxid: int, version: int, at_ms: int, length: int) -> None:
+        self.czxid = 1
+        self.mzxid = mzxid
+        self.ctime = self.mtime = at_ms
+        self.version = version
+        self.dataLength = length
+
+
+def _snapshot(
+    publisher: Any, builder: Any, spec: Any, root: str, keep: set[int]
+) -> tuple[int, dict[int, bytes]]:
+    """Publish the START snapshot of ``spec``'s cluster; returns the last mzxid used and the encoded
+    metadata of the ledgers in ``keep`` (the changes reuse it)."""
+    from bkaudit import events as ev
+    from bkaudit.domain.layout import ledger_path
+    from bkaudit.domain.rackmap import parse_rack_map
+    from bkaudit.domain.registration import decode_bookie_service_info
+    from bkaudit.sim.bulk import plan_ledgers, planned_metadata
+    from tests.benchmarks.bench_stream import RACK_MAP_PATH, _registration
+
+    partitions = publisher.partition_count
+    snapshot = "bench-replay-snapshot"
+    start, full = ev.SnapshotReason.START, ev.SnapshotMode.FULL
+    counts_by_partition = dict.fromkeys(range(partitions), 0)
+
+    def send(payload: Any, *, partition: int | None = None) -> None:
+        used = publisher.publish(builder.build(payload, snapshot_id=snapshot), partition=partition)
+        counts_by_partition[used] += 1
+
+    for p in range(partitions):
+        begin = ev.snapshot_begin(snapshot, start, full, partition=p, partition_count=partitions)
+        publisher.publish(builder.build(begin, snapshot_id=snapshot), partition=p)
+    send(ev.recovery_delay(0, present=True))
+    group = {b.bookie_id: {"rack": b.rack, "hostname": b.bookie_id.split(":")[0]} for b in spec.bookies}
+    send(
+        ev.rack_map_event(
+            RACK_MAP_PATH, parse_rack_map(json.dumps({"default": group}).encode()), present=True
+        )
+    )
+    for placement in spec.bookies:
+        info = decode_bookie_service_info(placement.bookie_id, _registration(placement.bookie_id))
+        send(ev.bookie_status(placement.bookie_id, ev.BookieStatusValue.WRITABLE, info=info, has_cookie=True))
+    zxid = 1000
+    now_ms = int(time.time() * 1000)
+    kept: dict[int, bytes] = {}
+    for ledger in plan_ledgers(spec):
+        zxid += 1
+        md = planned_metadata(ledger, spec)
+        path = ledger_path(ledger.ledger_id, root=root)
+        payload = ev.ledger_upserted(ledger.ledger_id, md, _Stat(zxid, 0, now_ms, 200), path)
+        send(payload)
+        if ledger.ledger_id in keep:
+            kept[ledger.ledger_id] = payload.metadata.SerializeToString()
+    counts = ev.SnapshotCounts(ledgers_scanned=spec.count, ledgers_published=spec.count)
+    for p in range(partitions):
+        end = ev.snapshot_end(
+            snapshot,
+            full,
+            complete=True,
+            partition=p,
+            partition_count=partitions,
+            partition_events=counts_by_partition[p],
+            counts=counts,
+            duration_ms=0,
+        )
+        publisher.publish(builder.build(end, snapshot_id=snapshot), partition=p)
+    publisher.release_tails()
+    publisher.flush(600)
+    return zxid, kept
+
+
+def _heartbeats(publisher: Any, builder: Any) -> None:
+    from bkaudit import events as ev
+
+    partitions = publisher.partition_count
+    now_ms = builder.now_ms()
+    for p in range(partitions):
+        beat = ev.heartbeat(now_ms, partition=p, partition_count=partitions)
+        publisher.publish(builder.build(beat, event_time_ms=now_ms), partition=p)
+
+
+def writer_main(argv: list[str]) -> None:
+    """Child: the snapshot, ``READY``, then on ``go`` changes at a fixed rate; writes what it sent."""
+    from bkaudit import events as ev
+    from bkaudit.domain.layout import ledger_path
+    from bkaudit.settings import KafkaSettings
+    from bkaudit.sim.bulk import BulkLoadSpec, synthetic_bookies
+    from connectors.kafka.publisher import ChangePublisher
+
+    kafka_json, root, ledgers, bookies, racks, seed, rate, duration, out_path = argv
+    spec = BulkLoadSpec(
+        bookies=synthetic_bookies(int(bookies), racks=int(racks)), count=int(ledgers), seed=int(seed)
+    )
+    publisher = ChangePublisher(KafkaSettings.model_validate_json(kafka_json), max_unacked=200_000)
+    publisher.start()
+    builder = ev.EventBuilder(CLUSTER, REPLAY_RUN_ID)
+    # The changes: ledgers in an order coprime with the count (distinct while there are enough), their
+    # metadata encoded during the snapshot so the sending loop only stamps versions and times.
+    total = int(float(rate) * float(duration))
+    ids = list(spec.ledger_ids())
+    step = 7919 if len(ids) % 7919 else 7907
+    order = [ids[(i * step) % len(ids)] for i in range(min(total, len(ids)))]
+    started = time.monotonic()
+    zxid, metadata = _snapshot(publisher, builder, spec, root, set(order))
+    snapshot_s = time.monotonic() - started
+    print(json.dumps({"ready": True, "snapshot_publish_s": round(snapshot_s, 1)}), flush=True)
+    sys.stdin.readline()
+    versions: dict[int, int] = {}
+    sent: list[tuple[int, int, float]] = []
+    interval = 1.0 / float(rate)
+    first = time.time()
+    next_beat = time.monotonic()
+    due = time.monotonic()
+    for n in range(total):
+        ledger_id = order[n % len(order)]
+        due += interval
+        ahead = due - time.monotonic()
+        if ahead > 0.002:
+            if publisher.holding:
+                publisher.release_tails()  # a quiet moment: the watcher releases its tails then too
+            ahead = due - time.monotonic()
+            if ahead > 0.002:
+                time.sleep(ahead)
+        if time.monotonic() >= next_beat:
+            _heartbeats(publisher, builder)
+            next_beat += 1.0
+        version = versions[ledger_id] = versions.get(ledger_id, 0) + 1
+        zxid += 1
+        at = time.time()
+        payload = ev.pb.LedgerUpserted(
+            ledger_id=ledger_id,
+            metadata=ev.pb.LedgerMetadata.FromString(metadata[ledger_id]),
+            znode=ev.znode_stat(_Stat(zxid, version, int(at * 1000), 200)),
+            path=ledger_path(ledger_id, root=root),
+        )
+        publisher.publish(builder.build(payload))
+        sent.append((ledger_id, version, at))
+    publisher.release_tails()
+    finished = time.time()
+    publisher.close(600)
+    Path(out_path).write_text(
+        json.dumps({"sent": sent, "started": first, "finished": finished, "snapshot_publish_s": snapshot_s})
+    )
+
+
+def _start_writer(
+    args: argparse.Namespace, kafka: Any, root: str, out_path: Path
+) -> tuple[Any, dict[str, Any]]:
+    from tests.benchmarks.bench_stream import REPO
+
+    writer = subprocess.Popen(
+        _child(
+            "writer_main",
+            kafka.model_dump_json(),
+            root,
+            args.ledgers,
+            args.bookies,
+            args.racks,
+            args.seed,
+            float(str(args.rate).split(",")[0]),
+            args.duration,
+            out_path,
+        ),
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert writer.stdout is not None
+    line = writer.stdout.readline()
+    if not line.strip():
+        raise RuntimeError("the replay writer did not start")
+    return writer, json.loads(line)
+
+
+def run_replay(args: argparse.Namespace) -> dict[str, Any]:
+    """The snapshot, the job's ingest of it, then changes offered at ``--rate`` with the job alone."""
+    import os
+    import shutil
+    import tempfile
+
+    from bkaudit.settings import Settings, SparkSettings
+    from bkaudit.testing.harness import ServiceHarness
+    from connectors.kafka.topics import ensure_topic
+    from streaming import job
+    from streaming.session import build_spark_session
+    from tests.benchmarks.bench_stream import (
+        SinkRecorder,
+        _check,
+        _ledger_rows,
+        _load,
+        _note,
+        _stop,
+        _summary,
+        _wait_idle,
+    )
+
+    state_dir = args.state_dir or Path(tempfile.mkdtemp(prefix="bkaudit-bench-replay-"))
+    state_dir.mkdir(parents=True, exist_ok=True)
+    harness = ServiceHarness(state_dir / "services", zookeeper_heap="256m")
+    harness.start()
+    harness.stop_zookeeper()  # the job alone: no ZooKeeper, no watcher
+    figures: dict[str, Any] = {
+        "mode": "replay",
+        "ledgers": args.ledgers,
+        "bookies": args.bookies,
+        "cpus": os.cpu_count(),
+        "load_average_at_start": _load(),
+    }
+    writer = query = sink = recorder = None
+    try:
+        kafka = harness.kafka_settings(topic_partitions=args.alert_partitions)
+        ensure_topic(kafka, kafka.changes_topic, partitions=args.partitions)
+        ensure_topic(kafka, kafka.alerts_topic, partitions=args.alert_partitions)
+        started = time.monotonic()
+        writer, ready = _start_writer(args, kafka, "/ledgers", state_dir / "replay-sent.json")
+        figures["snapshot_publish_s"] = ready["snapshot_publish_s"]
+        _note(
+            args, f"replay: snapshot of {args.ledgers} ledgers on Kafka in {time.monotonic() - started:.0f} s"
+        )
+        spark = build_spark_session(
+            SparkSettings(
+                master=args.master,
+                ui_enabled=args.spark_ui,
+                shuffle_partitions=args.shuffle_partitions,
+                driver_memory=args.driver_memory,
+            )
+        )
+        settings = Settings(
+            kafka=kafka.model_dump(),
+            lakehouse_root=state_dir / "lakehouse",
+            checkpoint_root=state_dir / "checkpoints",
+            stream={
+                "trigger_interval_s": args.trigger_s,
+                "membership_trigger_interval_s": args.membership_trigger_s,
+                "watermark_delay_s": args.watermark_s,
+                "max_offsets_per_trigger": args.max_offsets or None,
+                "maintenance_every_batches": 0,
+            },
+        )
+        started = time.monotonic()
+        query, sink = job.start(spark, settings)
+        recorder = SinkRecorder(sink)
+        lakehouse = Path(settings.lakehouse_root)
+        rows = 0
+        deadline = time.monotonic() + args.ingest_timeout
+        while rows < args.ledgers and time.monotonic() < deadline:
+            _check(query)
+            rows = _ledger_rows(lakehouse)
+            time.sleep(0.5)
+        figures["snapshot_ingest_s"] = round(time.monotonic() - started, 1)
+        figures["snapshot_ingest_complete"] = rows >= args.ledgers
+        _note(args, f"replay: ingest {figures['snapshot_ingest_s']} s ({rows} rows)")
+        if rows < args.ledgers:
+            return figures
+        _wait_idle(query, recorder, timeout_s=600)
+        recorder.track_versions = True
+        figures["load_average_before_changes"] = _load()
+        assert writer.stdin is not None
+        writer.stdin.write(b"go\n")
+        writer.stdin.flush()
+        writer.wait(args.duration * 20 + 600)
+        result = json.loads((state_dir / "replay-sent.json").read_text())
+        sent = {(ledger_id, version): at for ledger_id, version, at in result["sent"]}
+        deadline = time.monotonic() + args.drain_timeout
+        while time.monotonic() < deadline:
+            with recorder.lock:
+                missing = sum(1 for key in sent if key not in recorder.applied)
+            if not missing:
+                break
+            _check(query)
+            time.sleep(0.5)
+        with recorder.lock:
+            applied = {key: recorder.applied[key] for key in sent if key in recorder.applied}
+            batches = [b for b in recorder.batches if b["decisions"] and b["started"] >= result["started"]]
+        lags = [applied[key] - sent[key] for key in applied]
+        last_applied = max(applied.values(), default=result["finished"])
+        figures.update(
+            {
+                "load_average_after_changes": _load(),
+                "offered": len(sent),
+                "offered_per_s": round(len(sent) / max(result["finished"] - result["started"], 1e-9)),
+                "applied": len(applied),
+                "applied_per_s": round(len(applied) / max(last_applied - result["started"], 1e-9)),
+                "lag_s": _summary(lags) if lags else None,
+                "batches": len(batches),
+                "changes_per_batch": _summary([float(b["decisions"]) for b in batches], 0)
+                if batches
+                else None,
+                "sink_seconds_per_batch": _summary([float(b["sink_seconds"] or 0) for b in batches]),
+            }
+        )
+        return figures
+    finally:
+        if writer is not None:
+            _stop(writer, 10)
+        if recorder is not None:
+            recorder.restore()
+        if query is not None:
+            job.stop_gracefully(query, timeout_s=120)
+        if sink is not None:
+            sink.close()
+        harness.stop()
+        if args.state_dir is None:
+            shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def summary_line(figures: dict[str, Any]) -> dict[str, Any]:
+    """The replay's named figures, for the one JSON line.
+
+    Example:
+        >>> summary_line({"ledgers": 5, "offered_per_s": 10, "applied_per_s": 9,
+        ...               "lag_s": {"p50": 0.5, "p99": 1.0, "max": 2.0}})["lag_p99_s"]
+        1.0
+    """
+    from tests.benchmarks.bench_stream import _load
+
+    lag = figures.get("lag_s") or {}
+    return {
+        "mode": "replay",
+        "ledgers": figures.get("ledgers"),
+        "offered_per_s": figures.get("offered_per_s"),
+        "applied_per_s": figures.get("applied_per_s"),
+        "lag_p50_s": lag.get("p50"),
+        "lag_p99_s": lag.get("p99"),
+        "lag_max_s": lag.get("max"),
+        "snapshot_ingest_s": figures.get("snapshot_ingest_s"),
+        "load_avg": {
+            "start": figures.get("load_average_at_start"),
+            "before_changes": figures.get("load_average_before_changes"),
+            "end": _load(),
+        },
+    }
