@@ -246,6 +246,30 @@ class StreamSettings(BaseModel):
     )
     scrutiny_max_per_batch: int = Field(1000, ge=1)
     maintenance_every_batches: int = Field(200, ge=0, description="compact/vacuum the tables; 0 = never")
+    ledger_fold_interval_s: float = Field(
+        30.0,
+        ge=0,
+        description="how often the changed ledgers are folded into the ledgers table in the background "
+        "(a raw Delta reader of ledgers is at most this plus one fold behind; bkaudit query is not); "
+        "0 = only when the job stops",
+    )
+    ledger_changes_retention_hours: float = Field(
+        168.0,
+        ge=0,
+        description="ledger_changes rows (the ledgers' version history) kept this long once folded, "
+        "removed by the periodic maintenance; 0 = kept forever",
+    )
+    sink_queue_depth: int = Field(
+        1,
+        ge=0,
+        description="micro-batches whose decisions wait, on disk, for the ledger lane's sink while Spark "
+        "computes the next one (the two overlap); 0 = the sink runs inside each batch",
+    )
+    index_cleanup_bookies_per_batch: int = Field(
+        1,
+        ge=0,
+        description="ledger_bookies partitions cleaned of old metadata versions' rows per micro-batch",
+    )
     publish_processes: int | None = Field(
         None,
         description="deprecated and ignored: the librdkafka producer sends a lost bookie's alerts from the "

@@ -44,6 +44,7 @@ from streaming.membership import (
 from streaming.processor import ProcessorConfig, make_processor
 from streaming.schemas import CHANGE_SCHEMA, DECISION_SCHEMA
 from streaming.sink import AuditSink, SinkConfig
+from streaming.sink_queue import SinkQueue
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,9 @@ def sink_config(settings: Settings, changes_partitions: int) -> SinkConfig:
         scrutiny_max_per_batch=stream.scrutiny_max_per_batch,
         maintenance_every_batches=stream.maintenance_every_batches,
         changes_partitions=changes_partitions,
+        ledger_fold_interval_s=stream.ledger_fold_interval_s,
+        ledger_changes_retention_hours=stream.ledger_changes_retention_hours,
+        index_cleanup_bookies_per_batch=stream.index_cleanup_bookies_per_batch,
     )
 
 
@@ -269,10 +273,13 @@ class AuditQueries:
     driver-run lane (:class:`~streaming.driver_batches.DriverMicroBatches`).
     """
 
-    def __init__(self, ledgers: Any, membership: DriverMicroBatches, sink: AuditSink) -> None:
+    def __init__(
+        self, ledgers: Any, membership: DriverMicroBatches, sink: AuditSink, queue: SinkQueue | None = None
+    ) -> None:
         self.ledgers = ledgers
         self.membership = membership
         self.sink = sink
+        self.queue = queue  # the ledger lane's pipelined sink (None: the sink runs inside each batch)
 
     @property
     def queries(self) -> list[Any]:
@@ -280,10 +287,18 @@ class AuditQueries:
 
     @property
     def isActive(self) -> bool:
-        return all(q.isActive for q in self.queries)
+        return all(q.isActive for q in self.queries) and self._queue_failure() is None
+
+    def _queue_failure(self) -> BaseException | None:
+        return self.queue.failure if self.queue is not None else None
 
     def exception(self) -> Any:
-        return next((e for q in self.queries if (e := q.exception()) is not None), None)
+        failed = next((e for q in self.queries if (e := q.exception()) is not None), None)
+        return failed if failed is not None else self._queue_failure()
+
+    def drain(self, timeout_s: float | None = None) -> bool:
+        """Wait until the sink applied every batch the query handed over (always True without a queue)."""
+        return self.queue.drain(timeout_s) if self.queue is not None else True
 
     def stop(self) -> None:
         for query in self.queries:
@@ -293,12 +308,15 @@ class AuditQueries:
         if timeout is None:
             for query in self.queries:
                 query.awaitTermination()
+            self.drain()
             return True
-        return all(q.awaitTermination(timeout) is not False for q in self.queries)
+        ended = all(q.awaitTermination(timeout) is not False for q in self.queries)
+        return ended and self.drain(timeout)
 
     def processAllAvailable(self) -> None:
         for query in self.queries:
             query.processAllAvailable()
+        self.drain()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.ledgers, name)
@@ -355,11 +373,16 @@ def start(spark: Any, settings: Settings, *, available_now: bool = False) -> tup
     sink = AuditSink(sink_config(settings, partitions), metrics)
     if not available_now:
         sink.start_producer()  # a long-running job: its producer is connected before the first loss
+        sink.start_folding()
+    queue = None
+    if settings.stream.sink_queue_depth:
+        queue = SinkQueue(sink, checkpoint / "sink-queue", depth=settings.stream.sink_queue_depth)
+        queue.recover()  # batches the last run queued and did not apply, before anything new
     membership = start_membership_lane(settings, sink, available_now=available_now)
     writer = (
         decisions_frame(spark, settings)
         .writeStream.queryName(QUERY_NAME)
-        .foreachBatch(sink)
+        .foreachBatch(queue if queue is not None else sink)
         .option("checkpointLocation", str(checkpoint))
     )
     try:
@@ -367,7 +390,7 @@ def start(spark: Any, settings: Settings, *, available_now: bool = False) -> tup
     except BaseException:
         membership.stop()
         raise
-    return AuditQueries(ledgers, membership, sink), sink
+    return AuditQueries(ledgers, membership, sink, queue), sink
 
 
 def stop_gracefully(query: Any, sink: AuditSink | None = None, timeout_s: float = 60.0) -> None:
@@ -379,6 +402,9 @@ def stop_gracefully(query: Any, sink: AuditSink | None = None, timeout_s: float 
     """
     if isinstance(query, AuditQueries):
         query.membership.stop(timeout_s)  # its thread stops after the running batch
+        query.sink.stopping.set()  # no new batch is queued; the queued ones are applied first
+        with contextlib.suppress(Exception):  # a failed sink: its batch stays queued for the restart
+            query.drain(timeout_s)
         _stop_lane(query.ledgers, query.sink, timeout_s)
         return
     if sink is None:

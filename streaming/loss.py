@@ -60,6 +60,7 @@ from bkaudit.domain.ledger_alerts import (
 )
 from bkaudit.domain.rules.lost_ledgers import LOST_BOOKIE_INPUT_SCHEMA, lost_bookie_verdicts
 from bkaudit.settings import KafkaSettings
+from connectors.delta.ledger_log import LedgerLog
 from connectors.delta.scan import scan
 from connectors.delta.tables import (
     BOOKIES,
@@ -147,8 +148,15 @@ class _Evaluation:
 class LossAuditor:
     """The one owner of the loss alerts (see the module docstring); thread-safe, one per job process."""
 
-    def __init__(self, lakehouse_root: Path, kafka: KafkaSettings, producer: Callable[[], Any]) -> None:
+    def __init__(
+        self,
+        lakehouse_root: Path,
+        kafka: KafkaSettings,
+        producer: Callable[[], Any],
+        ledger_log: LedgerLog,
+    ) -> None:
         self.lakehouse_root = lakehouse_root
+        self.ledger_log = ledger_log  # the ledgers' current versions: which index rows are current
         self.kafka = kafka
         self._producer = producer
         self.lock = threading.RLock()
@@ -180,6 +188,7 @@ class LossAuditor:
         lost = scan(bookies, [("lost", "=", True)], ["bookie_id"]).column("bookie_id").to_pylist()
         self._lost = frozenset(lost)
         self._table("ledger_bookies")  # opened now, so a loss reads only the commits since
+        self.ledger_log.ensure_open()
 
     def _ensure_loaded(self, app_id: str, batch_id: int, cluster: str) -> None:
         root = self.lakehouse_root
@@ -326,11 +335,14 @@ class LossAuditor:
         """The ledgers on the bookies lost or returned, once each, from their index partitions (the ledger
         columns copied into the index; ``ledgers`` only for rows written before the copy existed)."""
         bookies = sorted(lost_changed)
-        indexed = scan(
-            self._table("ledger_bookies"),
-            [("bookie", "in", bookies)],
-            ["bookie", "ledger_id", *INDEX_LEDGER_COLUMNS],
-            prune_partitions=True,
+        # Appended per version: only the rows of each ledger's current version count.
+        indexed = self.ledger_log.current_index(
+            scan(
+                self._table("ledger_bookies"),
+                [("bookie", "in", bookies)],
+                ["bookie", "ledger_id", "mzxid", *INDEX_LEDGER_COLUMNS],
+                prune_partitions=True,
+            )
         )
         when = np.asarray([lost_changed[b] for b in bookies], dtype=np.int64)
         at_ms = when[pc.index_in(indexed.column("bookie"), pa.array(bookies)).to_numpy(zero_copy_only=False)]
@@ -352,10 +364,8 @@ class LossAuditor:
         if not missing.any():
             return complete
         ids = indexed.column("ledger_id").to_numpy()[missing]
-        found = scan(
-            self._table("ledgers"), [("ledger_id", "in", ids.tolist())], [*_RULE_COLUMNS, "deleted"]
-        ).to_pylist()
-        live = {r["ledger_id"]: r for r in found if not r.get("deleted") and r.get("state")}
+        found = self.ledger_log.rows(ids.tolist())
+        live = {i: r for i, r in found.items() if not r.get("deleted") and r.get("state")}
         when = dict(zip(ids.tolist(), at_ms[missing].tolist(), strict=True))
         old = _rule_table(list(live.values()))
         return _Evaluation(

@@ -45,7 +45,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 from bkaudit.domain.alerts import AlertKind
 from bkaudit.errors import BkauditError, InvalidArgumentError, NotFoundError
 from connectors.delta.scan import view_typed_dataset
-from connectors.delta.tables import LEDGER_BUCKETS, TABLES
+from connectors.delta.tables import FOLD_METADATA_KEY, LEDGER_BUCKETS, TABLES, last_fold
 
 __all__ = [
     "ALERT_KINDS",
@@ -177,6 +177,26 @@ class _Filters:
         return ("WHERE " + " AND ".join(self.clauses)) if self.clauses else ""
 
 
+#: Tables read through a view of what the job finished (connectors.delta.ledger_log).
+_CURRENT_VIEWS = ("ledgers", "ledger_bookies")
+# Every ledger's newest row: the folded table, overridden by the newest change after the last fold.
+_CURRENT_LEDGERS_SQL = """
+CREATE OR REPLACE TEMP VIEW ledgers AS
+WITH latest AS (
+    SELECT * EXCLUDE (batch_id) FROM ledger_changes__all WHERE batch_id > {folded}
+    QUALIFY row_number() OVER (PARTITION BY ledger_id ORDER BY batch_id DESC) = 1
+)
+SELECT * FROM ledgers__folded WHERE ledger_id NOT IN (SELECT ledger_id FROM latest)
+UNION ALL BY NAME SELECT * FROM latest
+"""
+# The index rows of each ledger's current version (older versions' rows wait for their cleanup).
+_CURRENT_INDEX_SQL = """
+CREATE OR REPLACE TEMP VIEW ledger_bookies AS
+SELECT i.* FROM ledger_bookies__all i JOIN ledgers l ON i.ledger_id = l.ledger_id AND i.mzxid = l.mzxid
+WHERE NOT coalesce(l.deleted, false)
+"""
+
+
 class Lakehouse:
     """Read-only queries over the Delta tables under one lakehouse root; each returns a ``pyarrow.Table``.
 
@@ -243,9 +263,29 @@ class Lakehouse:
             raise NotFoundError(f"no Delta table '{name}' under {self.root}{hint}") from None
 
     def _view(self, name: str) -> None:
-        """(Re)create the temp view ``name`` over the table's current live files."""
+        """(Re)create the temp view ``name``: the table's current live files, and for ``ledgers`` and
+        ``ledger_bookies`` what the job finished (the changes not folded yet; rows of current versions)."""
+        if name not in _CURRENT_VIEWS:
+            self._files_view(name, name)
+            return
+        self._files_view("ledgers", "ledgers__folded")
+        if DeltaTable.is_deltatable(str(self.root / "ledger_changes")):
+            self._files_view("ledger_changes", "ledger_changes__all")
+        else:
+            self._con.execute(
+                "CREATE OR REPLACE TEMP VIEW ledger_changes__all AS "
+                "SELECT *, CAST(NULL AS BIGINT) AS batch_id FROM ledgers__folded WHERE false"
+            )
+        folded = last_fold(self._delta("ledgers"))
+        self._con.execute(_CURRENT_LEDGERS_SQL.format(folded=-1 if folded is None else int(folded)))
+        if name == "ledger_bookies":
+            self._files_view("ledger_bookies", "ledger_bookies__all")
+            self._con.execute(_CURRENT_INDEX_SQL)
+
+    def _files_view(self, name: str, view_name: str) -> None:
+        """(Re)create the temp view ``view_name`` over the table ``name``'s current live files."""
         table = self._delta(name)
-        con, view = self._con, _identifier(name)
+        con, view = self._con, _identifier(view_name)
         schema = pa.schema(table.schema().to_arrow())
         actions = pa.RecordBatchReader.from_stream(table.get_add_actions(flatten=True)).read_all()
         paths = [unquote(p) for p in actions.column("path").to_pylist()]
@@ -254,9 +294,9 @@ class Lakehouse:
             # read correctly by itself (deletion vectors, column mapping, files elsewhere): deltalake's own
             # Arrow dataset does it.
             source: Any = schema.empty_table() if not paths else view_typed_dataset(table)
-            con.register(f"{name}__arrow", source)
+            con.register(f"{view_name}__arrow", source)
             con.execute(
-                f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM {_identifier(name + '__arrow')}"
+                f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM {_identifier(view_name + '__arrow')}"
             )
             return
         partition_columns = set(table.metadata().partition_columns)
@@ -267,7 +307,7 @@ class Lakehouse:
         files = con.read_parquet(
             [str(self.root / name / p) for p in paths], hive_partitioning=bool(partition_columns)
         )
-        files.create_view(f"{name}__files", replace=True)
+        files.create_view(f"{view_name}__files", replace=True)
         present = set(files.columns)
         columns = []
         for field in schema:
@@ -278,7 +318,7 @@ class Lakehouse:
                 text = f"NULLIF(CAST({column} AS VARCHAR), '__HIVE_DEFAULT_PARTITION__')"
                 column = f"CAST({text} AS {_DUCKDB_TYPES.get(str(field.type), 'VARCHAR')}) AS {column}"
             columns.append(column)
-        source_view = _identifier(name + "__files")
+        source_view = _identifier(view_name + "__files")
         con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT {', '.join(columns)} FROM {source_view}")
 
     def _query(self, tables: Iterable[str], sql: str, params: Mapping[str, object] | None = None) -> pa.Table:
@@ -899,38 +939,52 @@ class Lakehouse:
         return self._table_of_rows(rows, HISTORY_SCHEMA)
 
     def _ledger_changes(self, ledger_id: int) -> tuple[list[dict[str, Any]], int | None]:
-        """The ledger's rows from the change data feed, oldest first, and the first complete version when
-        earlier versions can no longer be read (vacuumed files)."""
+        """The ledger's versions, oldest first: the ``ledgers`` change data feed written before the job
+        appended changes (its commits per batch; the fold's commits repeat ``ledger_changes``), then every
+        row ``ledger_changes`` holds for it; and the first complete version of ``ledgers`` when earlier ones
+        can no longer be read (vacuumed files)."""
         table = self._delta("ledgers")
         predicate = f"ledger_id = {ledger_id}"  # an int checked by _ledger_id: no text of the caller's
         if list(table.metadata().partition_columns) == ["ledger_bucket"]:
             predicate = f"ledger_bucket = {ledger_id % LEDGER_BUCKETS} AND {predicate}"  # prunes partitions
-
-        def read(start: int) -> pa.Table:
-            reader = table.load_cdf(starting_version=start, predicate=predicate, columns=list(_CDF_COLUMNS))
-            return pa.RecordBatchReader.from_stream(reader).read_all()
-
-        complete_from: int | None = None
-        try:
-            changes = read(0)
-        except (DeltaError, pa.ArrowException, OSError):
-            # Files of old versions are gone (vacuum) or the feed was off then: find the first version from
-            # which the feed reads (a vacuum removes a prefix of the history, so readability is monotonic).
-            low, high, found = 1, table.version(), None
-            while low <= high:
-                middle = (low + high) // 2
-                try:
-                    found = (middle, read(middle))
-                    high = middle - 1
-                except (DeltaError, pa.ArrowException, OSError):
-                    low = middle + 1
-            if found is None:
-                return [], table.version() + 1
-            complete_from, changes = found
-        # One ledger's rows: few, so plain Python (delta-rs gives string views, not every kernel takes them).
-        rows = [r for r in _rows(changes) if r["_change_type"] in ("insert", "update_postimage", "delete")]
-        rows.sort(key=lambda r: (r["_commit_version"], r["_change_type"] != "delete"))
+        folds = {int(c["version"]) for c in table.history() if FOLD_METADATA_KEY in c}
+        rows, complete_from = _feed(table, predicate)
+        rows = [r for r in rows if r["_commit_version"] not in folds]
+        if DeltaTable.is_deltatable(str(self.root / "ledger_changes")):
+            appended, _ = _feed(self._delta("ledger_changes"), f"ledger_id = {ledger_id}")
+            rows += appended
         return rows, complete_from
+
+
+def _feed(table: DeltaTable, predicate: str) -> tuple[list[dict[str, Any]], int | None]:
+    """A table's change data feed rows matching ``predicate`` (inserts, post-images, deletes) in commit
+    order, and the first version it could read from when earlier files were vacuumed (None: all)."""
+
+    def read(start: int) -> pa.Table:
+        reader = table.load_cdf(starting_version=start, predicate=predicate, columns=list(_CDF_COLUMNS))
+        return pa.RecordBatchReader.from_stream(reader).read_all()
+
+    complete_from: int | None = None
+    try:
+        changes = read(0)
+    except (DeltaError, pa.ArrowException, OSError):
+        # Files of old versions are gone (vacuum) or the feed was off then: find the first version from
+        # which the feed reads (a vacuum removes a prefix of the history, so readability is monotonic).
+        low, high, found = 1, table.version(), None
+        while low <= high:
+            middle = (low + high) // 2
+            try:
+                found = (middle, read(middle))
+                high = middle - 1
+            except (DeltaError, pa.ArrowException, OSError):
+                low = middle + 1
+        if found is None:
+            return [], table.version() + 1
+        complete_from, changes = found
+    # One ledger's rows: few, so plain Python (delta-rs gives string views, not every kernel takes them).
+    rows = [r for r in _rows(changes) if r["_change_type"] in ("insert", "update_postimage", "delete")]
+    rows.sort(key=lambda r: (r["_commit_version"], r["_change_type"] != "delete"))
+    return rows, complete_from
 
 
 def naive_utc(table: pa.Table) -> pa.Table:
@@ -1007,7 +1061,8 @@ def write_example_lakehouse(root: str | Path) -> Path:
         >>> sorted(p.name for p in write_example_lakehouse(tempfile.mkdtemp()).iterdir())[:2]
         ['bookies', 'dead_letters']
     """
-    from connectors.delta.tables import BatchWriter, ensure_tables, ledger_index_rows
+    from connectors.delta.ledger_log import index_rows_of
+    from connectors.delta.tables import BatchWriter, ensure_tables
 
     root = Path(root)
     ensure_tables(root)
@@ -1036,6 +1091,7 @@ def write_example_lakehouse(root: str | Path) -> Path:
             "ctime_ms": int(t0.timestamp() * 1000),
             "pulsar_topic": topic,
             "has_password": True,
+            "mzxid": ledger_id,  # the version the index rows are derived from
             "placement": placement,
             "deleted": False,
             "updated_at": t0.replace(minute=minutes),
@@ -1062,13 +1118,9 @@ def write_example_lakehouse(root: str | Path) -> Path:
         }
 
     ledgers = [ledger(1, "MEETS_STRICT", 0), ledger(2, "MEETS_STRICT", 0), ledger(3, "MEETS_STRICT", 0)]
-    BatchWriter(root, "example", 0).upsert(
-        "ledgers", pa.Table.from_pylist(ledgers, schema=TABLES["ledgers"].schema)
-    )
-    index = [row for one in ledgers for row in ledger_index_rows(one, ensembles[one["ledger_id"]])]
-    BatchWriter(root, "example", 0).append(
-        "ledger_bookies", pa.Table.from_pylist(index, schema=TABLES["ledger_bookies"].schema)
-    )
+    ledger_rows = pa.Table.from_pylist(ledgers, schema=TABLES["ledgers"].schema)
+    BatchWriter(root, "example", 0).upsert("ledgers", ledger_rows)
+    BatchWriter(root, "example", 0).append("ledger_bookies", index_rows_of(ledger_rows, ensembles))
     bookies = [
         {"bookie_id": "bookie-1", "status": "GONE", "lost": True, "rack": "/rack-0", "flaps": 0},
         {"bookie_id": "bookie-2", "status": "WRITABLE", "lost": False, "rack": "/rack-0", "flaps": 1},

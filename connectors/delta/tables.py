@@ -3,9 +3,10 @@
 Tables (under the lakehouse root, change data feed on, every column commented):
 
 - ``ledgers``: current state, one row per ledger (deleted ledgers flagged), partitioned by
-  ``ledger_bucket``.
+  ``ledger_bucket``: the fold of ``ledger_changes`` (:mod:`connectors.delta.ledger_log`).
+- ``ledger_changes``: append-only, the ledger rows each micro-batch changed.
 - ``ledger_bookies``: the bookie → ledger index, partitioned by ``bookie`` so one bookie's ledgers are read
-  from its partition only.
+  from its partition only; appended per version, rows of older versions removed later.
 - ``bookies``: current membership, one row per bookie.
 - ``open_alerts``: the conditions currently firing, one row per alert.
 - ``violations``: append-only history of every alert transition, partitioned by ``detected_date``.
@@ -22,26 +23,33 @@ Status: first version (streaming auditor issue).
 Example:
     >>> import tempfile
     >>> root = tempfile.mkdtemp()
-    >>> ensure_tables(root)
-    ['bookies', 'dead_letters', 'ledger_bookies', 'ledgers', 'open_alerts', 'snapshot_seen', 'violations']
+    >>> ensure_tables(root)  # doctest: +NORMALIZE_WHITESPACE
+    ['bookies', 'dead_letters', 'ledger_bookies', 'ledger_changes', 'ledgers', 'open_alerts',
+     'snapshot_seen', 'violations']
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Field, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
+
+from connectors.delta.scan import scan
 
 logger = logging.getLogger(__name__)
 
 BATCH_METADATA_KEY = "bkaudit.batch_id"
 APP_METADATA_KEY = "bkaudit.app_id"
+#: Commit metadata of a fold of ``ledger_changes`` into ``ledgers``: the last batch it folded.
+FOLD_METADATA_KEY = "bkaudit.fold_through"
+_NO_VERSION = -1
 LEDGER_BUCKETS = 16
 
 
@@ -132,21 +140,6 @@ def _copied_from_ledgers(name: str) -> pa.Field:
     return _f(name, original.type, f"copy of ledgers.{name}: {comment}")
 
 
-def ledger_index_rows(ledger_row: Mapping[str, Any], bookies: Iterable[str]) -> list[dict[str, Any]]:
-    """The ``ledger_bookies`` rows of one ledger: one per bookie, each with the copied ledger columns.
-
-    Example:
-        >>> rows = ledger_index_rows({"ledger_id": 7, "mzxid": 3, "state": "CLOSED"}, ["b1", "b2"])
-        >>> [(r["bookie"], r["ledger_id"], r["state"], r["segments"]) for r in rows]
-        [('b1', 7, 'CLOSED', None), ('b2', 7, 'CLOSED', None)]
-    """
-    copied = {name: ledger_row.get(name) for name in INDEX_LEDGER_COLUMNS}
-    return [
-        {"bookie": bookie, "ledger_id": ledger_row["ledger_id"], "mzxid": ledger_row.get("mzxid"), **copied}
-        for bookie in bookies
-    ]
-
-
 LEDGER_BOOKIES = TableSpec(
     "ledger_bookies",
     pa.schema(
@@ -163,6 +156,18 @@ LEDGER_BOOKIES = TableSpec(
     "columns a lost bookie's evaluation reads (null in rows written before they were added).",
     key=("ledger_id",),
     partition_by=("bookie",),
+)
+
+LEDGER_CHANGES = TableSpec(
+    "ledger_changes",
+    pa.schema(
+        [
+            *LEDGERS.schema,
+            _f("batch_id", pa.int64(), "streaming micro-batch that changed the ledger", nullable=False),
+        ]
+    ),
+    "Append-only: the ledgers each micro-batch changed, one row per ledger with its whole new state (folded "
+    "into ledgers periodically; the ledgers' history).",
 )
 
 BOOKIES = TableSpec(
@@ -283,7 +288,16 @@ SNAPSHOT_SEEN = TableSpec(
 
 TABLES: dict[str, TableSpec] = {
     spec.name: spec
-    for spec in (LEDGERS, LEDGER_BOOKIES, BOOKIES, OPEN_ALERTS, VIOLATIONS, DEAD_LETTERS, SNAPSHOT_SEEN)
+    for spec in (
+        LEDGERS,
+        LEDGER_CHANGES,
+        LEDGER_BOOKIES,
+        BOOKIES,
+        OPEN_ALERTS,
+        VIOLATIONS,
+        DEAD_LETTERS,
+        SNAPSHOT_SEEN,
+    )
 }
 
 
@@ -488,11 +502,150 @@ def _sql_literal(value: object) -> str:
 
 
 def read_table(root: str | Path, name: str) -> pa.Table:
-    """The current version of a table as Arrow (empty table with the schema when absent)."""
+    """The current version of a table as Arrow (empty table with the schema when absent).
+
+    ``ledgers`` and ``ledger_bookies`` are read as the job left them after its last finished batch: the
+    folded rows and the changes since, the index rows of current versions (connectors.delta.ledger_log).
+    """
+    if name == "ledgers":
+        return read_current_ledgers(root)
+    if name == "ledger_bookies":
+        return read_current_index(root)
     try:
         return DeltaTable(table_path(root, name)).to_pyarrow_table()
     except TableNotFoundError:
         return TABLES[name].schema.empty_table()
+
+
+# -- the ledgers as the job finished them (connectors.delta.ledger_log writes them) -------------------------
+def sorted_by_id(table: pa.Table) -> pa.Table:
+    """``table`` ordered by ``ledger_id``.
+
+    Example:
+        >>> sorted_by_id(pa.table({"ledger_id": [3, 1]})).column("ledger_id").to_pylist()
+        [1, 3]
+    """
+    return table.sort_by("ledger_id") if table.num_rows else table
+
+
+def latest_per_ledger(tables: Sequence[pa.Table]) -> pa.Table:
+    """One row per ledger id, the last one in ``tables`` order (batches oldest first).
+
+    Example:
+        >>> older = pa.table({"ledger_id": [1, 2], "v": [1, 1]})
+        >>> latest_per_ledger([older, pa.table({"ledger_id": [1], "v": [2]})]).to_pylist()
+        [{'ledger_id': 1, 'v': 2}, {'ledger_id': 2, 'v': 1}]
+    """
+    rows = pa.concat_tables(tables) if tables else LEDGERS.schema.empty_table()
+    if rows.num_rows == 0:
+        return rows
+    ids = rows.column("ledger_id").to_numpy()
+    order = np.lexsort((np.arange(len(ids)), ids))  # by id, then position
+    last = order[np.r_[ids[order][1:] != ids[order][:-1], True]]
+    return rows.take(pa.array(last, pa.int64()))
+
+
+def conform_to(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with exactly ``schema``'s columns and types (absent columns null).
+
+    Example:
+        >>> conform_to(pa.table({"a": [1]}), pa.schema([("a", pa.int32()), ("b", pa.string())])).to_pylist()
+        [{'a': 1, 'b': None}]
+    """
+    columns = [
+        table.column(f.name).cast(f.type)
+        if f.name in table.column_names
+        else pa.nulls(table.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def current_rows(base: pa.Table, overlay: Sequence[pa.Table]) -> pa.Table:
+    """``base`` (one row per ledger) with the newest row of ``overlay`` (oldest first) where there is one.
+
+    Example:
+        >>> base = pa.table({"ledger_id": [1, 2], "v": [1, 1]})
+        >>> current_rows(base, [pa.table({"ledger_id": [2, 3], "v": [5, 5]})]).to_pylist()
+        [{'ledger_id': 1, 'v': 1}, {'ledger_id': 2, 'v': 5}, {'ledger_id': 3, 'v': 5}]
+    """
+    if not overlay:
+        return base
+    latest = latest_per_ledger(overlay)
+    kept = base.filter(
+        pa.array(~np.isin(base.column("ledger_id").to_numpy(), latest.column("ledger_id").to_numpy()))
+    )
+    return sorted_by_id(pa.concat_tables([kept, latest]))
+
+
+def read_current_ledgers(root: str | Path) -> pa.Table:
+    """Every ledger's current row from Delta alone (``ledgers`` and the changes not folded yet): what the
+    job has finished, for readers outside the job (``bkaudit query``, tests, notebooks).
+
+    Example:
+        >>> import tempfile; root = tempfile.mkdtemp(); _ = ensure_tables(root)
+        >>> read_current_ledgers(root).num_rows
+        0
+    """
+    try:
+        ledgers = DeltaTable(table_path(root, "ledgers"))
+    except TableNotFoundError:
+        return LEDGERS.schema.empty_table()
+    folded = last_fold(ledgers)
+    base = conform_to(ledgers.to_pyarrow_table(), LEDGERS.schema)
+    try:
+        changes_table = DeltaTable(table_path(root, "ledger_changes"))
+    except TableNotFoundError:
+        return sorted_by_id(base)
+    where = [("batch_id", ">", folded)] if folded is not None else []
+    changes = scan(changes_table, where)
+    if changes.num_rows == 0:
+        return sorted_by_id(base)
+    order = np.argsort(changes.column("batch_id").to_numpy(), kind="stable")
+    changes = conform_to(changes.take(pa.array(order, pa.int64())), LEDGERS.schema)
+    return current_rows(sorted_by_id(base), [changes])
+
+
+def last_fold(ledgers: DeltaTable) -> int | None:
+    """The last batch folded into ``ledgers`` (None: no fold among its last 200 commits).
+
+    Example:
+        >>> import tempfile; root = tempfile.mkdtemp(); _ = ensure_tables(root)
+        >>> last_fold(DeltaTable(table_path(root, "ledgers"))) is None
+        True
+    """
+    for commit in ledgers.history(200):
+        through = commit.get(FOLD_METADATA_KEY)
+        if through is not None:
+            return int(through)
+    return None
+
+
+def read_current_index(root: str | Path, bookies: Sequence[str] | None = None) -> pa.Table:
+    """The ``ledger_bookies`` rows of every ledger's current version (of ``bookies`` only, when given).
+
+    Example:
+        >>> import tempfile; root = tempfile.mkdtemp(); _ = ensure_tables(root)
+        >>> read_current_index(root, ["b1"]).num_rows
+        0
+    """
+    where = [("bookie", "in", list(bookies))] if bookies is not None else []
+    try:
+        indexed = scan(DeltaTable(table_path(root, "ledger_bookies")), where, prune_partitions=True)
+    except TableNotFoundError:
+        return LEDGER_BOOKIES.schema.empty_table()
+    current = read_current_ledgers(root).select(["ledger_id", "mzxid", "deleted", "state"])
+    if indexed.num_rows == 0:
+        return indexed
+    ids = current.column("ledger_id").to_numpy()
+    at = np.searchsorted(ids, indexed.column("ledger_id").to_numpy()).clip(max=max(len(ids) - 1, 0))
+    if len(ids) == 0:
+        return indexed.slice(0, 0)
+    hit = ids[at] == indexed.column("ledger_id").to_numpy()
+    mzxid = pc.fill_null(current.column("mzxid"), _NO_VERSION).to_numpy()[at]
+    gone = pc.fill_null(current.column("deleted"), False).to_numpy(zero_copy_only=False)[at]
+    row_mzxid = pc.fill_null(indexed.column("mzxid"), -2).to_numpy()
+    return indexed.filter(pa.array(hit & (row_mzxid == mzxid) & ~gone))
 
 
 def maintain(root: str | Path, *, retention_hours: int = 168) -> dict[str, dict[str, object]]:

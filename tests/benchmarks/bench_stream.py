@@ -120,6 +120,12 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     )
     add("--watermark-s", type=float, default=5.0, help="stream.watermark_delay_s")
     add("--max-offsets", type=int, default=0, help="stream.max_offsets_per_trigger (0: unlimited)")
+    add(
+        "--sink-queue-depth",
+        type=int,
+        default=1,
+        help="stream.sink_queue_depth (0: the sink inside each batch)",
+    )
     add("--snapshot-timeout", type=float, default=7200.0, help="seconds for the watcher's snapshot")
     add("--ingest-timeout", type=float, default=7200.0, help="seconds for the job's snapshot ingest")
     add("--losses", type=int, default=3, help="bookies lost one after another")
@@ -233,12 +239,20 @@ def _instrument(timers: Timers) -> None:
     """Timers around the sink's expensive helpers (this process only; the code itself is unchanged)."""
     import streaming.loss as loss_module
     import streaming.sink as sink_module
-    from connectors.delta import tables
+    from connectors.delta import ledger_log, tables
 
     for method in ("upsert", "replace_keys", "append"):
         timers.wrap(tables.BatchWriter, method, f"delta.{method}")
     timers.wrap(sink_module, "table_before_batch", "delta.open_before_batch")
-    timers.wrap(sink_module, "_read_filtered", "delta.read_filtered")
+    timers.wrap(sink_module, "_decision_rows", "sink.decision_rows")
+    timers.wrap(sink_module.AuditSink, "_read_state", "sink.read_state")
+    timers.wrap(sink_module, "apply_decisions", "sink.apply_decisions")
+    timers.wrap(sink_module, "evaluate_ledgers", "sink.evaluate_placement")
+    timers.wrap(sink_module.AuditSink, "_write_tables", "sink.write_tables")
+    timers.wrap(sink_module.AuditSink, "_hand_to_loss_owner", "sink.loss_owner")
+    timers.wrap(ledger_log.LedgerLog, "record", "ledger_log.record")
+    timers.wrap(ledger_log.LedgerLog, "fold", "ledger_log.fold")
+    timers.wrap(ledger_log.LedgerLog, "clean_index", "ledger_log.clean_index")
     timers.wrap(sink_module.AuditSink, "_vanished", "sink.snapshot_reconcile")
     timers.wrap(sink_module.AuditSink, "_publish", "sink.publish_kafka")
     timers.wrap(sink_module.AuditSink, "_probe", "sink.probes")
@@ -869,11 +883,29 @@ def _full_read(hosts: str, root: str, in_flight: int) -> dict[str, Any]:
 
 
 def _ledger_rows(lakehouse: Path) -> int:
-    """Rows of the ``ledgers`` table from the Delta log (add actions' record counts; no data file read)."""
+    """Ledger rows the job has written, from the Delta logs (add actions' record counts; no data file read):
+    ``ledgers`` (folded) plus the ``ledger_changes`` files of batches after the last fold (a ledger changed
+    twice since counts twice: enough to see a snapshot's ledgers all in)."""
     from deltalake import DeltaTable
 
-    actions = DeltaTable(str(lakehouse / "ledgers")).get_add_actions(flatten=True)
-    return int(sum(actions.column("num_records").to_pylist())) if actions.num_rows else 0
+    from connectors.delta.tables import last_fold
+
+    def records(actions: Any) -> int:
+        return int(sum(actions.column("num_records").to_pylist())) if actions.num_rows else 0
+
+    ledgers = DeltaTable(str(lakehouse / "ledgers"))
+    folded = last_fold(ledgers)
+    rows = records(ledgers.get_add_actions(flatten=True))
+    changes_path = lakehouse / "ledger_changes"
+    if DeltaTable.is_deltatable(str(changes_path)):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        actions = pa.table(DeltaTable(str(changes_path)).get_add_actions(flatten=True))
+        if actions.num_rows and folded is not None:
+            actions = actions.filter(pc.greater(actions.column("min.batch_id"), folded))
+        rows += records(actions)
+    return rows
 
 
 def _check(query: Any) -> None:
@@ -1513,6 +1545,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                 "watermark_delay_s": args.watermark_s,
                 "max_offsets_per_trigger": args.max_offsets or None,
                 "maintenance_every_batches": 0,
+                "sink_queue_depth": args.sink_queue_depth,
             },
         )
         started = time.monotonic()

@@ -237,7 +237,9 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
     from streaming.session import build_spark_session
     from tests.benchmarks.bench_stream import (
         SinkRecorder,
+        Timers,
         _check,
+        _instrument,
         _ledger_rows,
         _load,
         _note,
@@ -257,8 +259,9 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         "bookies": args.bookies,
         "cpus": os.cpu_count(),
         "load_average_at_start": _load(),
+        "sink_queue_depth": args.sink_queue_depth,
     }
-    writer = query = sink = recorder = None
+    writer = query = sink = recorder = timers = None
     try:
         kafka = harness.kafka_settings(topic_partitions=args.alert_partitions)
         ensure_topic(kafka, kafka.changes_topic, partitions=args.partitions)
@@ -287,8 +290,11 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
                 "watermark_delay_s": args.watermark_s,
                 "max_offsets_per_trigger": args.max_offsets or None,
                 "maintenance_every_batches": 0,
+                "sink_queue_depth": args.sink_queue_depth,
             },
         )
+        timers = Timers()
+        _instrument(timers)
         started = time.monotonic()
         query, sink = job.start(spark, settings)
         recorder = SinkRecorder(sink)
@@ -306,6 +312,8 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
             return figures
         _wait_idle(query, recorder, timeout_s=600)
         recorder.track_versions = True
+        before_changes = timers.snapshot()
+        figures["sink_helpers_ingest"] = Timers.delta(before_changes, {})
         figures["load_average_before_changes"] = _load()
         assert writer.stdin is not None
         writer.stdin.write(b"go\n")
@@ -329,6 +337,7 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         figures.update(
             {
                 "load_average_after_changes": _load(),
+                "sink_helpers_changes": Timers.delta(timers.snapshot(), before_changes),
                 "offered": len(sent),
                 "offered_per_s": round(len(sent) / max(result["finished"] - result["started"], 1e-9)),
                 "applied": len(applied),
@@ -345,6 +354,8 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         if writer is not None:
             _stop(writer, 10)
+        if timers is not None:
+            timers.restore()
         if recorder is not None:
             recorder.restore()
         if query is not None:
@@ -376,6 +387,7 @@ def summary_line(figures: dict[str, Any]) -> dict[str, Any]:
         "lag_p99_s": lag.get("p99"),
         "lag_max_s": lag.get("max"),
         "snapshot_ingest_s": figures.get("snapshot_ingest_s"),
+        "sink_queue_depth": figures.get("sink_queue_depth"),
         "load_avg": {
             "start": figures.get("load_average_at_start"),
             "before_changes": figures.get("load_average_before_changes"),

@@ -28,7 +28,8 @@ def index_rows(pairs):
 
 
 def index_of(root):
-    rows = read_table(root, "ledger_bookies").to_pylist()
+    # The raw table: what the writer left (read_table shows only the rows of current ledger versions).
+    rows = DeltaTable(table_path(root, "ledger_bookies")).to_pyarrow_table().to_pylist()
     return sorted((r["bookie"], r["ledger_id"]) for r in rows)
 
 

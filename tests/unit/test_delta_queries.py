@@ -60,6 +60,7 @@ def ledger_row(ledger_id: int, **changes: Any) -> dict[str, Any]:
         "custom_metadata": [{"key": "pulsar/managed-ledger", "value": SECRET.encode()}],
         "has_password": True,
         "znode_version": 1,
+        "mzxid": 1,  # the index rows carry the version they were derived from
         "placement": "FAIL" if ledger_id == 2 else "MEETS_STRICT",
         "under_replication_marked": False,
         "deleted": False,
@@ -150,6 +151,7 @@ def build_incident(root: Path) -> Path:
                 segments=[{"first_entry_id": 0, "ensemble": ["b1", "b2", "b3"]}, second],
                 bookies=["b1", "b2", "b3", "b4"],
                 znode_version=2,
+                mzxid=2,
                 updated_at=at(15),
             ),
             ledger_row(4, deleted=True, updated_at=at(30)),

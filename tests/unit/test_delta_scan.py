@@ -67,14 +67,15 @@ def test_scan_compares_text_columns_whatever_the_files_physical_type(tmp_path: P
 def test_scrutiny_picks_closed_ledgers_from_merge_written_files(tmp_path: Path) -> None:
     """The background replicas check picks the next closed, live ledgers (it raised ArrowNotImplementedError
     as soon as a file written by a MERGE held OPEN and CLOSED ledgers)."""
-    table = _ledgers_table(tmp_path)
+    _ledgers_table(tmp_path)
     sink = AuditSink(
         SinkConfig(
             lakehouse_root=tmp_path, app_id="scan-test", kafka=KafkaSettings(), scrutiny_ledgers_per_s=1000.0
         )
     )
     sink._scrutiny_last_ms = 0  # a long time ago: the whole budget is available
-    picks = sink._scrutiny_picks(table, [], set())
+    sink.ledger_log.open(1)  # the ledgers as the job holds them in memory, loaded from those files
+    picks = sink._scrutiny_picks([], set())
     assert [p["ledger_id"] for p in picks] == [2, 3, 5]
 
 

@@ -1,0 +1,522 @@
+"""The ledgers' state without a copy-on-write MERGE per micro-batch: append, fold, and hold it in memory.
+
+A MERGE of one micro-batch's ledger rows into the 1 M-row ``ledgers`` table rewrote all of it (2–3 s on a
+quiet machine, 5–10 s loaded, whatever the batch's size), and replacing their rows in the
+``ledger_bookies`` index did the same to that table; de-duplicating by znode version read ``ledgers`` every
+batch. The layout instead (docs/design.md, "Ledger state without a MERGE per batch"):
+
+- ``ledger_changes``: append-only; per micro-batch, one row per ledger it changed (the ledger's whole new
+  row plus ``batch_id``), written with the batch's app transaction. It is also the ledgers' history.
+- ``ledger_bookies``: appended too, with the rows of a changed ledger's new version (``mzxid``). Rows of
+  older versions stay until :meth:`LedgerLog.clean_index` removes them; every reader keeps only the rows of
+  a ledger's current version (:meth:`LedgerLog.current_index`, :func:`read_current_index`).
+- ``ledgers``: one row per ledger, the fold of the changes (:meth:`LedgerLog.fold`, every
+  ``stream.ledger_fold_interval_s`` in a background thread), committed with the app transaction
+  ``(<app>.fold, last batch folded)``.
+- In memory: ``ledgers`` as of its last fold, sorted by ledger id, and the rows changed since (the overlay),
+  so versions and rows are looked up without reading Delta.
+
+Staleness: :func:`read_current_ledgers` and :func:`read_current_index` (used by ``bkaudit query`` and
+:func:`connectors.delta.tables.read_table`) show every batch the job finished; a reader of the raw
+``ledgers`` Delta table sees the state as of the last fold, at most ``ledger_fold_interval_s`` plus one fold
+behind while the job runs (the job folds everything when it stops).
+
+Example:
+    >>> import tempfile
+    >>> from connectors.delta.tables import BatchWriter, ensure_tables
+    >>> root = tempfile.mkdtemp(); _ = ensure_tables(root)
+    >>> log = LedgerLog(root, "doc")
+    >>> log.open(0)
+    >>> row = {"ledger_id": 7, "ledger_bucket": 7, "state": "CLOSED", "mzxid": 3, "deleted": False}
+    >>> log.record(BatchWriter(root, "doc", 0), [row], {7: ["b1", "b2"]})
+    (True, True)
+    >>> log.versions(np.array([7, 8]))[0].tolist()
+    [3, -1]
+    >>> read_current_ledgers(root).column("mzxid").to_pylist()
+    [3]
+    >>> log.fold(through=0).rows
+    1
+    >>> DeltaTable(root + "/ledgers").to_pyarrow_table().column("ledger_id").to_pylist()
+    [7]
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake.exceptions import CommitFailedError
+
+from connectors.delta.scan import scan
+from connectors.delta.tables import (
+    APP_METADATA_KEY,
+    FOLD_METADATA_KEY,
+    LEDGER_BOOKIES,
+    LEDGER_CHANGES,
+    LEDGERS,
+    BatchWriter,
+    conform_to,
+    current_rows,
+    latest_per_ledger,
+    read_current_index,
+    read_current_ledgers,
+    sorted_by_id,
+    table_path,
+)
+
+__all__ = [
+    "FoldReport",
+    "LedgerLog",
+    "fold_app",
+    "index_rows_of",
+    "read_current_index",
+    "read_current_ledgers",
+]
+
+logger = logging.getLogger(__name__)
+
+_NO_VERSION = -1
+
+
+def fold_app(app_id: str) -> str:
+    """The app id of the fold's commits (its transaction version is the last batch folded).
+
+    Example:
+        >>> fold_app("bkaudit")
+        'bkaudit.fold'
+    """
+    return f"{app_id}.fold"
+
+
+@dataclass(frozen=True)
+class FoldReport:
+    """One fold: the batches it covered, the ledger rows merged, and its seconds."""
+
+    through: int
+    rows: int
+    seconds: float
+    merged: bool  # False: ``ledgers`` already held it (a replay after a crash), only memory was updated
+
+
+def _fold_version_before(table: DeltaTable, app: str, batch_id: int) -> tuple[int, int]:
+    """The newest version of ``ledgers`` whose folds cover only batches before ``batch_id``, and the last
+    batch folded in it (-1: none). For a replay of a batch a fold already covered (a fold at a stop, then a
+    crash before Spark recorded the batch done)."""
+    oldest_covering: int | None = None
+    for commit in table.history(200):
+        if commit.get(APP_METADATA_KEY) != app:
+            continue
+        through = int(commit.get(FOLD_METADATA_KEY, -1))
+        version = int(commit["version"])
+        if through < batch_id:
+            return version, through
+        oldest_covering = version
+    if oldest_covering is None:
+        raise RuntimeError(f"ledgers: no fold of {app} before batch {batch_id} in the last 200 commits")
+    return oldest_covering - 1, _NO_VERSION
+
+
+class LedgerLog:
+    """The job's ledger state: Delta writes (append-only) and the current rows in memory.
+
+    Thread-safe: the ledger lane records and reads, the loss owner reads versions, the fold thread folds.
+    """
+
+    def __init__(self, root: str | Path, app_id: str) -> None:
+        self.root = Path(root)
+        self.app_id = app_id
+        self._lock = threading.Lock()  # base and overlay
+        self.fold_lock = threading.Lock()  # one writer of ``ledgers`` at a time (the fold, maintenance)
+        self._base = LEDGERS.schema.empty_table()
+        self._base_ids = np.empty(0, np.int64)
+        self._base_mzxid = np.empty(0, np.int64)
+        self._base_gone = np.empty(0, bool)
+        self._base_closed = np.empty(0, bool)
+        self._overlay: list[tuple[int, pa.Table]] = []  # (batch id, rows), oldest first
+        self._latest: dict[int, tuple[int, int, int, bool]] = {}  # id -> (batch id, row, mzxid, gone)
+        self._folded_through = _NO_VERSION
+        self._foldable_through = _NO_VERSION
+        self._opened = False
+        self._index_cursor = 0
+        self._folder: threading.Thread | None = None
+        self._stop_folding = threading.Event()
+        self.last_fold: FoldReport | None = None
+
+    # -- opening --------------------------------------------------------------------------------------------
+    @property
+    def opened(self) -> bool:
+        return self._opened
+
+    def ensure_open(self) -> None:
+        """Open with every batch recorded so far (for a reader that comes before the ledger lane's first
+        batch: the membership lane's loss owner)."""
+        with self._lock:
+            if self._opened:
+                return
+        changes = DeltaTable(table_path(self.root, "ledger_changes"))
+        recorded = changes.transaction_version(self.app_id)
+        self.open(_NO_VERSION + 1 if recorded is None else int(recorded) + 1)
+
+    def open(self, batch_id: int) -> None:
+        """Load the state as of before ``batch_id``: ``ledgers`` at its last fold before it, and the changes
+        of the batches between that fold and ``batch_id``. Already open at a fold before ``batch_id``, only
+        the changes of ``batch_id`` and later (a replayed batch's first attempt) are forgotten."""
+        with self._lock:
+            if self._opened and self._folded_through < batch_id:
+                self._overlay = [(b, rows) for b, rows in self._overlay if b < batch_id]
+                self._latest = {}
+                for batch, rows in self._overlay:
+                    self._add_overlay(batch, rows, append=False)
+                self._foldable_through = batch_id - 1
+                return
+        ledgers = DeltaTable(table_path(self.root, "ledgers"))
+        app = fold_app(self.app_id)
+        folded = ledgers.transaction_version(app)
+        folded = _NO_VERSION if folded is None else int(folded)
+        if folded >= batch_id:
+            version, folded = _fold_version_before(ledgers, app, batch_id)
+            ledgers = DeltaTable(table_path(self.root, "ledgers"), version=version)
+        base = sorted_by_id(conform_to(ledgers.to_pyarrow_table(), LEDGERS.schema))
+        changes = scan(
+            DeltaTable(table_path(self.root, "ledger_changes")),
+            [("batch_id", ">", folded), ("batch_id", "<", batch_id)],
+        )
+        with self._lock:
+            self._set_base(base)
+            self._overlay, self._latest = [], {}
+            if changes.num_rows:
+                for one in np.unique(changes.column("batch_id").to_numpy()):
+                    rows = changes.filter(pc.equal(changes.column("batch_id"), one)).drop(["batch_id"])
+                    self._add_overlay(int(one), conform_to(rows, LEDGERS.schema))
+            self._folded_through = folded
+            self._foldable_through = batch_id - 1
+            self._opened = True
+        logger.info(
+            "ledger state loaded: %d folded rows (through batch %d), %d changed rows since",
+            base.num_rows,
+            folded,
+            changes.num_rows,
+        )
+
+    def _set_base(self, base: pa.Table) -> None:
+        self._base = base
+        self._base_ids = base.column("ledger_id").to_numpy()
+        self._base_mzxid = pc.fill_null(base.column("mzxid"), _NO_VERSION).to_numpy()
+        self._base_gone = pc.fill_null(base.column("deleted"), False).to_numpy(zero_copy_only=False)
+        closed = pc.fill_null(pc.equal(base.column("state"), "CLOSED"), False).to_numpy(zero_copy_only=False)
+        self._base_closed = closed & ~self._base_gone
+
+    def _add_overlay(self, batch_id: int, rows: pa.Table, *, append: bool = True) -> None:
+        if append:
+            self._overlay.append((batch_id, rows))
+        ids = rows.column("ledger_id").to_pylist()
+        mzxid = pc.fill_null(rows.column("mzxid"), _NO_VERSION).to_pylist()
+        gone = pc.fill_null(rows.column("deleted"), False).to_pylist()
+        for position, (ledger_id, version, deleted) in enumerate(zip(ids, mzxid, gone, strict=True)):
+            self._latest[ledger_id] = (batch_id, position, version, deleted)
+
+    # -- reads ----------------------------------------------------------------------------------------------
+    def versions(self, ledger_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per ledger id: its current ``mzxid`` (-1 when unknown or null) and whether it is deleted."""
+        ids = np.asarray(ledger_ids, dtype=np.int64)
+        with self._lock:
+            mzxid = np.full(len(ids), _NO_VERSION, np.int64)
+            gone = np.zeros(len(ids), bool)
+            if len(self._base_ids) and len(ids):
+                at = np.searchsorted(self._base_ids, ids).clip(max=len(self._base_ids) - 1)
+                hit = self._base_ids[at] == ids
+                mzxid[hit] = self._base_mzxid[at[hit]]
+                gone[hit] = self._base_gone[at[hit]]
+            if self._latest:
+                for position, ledger_id in enumerate(ids.tolist()):
+                    entry = self._latest.get(ledger_id)
+                    if entry is not None:
+                        mzxid[position], gone[position] = entry[2], entry[3]
+        return mzxid, gone
+
+    def rows(self, ledger_ids: Iterable[int]) -> dict[int, dict[str, Any]]:
+        """The current rows (as dicts) of the ledgers among ``ledger_ids`` that have one."""
+        wanted = sorted(set(ledger_ids))
+        if not wanted:
+            return {}
+        with self._lock:
+            by_batch: dict[int, list[int]] = {}
+            from_base: list[int] = []
+            for ledger_id in wanted:
+                entry = self._latest.get(ledger_id)
+                if entry is None:
+                    from_base.append(ledger_id)
+                else:
+                    by_batch.setdefault(entry[0], []).append(entry[1])
+            overlay = dict(self._overlay)
+            parts = [overlay[b].take(pa.array(p, pa.int64())) for b, p in by_batch.items()]
+            ids = np.asarray(from_base, np.int64)
+            if len(ids) and len(self._base_ids):
+                at = np.searchsorted(self._base_ids, ids).clip(max=len(self._base_ids) - 1)
+                hit = at[self._base_ids[at] == ids]
+                parts.append(self._base.take(pa.array(hit, pa.int64())))
+        return {row["ledger_id"]: row for part in parts for row in part.to_pylist()}
+
+    def current_table(self, columns: Sequence[str] | None = None) -> pa.Table:
+        """Every ledger's current row (one per ledger), with ``columns`` (all when None)."""
+        with self._lock:
+            base, overlay = self._base, [rows for _, rows in self._overlay]
+        if columns is not None:
+            base = base.select(list(columns))
+            overlay = [rows.select(list(columns)) for rows in overlay]
+        return current_rows(base, overlay)
+
+    def closed_after(self, cursor: int, limit: int) -> list[int]:
+        """Up to ``limit`` ids above ``cursor`` of closed ledgers that are not deleted, ascending (the
+        background replicas check walks them)."""
+        with self._lock:
+            ids, closed = self._base_ids, self._base_closed
+            overlay = {i: (b, p) for i, (b, p, _, _) in self._latest.items() if i > cursor}
+            batches = dict(self._overlay)
+        start = int(np.searchsorted(ids, cursor, side="right"))
+        picked = ids[start:][closed[start:]]
+        picked = picked[~np.isin(picked, np.fromiter(overlay, np.int64, len(overlay)))][
+            : limit + len(overlay)
+        ]
+        extra = [
+            ledger_id
+            for ledger_id, (batch, position) in overlay.items()
+            if batches[batch].column("state")[position].as_py() == "CLOSED"
+            and not batches[batch].column("deleted")[position].as_py()
+        ]
+        return sorted([*picked.tolist(), *extra])[:limit]
+
+    def current_index(self, indexed: pa.Table) -> pa.Table:
+        """The ``ledger_bookies`` rows of ``indexed`` that belong to their ledger's current version (rows of
+        older versions, deleted and undecodable ledgers dropped)."""
+        if indexed.num_rows == 0:
+            return indexed
+        mzxid, gone = self.versions(indexed.column("ledger_id").to_numpy())
+        row_mzxid = pc.fill_null(indexed.column("mzxid"), -2).to_numpy()
+        return indexed.filter(pa.array((row_mzxid == mzxid) & ~gone))
+
+    # -- writes ---------------------------------------------------------------------------------------------
+    def record(
+        self, writer: BatchWriter, rows: Sequence[Mapping[str, Any]], index: Mapping[int, Sequence[str]]
+    ) -> tuple[bool, bool]:
+        """Append a batch's changed ledger rows and the index rows of the ledgers whose version changed
+        (``index``: ledger id → the bookies it names now; empty for a deleted or undecodable ledger), then
+        make them current in memory. Returns whether each table was written (False: a replay found it)."""
+        table = pa.Table.from_pylist(list(rows), schema=LEDGERS.schema)
+        batch = writer.batch_id
+        changes = table.append_column(
+            LEDGER_CHANGES.schema.field("batch_id"), pa.array([batch] * table.num_rows, pa.int64())
+        )
+        changes_written = writer.append("ledger_changes", changes) if table.num_rows else False
+        index_rows = index_rows_of(table, index)
+        index_written = writer.append("ledger_bookies", index_rows) if index_rows.num_rows else False
+        if table.num_rows:
+            with self._lock:
+                self._overlay = [(b, t) for b, t in self._overlay if b != batch]
+                self._add_overlay(batch, table)
+        return changes_written, index_written
+
+    def batch_started(self, batch_id: int) -> None:
+        """Spark runs a micro-batch only after recording the previous one done: those may be folded."""
+        with self._lock:
+            self._foldable_through = max(self._foldable_through, batch_id - 1)
+
+    # -- folding --------------------------------------------------------------------------------------------
+    @property
+    def unfolded_rows(self) -> int:
+        with self._lock:
+            return sum(rows.num_rows for _, rows in self._overlay)
+
+    def fold(self, through: int | None = None) -> FoldReport | None:
+        """Merge the changes of the batches up to ``through`` (default: the last one Spark recorded done)
+        into ``ledgers`` and into the in-memory base; None when there is nothing to fold."""
+        with self.fold_lock:
+            started = time.monotonic()
+            with self._lock:
+                through = self._foldable_through if through is None else through
+                tables = [rows for b, rows in self._overlay if b <= through]
+            if not tables:
+                return None
+            latest = latest_per_ledger(tables)
+            merged = self._merge_into_ledgers(latest, through)
+            self._swap_base(latest, through)
+            report = FoldReport(through, latest.num_rows, round(time.monotonic() - started, 3), merged)
+        logger.debug("folded %d ledger rows through batch %d in %.3f s", report.rows, through, report.seconds)
+        return report
+
+    def _merge_into_ledgers(self, latest: pa.Table, through: int) -> bool:
+        ledgers = DeltaTable(table_path(self.root, "ledgers"))
+        app = fold_app(self.app_id)
+        done = ledgers.transaction_version(app)
+        if done is not None and done >= through:
+            return False
+        commit = CommitProperties(
+            custom_metadata={FOLD_METADATA_KEY: str(through), APP_METADATA_KEY: app},
+            app_transactions=[Transaction(app, through)],
+        )
+        (
+            ledgers.merge(
+                latest,
+                "t.ledger_id = s.ledger_id",
+                source_alias="s",
+                target_alias="t",
+                commit_properties=commit,
+            )
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute()
+        )
+        return True
+
+    def _swap_base(self, latest: pa.Table, through: int) -> None:
+        folded_ids = latest.column("ledger_id").to_numpy()
+        with self._lock:
+            base = self._base
+        kept = base.filter(pa.array(~np.isin(base.column("ledger_id").to_numpy(), folded_ids)))
+        new_base = sorted_by_id(pa.concat_tables([kept, latest]))
+        with self._lock:
+            self._set_base(new_base)
+            self._overlay = [(b, rows) for b, rows in self._overlay if b > through]
+            self._latest = {}
+            for batch, rows in self._overlay:
+                self._add_overlay(batch, rows, append=False)
+            self._folded_through = through
+
+    def start_folding(self, interval_s: float) -> None:
+        """Fold every ``interval_s`` in a daemon thread (off the ledger lane's batches) until
+        :meth:`stop_folding`."""
+        if interval_s <= 0 or self._folder is not None:
+            return
+        self._stop_folding.clear()
+        self._folder = threading.Thread(
+            target=self._fold_loop, args=(interval_s,), name="bkaudit-ledger-fold", daemon=True
+        )
+        self._folder.start()
+
+    def _fold_loop(self, interval_s: float) -> None:
+        while not self._stop_folding.wait(interval_s):
+            try:
+                self.last_fold = self.fold() or self.last_fold
+            except Exception:  # the changes stay in ledger_changes; the next fold takes them
+                logger.warning(
+                    "folding ledger changes into ledgers failed; retrying in %.0f s",
+                    interval_s,
+                    exc_info=True,
+                )
+
+    def stop_folding(self, *, fold_all: bool = True) -> None:
+        """Stop the fold thread; with ``fold_all``, fold every recorded batch now (the job is stopping)."""
+        self._stop_folding.set()
+        if self._folder is not None:
+            self._folder.join()
+            self._folder = None
+        if fold_all and self._opened:
+            with self._lock:
+                last = self._overlay[-1][0] if self._overlay else None
+            if last is not None:
+                self.last_fold = self.fold(through=last) or self.last_fold
+
+    def expire_changes(self, retention_hours: float) -> bool:
+        """Delete the ``ledger_changes`` rows older than ``retention_hours`` (event time) of batches already
+        folded: the table keeps the ledgers' recent history, not all of it. Runs in the ledger lane's thread
+        (the table's only writer). Returns whether a delete was committed."""
+        with self._lock:
+            folded = self._folded_through
+        if folded < 0 or retention_hours <= 0:
+            return False
+        cutoff = datetime.now(tz=UTC) - timedelta(hours=retention_hours)
+        stamp = cutoff.strftime("%Y-%m-%d %H:%M:%S")
+        table = DeltaTable(table_path(self.root, "ledger_changes"))
+        table.delete(f"batch_id <= {folded} AND updated_at < '{stamp}'")
+        return True
+
+    # -- the index's old rows -------------------------------------------------------------------------------
+    def clean_index(self, max_bookies: int) -> int:
+        """Remove, from up to ``max_bookies`` of the index's bookie partitions (in rotation), the rows of
+        versions that are no longer current; returns the rows removed. Runs in the ledger lane's thread:
+        the index's only other writer, whose appends would make a concurrent MERGE fail."""
+        if not self._opened or max_bookies <= 0:  # versions unknown: every row would look old
+            return 0
+        table = DeltaTable(table_path(self.root, "ledger_bookies"))
+        bookies = sorted({p["bookie"] for p in table.partitions()})
+        if not bookies:
+            return 0
+        removed = 0
+        start = self._index_cursor % len(bookies)
+        chosen = (bookies[start:] + bookies[:start])[:max_bookies]
+        self._index_cursor = start + len(chosen)
+        for bookie in chosen:
+            rows = scan(table, [("bookie", "=", bookie)], ["ledger_id", "mzxid"], prune_partitions=True)
+            stale = rows.num_rows - self.current_index(rows).num_rows
+            if stale == 0:
+                continue
+            ids = np.unique(rows.column("ledger_id").to_numpy())
+            mzxid, gone = self.versions(ids)
+            source = pa.table(
+                {
+                    "ledger_id": pa.array(ids, pa.int64()),
+                    "current": pa.array(np.where(gone, np.iinfo(np.int64).max, mzxid), pa.int64()),
+                }
+            )
+            literal = bookie.replace("'", "''")
+            _merge_with_retry(
+                table,
+                source,
+                f"t.bookie = '{literal}' AND t.ledger_id = s.ledger_id",
+                "t.mzxid IS NULL OR t.mzxid <> s.current",
+            )
+            removed += stale
+        return removed
+
+
+def index_rows_of(ledgers: pa.Table, index: Mapping[int, Sequence[str]]) -> pa.Table:
+    """The ``ledger_bookies`` rows of the ledgers in ``index`` (ledger id → the bookies it names), built
+    from their rows in ``ledgers`` column by column: the copied ledger columns and the version taken with
+    one ``take`` per column, not a dict per row.
+
+    Example:
+        >>> row = {"ledger_id": 7, "mzxid": 3, "state": "CLOSED"}
+        >>> rows = index_rows_of(pa.Table.from_pylist([row], schema=LEDGERS.schema), {7: ["b1", "b2"]})
+        >>> [(r["bookie"], r["ledger_id"], r["mzxid"], r["state"]) for r in rows.to_pylist()]
+        [('b1', 7, 3, 'CLOSED'), ('b2', 7, 3, 'CLOSED')]
+    """
+    ids = ledgers.column("ledger_id").to_pylist()
+    position = {ledger_id: i for i, ledger_id in enumerate(ids)}
+    parents: list[int] = []
+    names: list[str] = []
+    for ledger_id, bookies in sorted(index.items()):
+        if bookies and ledger_id in position:
+            parents.extend([position[ledger_id]] * len(bookies))
+            names.extend(bookies)
+    taken = ledgers.take(pa.array(parents, pa.int64()))
+    columns = {"bookie": pa.array(names, pa.string())}
+    for target in LEDGER_BOOKIES.schema:
+        if target.name != "bookie":
+            columns[target.name] = taken.column(target.name).cast(target.type)
+    return pa.Table.from_pydict(columns, schema=LEDGER_BOOKIES.schema)
+
+
+def _merge_with_retry(table: DeltaTable, source: pa.Table, predicate: str, delete_when: str) -> None:
+    for attempt in range(5):
+        try:
+            table.update_incremental()
+            (
+                table.merge(source, predicate, source_alias="s", target_alias="t")
+                .when_matched_delete(delete_when)
+                .execute()
+            )
+            return
+        except CommitFailedError:
+            if attempt == 4:
+                raise
+            time.sleep(0.05 * (attempt + 1))

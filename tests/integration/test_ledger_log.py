@@ -1,0 +1,145 @@
+"""The ledgers' state on real Delta tables: appended per batch, folded in the background, read as current.
+
+What readers see (the staleness bound in docs/design.md): ``read_table``/``bkaudit query`` every finished
+batch at once; the raw ``ledgers`` table within the fold interval plus one fold; the index only the rows of
+current versions, before and after their cleanup.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pytest
+from deltalake import DeltaTable
+
+from connectors.delta.ledger_log import LedgerLog, read_current_index
+from connectors.delta.queries import Lakehouse
+from connectors.delta.tables import LEDGER_BUCKETS, BatchWriter, ensure_tables, read_table, table_path
+
+pytestmark = pytest.mark.integration
+
+APP = "test-log"
+
+
+def row(ledger_id: int, mzxid: int, *, state: str = "CLOSED", deleted: bool = False, bookies=("b1", "b2")):
+    return {
+        "ledger_id": ledger_id,
+        "ledger_bucket": ledger_id % LEDGER_BUCKETS,
+        "state": state,
+        "ensemble_size": len(bookies),
+        "write_quorum": 2,
+        "ack_quorum": 2,
+        "segments": [{"first_entry_id": 0, "ensemble": list(bookies)}],
+        "bookies": sorted(bookies),
+        "mzxid": mzxid,
+        "deleted": deleted,
+        "updated_at": datetime.fromtimestamp(mzxid, tz=UTC),
+    }
+
+
+def record(log: LedgerLog, root, batch_id: int, rows: list[dict[str, Any]]) -> None:
+    log.open(batch_id)
+    log.batch_started(batch_id)
+    index = {r["ledger_id"]: [] if r["deleted"] else r["bookies"] for r in rows}
+    log.record(BatchWriter(root, APP, batch_id), rows, index)
+
+
+def raw_ledgers(root) -> dict[int, int]:
+    table = DeltaTable(table_path(root, "ledgers")).to_pyarrow_table()
+    return dict(zip(table.column("ledger_id").to_pylist(), table.column("mzxid").to_pylist(), strict=True))
+
+
+@pytest.fixture
+def root(tmp_path):
+    ensure_tables(tmp_path)
+    return tmp_path
+
+
+def test_readers_see_every_finished_batch_and_the_raw_table_catches_up_within_the_fold_interval(root):
+    log = LedgerLog(root, APP)
+    record(log, root, 0, [row(1, 10), row(2, 11)])
+    record(log, root, 1, [row(1, 12, bookies=("b1", "b3"))])
+    # Finished batches: visible at once through read_table and bkaudit query; the raw table has no fold yet.
+    current = {r["ledger_id"]: r["mzxid"] for r in read_table(root, "ledgers").to_pylist()}
+    assert current == {1: 12, 2: 11}
+    by_query = {r["ledger_id"]: r["bookies"] for r in Lakehouse(root).ledgers().to_pylist()}
+    assert by_query == {1: ["b1", "b3"], 2: ["b1", "b2"]}  # ledger 1 at its batch-1 version
+    assert raw_ledgers(root) == {}
+    interval_s = 0.3
+    log.start_folding(interval_s)
+    try:
+        record(log, root, 2, [row(3, 13)])  # batch 1 is done (Spark started 2): foldable
+        started = time.monotonic()
+        while raw_ledgers(root) != {1: 12, 2: 11} and time.monotonic() - started < 30:
+            time.sleep(0.05)
+        caught_up = time.monotonic() - started
+    finally:
+        log.stop_folding(fold_all=False)
+    assert raw_ledgers(root) == {1: 12, 2: 11}
+    fold = log.last_fold
+    assert fold is not None and fold.through == 1
+    assert caught_up <= interval_s + fold.seconds + 1.0  # the bound, with scheduling slack
+    log.stop_folding(fold_all=True)  # the job's stop folds the running batch too
+    assert raw_ledgers(root) == {1: 12, 2: 11, 3: 13}
+
+
+def test_the_index_shows_only_current_versions_before_and_after_its_cleanup(root):
+    log = LedgerLog(root, APP)
+    record(log, root, 0, [row(1, 10, bookies=("b1", "b2")), row(2, 11, bookies=("b1", "b3"))])
+    record(log, root, 1, [row(1, 12, bookies=("b2", "b4")), row(2, 13, deleted=True)])
+    current = sorted((r["bookie"], r["ledger_id"]) for r in read_table(root, "ledger_bookies").to_pylist())
+    assert current == [("b2", 1), ("b4", 1)]
+    raw = DeltaTable(table_path(root, "ledger_bookies")).to_pyarrow_table()
+    assert raw.num_rows == 6  # the old versions' rows are still there
+    assert log.current_index(raw).num_rows == 2
+    removed = sum(log.clean_index(max_bookies=2) for _ in range(3))
+    assert removed == 4
+    raw = DeltaTable(table_path(root, "ledger_bookies")).to_pyarrow_table()
+    assert sorted(
+        zip(raw.column("bookie").to_pylist(), raw.column("ledger_id").to_pylist(), strict=True)
+    ) == [
+        ("b2", 1),
+        ("b4", 1),
+    ]
+    assert sorted((r["bookie"], r["ledger_id"]) for r in read_current_index(root).to_pylist()) == current
+
+
+def test_a_replayed_batch_sees_the_state_before_it_even_after_a_fold_covered_it(root):
+    log = LedgerLog(root, APP)
+    record(log, root, 0, [row(1, 10)])
+    record(log, root, 1, [row(1, 12), row(2, 13)])
+    log.fold(through=1)  # a stop folded batch 1; then a crash before Spark recorded it done
+    replay = LedgerLog(root, APP)
+    replay.open(1)
+    mzxid, gone = replay.versions(np.array([1, 2]))
+    assert mzxid.tolist() == [10, -1] and gone.tolist() == [False, False]
+    assert replay.rows([1])[1]["mzxid"] == 10
+    record(replay, root, 1, [row(1, 12), row(2, 13)])  # the replay's writes are skipped, memory updated
+    assert replay.versions(np.array([1, 2]))[0].tolist() == [12, 13]
+    assert replay.fold(through=1).merged is False  # ledgers already holds it
+    assert raw_ledgers(root) == {1: 12, 2: 13}
+
+
+def test_the_background_check_walks_closed_live_ledgers_from_memory(root):
+    log = LedgerLog(root, APP)
+    record(log, root, 0, [row(i, 10 + i) for i in range(1, 7)])
+    log.fold(through=0)
+    record(log, root, 1, [row(2, 30, deleted=True), row(3, 31, state="OPEN"), row(9, 32)])
+    assert log.closed_after(-1, 10) == [1, 4, 5, 6, 9]
+    assert log.closed_after(4, 2) == [5, 6]
+
+
+def test_folded_changes_older_than_the_retention_are_expired_and_the_state_stays(root):
+    log = LedgerLog(root, APP)
+    record(log, root, 0, [row(1, 10), row(2, 11)])  # updated_at in 1970: long past any retention
+    record(log, root, 1, [row(1, 12)])
+    assert log.expire_changes(retention_hours=1) is False  # nothing folded yet: nothing may go
+    log.fold(through=0)
+    assert log.expire_changes(retention_hours=1) is True
+    changes = DeltaTable(table_path(root, "ledger_changes")).to_pyarrow_table()
+    assert changes.column("batch_id").to_pylist() == [1]  # batch 0 folded and old: gone; batch 1 kept
+    current = {r["ledger_id"]: r["mzxid"] for r in read_table(root, "ledgers").to_pylist()}
+    assert current == {1: 12, 2: 11}
