@@ -68,6 +68,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--changes", type=int, default=2_000, help="znode changes for the latency figure")
     parser.add_argument("--latency-producer", default="0:0", help="batch_size:linger_ms for the latency run")
     parser.add_argument("--rate", type=float, default=200.0, help="changes per second")
+    parser.add_argument("--idle-s", type=float, default=3.0, help="watcher CPU measured idle this long first")
     parser.add_argument("--heap", default="3g", help="ZooKeeper JVM heap")
     parser.add_argument("--skip-snapshot", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
@@ -222,6 +223,18 @@ def _bucket_percentile(buckets: dict[str, float], fraction: float) -> float | No
     return float("inf")
 
 
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a live process has used so far, from ``/proc/<pid>/stat``.
+
+    Example:
+        >>> process_cpu_s(os.getpid()) > 0
+        True
+    """
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def _free_port() -> int:
     import socket
 
@@ -271,6 +284,11 @@ def _latency(harness: Any, chroot: str, spec: Any, args: argparse.Namespace) -> 
             time.sleep(0.5)
         consumer.assign(partitions)
         consumer.consume(num_messages=1, timeout=1.0)  # resolve the end offsets now, before the first change
+        # The watcher's CPU while idle (heartbeats, delivery polling), to tell it from the changes' cost.
+        idle_started, idle_cpu = time.monotonic(), process_cpu_s(watcher.pid)
+        time.sleep(args.idle_s)
+        idle_rate = (process_cpu_s(watcher.pid) - idle_cpu) / (time.monotonic() - idle_started)
+        changes_started, changes_cpu = time.monotonic(), process_cpu_s(watcher.pid)
         lag_before = _scrape(port, "bkaudit_watcher_publish_lag_seconds")
         change_before = _scrape(port, "bkaudit_watcher_change_to_kafka_seconds")
         sent: dict[tuple[int, int], float] = {}
@@ -308,9 +326,11 @@ def _latency(harness: Any, chroot: str, spec: Any, args: argparse.Namespace) -> 
             new_stat = writer.set(path, data, version=stat.version)
             sent[(ledger_id, new_stat.version)] = started
         wait_until = time.monotonic() + 60
-        if args.skip_consumer:  # the watcher's own figures: wait until it has no unacknowledged event
-            while _scrape_value(port, "bkaudit_watcher_unacked_events") > 0 and time.monotonic() < wait_until:
-                time.sleep(0.1)
+        # Every change acknowledged: the watcher's work for them is done (also with a consumer).
+        while _scrape_value(port, "bkaudit_watcher_unacked_events") > 0 and time.monotonic() < wait_until:
+            time.sleep(0.05)
+        changes_cpu_s = process_cpu_s(watcher.pid) - changes_cpu
+        changes_window_s = time.monotonic() - changes_started
         while (
             not args.skip_consumer
             and len(received.keys() & sent.keys()) < len(sent)
@@ -329,6 +349,13 @@ def _latency(harness: Any, chroot: str, spec: Any, args: argparse.Namespace) -> 
         return {
             "changes": len(sent),
             "rate_per_s": args.rate,
+            # The watcher process's CPU per change (user + system, /proc), and net of its idle rate over the
+            # same window; target <= 150 us.
+            "watcher_cpu_us_per_change": round(changes_cpu_s * 1e6 / max(len(sent), 1)),
+            "watcher_cpu_us_per_change_net_of_idle": round(
+                max(changes_cpu_s - idle_rate * changes_window_s, 0.0) * 1e6 / max(len(sent), 1)
+            ),
+            "watcher_idle_cpu_percent": round(idle_rate * 100, 2),
             "producer": args.latency_producer,
             # Primary figure: znode mtime (ZooKeeper's clock) -> Kafka ack, measured by the watcher for every
             # live ledger change; percentiles are bucket upper bounds of its histogram.
@@ -369,7 +396,12 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     state_dir = Path(tempfile.mkdtemp(prefix="bkaudit-bench-watch-"))
     harness = ServiceHarness(state_dir, zookeeper_heap=args.heap)
     harness.start()
-    figures: dict[str, Any] = {"ledgers": args.ledgers, "partitions": args.partitions, "cpus": os.cpu_count()}
+    figures: dict[str, Any] = {
+        "ledgers": args.ledgers,
+        "partitions": args.partitions,
+        "cpus": os.cpu_count(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
     try:
         chroot = harness.new_chroot()
         empty = harness.new_chroot()
@@ -457,6 +489,30 @@ def test_watcher_figures() -> None:
     assert figures["latency"]["change_to_kafka_ack_buckets"]["+Inf"] >= PYTEST_CHANGES
 
 
+def summary_line(figures: dict[str, Any]) -> dict[str, Any]:
+    """The named figures for the one JSON line the script ends with.
+
+    Example:
+        >>> line = summary_line({"ledgers": 5, "latency": {"watcher_cpu_us_per_change": 310}})
+        >>> line["watcher_cpu_us_per_change"]
+        310
+    """
+    snapshot = (figures.get("snapshot") or [{}])[0]
+    latency = figures.get("latency") or {}
+    return {
+        "ledgers": figures.get("ledgers"),
+        "snapshot_s": snapshot.get("duration_s"),
+        "snapshot_cpu_us_per_ledger": snapshot.get("cpu_us_per_ledger"),
+        "change_to_kafka_ack_p99_ms": latency.get("change_to_kafka_ack_p99_ms"),
+        "watcher_cpu_us_per_change": latency.get("watcher_cpu_us_per_change"),
+        "watcher_cpu_us_per_change_net_of_idle": latency.get("watcher_cpu_us_per_change_net_of_idle"),
+        "changes_per_s": latency.get("rate_per_s"),
+        "load_avg": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    print(json.dumps(run_benchmark(_parse_args(sys.argv[1:])), indent=2))
+    results = run_benchmark(_parse_args(sys.argv[1:]))
+    print(json.dumps(results, indent=2))
+    print(json.dumps(summary_line(results)))
