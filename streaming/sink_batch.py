@@ -29,6 +29,7 @@ from bkaudit.domain.rules.evaluate import (
     placement_column,
     placement_condition,
 )
+from bkaudit.domain.rules.placement_batch import rackaware_screen
 from connectors.delta.tables import LEDGER_BUCKETS
 from connectors.kafka.publisher import partition_for_key
 from streaming.loss import MEMBERSHIP_DECISIONS, utc_from_ms
@@ -400,10 +401,36 @@ def as_payload(row: Mapping[str, Any]) -> Row:
     }
 
 
+def _adhering_by_screen(batch: SinkBatch, policy: PlacementPolicyConfig) -> set[int]:
+    """The closed ledgers to evaluate that the batch screen finds placed well (rack-aware only: the other
+    policies are judged per ledger)."""
+    if policy.policy != "rackaware" or batch.rack_map_invalid:
+        return set()
+    candidates = [
+        row
+        for ledger_id in batch.trigger_ms
+        if (row := batch.ledgers.get(ledger_id)) is not None
+        and not row.get("deleted")
+        and row.get("state") == "CLOSED"
+    ]
+    if not candidates:
+        return set()
+    passed = rackaware_screen(
+        [[s["ensemble"] for s in row.get("segments") or []] for row in candidates],
+        [int(row["write_quorum"]) for row in candidates],
+        batch.racks,
+        min_racks_per_write_quorum=policy.min_racks_per_write_quorum,
+        enforce_min_racks_per_write_quorum=policy.enforce_min_racks_per_write_quorum,
+    )
+    return {row["ledger_id"] for row, ok in zip(candidates, passed.tolist(), strict=True) if ok}
+
+
 def evaluate_ledgers(batch: SinkBatch, policy: PlacementPolicyConfig) -> None:
     """Placement of every affected ledger (the lost-bookie rule is the loss owner's): alerts and the
-    ``placement`` column; a deleted ledger's alerts resolve, an undecodable one has no placement."""
+    ``placement`` column; a deleted ledger's alerts resolve, an undecodable one has no placement. Ledgers
+    the batch screen passes adhere; the others are judged one by one (which write sets fail)."""
     book = batch.book
+    adhering = _adhering_by_screen(batch, policy)
     for ledger_id in sorted(batch.trigger_ms):
         row_now = batch.ledgers.get(ledger_id)
         if row_now is None:
@@ -424,7 +451,7 @@ def evaluate_ledgers(batch: SinkBatch, policy: PlacementPolicyConfig) -> None:
                 batch.changed_ledgers.add(ledger_id)
             continue
         payload = as_payload(row_now)
-        placement = placement_condition(payload, batch.racks, policy)
+        placement = None if ledger_id in adhering else placement_condition(payload, batch.racks, policy)
         for kind in PLACEMENT_KINDS:
             holds = placement is not None and placement[0] == kind.value
             book.set_ledger_condition(

@@ -1,0 +1,83 @@
+"""The rack-aware placement check over a whole batch of ledgers at once (numpy), as a screen.
+
+A batch of changed ledgers is almost always placed well. :func:`rackaware_screen` finds, for many ledgers in
+one pass, which ones meet the rack-aware policy in every write set of every segment (BookKeeper's rule, as
+:func:`~bkaudit.domain.rules.placement.rackaware_adherence` states it: a window fails when it spans fewer
+than ``min(WQ, min_racks_per_write_quorum)`` racks, or, enforced, holds a bookie in the default rack). Those
+need nothing more; the others go through the per-ledger rule, which also says which write sets fail. One
+rule, two forms: ``tests/unit/test_placement_batch.py`` holds them equal.
+
+Example:
+    >>> racks = {"b1": "/r1", "b2": "/r1", "b3": "/r2"}
+    >>> rackaware_screen([[["b1", "b3"]], [["b1", "b2", "b3"]]], [2, 2], racks).tolist()
+    [True, False]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from bkaudit.domain.rackmap import DEFAULT_RACK
+from bkaudit.domain.rules.placement import (
+    DEFAULT_ENFORCE_MIN_RACKS_PER_WRITE_QUORUM,
+    DEFAULT_MIN_RACKS_PER_WRITE_QUORUM,
+    normalize_location,
+)
+
+
+def _rack_codes(
+    ensembles: Sequence[Sequence[str]], racks: Mapping[str, str | None]
+) -> tuple[np.ndarray, int]:
+    """Every member's rack as an integer code (the default rack for an unmapped bookie), flattened, and
+    the default rack's code."""
+    codes: dict[str | None, int] = {DEFAULT_RACK: 0}
+    by_bookie: dict[str, int] = {}
+    flat: list[int] = []
+    for ensemble in ensembles:
+        for bookie in ensemble:
+            code = by_bookie.get(bookie)
+            if code is None:
+                location = normalize_location(racks.get(bookie)) or DEFAULT_RACK
+                code = by_bookie[bookie] = codes.setdefault(location, len(codes))
+            flat.append(code)
+    return np.asarray(flat, dtype=np.int64), codes[DEFAULT_RACK]
+
+
+def rackaware_screen(
+    segments: Sequence[Sequence[Sequence[str]]],
+    write_quorums: Sequence[int],
+    racks: Mapping[str, str | None],
+    *,
+    min_racks_per_write_quorum: int = DEFAULT_MIN_RACKS_PER_WRITE_QUORUM,
+    enforce_min_racks_per_write_quorum: bool = DEFAULT_ENFORCE_MIN_RACKS_PER_WRITE_QUORUM,
+) -> np.ndarray:
+    """Per ledger (its segments' ensembles, its write quorum): True when every cyclic write set of every
+    segment meets the rack-aware policy; False when one fails, or when the ledger is not one the rule can
+    judge in bulk (an empty ensemble, a write quorum below 1): the per-ledger rule decides those."""
+    ledgers = len(segments)
+    ensembles = [ensemble for ledger in segments for ensemble in ledger]
+    owner = np.repeat(np.arange(ledgers), [len(ledger) for ledger in segments])
+    quorum = np.asarray(write_quorums, dtype=np.int64)[owner] if ledgers else np.empty(0, np.int64)
+    sizes = np.asarray([len(e) for e in ensembles], dtype=np.int64)
+    ok = np.ones(ledgers, dtype=bool)
+    judgeable = (sizes > 0) & (quorum >= 1)
+    np.logical_and.at(ok, owner[~judgeable], False)
+    if not judgeable.any():
+        return ok
+    codes, default = _rack_codes(ensembles, racks)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    for write_quorum in np.unique(quorum[judgeable]):
+        chosen = np.flatnonzero(judgeable & (quorum == write_quorum))
+        # One window per member position: (segment, first member) → the WQ members after it, cyclic.
+        window_segment = np.repeat(chosen, sizes[chosen])
+        first = np.concatenate([np.arange(sizes[s]) for s in chosen])
+        offsets = (first[:, None] + np.arange(write_quorum)[None, :]) % sizes[window_segment][:, None]
+        window = np.sort(codes[starts[window_segment][:, None] + offsets], axis=1)
+        distinct = 1 + (np.diff(window, axis=1) != 0).sum(axis=1)
+        failing = distinct < min(int(write_quorum), min_racks_per_write_quorum)
+        if enforce_min_racks_per_write_quorum:
+            failing |= (window == default).any(axis=1)
+        np.logical_and.at(ok, owner[window_segment[failing]], False)
+    return ok
