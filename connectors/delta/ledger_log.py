@@ -490,14 +490,15 @@ def index_rows_of(ledgers: pa.Table, index: Mapping[int, Sequence[str]]) -> pa.T
         >>> [(r["bookie"], r["ledger_id"], r["mzxid"], r["state"]) for r in rows.to_pylist()]
         [('b1', 7, 3, 'CLOSED'), ('b2', 7, 3, 'CLOSED')]
     """
-    ids = ledgers.column("ledger_id").to_pylist()
-    position = {ledger_id: i for i, ledger_id in enumerate(ids)}
-    parents: list[int] = []
-    names: list[str] = []
-    for ledger_id, bookies in sorted(index.items()):
-        if bookies and ledger_id in position:
-            parents.extend([position[ledger_id]] * len(bookies))
-            names.extend(bookies)
+    named = {ledger_id: bookies for ledger_id, bookies in index.items() if bookies and ledger_id is not None}
+    wanted = pa.array(list(named), pa.int64())
+    positions = pc.index_in(wanted, value_set=ledgers.column("ledger_id")).to_numpy(zero_copy_only=False)
+    found = ~np.isnan(positions)
+    lengths = np.fromiter((len(b) for b in named.values()), np.int64, len(named))
+    parents = np.repeat(positions[found].astype(np.int64), lengths[found])
+    names = [
+        bookie for bookies, ok in zip(named.values(), found.tolist(), strict=True) if ok for bookie in bookies
+    ]
     taken = ledgers.take(pa.array(parents, pa.int64()))
     columns = {"bookie": pa.array(names, pa.string())}
     for target in LEDGER_BOOKIES.schema:
