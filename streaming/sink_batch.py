@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import base64
+import binascii
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -160,7 +161,7 @@ def ledger_row(ledger_id: int, payload: Mapping[str, Any], cluster: str, at_ms: 
         "ctime_ms": payload.get("ctime_ms"),
         "pulsar_topic": payload.get("pulsar_topic"),
         "custom_metadata": [
-            {"key": key, "value": base64.b64decode(value)}
+            {"key": key, "value": binascii.a2b_base64(value)}
             for key, value in payload.get("custom_metadata") or []
         ],
         "has_password": payload.get("has_password"),
@@ -182,8 +183,8 @@ def _ledger_state(batch: SinkBatch, row: Row) -> None:
         if not (batch.current_of(ledger_id) or {}).get("deleted"):
             batch.seen(ledger_id, payload.get("snapshot_id"), at_ms)
         return
-    batch.ledgers[ledger_id] = ledger_row(ledger_id, payload, batch.cluster, at_ms)
-    batch.index_replace[ledger_id] = sorted(ledger_bookies(payload))
+    batch.ledgers[ledger_id] = new_row = ledger_row(ledger_id, payload, batch.cluster, at_ms)
+    batch.index_replace[ledger_id] = new_row["bookies"]
     batch.touch(ledger_id, at_ms)
     batch.seen(ledger_id, payload.get("snapshot_id"), at_ms)
     batch.book.set_ledger_condition(AlertKind.METADATA_CORRUPT, ledger_id, False, at_ms=at_ms)
