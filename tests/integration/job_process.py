@@ -116,6 +116,11 @@ class JobRun:
         ids = self.batch_ids(log)
         return ids[-1] if ids else -1
 
+    def queued_batches(self) -> list[int]:
+        """Batches whose decisions wait in the checkpoint's sink queue (handed over, not applied yet)."""
+        folder = self.checkpoint / "sink-queue"
+        return sorted(int(p.stem) for p in folder.glob("*.arrow")) if folder.is_dir() else []
+
     def tables_with_batch(self, batch_id: int) -> list[str]:
         """Tables that already committed ``batch_id`` (the sink had started writing when the job died)."""
         return sorted(
@@ -140,23 +145,28 @@ def run_to_completion(run: JobRun, attempt: int, timeout_s: float = DEFAULT_TIME
 
 @dataclass(frozen=True)
 class Kill:
-    """Where one SIGKILL landed: the last batch planned (``offsets/``) and committed (``commits/``) then."""
+    """Where one SIGKILL landed: the last batch planned (``offsets/``) and committed (``commits/``) then, and
+    the batches Spark had handed to the sink that the sink had not applied (``sink-queue/``)."""
 
     mode: str
     after_s: float
     last_planned: int
     last_committed: int
     tables_already_written: tuple[str, ...]
+    queued: tuple[int, ...] = ()
 
     @property
     def mid_batch(self) -> bool:
-        return self.last_planned > self.last_committed
+        return self.last_planned > self.last_committed or bool(self.queued)
 
 
 def delta_commit_counts(lakehouse: Path) -> dict[str, int]:
-    """Commit files per table: a change means the sink has just committed a table."""
+    """Commit files per table the sink writes in its batches: a change means it has just committed one
+    (``ledgers`` is left out: only the background fold writes it)."""
     counts = {}
     for name in TABLES:
+        if name == "ledgers":
+            continue
         log = Path(table_path(lakehouse, name)) / "_delta_log"
         counts[name] = sum(1 for p in log.glob("*.json")) if log.is_dir() else 0
     return counts
@@ -204,8 +214,10 @@ def kill_during_batch(
         time.sleep(phase_s)
     kill_group(process)
     planned, committed = run.last("offsets"), run.last("commits")
-    written = run.tables_with_batch(planned) if planned > committed else []
-    return Kill(mode, round(time.monotonic() - started, 1), planned, committed, tuple(written))
+    queued = run.queued_batches()
+    unfinished = queued[0] if queued else planned if planned > committed else None
+    written = run.tables_with_batch(unfinished) if unfinished is not None else []
+    return Kill(mode, round(time.monotonic() - started, 1), planned, committed, tuple(written), tuple(queued))
 
 
 def kill_group(process: subprocess.Popen[Any]) -> None:
