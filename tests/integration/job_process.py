@@ -182,7 +182,8 @@ def kill_during_batch(
     available_now: bool = True,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> Kill:
-    """Start the job, wait until batch ``after_commit`` is committed, then SIGKILL the process group:
+    """Start the job, wait until batch ``after_commit`` is committed and applied by the sink, then SIGKILL
+    the process group:
 
     - ``random``: ``phase_s`` later, i.e. somewhere in the following micro-batch (or the gap before it);
     - ``sink``: as soon as the sink commits its first table of the following batch, so the batch is left
@@ -206,7 +207,11 @@ def kill_during_batch(
                 )
             time.sleep(0.02)
 
-    wait_for(f"commit of batch {after_commit}", lambda: run.last("commits") >= after_commit)
+    def applied(batch_id: int) -> bool:
+        # Spark recorded it done, and the sink applied it (it is no longer queued for the sink).
+        return run.last("commits") >= batch_id and not any(q <= batch_id for q in run.queued_batches())
+
+    wait_for(f"commit of batch {after_commit}", lambda: applied(after_commit))
     if mode == "sink":
         before = delta_commit_counts(run.lakehouse)
         wait_for("Delta commit of the next batch", lambda: delta_commit_counts(run.lakehouse) != before)
