@@ -54,8 +54,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Transaction
-from deltalake.exceptions import CommitFailedError
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from connectors.delta.scan import scan
 from connectors.delta.tables import (
@@ -148,6 +147,7 @@ class LedgerLog:
         self._foldable_through = _NO_VERSION
         self._opened = False
         self._index_cursor = 0
+        self._index: DeltaTable | None = None
         self._folder: threading.Thread | None = None
         self._stop_folding = threading.Event()
         self.last_fold: FoldReport | None = None
@@ -442,12 +442,13 @@ class LedgerLog:
 
     # -- the index's old rows -------------------------------------------------------------------------------
     def clean_index(self, max_bookies: int) -> int:
-        """Remove, from up to ``max_bookies`` of the index's bookie partitions (in rotation), the rows of
-        versions that are no longer current; returns the rows removed. Runs in the ledger lane's thread:
-        the index's only other writer, whose appends would make a concurrent MERGE fail."""
+        """Rewrite up to ``max_bookies`` of the index's bookie partitions (in rotation) with only the rows of
+        current versions; returns the rows removed. Runs in the ledger lane's thread: the index's only
+        writer (a rewrite beside one of its appends would fail). A partition rewrite costs one read and one
+        write of that partition, with no join."""
         if not self._opened or max_bookies <= 0:  # versions unknown: every row would look old
             return 0
-        table = DeltaTable(table_path(self.root, "ledger_bookies"))
+        table = self._index_table()
         bookies = sorted({p["bookie"] for p in table.partitions()})
         if not bookies:
             return 0
@@ -456,27 +457,29 @@ class LedgerLog:
         chosen = (bookies[start:] + bookies[:start])[:max_bookies]
         self._index_cursor = start + len(chosen)
         for bookie in chosen:
-            rows = scan(table, [("bookie", "=", bookie)], ["ledger_id", "mzxid"], prune_partitions=True)
-            stale = rows.num_rows - self.current_index(rows).num_rows
-            if stale == 0:
+            rows = scan(table, [("bookie", "=", bookie)], prune_partitions=True)
+            kept = self.current_index(rows)
+            if kept.num_rows == rows.num_rows:
                 continue
-            ids = np.unique(rows.column("ledger_id").to_numpy())
-            mzxid, gone = self.versions(ids)
-            source = pa.table(
-                {
-                    "ledger_id": pa.array(ids, pa.int64()),
-                    "current": pa.array(np.where(gone, np.iinfo(np.int64).max, mzxid), pa.int64()),
-                }
-            )
             literal = bookie.replace("'", "''")
-            _merge_with_retry(
+            write_deltalake(
                 table,
-                source,
-                f"t.bookie = '{literal}' AND t.ledger_id = s.ledger_id",
-                "t.mzxid IS NULL OR t.mzxid <> s.current",
+                conform_to(kept, LEDGER_BOOKIES.schema),
+                mode="overwrite",
+                predicate=f"bookie = '{literal}'",
             )
-            removed += stale
+            table.update_incremental()
+            removed += rows.num_rows - kept.num_rows
         return removed
+
+    def _index_table(self) -> DeltaTable:
+        """``ledger_bookies``, kept open and brought up to date with the commits since (opening it afresh
+        reads a log of thousands of files every batch)."""
+        if self._index is None:
+            self._index = DeltaTable(table_path(self.root, "ledger_bookies"))
+        else:
+            self._index.update_incremental()
+        return self._index
 
 
 def index_rows_of(ledgers: pa.Table, index: Mapping[int, Sequence[str]]) -> pa.Table:
@@ -505,19 +508,3 @@ def index_rows_of(ledgers: pa.Table, index: Mapping[int, Sequence[str]]) -> pa.T
         if target.name != "bookie":
             columns[target.name] = taken.column(target.name).cast(target.type)
     return pa.Table.from_pydict(columns, schema=LEDGER_BOOKIES.schema)
-
-
-def _merge_with_retry(table: DeltaTable, source: pa.Table, predicate: str, delete_when: str) -> None:
-    for attempt in range(5):
-        try:
-            table.update_incremental()
-            (
-                table.merge(source, predicate, source_alias="s", target_alias="t")
-                .when_matched_delete(delete_when)
-                .execute()
-            )
-            return
-        except CommitFailedError:
-            if attempt == 4:
-                raise
-            time.sleep(0.05 * (attempt + 1))
