@@ -1064,6 +1064,23 @@ def _lose_bookies(
     }
 
 
+def wait_applied(
+    query: Any, recorder: SinkRecorder, sent: dict[tuple[int, int], float], timeout_s: float
+) -> dict[tuple[int, int], float]:
+    """Wait until the sink applied every sent (ledger, version), or ``timeout_s``; returns when each of
+    those applied was (wall time)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with recorder.lock:
+            missing = sum(1 for key in sent if key not in recorder.applied)
+        if not missing:
+            break
+        _check(query)
+        time.sleep(0.5)
+    with recorder.lock:
+        return {key: recorder.applied[key] for key in sent if key in recorder.applied}
+
+
 def _sustained(
     args: argparse.Namespace,
     rate: float,
@@ -1109,17 +1126,9 @@ def _sustained(
         _stop(writer, 10)
     result = json.loads(out_path.read_text())
     sent = {(ledger_id, version): at for ledger_id, version, at in result["sent"]}
-    deadline = time.monotonic() + args.drain_timeout
-    while time.monotonic() < deadline:
-        with recorder.lock:
-            missing = sum(1 for key in sent if key not in recorder.applied)
-        if not missing:
-            break
-        _check(query)
-        time.sleep(0.5)
+    applied = wait_applied(query, recorder, sent, args.drain_timeout)
     recorder.track_versions = False
     with recorder.lock:
-        applied = {key: recorder.applied[key] for key in sent if key in recorder.applied}
         batches = [b for b in recorder.batches[first_batch:] if b["decisions"]]
     lags = [applied[key] - sent[key] for key in applied]
     last_applied = max(applied.values(), default=result["finished"])
@@ -1211,6 +1220,25 @@ class _Processor:
         return out
 
 
+def snapshot_end(
+    snapshot: str, ledgers: int, partition: int, partitions: int, *, partition_events: int
+) -> Any:
+    """The complete FULL snapshot's end marker for one partition (all ``ledgers`` scanned and published)."""
+    from bkaudit import events as ev
+
+    counts = ev.SnapshotCounts(ledgers_scanned=ledgers, ledgers_published=ledgers)
+    return ev.snapshot_end(
+        snapshot,
+        ev.SnapshotMode.FULL,
+        complete=True,
+        partition=partition,
+        partition_count=partitions,
+        partition_events=partition_events,
+        counts=counts,
+        duration_ms=0,
+    )
+
+
 def _snapshot_decisions(spec: Any, processor: _Processor, partitions: int, root: str) -> Any:
     """The decisions of the watcher's START snapshot of the bulk-loaded cluster, in the watcher's order."""
     from bkaudit import events as ev
@@ -1243,19 +1271,8 @@ def _snapshot_decisions(spec: Any, processor: _Processor, partitions: int, root:
         yield processor.decide(
             ev.bookie_status(placement.bookie_id, status, info=info, has_cookie=True), snapshot
         )
-    counts = ev.SnapshotCounts(ledgers_scanned=spec.count, ledgers_published=spec.count)
     for p in range(partitions):
-        end = ev.snapshot_end(
-            snapshot,
-            full,
-            complete=True,
-            partition=p,
-            partition_count=partitions,
-            partition_events=0,
-            counts=counts,
-            duration_ms=0,
-        )
-        yield processor.decide(end)
+        yield processor.decide(snapshot_end(snapshot, spec.count, p, partitions, partition_events=0))
 
 
 def _profile_lines(profiler: Any, limit: int = 30) -> list[str]:
@@ -1456,14 +1473,42 @@ def _note(args: argparse.Namespace, text: str, figures: dict[str, Any] | None = 
             )
 
 
+def job_session_and_settings(args: argparse.Namespace, kafka: Any, state_dir: Path) -> tuple[Any, Any]:
+    """The Spark session and the job's settings the benchmark's options ask for (tables under
+    ``state_dir``; no Delta maintenance during a measurement)."""
+    from bkaudit.settings import Settings, SparkSettings
+    from streaming.session import build_spark_session
+
+    spark = build_spark_session(
+        SparkSettings(
+            master=args.master,
+            ui_enabled=args.spark_ui,
+            shuffle_partitions=args.shuffle_partitions,
+            driver_memory=args.driver_memory,
+        )
+    )
+    settings = Settings(
+        kafka=kafka.model_dump(),
+        lakehouse_root=state_dir / "lakehouse",
+        checkpoint_root=state_dir / "checkpoints",
+        stream={
+            "trigger_interval_s": args.trigger_s,
+            "membership_trigger_interval_s": args.membership_trigger_s,
+            "watermark_delay_s": args.watermark_s,
+            "max_offsets_per_trigger": args.max_offsets or None,
+            "maintenance_every_batches": 0,
+            "sink_queue_depth": args.sink_queue_depth,
+        },
+    )
+    return spark, settings
+
+
 def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     """Start everything, measure; returns the figures (see the module docstring)."""
-    from bkaudit.settings import Settings, SparkSettings
     from bkaudit.sim.bulk import BulkLoadSpec, bookie_ledger_index, bulk_load, synthetic_bookies
     from bkaudit.testing.harness import ServiceHarness
     from connectors.kafka.topics import ensure_topic
     from streaming import job
-    from streaming.session import build_spark_session
 
     state_dir = args.state_dir or Path(tempfile.mkdtemp(prefix="bkaudit-bench-stream-"))
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -1524,30 +1569,10 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         }
         _note(args, f"watcher snapshot: {figures['snapshot']}", figures)
 
-        spark = build_spark_session(
-            SparkSettings(
-                master=args.master,
-                ui_enabled=args.spark_ui,
-                shuffle_partitions=args.shuffle_partitions,
-                driver_memory=args.driver_memory,
-            )
-        )
+        spark, settings = job_session_and_settings(args, kafka, state_dir)
         timers = Timers()
         closers.append(timers.restore)
         _instrument(timers)
-        settings = Settings(
-            kafka=kafka.model_dump(),
-            lakehouse_root=state_dir / "lakehouse",
-            checkpoint_root=state_dir / "checkpoints",
-            stream={
-                "trigger_interval_s": args.trigger_s,
-                "membership_trigger_interval_s": args.membership_trigger_s,
-                "watermark_delay_s": args.watermark_s,
-                "max_offsets_per_trigger": args.max_offsets or None,
-                "maintenance_every_batches": 0,
-                "sink_queue_depth": args.sink_queue_depth,
-            },
-        )
         started = time.monotonic()
         query, sink = job.start(spark, settings)
         recorder = SinkRecorder(sink)

@@ -68,7 +68,7 @@ def _snapshot(
     from bkaudit.domain.rackmap import parse_rack_map
     from bkaudit.domain.registration import decode_bookie_service_info
     from bkaudit.sim.bulk import plan_ledgers, planned_metadata
-    from tests.benchmarks.bench_stream import RACK_MAP_PATH, _registration
+    from tests.benchmarks.bench_stream import RACK_MAP_PATH, _registration, snapshot_end
 
     partitions = publisher.partition_count
     snapshot = "bench-replay-snapshot"
@@ -103,18 +103,8 @@ def _snapshot(
         send(payload)
         if ledger.ledger_id in keep:
             kept[ledger.ledger_id] = payload.metadata.SerializeToString()
-    counts = ev.SnapshotCounts(ledgers_scanned=spec.count, ledgers_published=spec.count)
     for p in range(partitions):
-        end = ev.snapshot_end(
-            snapshot,
-            full,
-            complete=True,
-            partition=p,
-            partition_count=partitions,
-            partition_events=counts_by_partition[p],
-            counts=counts,
-            duration_ms=0,
-        )
+        end = snapshot_end(snapshot, spec.count, p, partitions, partition_events=counts_by_partition[p])
         publisher.publish(builder.build(end, snapshot_id=snapshot), partition=p)
     publisher.release_tails()
     publisher.flush(600)
@@ -230,11 +220,9 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
     import shutil
     import tempfile
 
-    from bkaudit.settings import Settings, SparkSettings
     from bkaudit.testing.harness import ServiceHarness
     from connectors.kafka.topics import ensure_topic
     from streaming import job
-    from streaming.session import build_spark_session
     from tests.benchmarks.bench_stream import (
         SinkRecorder,
         Timers,
@@ -246,6 +234,8 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         _stop,
         _summary,
         _wait_idle,
+        job_session_and_settings,
+        wait_applied,
     )
 
     state_dir = args.state_dir or Path(tempfile.mkdtemp(prefix="bkaudit-bench-replay-"))
@@ -272,27 +262,7 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         _note(
             args, f"replay: snapshot of {args.ledgers} ledgers on Kafka in {time.monotonic() - started:.0f} s"
         )
-        spark = build_spark_session(
-            SparkSettings(
-                master=args.master,
-                ui_enabled=args.spark_ui,
-                shuffle_partitions=args.shuffle_partitions,
-                driver_memory=args.driver_memory,
-            )
-        )
-        settings = Settings(
-            kafka=kafka.model_dump(),
-            lakehouse_root=state_dir / "lakehouse",
-            checkpoint_root=state_dir / "checkpoints",
-            stream={
-                "trigger_interval_s": args.trigger_s,
-                "membership_trigger_interval_s": args.membership_trigger_s,
-                "watermark_delay_s": args.watermark_s,
-                "max_offsets_per_trigger": args.max_offsets or None,
-                "maintenance_every_batches": 0,
-                "sink_queue_depth": args.sink_queue_depth,
-            },
-        )
+        spark, settings = job_session_and_settings(args, kafka, state_dir)
         timers = Timers()
         _instrument(timers)
         started = time.monotonic()
@@ -321,16 +291,8 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         writer.wait(args.duration * 20 + 600)
         result = json.loads((state_dir / "replay-sent.json").read_text())
         sent = {(ledger_id, version): at for ledger_id, version, at in result["sent"]}
-        deadline = time.monotonic() + args.drain_timeout
-        while time.monotonic() < deadline:
-            with recorder.lock:
-                missing = sum(1 for key in sent if key not in recorder.applied)
-            if not missing:
-                break
-            _check(query)
-            time.sleep(0.5)
+        applied = wait_applied(query, recorder, sent, args.drain_timeout)
         with recorder.lock:
-            applied = {key: recorder.applied[key] for key in sent if key in recorder.applied}
             batches = [b for b in recorder.batches if b["decisions"] and b["started"] >= result["started"]]
         lags = [applied[key] - sent[key] for key in applied]
         last_applied = max(applied.values(), default=result["finished"])
