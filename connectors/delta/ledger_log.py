@@ -67,6 +67,7 @@ from connectors.delta.tables import (
     conform_to,
     current_rows,
     latest_per_ledger,
+    of_current_versions,
     read_current_index,
     read_current_ledgers,
     sorted_by_id,
@@ -302,8 +303,7 @@ class LedgerLog:
         if indexed.num_rows == 0:
             return indexed
         mzxid, gone = self.versions(indexed.column("ledger_id").to_numpy())
-        row_mzxid = pc.fill_null(indexed.column("mzxid"), -2).to_numpy()
-        return indexed.filter(pa.array((row_mzxid == mzxid) & ~gone))
+        return of_current_versions(indexed, mzxid, gone)
 
     # -- writes ---------------------------------------------------------------------------------------------
     def record(
@@ -332,11 +332,6 @@ class LedgerLog:
             self._foldable_through = max(self._foldable_through, batch_id - 1)
 
     # -- folding --------------------------------------------------------------------------------------------
-    @property
-    def unfolded_rows(self) -> int:
-        with self._lock:
-            return sum(rows.num_rows for _, rows in self._overlay)
-
     def fold(self, through: int | None = None) -> FoldReport | None:
         """Merge the changes of the batches up to ``through`` (default: the last one Spark recorded done)
         into ``ledgers`` and into the in-memory base; None when there is nothing to fold."""

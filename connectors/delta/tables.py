@@ -642,10 +642,22 @@ def read_current_index(root: str | Path, bookies: Sequence[str] | None = None) -
     if len(ids) == 0:
         return indexed.slice(0, 0)
     hit = ids[at] == indexed.column("ledger_id").to_numpy()
-    mzxid = pc.fill_null(current.column("mzxid"), _NO_VERSION).to_numpy()[at]
-    gone = pc.fill_null(current.column("deleted"), False).to_numpy(zero_copy_only=False)[at]
-    row_mzxid = pc.fill_null(indexed.column("mzxid"), -2).to_numpy()
-    return indexed.filter(pa.array(hit & (row_mzxid == mzxid) & ~gone))
+    mzxid = np.where(hit, pc.fill_null(current.column("mzxid"), _NO_VERSION).to_numpy()[at], _NO_VERSION)
+    gone = pc.fill_null(current.column("deleted"), False).to_numpy(zero_copy_only=False)[at] & hit
+    return of_current_versions(indexed, mzxid, gone)
+
+
+def of_current_versions(indexed: pa.Table, mzxid: np.ndarray, gone: np.ndarray) -> pa.Table:
+    """The ``ledger_bookies`` rows of ``indexed`` written for their ledger's current version: per row,
+    ``mzxid`` is its ledger's current version (-1: unknown) and ``gone`` whether the ledger is deleted.
+
+    Example:
+        >>> rows = pa.table({"ledger_id": [1, 1, 2], "mzxid": [3, 4, 5]})
+        >>> of_current_versions(rows, np.array([4, 4, 5]), np.array([False, False, True])).to_pylist()
+        [{'ledger_id': 1, 'mzxid': 4}]
+    """
+    row_mzxid = pc.fill_null(indexed.column("mzxid"), -2).to_numpy()  # -2: never a version
+    return indexed.filter(pa.array((row_mzxid == mzxid) & ~gone))
 
 
 def maintain(root: str | Path, *, retention_hours: int = 168) -> dict[str, dict[str, object]]:
