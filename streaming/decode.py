@@ -78,7 +78,11 @@ def _stat(stat: pb.ZnodeStat) -> dict[str, int]:
 
 
 def ledger_payload(upserted: pb.LedgerUpserted) -> dict[str, Any]:
-    """The ``ledger_upserted`` payload: metadata (no password) plus the znode's stat."""
+    """The ``ledger_upserted`` payload: metadata (no password) plus the znode's stat.
+
+    Segments and custom metadata are lists of objects with the ``ledgers`` table's field names (custom
+    values in base64): the sink parses a whole batch of payloads into Arrow columns at once.
+    """
     md = upserted.metadata
     payload: dict[str, Any] = {
         "format_version": md.format_version,
@@ -90,9 +94,11 @@ def ledger_payload(upserted: pb.LedgerUpserted) -> dict[str, Any]:
         "length": md.length,
         "digest_type": _DIGEST.get(md.digest_type),
         "has_password": md.has_password,
-        "segments": [[s.first_entry_id, list(s.ensemble)] for s in md.segments],
+        "segments": [{"first_entry_id": s.first_entry_id, "ensemble": list(s.ensemble)} for s in md.segments],
         "ctime_ms": md.creation_time_ms,
-        "custom_metadata": [[c.key, base64.b64encode(c.value).decode("ascii")] for c in md.custom_metadata],
+        "custom_metadata": [
+            {"key": c.key, "value_b64": base64.b64encode(c.value).decode("ascii")} for c in md.custom_metadata
+        ],
         "pulsar_topic": md.pulsar_topic if md.HasField("pulsar_topic") else None,
         "path": upserted.path,
     }

@@ -60,11 +60,20 @@ from streaming.processor import DECISION_COLUMNS
 from streaming.publish import publish
 from streaming.reports import REPORTS_KEPT, BatchReport, keep_recent
 from streaming.sink_batch import (
+    CARRIED_COLUMNS,
     VERSION_ONLY_KINDS,
     SinkBatch,
     apply_decisions,
     evaluate_ledgers,
     rack_map_is_invalid,
+)
+from streaming.sink_versions import (
+    LazyRows,
+    parse_payloads,
+    plan_versions,
+    snapshot_sightings,
+    split_versions,
+    version_rows,
 )
 
 if TYPE_CHECKING:
@@ -120,19 +129,13 @@ def _read_unknown_placement(log: LedgerLog) -> list[dict[str, Any]]:
 
 
 def _known_versions(log: LedgerLog, ledger_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
-    """The current version (``mzxid``, ``deleted``) of each known ledger among ``ledger_ids``, looked up
-    in bulk: all a new version's event needs to know about the ledger's row."""
+    """The current version (``mzxid``, ``deleted``) of each known ledger among ``ledger_ids``, with the
+    columns a new version keeps, looked up in bulk: all a new version's event needs of the ledger's row."""
     if not ledger_ids:
         return {}
     ids = np.unique(np.asarray(ledger_ids, dtype=np.int64))
-    mzxid, gone = log.versions(ids)
-    known = (mzxid >= 0) | gone
-    return {
-        ledger_id: {"mzxid": version if version >= 0 else None, "deleted": deleted}
-        for ledger_id, version, deleted in zip(
-            ids[known].tolist(), mzxid[known].tolist(), gone[known].tolist(), strict=True
-        )
-    }
+    found = log.take(ids, ["ledger_id", "mzxid", "deleted", *CARRIED_COLUMNS])
+    return {row.pop("ledger_id"): row for row in found.to_pylist()}
 
 
 #: The ``bookies`` columns the ledger lane writes: the rack map's (membership is :mod:`streaming.loss`'s).
@@ -252,9 +255,15 @@ class AuditSink:
         """
         started = time.monotonic()
         report = BatchReport(batch_id, decisions=decisions.num_rows)
-        rows = _decision_rows(decisions)
+        versions, rest = split_versions(decisions)
+        parsed = parse_payloads(versions.column("payload")) if versions.num_rows else None
+        rows = _decision_rows(rest if parsed is not None else decisions)
         batch, open_version = self._read_state(rows, batch_id)
+        if parsed is not None:
+            self._apply_versions(batch, versions, parsed)
         apply_decisions(batch, rows)
+        if batch.needs_rows():
+            batch.versions_to_rows()
         self._recheck_moved_racks(batch)
         self._recheck_unknown_placement(batch)
         self._reconcile_snapshots(batch)
@@ -307,6 +316,24 @@ class AuditSink:
         )
         batch.known = _known_versions(log, [r["ledger_id"] for r in rows if r["kind"] in VERSION_ONLY_KINDS])
         return batch, open_table.version()
+
+    def _apply_versions(self, batch: SinkBatch, decisions: pa.Table, parsed: pa.Table) -> None:
+        """Stage 2a: the new versions of ledgers nothing else in the batch names, column by column
+        (:mod:`streaming.sink_versions`; the same result as the ``ledger_state`` handler's)."""
+        ids = decisions.column("ledger_id").to_numpy()
+        at_ms = pc.cast(decisions.column("event_time"), pa.int64()).to_numpy() // 1000
+        current, gone = self.ledger_log.versions(ids)
+        plan = plan_versions(ids, at_ms, parsed.column("mzxid").to_numpy(), current, gone)
+        changed = np.unique(ids[plan.final])
+        carried = self.ledger_log.take(changed, ["ledger_id", *CARRIED_COLUMNS])
+        batch.versions = version_rows(decisions, parsed, plan, batch.cluster, carried)
+        batch.versions_at_ms, batch.versions_first_at_ms = plan.final_at_ms, plan.first_at_ms
+        seen_ids, seen_at = ids[plan.seen], at_ms[plan.seen]
+        order = np.argsort(seen_at, kind="stable")  # the latest time of each ledger written last
+        batch.exists_at_ms.update(zip(seen_ids[order].tolist(), seen_at[order].tolist(), strict=True))
+        sightings = snapshot_sightings(decisions, parsed, plan.seen, batch.changes_partitions)
+        if sightings.num_rows:
+            batch.snapshot_seen_tables.append(sightings)
 
     def _recheck_moved_racks(self, batch: SinkBatch) -> None:
         """Stage 3: the ledgers on bookies whose rack moved are evaluated again (through the index)."""
@@ -361,13 +388,16 @@ class AuditSink:
         root = self.config.lakehouse_root
         writer = BatchWriter(root, self.config.app_id, batch.batch_id)
         written = []
-        if batch.changed_ledgers:
+        versions = batch.versions if batch.versions is not None and batch.versions.num_rows else None
+        if batch.changed_ledgers or versions is not None:
             ledger_rows = [batch.ledgers[i] for i in sorted(batch.changed_ledgers)]
-            changes_written, index_written = self.ledger_log.record(writer, ledger_rows, batch.index_replace)
+            changes_written, index_written = self.ledger_log.record(
+                writer, ledger_rows, batch.index_replace, versions
+            )
             written.append(changes_written)
-            if any(batch.index_replace.values()):
+            if any(batch.index_replace.values()) or versions is not None:
                 written.append(index_written)
-            report.ledgers_written = len(ledger_rows)
+            report.ledgers_written = len(ledger_rows) + (versions.num_rows if versions is not None else 0)
         open_alerts_version: int | None = open_version  # unchanged unless written below
         book = batch.book
         with self.loss.lock:  # tables the loss owner writes too: one commit at a time
@@ -383,8 +413,13 @@ class AuditSink:
         if batch.dead_letters:
             table = pa.Table.from_pylist(batch.dead_letters, schema=DEAD_LETTERS.schema)
             written.append(writer.append("dead_letters", table))
-        if batch.snapshot_seen:
-            table = pa.Table.from_pylist(batch.snapshot_seen, schema=SNAPSHOT_SEEN.schema)
+        if batch.snapshot_seen or batch.snapshot_seen_tables:
+            table = pa.concat_tables(
+                [
+                    pa.Table.from_pylist(batch.snapshot_seen, schema=SNAPSHOT_SEEN.schema),
+                    *batch.snapshot_seen_tables,
+                ]
+            )
             written.append(writer.append("snapshot_seen", table))
         report.skipped_replay_tables = sum(1 for w in written if not w)
         if open_alerts_version is not None:
@@ -393,13 +428,21 @@ class AuditSink:
     def _hand_to_loss_owner(self, batch: SinkBatch, report: BatchReport) -> None:
         """Stage 9: the membership decisions, and this batch's changed ledgers against the lost set (after
         their index rows are written: see streaming.loss for why no ledger falls between the lanes)."""
+        versions = batch.versions if batch.versions is not None else LEDGERS.schema.empty_table()
+        ids = versions.column("ledger_id").to_numpy()
         loss = self.loss.apply(
             app_id=loss_app(self.config.app_id),
             batch_id=batch.batch_id,
             cluster=batch.cluster,
             membership=batch.membership,
-            changed_rows={i: batch.ledgers[i] for i in batch.index_replace if i in batch.ledgers},
-            changed_at_ms={i: batch.trigger_ms.get(i, 0) for i in batch.index_replace},
+            changed_rows=LazyRows(
+                {i: batch.ledgers[i] for i in batch.index_replace if i in batch.ledgers},
+                ids,
+                versions.to_pylist,
+            ),
+            changed_at_ms=LazyRows(
+                {i: batch.trigger_ms.get(i, 0) for i in batch.index_replace}, ids, batch.versions_at_ms.tolist
+            ),
         )
         report.alerts.extend(loss.alerts)
         report.skipped_replay_tables += loss.skipped_replay_tables
@@ -474,6 +517,9 @@ class AuditSink:
             .to_pylist()
         )
         seen_ids |= {r["ledger_id"] for r in batch.snapshot_seen if r["snapshot_id"] == snapshot_id}
+        for sightings in batch.snapshot_seen_tables:
+            mine = pc.equal(sightings.column("snapshot_id"), snapshot_id)
+            seen_ids |= set(sightings.column("ledger_id").filter(mine).to_pylist())
         # Known before the begin: rows not deleted whose last change is older (this batch's rows supersede).
         begin = pa.scalar(utc_from_ms(begin_ms), type=LEDGERS.schema.field("updated_at").type)
         rows = self.ledger_log.current_table(["ledger_id", "deleted", "updated_at"])
@@ -504,6 +550,9 @@ class AuditSink:
         targets: list[tuple[dict[str, Any], LedgerProbeTarget]] = []
         requested = {r["ledger_id"] for r in requests}
         requests = list(requests) + self._scrutiny_picks(requests, requested)
+        if batch.versions is not None and requests:
+            wanted = [r["ledger_id"] for r in requests]
+            batch.versions_to_rows(np.isin(batch.versions.column("ledger_id").to_numpy(), wanted))
         ledgers.update(
             self.ledger_log.rows(r["ledger_id"] for r in requests if r["ledger_id"] not in ledgers)
         )

@@ -22,11 +22,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from bkaudit.domain.alert_book import AlertBook
 from bkaudit.domain.alerts import RACK_MAP_ENTITY, AlertKind
 from bkaudit.domain.rules.evaluate import (
     PlacementPolicyConfig,
-    ledger_bookies,
     placement_column,
     placement_condition,
 )
@@ -34,6 +37,7 @@ from bkaudit.domain.rules.placement_batch import rackaware_screen
 from connectors.delta.tables import LEDGER_BUCKETS
 from connectors.kafka.publisher import partition_for_key
 from streaming.loss import MEMBERSHIP_DECISIONS, utc_from_ms
+from streaming.sink_versions import adhering_versions
 
 REPLICAS_KINDS = {
     "NO_REPLICA": AlertKind.REPLICAS_NO_REPLICA,
@@ -55,7 +59,7 @@ class SinkBatch:
     bookie_rows: dict[str, Row]  # bookies table rows, with this batch's registrations and racks
     changes_partitions: int
     ledgers: dict[int, Row] = field(default_factory=dict)  # whole rows: read, then changed
-    known: dict[int, Row] = field(default_factory=dict)  # version only (mzxid, deleted) of other ledgers
+    known: dict[int, Row] = field(default_factory=dict)  # version (mzxid, deleted, kept columns) of others
     racks: dict[str, str | None] = field(default_factory=dict)
     rack_map_invalid: bool = False
     rack_map_recovered_ms: int | None = None
@@ -72,6 +76,12 @@ class SinkBatch:
     # Ledger id → event time of the latest event showing its znode exists (applied or not): a complete
     # snapshot that began at or before it cannot have seen the ledger vanish.
     exists_at_ms: dict[int, int] = field(default_factory=dict)
+    # New versions kept as columns (streaming.sink_versions): ``ledgers`` rows no per-ledger row holds, with
+    # each one's change time and the time of its ledger's first applied version in the batch.
+    versions: pa.Table | None = None
+    versions_at_ms: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    versions_first_at_ms: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    snapshot_seen_tables: list[pa.Table] = field(default_factory=list)
 
     def current_of(self, ledger_id: int) -> Mapping[str, Any] | None:
         """The ledger's row as this batch knows it (whole, or only its version)."""
@@ -100,6 +110,37 @@ class SinkBatch:
             self.snapshot_seen.append(
                 {"snapshot_id": snapshot_id, "kafka_partition": partition, "ledger_id": ledger_id}
             )
+
+    def versions_to_rows(self, chosen: np.ndarray | None = None) -> None:
+        """Move new versions (all, or the ``chosen`` ones) from the columns to per-ledger rows, as the
+        ``ledger_state`` handler would have left them."""
+        if self.versions is None or not self.versions.num_rows:
+            return
+        chosen = np.ones(self.versions.num_rows, bool) if chosen is None else chosen
+        moved = self.versions.filter(pa.array(chosen))
+        at_ms, first_ms = self.versions_at_ms[chosen].tolist(), self.versions_first_at_ms[chosen].tolist()
+        for row, at, first in zip(moved.to_pylist(), at_ms, first_ms, strict=True):
+            ledger_id = row["ledger_id"]
+            self.ledgers[ledger_id] = row
+            self.index_replace[ledger_id] = row["bookies"]
+            self.touch(ledger_id, at)
+            self.book.set_ledger_condition(AlertKind.METADATA_CORRUPT, ledger_id, False, at_ms=first)
+        kept = ~chosen
+        self.versions = self.versions.filter(pa.array(kept))
+        self.versions_at_ms, self.versions_first_at_ms = (
+            self.versions_at_ms[kept],
+            self.versions_first_at_ms[kept],
+        )
+
+    def needs_rows(self) -> bool:
+        """Whether a stage after the decisions reads every new version as a row: a rack move, a rack map
+        valid again or invalid, a completed snapshot."""
+        return bool(
+            self.moved
+            or self.rack_map_recovered_ms is not None
+            or self.rack_map_invalid
+            or self.snapshots_complete
+        )
 
     def dead_letter(self, at_ms: int, **fields: Any) -> None:
         received = utc_from_ms(at_ms)
@@ -142,8 +183,40 @@ def _is_stale_corrupt(row: Mapping[str, Any] | None, mzxid: int | None) -> bool:
     return bool(mzxid < row["mzxid"])
 
 
-def ledger_row(ledger_id: int, payload: Mapping[str, Any], cluster: str, at_ms: int) -> Row:
-    """A ``ledgers`` row from a ``ledger_state`` decision's payload."""
+def segment_pairs(segments: Iterable[Any]) -> list[tuple[int, list[str]]]:
+    """A payload's segments as ``(first entry id, ensemble)`` pairs, from either payload shape: objects with
+    the ``ledgers`` field names, or the ``[first, ensemble]`` pairs of decisions queued by older versions.
+
+    Example:
+        >>> segment_pairs([{"first_entry_id": 0, "ensemble": ["b1"]}]), segment_pairs([[5, ["b2"]]])
+        ([(0, ['b1'])], [(5, ['b2'])])
+    """
+    return [
+        (s["first_entry_id"], list(s["ensemble"])) if isinstance(s, Mapping) else (s[0], list(s[1]))
+        for s in segments
+    ]
+
+
+def _custom_metadata(entries: Iterable[Any]) -> list[Row]:
+    """A payload's custom metadata as ``ledgers`` rows (either payload shape, values in base64)."""
+    pairs = ((e["key"], e["value_b64"]) if isinstance(e, Mapping) else (e[0], e[1]) for e in entries or [])
+    return [{"key": key, "value": binascii.a2b_base64(value)} for key, value in pairs]
+
+
+#: Columns a new metadata version leaves as they were: the urL mark is a znode of its own.
+CARRIED_COLUMNS = ("under_replication_marked", "under_replication_replicas", "under_replication_ctime_ms")
+
+
+def ledger_row(
+    ledger_id: int,
+    payload: Mapping[str, Any],
+    cluster: str,
+    at_ms: int,
+    before: Mapping[str, Any] | None = None,
+) -> Row:
+    """A ``ledgers`` row from a ``ledger_state`` decision's payload (the urL mark's columns kept from the
+    row ``before`` it)."""
+    segments = segment_pairs(payload["segments"])
     return {
         "ledger_id": ledger_id,
         "ledger_bucket": ledger_id % LEDGER_BUCKETS,
@@ -156,20 +229,18 @@ def ledger_row(ledger_id: int, payload: Mapping[str, Any], cluster: str, at_ms: 
         "last_entry_id": payload["last_entry_id"],
         "length": payload.get("length"),
         "digest_type": payload.get("digest_type"),
-        "segments": [{"first_entry_id": first, "ensemble": list(ens)} for first, ens in payload["segments"]],
-        "bookies": sorted(ledger_bookies(payload)),
+        "segments": [{"first_entry_id": first, "ensemble": ensemble} for first, ensemble in segments],
+        "bookies": sorted({bookie for _, ensemble in segments for bookie in ensemble}),
         "ctime_ms": payload.get("ctime_ms"),
         "pulsar_topic": payload.get("pulsar_topic"),
-        "custom_metadata": [
-            {"key": key, "value": binascii.a2b_base64(value)}
-            for key, value in payload.get("custom_metadata") or []
-        ],
+        "custom_metadata": _custom_metadata(payload.get("custom_metadata") or []),
         "has_password": payload.get("has_password"),
         "znode_version": payload.get("version"),
         "mzxid": payload.get("mzxid"),
         "znode_ctime_ms": payload.get("znode_ctime_ms"),
         "znode_mtime_ms": payload.get("znode_mtime_ms"),
         "undecodable_reason": None,
+        **{column: (before or {}).get(column) for column in CARRIED_COLUMNS},
         "deleted": False,
         "updated_at": utc_from_ms(at_ms),
     }
@@ -183,7 +254,8 @@ def _ledger_state(batch: SinkBatch, row: Row) -> None:
         if not (batch.current_of(ledger_id) or {}).get("deleted"):
             batch.seen(ledger_id, payload.get("snapshot_id"), at_ms)
         return
-    batch.ledgers[ledger_id] = new_row = ledger_row(ledger_id, payload, batch.cluster, at_ms)
+    before = batch.current_of(ledger_id)
+    batch.ledgers[ledger_id] = new_row = ledger_row(ledger_id, payload, batch.cluster, at_ms, before)
     batch.index_replace[ledger_id] = new_row["bookies"]
     batch.touch(ledger_id, at_ms)
     batch.seen(ledger_id, payload.get("snapshot_id"), at_ms)
@@ -426,10 +498,33 @@ def _adhering_by_screen(batch: SinkBatch, policy: PlacementPolicyConfig) -> set[
     return {row["ledger_id"] for row, ok in zip(candidates, passed.tolist(), strict=True) if ok}
 
 
+#: The ledger alerts a new version's evaluation may fire or resolve.
+VERSION_ALERT_KINDS = (*PLACEMENT_KINDS, AlertKind.METADATA_CORRUPT)
+
+
+def _settle_versions(batch: SinkBatch, policy: PlacementPolicyConfig) -> None:
+    """New versions kept as columns: those a per-ledger look could change an alert for (a closed ledger
+    the screen does not pass, a ledger with an open placement or corrupt alert) become rows; the rest
+    adhere, and their ``placement`` column is set here (MEETS_STRICT when closed, else null)."""
+    versions = batch.versions
+    if versions is None or not versions.num_rows:
+        return
+    alerted = [int(e[len("ledger/") :]) for e, k in batch.book.open if k in VERSION_ALERT_KINDS]
+    ids = versions.column("ledger_id").to_numpy()
+    batch.versions_to_rows(~adhering_versions(versions, batch.racks, policy) | np.isin(ids, alerted))
+    versions = batch.versions
+    assert versions is not None
+    closed = pc.equal(versions.column("state"), "CLOSED")
+    placement = pc.if_else(closed, pa.scalar("MEETS_STRICT"), pa.scalar(None, pa.string()))
+    batch.versions = versions.set_column(versions.schema.get_field_index("placement"), "placement", placement)
+
+
 def evaluate_ledgers(batch: SinkBatch, policy: PlacementPolicyConfig) -> None:
     """Placement of every affected ledger (the lost-bookie rule is the loss owner's): alerts and the
-    ``placement`` column; a deleted ledger's alerts resolve, an undecodable one has no placement. Ledgers
-    the batch screen passes adhere; the others are judged one by one (which write sets fail)."""
+    ``placement`` column; a deleted ledger's alerts resolve, an undecodable one has no placement. New
+    versions kept as columns are settled in bulk first; ledgers the batch screen passes adhere; the others
+    are judged one by one (which write sets fail)."""
+    _settle_versions(batch, policy)
     book = batch.book
     adhering = _adhering_by_screen(batch, policy)
     for ledger_id in sorted(batch.trigger_ms):

@@ -79,6 +79,7 @@ __all__ = [
     "LedgerLog",
     "fold_app",
     "index_rows_of",
+    "index_rows_of_versions",
     "read_current_index",
     "read_current_ledgers",
 ]
@@ -143,7 +144,7 @@ class LedgerLog:
         self._base_gone = np.empty(0, bool)
         self._base_closed = np.empty(0, bool)
         self._overlay: list[tuple[int, pa.Table]] = []  # (batch id, rows), oldest first
-        self._latest: dict[int, tuple[int, int, int, bool]] = {}  # id -> (batch id, row, mzxid, gone)
+        self._latest = _OverlayIndex.empty()  # per ledger in the overlay: its newest row's place and version
         self._folded_through = _NO_VERSION
         self._foldable_through = _NO_VERSION
         self._opened = False
@@ -175,9 +176,7 @@ class LedgerLog:
         with self._lock:
             if self._opened and self._folded_through < batch_id:
                 self._overlay = [(b, rows) for b, rows in self._overlay if b < batch_id]
-                self._latest = {}
-                for batch, rows in self._overlay:
-                    self._add_overlay(batch, rows, append=False)
+                self._latest = _OverlayIndex.of(self._overlay)
                 self._foldable_through = batch_id - 1
                 return
         ledgers = DeltaTable(table_path(self.root, "ledgers"))
@@ -194,11 +193,12 @@ class LedgerLog:
         )
         with self._lock:
             self._set_base(base)
-            self._overlay, self._latest = [], {}
+            self._overlay = []
             if changes.num_rows:
                 for one in np.unique(changes.column("batch_id").to_numpy()):
                     rows = changes.filter(pc.equal(changes.column("batch_id"), one)).drop(["batch_id"])
-                    self._add_overlay(int(one), conform_to(rows, LEDGERS.schema))
+                    self._overlay.append((int(one), conform_to(rows, LEDGERS.schema)))
+            self._latest = _OverlayIndex.of(self._overlay)
             self._folded_through = folded
             self._foldable_through = batch_id - 1
             self._opened = True
@@ -217,15 +217,6 @@ class LedgerLog:
         closed = pc.fill_null(pc.equal(base.column("state"), "CLOSED"), False).to_numpy(zero_copy_only=False)
         self._base_closed = closed & ~self._base_gone
 
-    def _add_overlay(self, batch_id: int, rows: pa.Table, *, append: bool = True) -> None:
-        if append:
-            self._overlay.append((batch_id, rows))
-        ids = rows.column("ledger_id").to_pylist()
-        mzxid = pc.fill_null(rows.column("mzxid"), _NO_VERSION).to_pylist()
-        gone = pc.fill_null(rows.column("deleted"), False).to_pylist()
-        for position, (ledger_id, version, deleted) in enumerate(zip(ids, mzxid, gone, strict=True)):
-            self._latest[ledger_id] = (batch_id, position, version, deleted)
-
     # -- reads ----------------------------------------------------------------------------------------------
     def versions(self, ledger_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per ledger id: its current ``mzxid`` (-1 when unknown or null) and whether it is deleted."""
@@ -233,40 +224,36 @@ class LedgerLog:
         with self._lock:
             mzxid = np.full(len(ids), _NO_VERSION, np.int64)
             gone = np.zeros(len(ids), bool)
-            if len(self._base_ids) and len(ids):
-                at = np.searchsorted(self._base_ids, ids).clip(max=len(self._base_ids) - 1)
-                hit = self._base_ids[at] == ids
-                mzxid[hit] = self._base_mzxid[at[hit]]
-                gone[hit] = self._base_gone[at[hit]]
-            if self._latest:
-                for position, ledger_id in enumerate(ids.tolist()):
-                    entry = self._latest.get(ledger_id)
-                    if entry is not None:
-                        mzxid[position], gone[position] = entry[2], entry[3]
+            at, hit = _positions(self._base_ids, ids)
+            mzxid[hit] = self._base_mzxid[at[hit]]
+            gone[hit] = self._base_gone[at[hit]]
+            at, hit = _positions(self._latest.ids, ids)
+            mzxid[hit] = self._latest.mzxid[at[hit]]
+            gone[hit] = self._latest.gone[at[hit]]
         return mzxid, gone
 
     def rows(self, ledger_ids: Iterable[int]) -> dict[int, dict[str, Any]]:
         """The current rows (as dicts) of the ledgers among ``ledger_ids`` that have one."""
-        wanted = sorted(set(ledger_ids))
-        if not wanted:
-            return {}
+        wanted = np.unique(np.fromiter(ledger_ids, np.int64))
+        found = self.take(wanted)
+        return {row["ledger_id"]: row for row in found.to_pylist()}
+
+    def take(self, ledger_ids: np.ndarray, columns: Sequence[str] | None = None) -> pa.Table:
+        """The current rows of the known ledgers among ``ledger_ids`` (distinct ids), with ``columns`` (all
+        when None), in no particular order: looked up in bulk, no dict per row."""
+        ids = np.asarray(ledger_ids, dtype=np.int64)
         with self._lock:
-            by_batch: dict[int, list[int]] = {}
-            from_base: list[int] = []
-            for ledger_id in wanted:
-                entry = self._latest.get(ledger_id)
-                if entry is None:
-                    from_base.append(ledger_id)
-                else:
-                    by_batch.setdefault(entry[0], []).append(entry[1])
-            overlay = dict(self._overlay)
-            parts = [overlay[b].take(pa.array(p, pa.int64())) for b, p in by_batch.items()]
-            ids = np.asarray(from_base, np.int64)
-            if len(ids) and len(self._base_ids):
-                at = np.searchsorted(self._base_ids, ids).clip(max=len(self._base_ids) - 1)
-                hit = at[self._base_ids[at] == ids]
-                parts.append(self._base.take(pa.array(hit, pa.int64())))
-        return {row["ledger_id"]: row for part in parts for row in part.to_pylist()}
+            base, overlay, latest, base_ids = self._base, dict(self._overlay), self._latest, self._base_ids
+        names = list(columns) if columns is not None else LEDGERS.schema.names
+        at, in_overlay = _positions(latest.ids, ids)
+        parts = []
+        batches, places = latest.batch[at[in_overlay]], latest.position[at[in_overlay]]
+        for batch in np.unique(batches).tolist():
+            chosen = pa.array(places[batches == batch], pa.int64())
+            parts.append(overlay[batch].select(names).take(chosen))
+        at, in_base = _positions(base_ids, ids[~in_overlay])
+        parts.append(base.select(names).take(pa.array(at[in_base], pa.int64())))
+        return pa.concat_tables(parts)
 
     def current_table(self, columns: Sequence[str] | None = None) -> pa.Table:
         """Every ledger's current row (one per ledger), with ``columns`` (all when None)."""
@@ -282,20 +269,13 @@ class LedgerLog:
         background replicas check walks them)."""
         with self._lock:
             ids, closed = self._base_ids, self._base_closed
-            overlay = {i: (b, p) for i, (b, p, _, _) in self._latest.items() if i > cursor}
-            batches = dict(self._overlay)
+            latest = self._latest
         start = int(np.searchsorted(ids, cursor, side="right"))
         picked = ids[start:][closed[start:]]
-        picked = picked[~np.isin(picked, np.fromiter(overlay, np.int64, len(overlay)))][
-            : limit + len(overlay)
-        ]
-        extra = [
-            ledger_id
-            for ledger_id, (batch, position) in overlay.items()
-            if batches[batch].column("state")[position].as_py() == "CLOSED"
-            and not batches[batch].column("deleted")[position].as_py()
-        ]
-        return sorted([*picked.tolist(), *extra])[:limit]
+        changed = latest.ids[latest.ids > cursor]
+        picked = picked[~np.isin(picked, changed)][: limit + len(changed)]
+        extra = latest.ids[(latest.ids > cursor) & latest.closed]
+        return np.union1d(picked, extra)[:limit].tolist()
 
     def current_index(self, indexed: pa.Table) -> pa.Table:
         """The ``ledger_bookies`` rows of ``indexed`` that belong to their ledger's current version (rows of
@@ -307,23 +287,34 @@ class LedgerLog:
 
     # -- writes ---------------------------------------------------------------------------------------------
     def record(
-        self, writer: BatchWriter, rows: Sequence[Mapping[str, Any]], index: Mapping[int, Sequence[str]]
+        self,
+        writer: BatchWriter,
+        rows: Sequence[Mapping[str, Any]],
+        index: Mapping[int, Sequence[str]],
+        versions: pa.Table | None = None,
     ) -> tuple[bool, bool]:
         """Append a batch's changed ledger rows and the index rows of the ledgers whose version changed
         (``index``: ledger id → the bookies it names now; empty for a deleted or undecodable ledger), then
-        make them current in memory. Returns whether each table was written (False: a replay found it)."""
+        make them current in memory. ``versions``: further rows (``ledgers`` columns), each a new version
+        indexed by its own ``bookies``, built column by column. Returns whether each table was written
+        (False: a replay found it)."""
         table = pa.Table.from_pylist(list(rows), schema=LEDGERS.schema)
+        index_rows = index_rows_of(table, index)
+        if versions is not None and versions.num_rows:
+            versions = conform_to(versions, LEDGERS.schema)
+            table = pa.concat_tables([table, versions])
+            index_rows = pa.concat_tables([index_rows, index_rows_of_versions(versions)])
         batch = writer.batch_id
         changes = table.append_column(
-            LEDGER_CHANGES.schema.field("batch_id"), pa.array([batch] * table.num_rows, pa.int64())
+            LEDGER_CHANGES.schema.field("batch_id"), pa.array(np.full(table.num_rows, batch, np.int64))
         )
         changes_written = writer.append("ledger_changes", changes) if table.num_rows else False
-        index_rows = index_rows_of(table, index)
         index_written = writer.append("ledger_bookies", index_rows) if index_rows.num_rows else False
         if table.num_rows:
             with self._lock:
                 self._overlay = [(b, t) for b, t in self._overlay if b != batch]
-                self._add_overlay(batch, table)
+                self._overlay.append((batch, table))
+                self._latest = self._latest.updated_with(batch, table)
         return changes_written, index_written
 
     def batch_started(self, batch_id: int) -> None:
@@ -382,9 +373,7 @@ class LedgerLog:
         with self._lock:
             self._set_base(new_base)
             self._overlay = [(b, rows) for b, rows in self._overlay if b > through]
-            self._latest = {}
-            for batch, rows in self._overlay:
-                self._add_overlay(batch, rows, append=False)
+            self._latest = _OverlayIndex.of(self._overlay)
             self._folded_through = through
 
     def start_folding(self, interval_s: float) -> None:
@@ -477,6 +466,63 @@ class LedgerLog:
         return self._index
 
 
+def _positions(sorted_ids: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each of ``ids`` sits in ``sorted_ids`` (distinct, ascending) and whether it is there."""
+    if not len(sorted_ids) or not len(ids):
+        return np.zeros(len(ids), np.int64), np.zeros(len(ids), bool)
+    at = np.searchsorted(sorted_ids, ids).clip(max=len(sorted_ids) - 1)
+    return at, sorted_ids[at] == ids
+
+
+@dataclass(frozen=True)
+class _OverlayIndex:
+    """For every ledger in the overlay, sorted by id: the batch and row of its newest change, and that
+    row's version, deleted flag and whether it is a live closed ledger (numpy columns, looked up in bulk)."""
+
+    ids: np.ndarray
+    batch: np.ndarray
+    position: np.ndarray
+    mzxid: np.ndarray
+    gone: np.ndarray
+    closed: np.ndarray
+
+    @classmethod
+    def empty(cls) -> _OverlayIndex:
+        return cls(*(np.empty(0, t) for t in (np.int64, np.int64, np.int64, np.int64, bool, bool)))
+
+    @classmethod
+    def of(cls, overlay: Sequence[tuple[int, pa.Table]]) -> _OverlayIndex:
+        index = cls.empty()
+        for batch, rows in overlay:
+            index = index.updated_with(batch, rows)
+        return index
+
+    def updated_with(self, batch: int, rows: pa.Table) -> _OverlayIndex:
+        """This index with ``rows`` (batch ``batch``, newer than every row indexed) taking precedence."""
+        n = rows.num_rows
+        gone = pc.fill_null(rows.column("deleted"), False).to_numpy(zero_copy_only=False)
+        closed = pc.fill_null(pc.equal(rows.column("state"), "CLOSED"), False).to_numpy(zero_copy_only=False)
+        columns = [
+            np.concatenate([old, new])
+            for old, new in zip(
+                (self.ids, self.batch, self.position, self.mzxid, self.gone, self.closed),
+                (
+                    rows.column("ledger_id").to_numpy(),
+                    np.full(n, batch, np.int64),
+                    np.arange(n, dtype=np.int64),
+                    pc.fill_null(rows.column("mzxid"), _NO_VERSION).to_numpy(),
+                    gone,
+                    closed & ~gone,
+                ),
+                strict=True,
+            )
+        ]
+        ids = columns[0]
+        order = np.lexsort((np.arange(len(ids)), ids))  # by id, then arrival: the last of each id wins
+        last = order[np.r_[ids[order][1:] != ids[order][:-1], True]] if len(ids) else order
+        return _OverlayIndex(*(column[last] for column in columns))
+
+
 def index_rows_of(ledgers: pa.Table, index: Mapping[int, Sequence[str]]) -> pa.Table:
     """The ``ledger_bookies`` rows of the ledgers in ``index`` (ledger id → the bookies it names), built
     from their rows in ``ledgers`` column by column: the copied ledger columns and the version taken with
@@ -499,6 +545,25 @@ def index_rows_of(ledgers: pa.Table, index: Mapping[int, Sequence[str]]) -> pa.T
     ]
     taken = ledgers.take(pa.array(parents, pa.int64()))
     columns = {"bookie": pa.array(names, pa.string())}
+    for target in LEDGER_BOOKIES.schema:
+        if target.name != "bookie":
+            columns[target.name] = taken.column(target.name).cast(target.type)
+    return pa.Table.from_pydict(columns, schema=LEDGER_BOOKIES.schema)
+
+
+def index_rows_of_versions(versions: pa.Table) -> pa.Table:
+    """The ``ledger_bookies`` rows of new ledger versions (``ledgers`` rows): one per bookie in each row's
+    ``bookies``, column by column.
+
+    Example:
+        >>> row = {"ledger_id": 7, "mzxid": 3, "state": "CLOSED", "bookies": ["b1", "b2"]}
+        >>> rows = index_rows_of_versions(pa.Table.from_pylist([row], schema=LEDGERS.schema))
+        >>> [(r["bookie"], r["ledger_id"], r["mzxid"]) for r in rows.to_pylist()]
+        [('b1', 7, 3), ('b2', 7, 3)]
+    """
+    bookies = pc.fill_null(versions.column("bookies"), pa.scalar([], pa.list_(pa.string()))).combine_chunks()
+    taken = versions.take(pc.list_parent_indices(bookies))
+    columns = {"bookie": pc.list_flatten(bookies)}
     for target in LEDGER_BOOKIES.schema:
         if target.name != "bookie":
             columns[target.name] = taken.column(target.name).cast(target.type)

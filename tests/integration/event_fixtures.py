@@ -177,7 +177,7 @@ def closed_ledger_payload(ensemble: list[str], mzxid: int, snapshot_id: str | No
         "ack_quorum": 2,
         "last_entry_id": 9,
         "length": 10,
-        "segments": [[0, ensemble]],
+        "segments": [{"first_entry_id": 0, "ensemble": ensemble}],
         "mzxid": mzxid,
         "version": 0,
         "format_version": 3,

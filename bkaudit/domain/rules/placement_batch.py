@@ -56,28 +56,61 @@ def rackaware_screen(
     """Per ledger (its segments' ensembles, its write quorum): True when every cyclic write set of every
     segment meets the rack-aware policy; False when one fails, or when the ledger is not one the rule can
     judge in bulk (an empty ensemble, a write quorum below 1): the per-ledger rule decides those."""
-    ledgers = len(segments)
     ensembles = [ensemble for ledger in segments for ensemble in ledger]
-    owner = np.repeat(np.arange(ledgers), [len(ledger) for ledger in segments])
+    codes, default = _rack_codes(ensembles, racks)
+    return rackaware_screen_codes(
+        codes,
+        np.asarray([len(e) for e in ensembles], dtype=np.int64),
+        np.repeat(np.arange(len(segments)), [len(ledger) for ledger in segments]),
+        np.asarray(write_quorums, dtype=np.int64),
+        default,
+        min_racks_per_write_quorum=min_racks_per_write_quorum,
+        enforce_min_racks_per_write_quorum=enforce_min_racks_per_write_quorum,
+    )
+
+
+def rackaware_screen_codes(
+    member_racks: np.ndarray,
+    ensemble_sizes: np.ndarray,
+    ensemble_ledger: np.ndarray,
+    write_quorums: np.ndarray,
+    default_rack: int,
+    *,
+    min_racks_per_write_quorum: int = DEFAULT_MIN_RACKS_PER_WRITE_QUORUM,
+    enforce_min_racks_per_write_quorum: bool = DEFAULT_ENFORCE_MIN_RACKS_PER_WRITE_QUORUM,
+) -> np.ndarray:
+    """:func:`rackaware_screen` over flat columns: every ensemble member's rack code (ensembles one after
+    another), each ensemble's size and ledger (ledger positions ascending), each ledger's write quorum, and
+    the default rack's code. For callers that hold the ensembles as columns already (Arrow lists).
+
+    Example:
+        >>> rackaware_screen_codes(np.array([1, 2, 1, 1]), np.array([2, 2]), np.array([0, 1]),
+        ...                        np.array([2, 2]), 0).tolist()
+        [True, False]
+    """
+    ledgers = len(write_quorums)
+    owner = np.asarray(ensemble_ledger, dtype=np.int64)
+    sizes = np.asarray(ensemble_sizes, dtype=np.int64)
     quorum = np.asarray(write_quorums, dtype=np.int64)[owner] if ledgers else np.empty(0, np.int64)
-    sizes = np.asarray([len(e) for e in ensembles], dtype=np.int64)
     ok = np.ones(ledgers, dtype=bool)
     judgeable = (sizes > 0) & (quorum >= 1)
     np.logical_and.at(ok, owner[~judgeable], False)
     if not judgeable.any():
         return ok
-    codes, default = _rack_codes(ensembles, racks)
+    codes = np.asarray(member_racks, dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     for write_quorum in np.unique(quorum[judgeable]):
         chosen = np.flatnonzero(judgeable & (quorum == write_quorum))
         # One window per member position: (segment, first member) → the WQ members after it, cyclic.
         window_segment = np.repeat(chosen, sizes[chosen])
-        first = np.concatenate([np.arange(sizes[s]) for s in chosen])
+        first = np.arange(len(window_segment)) - np.repeat(
+            np.cumsum(sizes[chosen]) - sizes[chosen], sizes[chosen]
+        )
         offsets = (first[:, None] + np.arange(write_quorum)[None, :]) % sizes[window_segment][:, None]
         window = np.sort(codes[starts[window_segment][:, None] + offsets], axis=1)
         distinct = 1 + (np.diff(window, axis=1) != 0).sum(axis=1)
         failing = distinct < min(int(write_quorum), min_racks_per_write_quorum)
         if enforce_min_racks_per_write_quorum:
-            failing |= (window == default).any(axis=1)
+            failing |= (window == default_rack).any(axis=1)
         np.logical_and.at(ok, owner[window_segment[failing]], False)
     return ok
