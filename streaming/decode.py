@@ -141,7 +141,8 @@ def _event_row(event: pb.ChangeEvent, ledger_buckets: int) -> dict[str, Any]:
         payload = _bookie_payload(event.bookie_status)
     elif kind == "ledger_upserted":
         row["ledger_id"] = event.ledger_upserted.ledger_id
-        payload = ledger_payload(event.ledger_upserted)
+        # With the snapshot id, the payload is already the ledger_state decision's (a processor passes it on).
+        payload = {**ledger_payload(event.ledger_upserted), "snapshot_id": row["snapshot_id"]}
     elif kind == "ledger_deleted":
         deleted = event.ledger_deleted
         row["ledger_id"] = deleted.ledger_id

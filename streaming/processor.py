@@ -572,6 +572,40 @@ def _frame(decisions: list[Decision], cluster: str | None) -> Any:
     )
 
 
+def _untracked_upserts(frames: list[Any], tracked: set[int]) -> bool:
+    """Whether a bucket's input is only upserts of untracked ledgers: each becomes its ``ledger_state``
+    decision as it is, with no state to read (the sink drops stale and duplicate versions)."""
+    for frame in frames:
+        if not (frame["kind"] == "ledger_upserted").all():
+            return False
+        if tracked and frame["ledger_id"].isin(list(tracked)).any():
+            return False
+    return True
+
+
+def _upserts_as_decisions(frames: list[Any], cluster: str | None) -> Any:
+    """Upserts of untracked ledgers as ``ledger_state`` decisions, column by column (the decoder's payload
+    carries the snapshot id, so it passes on unparsed)."""
+    import pandas as pd
+
+    df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    df = df.sort_values("event_time", kind="stable", ignore_index=True)  # event-time order, as the logic's
+    n = len(df)
+    return pd.DataFrame(
+        {
+            "kind": ["ledger_state"] * n,
+            "event_time": df["event_time"],
+            "cluster": df["cluster"].fillna(cluster) if cluster is not None else df["cluster"],
+            "ledger_id": df["ledger_id"].astype("Int64"),
+            "bookie_id": [None] * n,
+            "payload": df["payload"],
+            "topic": [None] * n,
+            "partition": pd.array([None] * n, dtype="Int32"),
+            "offset": pd.array([None] * n, dtype="Int64"),
+        }
+    )
+
+
 def _passed_through(frames: Iterator[Any]) -> Iterator[Any]:
     """Dead letters: the input rows as decisions, unchanged (the sink records them with their reason)."""
     for frame in frames:
@@ -672,8 +706,17 @@ def make_processor(config: ProcessorConfig) -> Any:
             if state_key == DEAD_LETTER_STATE_KEY:
                 yield from _passed_through(rows)
                 return
-            decoded = rows_from_frames(rows)
+            frames = [frame for frame in rows if len(frame)]
             state, stored_cluster = self._load()
+            tracked_before = set((state or {}).get("tracked") or [])
+            if state_key != "cluster" and frames and _untracked_upserts(frames, tracked_before):
+                clusters = [c for f in frames for c in f["cluster"].dropna().tail(1)]
+                cluster = clusters[-1] if clusters else stored_cluster
+                if state is None or cluster != stored_cluster:
+                    self._save({"agenda": dict((state or {}).get("agenda") or {}), "tracked": []}, cluster)
+                yield _upserts_as_decisions(frames, cluster)
+                return
+            decoded = rows_from_frames(iter(frames))
             cluster = next((r["cluster"] for r in reversed(decoded) if r.get("cluster")), stored_cluster)
             if state_key == "cluster":
                 new_state, out, deadline = self.cluster_logic.apply(state, decoded)
@@ -682,7 +725,6 @@ def make_processor(config: ProcessorConfig) -> Any:
                 yield _frame(out, cluster)
                 return
             before = dict((state or {}).get("agenda") or {})
-            tracked_before = set((state or {}).get("tracked") or [])
             agenda, tracked = dict(before), set(tracked_before)
             out = []
             for ledger_id, ledger_rows in _by_ledger(decoded).items():
