@@ -61,6 +61,7 @@ from connectors.delta.tables import (
     APP_METADATA_KEY,
     FOLD_METADATA_KEY,
     LEDGER_BOOKIES,
+    LEDGER_BUCKETS,
     LEDGER_CHANGES,
     LEDGERS,
     BatchWriter,
@@ -324,23 +325,30 @@ class LedgerLog:
 
     # -- folding --------------------------------------------------------------------------------------------
     def fold(self, through: int | None = None) -> FoldReport | None:
-        """Merge the changes of the batches up to ``through`` (default: the last one Spark recorded done)
+        """Fold the changes of the batches up to ``through`` (default: the last one Spark recorded done)
         into ``ledgers`` and into the in-memory base; None when there is nothing to fold."""
         with self.fold_lock:
             started = time.monotonic()
             with self._lock:
                 through = self._foldable_through if through is None else through
                 tables = [rows for b, rows in self._overlay if b <= through]
+                base = self._base
             if not tables:
                 return None
             latest = latest_per_ledger(tables)
-            merged = self._merge_into_ledgers(latest, through)
-            self._swap_base(latest, through)
-            report = FoldReport(through, latest.num_rows, round(time.monotonic() - started, 3), merged)
+            kept = base.filter(pa.array(~np.isin(base.column("ledger_id").to_numpy(), latest["ledger_id"])))
+            folded = sorted_by_id(pa.concat_tables([kept, latest]))
+            written = self._write_ledgers(folded, latest.column("ledger_bucket"), through)
+            self._swap_base(folded, through)
+            report = FoldReport(through, latest.num_rows, round(time.monotonic() - started, 3), written)
         logger.debug("folded %d ledger rows through batch %d in %.3f s", report.rows, through, report.seconds)
         return report
 
-    def _merge_into_ledgers(self, latest: pa.Table, through: int) -> bool:
+    def _write_ledgers(self, folded: pa.Table, changed_buckets: pa.ChunkedArray, through: int) -> bool:
+        """Write the folded state as the new version of ``ledgers``: the partitions the changes fall in,
+        overwritten with their folded rows. The base in memory is the table as of its last fold, so this
+        equals merging the changes, without reading and joining the table (0.4 s against 2.0 s for 300 k
+        changes into 1 M rows, docs/design.md); a MERGE rewrites the same files."""
         ledgers = DeltaTable(table_path(self.root, "ledgers"))
         app = fold_app(self.app_id)
         done = ledgers.transaction_version(app)
@@ -350,28 +358,17 @@ class LedgerLog:
             custom_metadata={FOLD_METADATA_KEY: str(through), APP_METADATA_KEY: app},
             app_transactions=[Transaction(app, through)],
         )
-        (
-            ledgers.merge(
-                latest,
-                "t.ledger_id = s.ledger_id",
-                source_alias="s",
-                target_alias="t",
-                commit_properties=commit,
-            )
-            .when_matched_update_all()
-            .when_not_matched_insert_all()
-            .execute()
-        )
+        buckets = pc.unique(changed_buckets).drop_null().to_pylist()
+        predicate = None
+        if changed_buckets.null_count == 0 and len(buckets) < LEDGER_BUCKETS:
+            folded = folded.filter(pc.is_in(folded.column("ledger_bucket"), pa.array(buckets, pa.int32())))
+            predicate = f"ledger_bucket IN ({', '.join(str(b) for b in sorted(buckets))})"
+        write_deltalake(ledgers, folded, mode="overwrite", predicate=predicate, commit_properties=commit)
         return True
 
-    def _swap_base(self, latest: pa.Table, through: int) -> None:
-        folded_ids = latest.column("ledger_id").to_numpy()
+    def _swap_base(self, folded: pa.Table, through: int) -> None:
         with self._lock:
-            base = self._base
-        kept = base.filter(pa.array(~np.isin(base.column("ledger_id").to_numpy(), folded_ids)))
-        new_base = sorted_by_id(pa.concat_tables([kept, latest]))
-        with self._lock:
-            self._set_base(new_base)
+            self._set_base(folded)
             self._overlay = [(b, rows) for b, rows in self._overlay if b > through]
             self._latest = _OverlayIndex.of(self._overlay)
             self._folded_through = through

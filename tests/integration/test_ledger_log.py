@@ -143,3 +143,17 @@ def test_folded_changes_older_than_the_retention_are_expired_and_the_state_stays
     assert changes.column("batch_id").to_pylist() == [1]  # batch 0 folded and old: gone; batch 1 kept
     current = {r["ledger_id"]: r["mzxid"] for r in read_table(root, "ledgers").to_pylist()}
     assert current == {1: 12, 2: 11}
+
+
+def test_a_fold_rewrites_only_the_partitions_its_changes_fall_in(root):
+    log = LedgerLog(root, APP)
+    record(log, root, 0, [row(i, 10 + i) for i in range(LEDGER_BUCKETS * 2)])  # every bucket
+    log.fold(through=0)
+    before = set(DeltaTable(table_path(root, "ledgers")).file_uris())
+    record(log, root, 1, [row(1, 100), row(1 + LEDGER_BUCKETS, 101)])  # both in bucket 1
+    log.fold(through=1)
+    after = set(DeltaTable(table_path(root, "ledgers")).file_uris())
+    bucket_1 = {uri for uri in before ^ after if "ledger_bucket=1/" in uri}
+    assert before - after and before - after <= bucket_1 and after - before <= bucket_1
+    expected = {i: 10 + i for i in range(LEDGER_BUCKETS * 2)} | {1: 100, 1 + LEDGER_BUCKETS: 101}
+    assert raw_ledgers(root) == expected
