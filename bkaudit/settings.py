@@ -335,7 +335,12 @@ class WatcherSettings(BaseModel):
     ledger_manager: Literal["flat", "hierarchical", "longhierarchical", "legacyhierarchical"] | None = Field(
         None, description="override the ledger manager; default: read it from the cluster's LAYOUT znode"
     )
-    queue_size: int = Field(10_000, ge=100, description="bound of the internal event queue (back-pressure)")
+    queue_size: int = Field(
+        10_000,
+        ge=100,
+        description="items waiting in the internal event queue above which heartbeats are skipped "
+        "(the queue never blocks ZooKeeper's connection thread)",
+    )
     rack_map_znode: str | None = Field(None, description="Pulsar's rack map znode, e.g. /bookies")
     rack_map_zookeeper: str | None = Field(
         None, description="connect string of the ZooKeeper holding rack_map_znode; default: zookeeper.connect"

@@ -8,6 +8,8 @@ result before an earlier notification. :class:`OrderedReads` sends reads through
 result object whose completion is dispatched onto the *watch* callback queue instead, so reads, watch
 notifications and :meth:`OrderedReads.marker` tokens are all delivered on kazoo's callback thread, in arrival
 order. That thread must never block on ZooKeeper itself; the deliver function should only hand the item on.
+With :class:`~connectors.zookeeper.handler.PollingHandler` (``inline_callbacks``) the same dispatch runs
+the deliver function at once on kazoo's connection thread, again in arrival order; it must not block at all.
 
 :meth:`OrderedReads.get_many` reads many znodes in one ``multiRead`` request (opcode 22, ZooKeeper ≥ 3.6):
 one request and one answer instead of hundreds, which is what makes a snapshot of a million ledgers fast in

@@ -29,7 +29,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.protocol.serialization import Watch, int_struct, write_string
-from kazoo.protocol.states import EVENT_TYPE_MAP, EventType, WatchedEvent
+from kazoo.protocol.states import EVENT_TYPE_MAP, Callback, EventType, WatchedEvent
 
 logger = logging.getLogger(__name__)
 
@@ -93,14 +93,19 @@ class PersistentWatches:
         original = connection._read_watch_event
 
         def read_watch_event(buffer: bytes, offset: int) -> None:
-            # Let kazoo serve its one-shot watchers first, then ours.
-            original(buffer, offset)
-            self._dispatch(buffer, offset)
+            # Let kazoo serve its one-shot watchers first (if it has any for the path), then ours.
+            watch, _ = Watch.deserialize(buffer, offset)
+            if (
+                watch.path in client._data_watchers
+                or watch.path in client._child_watchers
+                or watch.type not in EVENT_TYPE_MAP
+            ):
+                original(buffer, offset)
+            self._dispatch(watch)
 
         connection._read_watch_event = read_watch_event
 
-    def _dispatch(self, buffer: bytes, offset: int) -> None:
-        watch, _ = Watch.deserialize(buffer, offset)
+    def _dispatch(self, watch: Watch) -> None:
         event_type = EVENT_TYPE_MAP.get(watch.type)
         if event_type is None or self._client._stopped.is_set():
             return
@@ -153,8 +158,6 @@ class PersistentWatches:
 
 
 def _callback(function: WatchCallback, event: WatchedEvent) -> Any:
-    from kazoo.protocol.states import Callback
-
     return Callback("watch", function, (event,))
 
 

@@ -3,8 +3,9 @@
 How it works (details in ``docs/watcher.md``):
 
 * **One ordered stream.** Every watch notification, every read completion (:class:`OrderedReads`) and every
-  marker goes through kazoo's single callback thread into one bounded FIFO, in ZooKeeper's order for the
-  session; one worker thread turns items into events in that order. A CREATED/CHANGED notification triggers
+  marker is handed, as kazoo's connection thread receives it, to one FIFO (kazoo's callbacks run inline:
+  :class:`~connectors.zookeeper.handler.PollingHandler`), in ZooKeeper's order for the session; one worker
+  thread turns items into events in that order. A CREATED/CHANGED notification triggers
   a read; the event is emitted when the read's completion is dequeued (a NoNode result is skipped: the delete
   notification comes on its own). Upserts carry mzxid and version so consumers drop stale and duplicate ones.
 * **Watching.** One persistent recursive watch (AddWatch) on the ledgers root, added *before* the snapshot
@@ -87,6 +88,7 @@ from bkaudit.settings import Settings, ZooKeeperSettings
 from connectors.kafka.client_config import KafkaTimeout
 from connectors.kafka.publisher import ChangePublisher
 from connectors.zookeeper.fallback_watch import FALLBACK_EVENT, FallbackWatches
+from connectors.zookeeper.handler import PollingHandler
 from connectors.zookeeper.ordered_reads import OrderedReads
 from connectors.zookeeper.persistent_watch import PersistentWatches
 from connectors.zookeeper.snapshot import (
@@ -114,11 +116,15 @@ def _kazoo_logger(secret: str | None) -> logging.Logger:
     return kazoo_logger
 
 
-def kazoo_client_options(settings: ZooKeeperSettings, hosts: str | None = None) -> dict[str, Any]:
+def kazoo_client_options(
+    settings: ZooKeeperSettings, hosts: str | None = None, *, inline_callbacks: bool = False
+) -> dict[str, Any]:
     """KazooClient keyword arguments for ``settings`` (auth unwrapped here only; never log the result).
 
     Reconnection retries forever with a short back-off, so a restarted ZooKeeper is rejoined quickly. The
-    client logs through a logger that redacts credentials (kazoo itself would print Auth requests).
+    client logs through a logger that redacts credentials (kazoo itself would print Auth requests), and
+    waits on its sockets with one ``poll`` call (:class:`~connectors.zookeeper.handler.PollingHandler`;
+    ``inline_callbacks``: watch callbacks run on kazoo's connection thread, for callbacks that never block).
 
     Example:
         >>> kazoo_client_options(ZooKeeperSettings(connect="zk1:2181/bk"))["hosts"]
@@ -130,6 +136,7 @@ def kazoo_client_options(settings: ZooKeeperSettings, hosts: str | None = None) 
         "hosts": hosts or settings.connect,
         "timeout": settings.session_timeout_s,
         "connection_retry": {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 2.0},
+        "handler": PollingHandler(inline_callbacks=inline_callbacks),
     }
     password = settings.auth_password.get_secret_value() if settings.auth_password is not None else None
     if settings.auth_scheme == "digest":
@@ -529,9 +536,14 @@ class ChangeWatcher:
         self._progress = progress
         self.status = WatcherStatus()
         self.run_id = uuid.uuid4().hex
-        self.zookeeper: KazooClient = KazooClient(**kazoo_client_options(settings.zookeeper))
+        self.zookeeper: KazooClient = KazooClient(
+            **kazoo_client_options(settings.zookeeper, inline_callbacks=True)
+        )
         self._rack_client: KazooClient | None = None
-        self._queue: queue.Queue[tuple[Any, Any, Any]] = queue.Queue(maxsize=self.config.queue_size)
+        # Unbounded: ZooKeeper's notifications and answers are handed in by kazoo's connection thread, which
+        # must not block (kazoo's own callback queue, which this replaces, was unbounded too). The bound
+        # (queue_size) holds back the heartbeats only.
+        self._queue: queue.SimpleQueue[tuple[Any, Any, Any]] = queue.SimpleQueue()
         self._tails_released_at = 0.0  # monotonic time of the last release of held records
         self._reads = OrderedReads(self.zookeeper, self._deliver)
         self._rack_reads: OrderedReads | None = None
@@ -676,7 +688,7 @@ class ChangeWatcher:
             worker.join(max(0.1, deadline - time.monotonic()))
             if worker.is_alive():
                 self.publisher.abort()
-                self._put_nowait(((OP_STOP, "", None, None), None, None))
+                self._put(((OP_STOP, "", None, None), None, None))
                 worker.join(5.0)
         for client in (self._rack_client, self.zookeeper):
             if client is not None:
@@ -808,7 +820,9 @@ class ChangeWatcher:
     def _start_rack_source(self) -> None:
         if self.config.rack_map_znode is not None and self.config.rack_map_zookeeper is not None:
             client = KazooClient(
-                **kazoo_client_options(self.settings.zookeeper, self.config.rack_map_zookeeper)
+                **kazoo_client_options(
+                    self.settings.zookeeper, self.config.rack_map_zookeeper, inline_callbacks=True
+                )
             )
             self._connect(client, self.config.rack_map_zookeeper, "watcher.rack_map_zookeeper")
             self._rack_client = client
@@ -853,14 +867,14 @@ class ChangeWatcher:
     # ============================================================================================ callbacks
 
     def _put(self, item: tuple[Any, Any, Any]) -> None:
-        # Blocks when the queue is full: back-pressure up to kazoo's callback thread (never drop).
+        # Never blocks (kazoo's connection thread calls it) and never drops.
         self._queue.put(item)
 
-    def _put_nowait(self, item: tuple[Any, Any, Any]) -> bool:
-        try:
-            self._queue.put_nowait(item)
-        except queue.Full:
+    def _put_unless_busy(self, item: tuple[Any, Any, Any]) -> bool:
+        """Queue ``item`` unless ``queue_size`` items already wait (for what a busy worker can skip)."""
+        if self._queue.qsize() >= self.config.queue_size:
             return False
+        self._queue.put(item)
         return True
 
     def _deliver(self, token: Any, value: Any, error: BaseException | None) -> None:
@@ -1140,7 +1154,7 @@ class ChangeWatcher:
         while not self._stopping.wait(interval):
             self.metrics.queue_depth.set(self._queue.qsize())
             if self._up_to_date and self._connected.is_set():
-                self._put_nowait(
+                self._put_unless_busy(
                     ((OP_HEARTBEAT, "", None, None), None, None)
                 )  # a full queue means we are busy anyway
 
