@@ -67,6 +67,11 @@ def _json(value: dict[str, Any]) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
+#: Ledger payloads, the bulk of the stream: built in a fixed key order, so not sorted again (a third of the
+#: encoding's cost).
+_encode_ledger_payload = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def _stat(stat: pb.ZnodeStat) -> dict[str, int]:
     return {
         "mzxid": stat.mzxid,
@@ -192,7 +197,7 @@ def _event_row(event: pb.ChangeEvent, ledger_buckets: int) -> dict[str, Any]:
         raise FormatError(f"change event: unsupported payload {kind!r}")
     if row["ledger_id"] is not None:
         row["state_key"] = ledger_state_key(row["ledger_id"], ledger_buckets)
-    row["payload"] = _json(payload)
+    row["payload"] = _encode_ledger_payload(payload) if kind == "ledger_upserted" else _json(payload)
     return row
 
 
