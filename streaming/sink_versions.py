@@ -39,23 +39,28 @@ from connectors.kafka.publisher import partitions_for_keys
 #: snapshot id the processor adds); others are ignored.
 PAYLOAD_SCHEMA = pa.schema(
     [
-        ("state", pa.string()),
-        ("format_version", pa.int32()),
-        ("ensemble_size", pa.int32()),
-        ("write_quorum", pa.int32()),
-        ("ack_quorum", pa.int32()),
-        ("last_entry_id", pa.int64()),
-        ("length", pa.int64()),
-        ("digest_type", pa.string()),
-        ("segments", LEDGERS.schema.field("segments").type),
-        ("ctime_ms", pa.int64()),
-        ("pulsar_topic", pa.string()),
+        *(
+            pa.field(name, LEDGERS.schema.field(name).type)  # typed as the ``ledgers`` columns they fill
+            for name in (
+                "state",
+                "format_version",
+                "ensemble_size",
+                "write_quorum",
+                "ack_quorum",
+                "last_entry_id",
+                "length",
+                "digest_type",
+                "segments",
+                "ctime_ms",
+                "pulsar_topic",
+                "has_password",
+                "mzxid",
+                "znode_ctime_ms",
+                "znode_mtime_ms",
+            )
+        ),
         ("custom_metadata", pa.list_(pa.struct([("key", pa.string()), ("value_b64", pa.string())]))),
-        ("has_password", pa.bool_()),
         ("version", pa.int32()),
-        ("mzxid", pa.int64()),
-        ("znode_ctime_ms", pa.int64()),
-        ("znode_mtime_ms", pa.int64()),
         ("snapshot_id", pa.string()),
     ]
 )
