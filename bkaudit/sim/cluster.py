@@ -364,9 +364,9 @@ class SimulatedCluster:
                     with contextlib.suppress(Exception):
                         close_session(bookie.session)
                     bookie.session = None
-                if self._loop is not None and bookie.server.running:
+                if self._loop is not None:
                     with contextlib.suppress(Exception):
-                        self._loop.run(bookie.server.stop())
+                        self._loop.run(bookie.server.stop(keep_port=False))
                 bookie.mode = BookieMode.DOWN
             if self._admin is not None:
                 with contextlib.suppress(Exception):
@@ -504,7 +504,7 @@ class SimulatedCluster:
                 )
                 self._start_session(bookie)
             except BaseException:
-                self._loop.run(server.stop())
+                self._loop.run(server.stop(keep_port=False))
                 raise
             with self._membership_lock:  # the registration watch iterates the bookies on its own thread
                 self._bookies[bookie_id] = bookie

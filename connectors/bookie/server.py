@@ -34,6 +34,7 @@ import contextlib
 import dataclasses
 import logging
 import random
+import socket
 import threading
 from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
@@ -259,6 +260,7 @@ class BookieServer:
         self._thread: threading.Thread | None = None
         self._encoded: dict[frozenset[int], bytes] = {}
         self._outgoing: dict[asyncio.StreamWriter, list[bytes]] = {}
+        self._reserved: socket.socket | None = None  # a stopped server's port, bound but not listening
 
     # ----------------------------------------------------------------------------------------- faults
 
@@ -309,10 +311,16 @@ class BookieServer:
         """Listen on ``host:port`` (the same port again after a :meth:`stop`)."""
         if self._server is not None:
             return
+        reserved, self._reserved = self._reserved, None
         try:
-            self._server = await asyncio.start_server(
-                self._serve_connection, self.host, self.port, limit=_READ_CHUNK, reuse_address=True
-            )
+            if reserved is not None:
+                self._server = await asyncio.start_server(
+                    self._serve_connection, sock=reserved, limit=_READ_CHUNK
+                )
+            else:
+                self._server = await asyncio.start_server(
+                    self._serve_connection, self.host, self.port, limit=_READ_CHUNK, reuse_address=True
+                )
         except OSError as err:
             raise ServiceError(
                 f"bookie server: cannot listen on {self.host}:{self.port}: {err.strerror}"
@@ -320,10 +328,17 @@ class BookieServer:
         self.port = int(self._server.sockets[0].getsockname()[1])
         logger.info("simulated bookie listening on %s", self.address)
 
-    async def stop(self) -> None:
-        """Stop listening and drop every connection (clients see them close)."""
+    async def stop(self, *, keep_port: bool = True) -> None:
+        """Stop listening and drop every connection (clients see them close, new ones are refused).
+
+        With ``keep_port`` the port stays bound, not listening, until the next :meth:`start`: a connection
+        is still refused, as by a dead bookie, and no other socket (another service, a client's ephemeral
+        port) can take the port meanwhile, so the restart gets it back.
+        """
         server, self._server = self._server, None
         if server is None:
+            if not keep_port:
+                self._release_port()
             return
         server.close()
         for writer in list(self._writers):
@@ -333,14 +348,31 @@ class BookieServer:
         self._outgoing.clear()
         with contextlib.suppress(Exception):
             await server.wait_closed()
+        if keep_port:
+            self._reserve_port()
         logger.info("simulated bookie %s stopped", self.address)
+
+    def _reserve_port(self) -> None:
+        reserved = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        reserved.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            reserved.bind((self.host, self.port))
+        except OSError:  # taken in the moment since the close: the restart reports it
+            reserved.close()
+            return
+        self._reserved = reserved
+
+    def _release_port(self) -> None:
+        reserved, self._reserved = self._reserved, None
+        if reserved is not None:
+            reserved.close()
 
     async def __aenter__(self) -> BookieServer:
         await self.start()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
+        await self.stop(keep_port=False)
 
     def start_background(self) -> BookieServer:
         """Start on a private event loop in a daemon thread; returns self once listening."""
@@ -359,13 +391,14 @@ class BookieServer:
         self._loop, self._thread = loop, thread
         return self
 
-    def stop_background(self) -> None:
-        """Stop a server started with :meth:`start_background` (idempotent); it can be started again."""
+    def stop_background(self, *, keep_port: bool = True) -> None:
+        """Stop a server started with :meth:`start_background` (idempotent); it can be started again
+        (``keep_port``: see :meth:`stop`)."""
         loop, thread = self._loop, self._thread
         if loop is None or thread is None:
             return
         try:
-            asyncio.run_coroutine_threadsafe(self.stop(), loop).result(timeout=10)
+            asyncio.run_coroutine_threadsafe(self.stop(keep_port=keep_port), loop).result(timeout=10)
         finally:
             loop.call_soon_threadsafe(loop.stop)
             thread.join(timeout=5)
@@ -377,7 +410,7 @@ class BookieServer:
         return self.start_background()
 
     def __exit__(self, *exc_info: object) -> None:
-        self.stop_background()
+        self.stop_background(keep_port=False)
 
     # ------------------------------------------------------------------------------------ connections
 
