@@ -158,6 +158,18 @@ def _ms(value: datetime | None, *, default: int) -> int:
     return default if value is None else int(value.timestamp() * 1000)
 
 
+def _epoch_ms(times: pa.ChunkedArray) -> np.ndarray:
+    """A timestamp column (any unit; Spark's collect and the sink queue keep microseconds) as epoch ms.
+
+    Example:
+        >>> when = pa.chunked_array([pa.array([1_500_000], pa.timestamp("us", tz="UTC"))])
+        >>> _epoch_ms(when).tolist()
+        [1500]
+    """
+    as_ms = pc.cast(times, pa.timestamp("ms", tz="UTC"), safe=False)
+    return pc.cast(as_ms, pa.int64()).to_numpy()
+
+
 def _decision_rows(decisions: pa.Table) -> list[dict[str, Any]]:
     """The batch's decisions as rows with their payload parsed and ``at_ms``, in event-time order."""
     rows = decisions.to_pylist()
@@ -321,7 +333,7 @@ class AuditSink:
         """Stage 2a: the new versions of ledgers nothing else in the batch names, column by column
         (:mod:`streaming.sink_versions`; the same result as the ``ledger_state`` handler's)."""
         ids = decisions.column("ledger_id").to_numpy()
-        at_ms = pc.cast(decisions.column("event_time"), pa.int64()).to_numpy() // 1000
+        at_ms = _epoch_ms(decisions.column("event_time"))
         current, gone = self.ledger_log.versions(ids)
         plan = plan_versions(ids, at_ms, parsed.column("mzxid").to_numpy(), current, gone)
         changed = np.unique(ids[plan.final])

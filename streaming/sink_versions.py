@@ -252,7 +252,7 @@ def _distinct_bookies(segments: pa.ListArray) -> pa.ListArray:
 def _custom_values(entries: pa.ListArray) -> pa.ListArray:
     """Custom metadata as ``ledgers`` stores it: the base64 values decoded (the keys as they are)."""
     flat = pc.list_flatten(entries)
-    values = [binascii.a2b_base64(v) for v in flat.field("value_b64").to_pylist()]
+    values = [binascii.a2b_base64(v or "") for v in flat.field("value_b64").to_pylist()]
     pairs = pa.StructArray.from_arrays(
         [flat.field("key"), pa.array(values, pa.binary())], names=["key", "value"]
     )
