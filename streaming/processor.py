@@ -713,7 +713,8 @@ def make_processor(config: ProcessorConfig) -> Any:
                 clusters = [c for f in frames for c in f["cluster"].dropna().tail(1)]
                 cluster = clusters[-1] if clusters else stored_cluster
                 if state is None or cluster != stored_cluster:
-                    self._save({"agenda": dict((state or {}).get("agenda") or {}), "tracked": []}, cluster)
+                    agenda = dict((state or {}).get("agenda") or {})
+                    self._save({"agenda": agenda, "tracked": sorted(tracked_before)}, cluster)
                 yield _upserts_as_decisions(frames, cluster)
                 return
             decoded = rows_from_frames(iter(frames))

@@ -93,8 +93,10 @@ def parse_payloads(payloads: pa.ChunkedArray | pa.Array) -> pa.Table | None:
         payloads = payloads.combine_chunks()
     if len(payloads) == 0 or payloads.null_count:
         return None
-    lines = pc.binary_join_element_wise(payloads, "", "\n")  # each payload and a newline, contiguous
-    offsets = np.frombuffer(lines.buffers()[1], np.int32, len(lines) + 1, lines.offset * 4)
+    payloads = payloads.cast(pa.large_string())  # either string type (Spark may send large ones)
+    empty, newline = pa.scalar("", pa.large_string()), pa.scalar("\n", pa.large_string())
+    lines = pc.binary_join_element_wise(payloads, empty, newline)  # each payload and a newline, contiguous
+    offsets = np.frombuffer(lines.buffers()[1], np.int64, len(lines) + 1, lines.offset * 8)
     text = lines.buffers()[2].slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
     longest = int(np.diff(offsets).max())
     options = pa_json.ParseOptions(explicit_schema=PAYLOAD_SCHEMA, unexpected_field_behavior="ignore")

@@ -489,3 +489,23 @@ def test_decode_puts_every_ledger_row_in_its_bucket():
     feedback = json.dumps({"kind": "probe_result", "ledger_id": 130, "event_time_ms": 1, "cluster": "c1"})
     row = decode_record(None, feedback.encode(), "fb", 0, 2, feedback_topic="fb", ledger_buckets=64)
     assert row["state_key"] == "ledgers/2"
+
+
+def test_upserts_of_untracked_ledgers_passed_on_keep_the_buckets_tracked_ledgers(tester):
+    key = ledger_state_key(3, 64)
+    tester.testInPandas(
+        key,
+        frame(
+            [
+                (key, "ledger_upserted", 1_000, 67, None, {"mzxid": 5, "state": "CLOSED"}),
+                (key, "probe_result", 1_001, 67, None, {"round": 0, "failing": True, "mzxid": 5}),
+            ]
+        ),
+    )
+    assert json.loads(tester.peekValueState("state", key)[0])["tracked"] == [67]
+    upserts = frame([(key, "ledger_upserted", 2_000, 3, None, {"mzxid": 9, "state": "CLOSED"})])
+    upserts["cluster"] = ["c2"]  # the bucket's state is saved again with the new cluster name
+    out = tester.testInPandas(key, upserts)
+    assert list(out["kind"]) == ["ledger_state"]
+    stored = json.loads(tester.peekValueState("state", key)[0])
+    assert stored["tracked"] == [67] and "67" in stored["agenda"]

@@ -251,3 +251,30 @@ def test_a_new_metadata_version_keeps_the_under_replication_mark() -> None:
         row = _written(batch)[1]
         assert (row["mzxid"], row["bookies"]) == (5, ["b2", "b3"])
         assert [row[c] for c in CARRIED_COLUMNS] == [True, ["b1"], 3]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    texts=st.lists(
+        st.text(max_size=60) | st.binary(max_size=60).map(lambda b: b.decode("latin-1")), min_size=1
+    )
+)
+def test_payloads_that_are_not_ledger_payloads_are_refused_not_raised(texts: list[str]) -> None:
+    parsed = parse_payloads(pa.array(texts, pa.string()))
+    assert parsed is None or all(parsed.column(c).null_count == 0 for c in ("state", "segments", "mzxid"))
+
+
+def test_a_truncated_payload_is_refused_and_a_huge_one_is_read() -> None:
+    whole = {
+        "state": "CLOSED",
+        "ensemble_size": 1,
+        "write_quorum": 1,
+        "ack_quorum": 1,
+        "last_entry_id": 9,
+        "mzxid": 3,
+        "segments": [{"first_entry_id": i, "ensemble": ["b1"]} for i in range(200_000)],  # ~9 MB
+    }
+    text = json.dumps(whole)
+    assert parse_payloads(pa.array([text[: len(text) // 2]])) is None
+    parsed = parse_payloads(pa.array([text, text], pa.large_string()))
+    assert parsed is not None and parsed.num_rows == 2 and len(parsed.column("segments")[1]) == 200_000
