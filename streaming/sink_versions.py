@@ -28,10 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
-from bkaudit.domain.rackmap import DEFAULT_RACK
 from bkaudit.domain.rules.evaluate import PlacementPolicyConfig
-from bkaudit.domain.rules.placement import normalize_location
-from bkaudit.domain.rules.placement_batch import rackaware_screen_codes
+from bkaudit.domain.rules.placement_batch import DEFAULT_RACK_CODE, rack_codes, rackaware_screen_codes
 from connectors.delta.tables import LEDGER_BUCKETS, LEDGERS, SNAPSHOT_SEEN
 from connectors.kafka.publisher import partitions_for_keys
 
@@ -213,26 +211,16 @@ def version_rows(
     for name in fields.column_names:
         if name in LEDGERS.schema.names and name not in columns:
             columns[name] = fields.column(name)
-    at, found = _aligned(carried.column("ledger_id").to_numpy(), ids.to_numpy())
-    for name in carried.column_names if carried.num_rows else ():
+    at = pc.index_in(ids, value_set=carried.column("ledger_id"))  # null where the ledger is new
+    for name in carried.column_names:
         if name != "ledger_id":
-            kept = carried.column(name).combine_chunks().take(pa.array(at, pa.int64()))
-            columns[name] = pc.if_else(pa.array(found), kept, pa.nulls(n, kept.type))
+            columns[name] = carried.column(name).combine_chunks().take(at)
     return pa.Table.from_arrays([_column(columns, f, n) for f in LEDGERS.schema], schema=LEDGERS.schema)
 
 
 def _column(columns: Mapping[str, Any], target: pa.Field, n: int) -> pa.Array:
     value = columns.get(target.name)
     return pa.nulls(n, target.type) if value is None else value.cast(target.type)
-
-
-def _aligned(known: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each of ``ids``: its position in ``known`` (any order) and whether it is there."""
-    if not len(known):
-        return np.zeros(len(ids), np.int64), np.zeros(len(ids), bool)
-    order = np.argsort(known, kind="stable")
-    at = np.searchsorted(known[order], ids).clip(max=len(known) - 1)
-    return order[at], known[order][at] == ids
 
 
 def _distinct_bookies(segments: pa.ListArray) -> pa.ListArray:
@@ -290,20 +278,13 @@ def adhering_versions(
     segments = rows.column("segments").combine_chunks()
     ensembles = pc.list_flatten(segments).field("ensemble")
     members = pc.dictionary_encode(pc.list_flatten(ensembles))
-    codes: dict[str | None, int] = {DEFAULT_RACK: 0}
-    member_codes = np.asarray(
-        [
-            codes.setdefault(normalize_location(racks.get(bookie)) or DEFAULT_RACK, len(codes))
-            for bookie in members.dictionary.to_pylist()
-        ],
-        dtype=np.int64,
-    )
+    member_codes = rack_codes(members.dictionary.to_pylist(), racks)
     screened = rackaware_screen_codes(
         member_codes[members.indices.to_numpy()] if len(members) else np.zeros(0, np.int64),
         pc.list_value_length(ensembles).to_numpy(zero_copy_only=False).astype(np.int64),
         pc.list_parent_indices(segments).to_numpy(),
         pc.fill_null(rows.column("write_quorum"), 0).to_numpy(zero_copy_only=False).astype(np.int64),
-        codes[DEFAULT_RACK],
+        DEFAULT_RACK_CODE,
         min_racks_per_write_quorum=policy.min_racks_per_write_quorum,
         enforce_min_racks_per_write_quorum=policy.enforce_min_racks_per_write_quorum,
     )

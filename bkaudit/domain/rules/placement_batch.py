@@ -26,23 +26,31 @@ from bkaudit.domain.rules.placement import (
     normalize_location,
 )
 
+#: The default rack's code in :func:`rack_codes`.
+DEFAULT_RACK_CODE = 0
 
-def _rack_codes(
-    ensembles: Sequence[Sequence[str]], racks: Mapping[str, str | None]
-) -> tuple[np.ndarray, int]:
-    """Every member's rack as an integer code (the default rack for an unmapped bookie), flattened, and
-    the default rack's code."""
-    codes: dict[str | None, int] = {DEFAULT_RACK: 0}
-    by_bookie: dict[str, int] = {}
-    flat: list[int] = []
-    for ensemble in ensembles:
-        for bookie in ensemble:
-            code = by_bookie.get(bookie)
-            if code is None:
-                location = normalize_location(racks.get(bookie)) or DEFAULT_RACK
-                code = by_bookie[bookie] = codes.setdefault(location, len(codes))
-            flat.append(code)
-    return np.asarray(flat, dtype=np.int64), codes[DEFAULT_RACK]
+
+def rack_codes(bookies: Sequence[str], racks: Mapping[str, str | None]) -> np.ndarray:
+    """Each bookie's rack as an integer code, equal codes for equal (normalised) racks; an unmapped bookie
+    is in the default rack, code :data:`DEFAULT_RACK_CODE`.
+
+    Example:
+        >>> rack_codes(["b1", "b2", "b3"], {"b1": "/r1", "b2": "/r1/"}).tolist()
+        [1, 1, 0]
+    """
+    codes: dict[str | None, int] = {DEFAULT_RACK: DEFAULT_RACK_CODE}
+    return np.asarray(
+        [codes.setdefault(normalize_location(racks.get(b)) or DEFAULT_RACK, len(codes)) for b in bookies],
+        dtype=np.int64,
+    )
+
+
+def _member_codes(ensembles: Sequence[Sequence[str]], racks: Mapping[str, str | None]) -> np.ndarray:
+    """Every member's rack code (:func:`rack_codes`), the ensembles one after another."""
+    members = [bookie for ensemble in ensembles for bookie in ensemble]
+    distinct = sorted(set(members))
+    code_of = dict(zip(distinct, rack_codes(distinct, racks).tolist(), strict=True))
+    return np.asarray([code_of[bookie] for bookie in members], dtype=np.int64)
 
 
 def rackaware_screen(
@@ -57,13 +65,12 @@ def rackaware_screen(
     segment meets the rack-aware policy; False when one fails, or when the ledger is not one the rule can
     judge in bulk (an empty ensemble, a write quorum below 1): the per-ledger rule decides those."""
     ensembles = [ensemble for ledger in segments for ensemble in ledger]
-    codes, default = _rack_codes(ensembles, racks)
     return rackaware_screen_codes(
-        codes,
+        _member_codes(ensembles, racks),
         np.asarray([len(e) for e in ensembles], dtype=np.int64),
         np.repeat(np.arange(len(segments)), [len(ledger) for ledger in segments]),
         np.asarray(write_quorums, dtype=np.int64),
-        default,
+        DEFAULT_RACK_CODE,
         min_racks_per_write_quorum=min_racks_per_write_quorum,
         enforce_min_racks_per_write_quorum=enforce_min_racks_per_write_quorum,
     )
