@@ -92,6 +92,8 @@ def parse_payloads(payloads: pa.ChunkedArray | pa.Array) -> pa.Table | None:
     if len(payloads) == 0 or payloads.null_count:
         return None
     payloads = payloads.cast(pa.large_string())  # either string type (Spark may send large ones)
+    if not _each_opens_an_object(payloads):
+        return None
     empty, newline = pa.scalar("", pa.large_string()), pa.scalar("\n", pa.large_string())
     lines = pc.binary_join_element_wise(payloads, empty, newline)  # each payload and a newline, contiguous
     offsets = np.frombuffer(lines.buffers()[1], np.int64, len(lines) + 1, lines.offset * 8)
@@ -109,6 +111,14 @@ def parse_payloads(payloads: pa.ChunkedArray | pa.Array) -> pa.Table | None:
     if parsed.num_rows != len(payloads) or any(parsed.column(c).null_count for c in _REQUIRED):
         return None
     return parsed.combine_chunks()
+
+
+def _each_opens_an_object(payloads: pa.Array) -> bool:
+    """Whether every payload opens a JSON object. Arrow's JSON reader (26.0) crashes the process when the
+    first value it reads is a top-level ``null``; and a payload that opens an object yields at least one
+    row, so the reader's row count equals the payload count only when each yields exactly one.
+    """
+    return bool(pc.all(pc.starts_with(payloads, "{")).as_py())
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -262,6 +265,26 @@ def test_a_new_metadata_version_keeps_the_under_replication_mark() -> None:
 def test_payloads_that_are_not_ledger_payloads_are_refused_not_raised(texts: list[str]) -> None:
     parsed = parse_payloads(pa.array(texts, pa.string()))
     assert parsed is None or all(parsed.column(c).null_count == 0 for c in ("state", "segments", "mzxid"))
+
+
+_PROJECT = Path(__file__).resolve().parents[2]
+_NULL_FIRST = """
+import pyarrow as pa
+from streaming.sink_versions import parse_payloads
+for payloads in (["null", "'"], ["null"], [" null", "{}"], ["\\nnull"]):
+    for _ in range(200):  # the reader's crash is not on every call
+        assert parse_payloads(pa.array(payloads)) is None, payloads
+print("refused")
+"""
+
+
+def test_a_payload_that_opens_with_null_is_refused_without_crashing_the_process() -> None:
+    # In a child process: Arrow's JSON reader crashes on a leading top-level null, and a crash here must
+    # fail this test, not end the whole run.
+    done = subprocess.run(
+        [sys.executable, "-c", _NULL_FIRST], capture_output=True, text=True, timeout=120, cwd=_PROJECT
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "refused"), done.stderr[-2000:]
 
 
 def test_a_truncated_payload_is_refused_and_a_huge_one_is_read() -> None:
