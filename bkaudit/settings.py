@@ -209,6 +209,12 @@ class StreamSettings(BaseModel):
         description="how often the membership lane (registrations, the recovery delay, a lost bookie's "
         "alerts; a driver thread) looks for new records: a loss waits for half of it on average",
     )
+    loss_right_of_way_s: float = Field(
+        2.0,
+        ge=0,
+        description="longest the ledger lane's sink and fold wait, at a step boundary, while the membership "
+        "lane runs a micro-batch (so a loss's alerts do not share the driver with bulk work); 0 = never wait",
+    )
     watermark_delay_s: float = Field(5.0, ge=0, description="how late an event may arrive")
     max_event_time_skew_s: float = Field(
         300.0,
@@ -379,6 +385,13 @@ class SparkSettings(BaseModel):
     shuffle_partitions: int = Field(4, ge=1)
     driver_memory: str = "2g"
     num_recent_progress_updates: int = Field(1000, ge=100)
+    local_nice: int = Field(
+        0,
+        ge=0,
+        le=19,
+        description="in local mode, how much nicer (lower CPU priority) the Spark JVM and the Python workers "
+        "it starts run than the driver, whose membership lane publishes a loss's alerts; 0 = the same",
+    )
     extra_conf: dict[str, str] = Field(default_factory=dict, description="any other spark.* settings")
 
 

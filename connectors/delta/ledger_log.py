@@ -45,7 +45,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -150,6 +150,9 @@ class LedgerLog:
         self._foldable_through = _NO_VERSION
         self._opened = False
         self._index_cursor = 0
+        self._rows_recorded = 0  # ledger rows recorded since open: a new version can leave old index rows
+        self._index_clean_at: dict[str, int] = {}  # per bookie partition: _rows_recorded when last cleaned
+        self._index_clean_through = -1  # every partition was clean when _rows_recorded was this
         self._index: DeltaTable | None = None
         self._folder: threading.Thread | None = None
         self._stop_folding = threading.Event()
@@ -313,6 +316,7 @@ class LedgerLog:
         index_written = writer.append("ledger_bookies", index_rows) if index_rows.num_rows else False
         if table.num_rows:
             with self._lock:
+                self._rows_recorded += table.num_rows
                 self._overlay = [(b, t) for b, t in self._overlay if b != batch]
                 self._overlay.append((batch, table))
                 self._latest = self._latest.updated_with(batch, table)
@@ -373,19 +377,23 @@ class LedgerLog:
             self._latest = _OverlayIndex.of(self._overlay)
             self._folded_through = through
 
-    def start_folding(self, interval_s: float) -> None:
+    def start_folding(self, interval_s: float, give_way: Callable[[], object] | None = None) -> None:
         """Fold every ``interval_s`` in a daemon thread (off the ledger lane's batches) until
-        :meth:`stop_folding`."""
+        :meth:`stop_folding`; ``give_way`` is called before each fold (it may wait for urgent work)."""
         if interval_s <= 0 or self._folder is not None:
             return
         self._stop_folding.clear()
         self._folder = threading.Thread(
-            target=self._fold_loop, args=(interval_s,), name="bkaudit-ledger-fold", daemon=True
+            target=self._fold_loop,
+            args=(interval_s, give_way or (lambda: None)),
+            name="bkaudit-ledger-fold",
+            daemon=True,
         )
         self._folder.start()
 
-    def _fold_loop(self, interval_s: float) -> None:
+    def _fold_loop(self, interval_s: float, give_way: Callable[[], object]) -> None:
         while not self._stop_folding.wait(interval_s):
+            give_way()
             try:
                 self.last_fold = self.fold() or self.last_fold
             except Exception:  # the changes stay in ledger_changes; the next fold takes them
@@ -424,34 +432,41 @@ class LedgerLog:
     # -- the index's old rows -------------------------------------------------------------------------------
     def clean_index(self, max_bookies: int) -> int:
         """Rewrite up to ``max_bookies`` of the index's bookie partitions (in rotation) with only the rows of
-        current versions; returns the rows removed. Runs in the ledger lane's thread: the index's only
-        writer (a rewrite beside one of its appends would fail). A partition rewrite costs one read and one
-        write of that partition, with no join."""
+        current versions; returns the rows removed. A partition cleaned since the last recorded row is
+        skipped without a read (old rows appear only when a new version is recorded), so an idle batch
+        costs nothing. Runs in the ledger lane's thread: the index's only writer (a rewrite beside one of
+        its appends would fail). A partition rewrite costs one read and one write of it, with no join."""
         if not self._opened or max_bookies <= 0:  # versions unknown: every row would look old
             return 0
+        recorded = self._rows_recorded
+        if self._index_clean_through == recorded:
+            return 0  # every partition is clean, and no row was recorded since
         table = self._index_table()
         bookies = sorted({p["bookie"] for p in table.partitions()})
-        if not bookies:
+        start = self._index_cursor % len(bookies) if bookies else 0
+        rotation = bookies[start:] + bookies[:start]
+        stale = [b for b in rotation if self._index_clean_at.get(b, -1) < recorded]
+        if not stale:
+            self._index_clean_through = recorded
             return 0
+        chosen = stale[:max_bookies]
+        self._index_cursor = bookies.index(chosen[-1]) + 1
         removed = 0
-        start = self._index_cursor % len(bookies)
-        chosen = (bookies[start:] + bookies[:start])[:max_bookies]
-        self._index_cursor = start + len(chosen)
         for bookie in chosen:
-            rows = scan(table, [("bookie", "=", bookie)], prune_partitions=True)
-            kept = self.current_index(rows)
-            if kept.num_rows == rows.num_rows:
-                continue
-            literal = bookie.replace("'", "''")
-            write_deltalake(
-                table,
-                conform_to(kept, LEDGER_BOOKIES.schema),
-                mode="overwrite",
-                predicate=f"bookie = '{literal}'",
-            )
-            table.update_incremental()
-            removed += rows.num_rows - kept.num_rows
+            removed += self._clean_partition(table, bookie)
+            self._index_clean_at[bookie] = recorded
         return removed
+
+    def _clean_partition(self, table: DeltaTable, bookie: str) -> int:
+        rows = scan(table, [("bookie", "=", bookie)], prune_partitions=True)
+        kept = self.current_index(rows)
+        if kept.num_rows == rows.num_rows:
+            return 0
+        literal = bookie.replace("'", "''")
+        kept = conform_to(kept, LEDGER_BOOKIES.schema)
+        write_deltalake(table, kept, mode="overwrite", predicate=f"bookie = '{literal}'")
+        table.update_incremental()
+        return rows.num_rows - kept.num_rows
 
     def _index_table(self) -> DeltaTable:
         """``ledger_bookies``, kept open and brought up to date with the commits since (opening it afresh

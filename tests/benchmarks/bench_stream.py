@@ -119,6 +119,20 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
         help="stream.membership_trigger_interval_s (the membership lane)",
     )
     add("--watermark-s", type=float, default=5.0, help="stream.watermark_delay_s")
+    add("--local-nice", type=int, default=0, help="spark.local_nice (the Spark JVM's nice in local mode)")
+    add(
+        "--loss-variants",
+        default="",
+        help="side by side in one run: RIGHT_OF_WAY_S:NICE pairs, comma-separated (e.g. 0:0,2:0,2:5); loss i "
+        "runs with pair i mod n (the JVM and its Python workers reniced before it; lowering a nice needs "
+        "root)",
+    )
+    add(
+        "--loss-right-of-way-s",
+        type=float,
+        default=2.0,
+        help="stream.loss_right_of_way_s (0: the ledger lane never gives way to a running loss)",
+    )
     add("--max-offsets", type=int, default=0, help="stream.max_offsets_per_trigger (0: unlimited)")
     add(
         "--sink-queue-depth",
@@ -1007,8 +1021,12 @@ def _lose_bookies(
     chosen = [bookies[(i * 37 + 11) % len(bookies)] for i in range(min(args.losses, len(bookies)))]
     runs = []
     acks = recorder.acks
-    for bookie_id in chosen:
+    variants = _loss_variants(args.loss_variants)
+    for number, bookie_id in enumerate(chosen):
         ledgers = {str(i) for i in index[bookie_id]}
+        variant = variants[number % len(variants)] if variants else None
+        if variant is not None:
+            _apply_variant(query, spark, variant)
         _wait_idle(query, recorder, timeout_s=300)
         acks.forget()
         recorder.lost_event_times.pop(bookie_id, None)
@@ -1021,6 +1039,7 @@ def _lose_bookies(
         lost_at = acks.times(("BOOKIE_LOST",), {bookie_id}, "firing").get(bookie_id)
         run: dict[str, Any] = {
             "bookie": bookie_id,
+            "variant": _variant_label(variant) if variant is not None else None,
             "ledgers": len(ledgers),
             "alerts_acked": len(fired),
             "complete": len(fired) == len(ledgers),
@@ -1056,12 +1075,63 @@ def _lose_bookies(
             break
     lasts = [r["last_ledger_alert_s"] for r in runs if r["complete"]]
     firsts = [r["first_ledger_alert_s"] for r in runs if r["complete"]]
+    by_variant: dict[str, list[float]] = {}
+    for run in runs:
+        if run["complete"] and run["variant"] is not None:
+            by_variant.setdefault(run["variant"], []).append(run["last_ledger_alert_s"])
     return {
         "runs": runs,
         "last_alert_p50_s": round(statistics.median(lasts), 3) if lasts else None,
         "first_alert_p50_s": round(statistics.median(firsts), 3) if firsts else None,
         "ledgers_per_bookie_mean": round(statistics.mean(len(v) for v in index.values()), 1),
+        "last_alert_p50_s_by_variant": {k: round(statistics.median(v), 3) for k, v in by_variant.items()},
     }
+
+
+def _loss_variants(text: str) -> list[tuple[float, int]]:
+    """``"0:0,2:5"`` → ``[(0.0, 0), (2.0, 5)]`` (right of way seconds, nice).
+
+    Example:
+        >>> _loss_variants("0:0, 2:5")
+        [(0.0, 0), (2.0, 5)]
+    """
+    pairs = [part.strip().split(":") for part in text.split(",") if part.strip()]
+    return [(float(way), int(nice)) for way, nice in pairs]
+
+
+def _variant_label(variant: tuple[float, int]) -> str:
+    return f"right_of_way_s={variant[0]:g},nice={variant[1]}"
+
+
+def _apply_variant(query: Any, spark: Any, variant: tuple[float, int]) -> None:
+    """Set the sink's right of way and renice the Spark JVM and its descendants (every thread)."""
+    way, nice = variant
+    query.sink.right_of_way.max_wait_s, query.sink.right_of_way.enabled = way, way > 0
+    jvm = spark.sparkContext._gateway.proc.pid
+    pids = _descendants(jvm) | {jvm}
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                os.setpriority(os.PRIO_PROCESS, int(task.name), nice)
+            except OSError:
+                continue
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
 
 
 def wait_applied(
@@ -1485,6 +1555,7 @@ def job_session_and_settings(args: argparse.Namespace, kafka: Any, state_dir: Pa
             ui_enabled=args.spark_ui,
             shuffle_partitions=args.shuffle_partitions,
             driver_memory=args.driver_memory,
+            local_nice=args.local_nice,
         )
     )
     settings = Settings(
@@ -1498,6 +1569,7 @@ def job_session_and_settings(args: argparse.Namespace, kafka: Any, state_dir: Pa
             "max_offsets_per_trigger": args.max_offsets or None,
             "maintenance_every_batches": 0,
             "sink_queue_depth": args.sink_queue_depth,
+            "loss_right_of_way_s": args.loss_right_of_way_s,
         },
     )
     return spark, settings
@@ -1719,6 +1791,7 @@ def summary_line(figures: dict[str, Any]) -> dict[str, Any]:
         "load_avg": {"start": figures.get("load_average_at_start"), "end": _load()},
         "mode": figures.get("mode", "job"),
         "alert_producer_batch_size": level.get("alert_producer_batch_size"),
+        "loss_to_last_alert_p50_s_by_variant": level.get("last_alert_p50_s_by_variant") or None,
     }
 
 

@@ -107,6 +107,29 @@ def test_the_index_shows_only_current_versions_before_and_after_its_cleanup(root
     assert sorted((r["bookie"], r["ledger_id"]) for r in read_current_index(root).to_pylist()) == current
 
 
+def test_an_index_cleanup_with_nothing_recorded_since_the_last_reads_nothing(root, monkeypatch):
+    import connectors.delta.ledger_log as ledger_log
+
+    scans: list[Any] = []
+    real_scan = ledger_log.scan
+    monkeypatch.setattr(ledger_log, "scan", lambda *a, **k: scans.append(a[1]) or real_scan(*a, **k))
+    log = LedgerLog(root, APP)
+    record(log, root, 0, [row(1, 10, bookies=("b1", "b2"))])
+    record(log, root, 1, [row(1, 12, bookies=("b2", "b3"))])
+    assert sum(log.clean_index(max_bookies=1) for _ in range(5)) == 2  # b1 and b2 held version 10's rows
+    read = len(scans)
+    assert [log.clean_index(max_bookies=1) for _ in range(3)] == [0, 0, 0]
+    assert len(scans) == read  # idle: no partition read
+    record(log, root, 2, [row(1, 14, bookies=("b3", "b4"))])
+    assert sum(log.clean_index(max_bookies=1) for _ in range(6)) == 2  # version 12's rows on b2 and b3
+    assert sorted((r["bookie"], r["ledger_id"]) for r in read_current_index(root).to_pylist()) == [
+        ("b3", 1),
+        ("b4", 1),
+    ]
+    raw = DeltaTable(table_path(root, "ledger_bookies")).to_pyarrow_table()
+    assert raw.num_rows == 2
+
+
 def test_a_replayed_batch_sees_the_state_before_it_even_after_a_fold_covered_it(root):
     log = LedgerLog(root, APP)
     record(log, root, 0, [row(1, 10)])
