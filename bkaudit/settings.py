@@ -215,6 +215,12 @@ class StreamSettings(BaseModel):
         description="longest the ledger lane's sink and fold wait, at a step boundary, while the membership "
         "lane runs a micro-batch (so a loss's alerts do not share the driver with bulk work); 0 = never wait",
     )
+    membership_tail_consumer: bool = Field(
+        True,
+        description="the membership lane keeps one consumer on its partition and plans from the records it "
+        "holds (a full planning, with the broker's offsets and fingerprints, every 2 s and on any consumer "
+        "error); false: every planning asks the broker",
+    )
     watermark_delay_s: float = Field(5.0, ge=0, description="how late an event may arrive")
     max_event_time_skew_s: float = Field(
         300.0,

@@ -173,6 +173,7 @@ def membership_reader(settings: Settings) -> Any:
     records skipped while reading (the driver runs it, :mod:`streaming.driver_batches`)."""
     from connectors.kafka.publisher import MEMBERSHIP_PARTITION_KEY
     from connectors.kafka.spark_source import KafkaStreamReader
+    from connectors.kafka.tail_reader import TailingReader
 
     if settings.stream.source_format != "bkaudit_kafka":
         raise ConfigError(
@@ -187,7 +188,11 @@ def membership_reader(settings: Settings) -> Any:
     # partition of the key "cluster" (their total order), and heartbeats and snapshot markers go to every
     # partition. Reading only that one is a quarter of the broker work per 0.1 s planning.
     options["bkaudit.partitionOfKey"] = MEMBERSHIP_PARTITION_KEY.decode()
-    return KafkaStreamReader({key.lower(): value for key, value in options.items()})
+    reader = KafkaStreamReader({key.lower(): value for key, value in options.items()})
+    # Between full plannings, a consumer that stays on that partition hands over records as they arrive.
+    tailing = TailingReader(reader, wait_s=settings.stream.membership_trigger_interval_s)
+    tailing.enabled = settings.stream.membership_tail_consumer
+    return tailing
 
 
 def membership_checkpoint(settings: Settings) -> Path:

@@ -160,7 +160,8 @@ def record_fingerprint(offset: int, timestamp_ms: int, key: bytes | None, value:
     return f"{offset}:{timestamp_ms}:{crc:08x}"
 
 
-def _kafka_settings(options: dict[str, str]) -> Any:
+def kafka_settings_of(options: dict[str, str]) -> Any:
+    """The Kafka settings a reader with these options uses (the settings, with the options' overrides)."""
     from bkaudit.settings import load_settings
 
     kafka = load_settings().kafka
@@ -182,7 +183,7 @@ def _number(options: dict[str, str], name: str, kind: Any) -> Any:
     return value
 
 
-def _outage_limit_s(options: dict[str, str]) -> float:
+def outage_limit_s(options: dict[str, str]) -> float:
     name = "bkaudit.brokeroutagelimits"
     return float(_number(options, name, float)) if options.get(name) else DEFAULT_OUTAGE_LIMIT_S
 
@@ -342,8 +343,8 @@ class _KafkaOffsets:
     """Looks up partition offsets and fingerprints (broker metadata) for the driver-side planning calls."""
 
     def __init__(self, options: dict[str, str], status: SourceStatus | None = None) -> None:
-        self._settings = _kafka_settings(options)
-        self._limit_s = _outage_limit_s(options)
+        self._settings = kafka_settings_of(options)
+        self._limit_s = outage_limit_s(options)
         self._status = status
         self._only_key = partition_of_key(options)
         # Metadata and offsets only: a broker answers one connection's requests in order, and a fetch may
@@ -469,7 +470,7 @@ def _read_range(options: dict[str, str], kafka_range: KafkaRange) -> Iterator[pa
 
     if kafka_range.end <= kafka_range.start:
         return
-    settings = _kafka_settings(options)
+    settings = kafka_settings_of(options)
     skipped = skipped_key_prefixes(options)
     # No automatic reset: a range whose offsets vanished must not be filled with another topic's records
     # ("error" reports it as an _AUTO_OFFSET_RESET error instead).
@@ -483,7 +484,7 @@ def _read_range(options: dict[str, str], kafka_range: KafkaRange) -> Iterator[pa
     try:
         consumer.assign([TopicPartition(kafka_range.topic, kafka_range.partition, kafka_range.start)])
         position = kafka_range.start
-        columns: dict[str, list[Any]] = {name: [] for name in ARROW_RECORD_SCHEMA.names}
+        pending: list[Any] = []
         idle_since: float | None = None
         while position < kafka_range.end:
             # consume() waits for num_messages or the timeout: ask for no more than the range still holds.
@@ -503,28 +504,39 @@ def _read_range(options: dict[str, str], kafka_range: KafkaRange) -> Iterator[pa
                     )
                 continue
             idle_since = None
-            for record in records:
-                if record.offset() >= kafka_range.end:
-                    break
-                if skipped and (record.key() or b"").startswith(skipped):
-                    continue
-                timestamp_type, timestamp_ms = record.timestamp()
-                columns["key"].append(record.key())
-                columns["value"].append(record.value())
-                columns["topic"].append(record.topic())
-                columns["partition"].append(record.partition())
-                columns["offset"].append(record.offset())
-                columns["timestamp"].append(timestamp_ms * 1000)
-                columns["timestampType"].append(_SPARK_TIMESTAMP_TYPES.get(timestamp_type, 0))
-                columns["headers"].append([{"key": k, "value": v} for k, v in (record.headers() or [])])
+            pending.extend(r for r in records if r.offset() < kafka_range.end)
             position = records[-1].offset() + 1
-            if len(columns["offset"]) >= 5000 or position >= kafka_range.end:
-                yield pa.RecordBatch.from_pydict(columns, schema=ARROW_RECORD_SCHEMA)
-                columns = {name: [] for name in ARROW_RECORD_SCHEMA.names}
-        if columns["offset"]:
-            yield pa.RecordBatch.from_pydict(columns, schema=ARROW_RECORD_SCHEMA)
+            if len(pending) >= 5000 or position >= kafka_range.end:
+                yield record_batch(pending, skipped)
+                pending = []
+        if pending:
+            yield record_batch(pending, skipped)
     finally:
         consumer.close()
+
+
+def record_batch(records: Sequence[Any], skipped: tuple[bytes, ...] = ()) -> pa.RecordBatch:
+    """librdkafka messages as :data:`ARROW_RECORD_SCHEMA` rows, less those whose key starts with one of
+    ``skipped``.
+
+    Example:
+        >>> record_batch([]).num_rows
+        0
+    """
+    columns: dict[str, list[Any]] = {name: [] for name in ARROW_RECORD_SCHEMA.names}
+    for record in records:
+        if skipped and (record.key() or b"").startswith(skipped):
+            continue
+        timestamp_type, timestamp_ms = record.timestamp()
+        columns["key"].append(record.key())
+        columns["value"].append(record.value())
+        columns["topic"].append(record.topic())
+        columns["partition"].append(record.partition())
+        columns["offset"].append(record.offset())
+        columns["timestamp"].append(timestamp_ms * 1000)
+        columns["timestampType"].append(_SPARK_TIMESTAMP_TYPES.get(timestamp_type, 0))
+        columns["headers"].append([{"key": k, "value": v} for k, v in (record.headers() or [])])
+    return pa.RecordBatch.from_pydict(columns, schema=ARROW_RECORD_SCHEMA)
 
 
 #: librdkafka's timestamp types → Spark's ``timestampType`` column (0 CreateTime, 1 LogAppendTime).
@@ -562,7 +574,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._options = dict(options)
         self._topics = _topics(self._options)
         self._fail_on_data_loss = self._options.get("failondataloss", "true").lower() != "false"
-        self._outage_limit_s = _outage_limit_s(self._options)
+        self._outage_limit_s = outage_limit_s(self._options)
         max_offsets = self._options.get("maxoffsetspertrigger")
         try:
             self._max_offsets = int(max_offsets) if max_offsets else None
@@ -574,6 +586,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._status: SourceStatus | None = None
         self._available_now_target: Offsets | None = None
         self._verified: dict[tuple[str, str], int] = {}  # positions whose fingerprint matched (this process)
+
+    @property
+    def options(self) -> dict[str, str]:
+        """The source options (lower-case names), as given."""
+        return dict(self._options)
 
     @property
     def _offsets(self) -> _KafkaOffsets:

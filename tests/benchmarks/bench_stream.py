@@ -123,9 +123,10 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     add(
         "--loss-variants",
         default="",
-        help="side by side in one run: RIGHT_OF_WAY_S:NICE pairs, comma-separated (e.g. 0:0,2:0,2:5); loss i "
-        "runs with pair i mod n (the JVM and its Python workers reniced before it; lowering a nice needs "
-        "root)",
+        help="side by side in one run: RIGHT_OF_WAY_S:NICE[:TAIL] triples, comma-separated "
+        "(e.g. 0:0:0,2:5:1); loss i runs with variant i mod n (the JVM and its Python workers reniced "
+        "before it, lowering a nice needs root; TAIL 1 or 0 turns the membership lane's tail consumer on "
+        "or off; default 1)",
     )
     add(
         "--loss-right-of-way-s",
@@ -1088,25 +1089,27 @@ def _lose_bookies(
     }
 
 
-def _loss_variants(text: str) -> list[tuple[float, int]]:
-    """``"0:0,2:5"`` → ``[(0.0, 0), (2.0, 5)]`` (right of way seconds, nice).
+def _loss_variants(text: str) -> list[tuple[float, int, bool]]:
+    """``"0:0:0,2:5"`` → ``[(0.0, 0, False), (2.0, 5, True)]`` (right of way seconds, nice, tail consumer).
 
     Example:
-        >>> _loss_variants("0:0, 2:5")
-        [(0.0, 0), (2.0, 5)]
+        >>> _loss_variants("0:0:0, 2:5")
+        [(0.0, 0, False), (2.0, 5, True)]
     """
-    pairs = [part.strip().split(":") for part in text.split(",") if part.strip()]
-    return [(float(way), int(nice)) for way, nice in pairs]
+    parts = [part.strip().split(":") for part in text.split(",") if part.strip()]
+    return [(float(p[0]), int(p[1]), p[2:] != ["0"]) for p in parts]
 
 
-def _variant_label(variant: tuple[float, int]) -> str:
-    return f"right_of_way_s={variant[0]:g},nice={variant[1]}"
+def _variant_label(variant: tuple[float, int, bool]) -> str:
+    return f"right_of_way_s={variant[0]:g},nice={variant[1]},tail={int(variant[2])}"
 
 
-def _apply_variant(query: Any, spark: Any, variant: tuple[float, int]) -> None:
-    """Set the sink's right of way and renice the Spark JVM and its descendants (every thread)."""
-    way, nice = variant
+def _apply_variant(query: Any, spark: Any, variant: tuple[float, int, bool]) -> None:
+    """Set the sink's right of way and the lane's tail consumer; renice the Spark JVM and its descendants
+    (every thread)."""
+    way, nice, tail = variant
     query.sink.right_of_way.max_wait_s, query.sink.right_of_way.enabled = way, way > 0
+    query.membership._reader.enabled = tail
     jvm = spark.sparkContext._gateway.proc.pid
     pids = _descendants(jvm) | {jvm}
     for pid in pids:

@@ -1,0 +1,134 @@
+"""The membership lane's tailing planner against a real broker: records planned from the consumer and read
+from memory, the same offsets and fingerprints as the full planning, and the full planning whenever the
+consumer cannot be trusted (its offsets gone, ``availableNow``, a replayed range)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from bkaudit.testing.kafka_io import produce
+from connectors.kafka.publisher import MEMBERSHIP_PARTITION_KEY, partition_for_key
+from connectors.kafka.spark_source import META, KafkaStreamReader
+from connectors.kafka.tail_reader import TailingReader
+from connectors.kafka.topics import ensure_topic
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 4
+CLUSTER = MEMBERSHIP_PARTITION_KEY
+
+
+def _source(kafka_settings: Any, topic: str) -> KafkaStreamReader:
+    return KafkaStreamReader(
+        {
+            "kafka.bootstrap.servers": kafka_settings.bootstrap_servers,
+            "subscribe": topic,
+            "bkaudit.partitionofkey": CLUSTER.decode(),
+            "bkaudit.skipkeyprefixes": "ledger/",
+        }
+    )
+
+
+def _batch(reader: Any, start: dict) -> tuple[dict, list[bytes]]:
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    values = [
+        row["value"]
+        for part in reader.partitions(start, end)
+        for batch in reader.read(part)
+        for row in pa.Table.from_batches([batch]).to_pylist()
+    ]
+    return end, values
+
+
+@pytest.fixture
+def topic(kafka_settings: Any, request: pytest.FixtureRequest) -> tuple[str, int]:
+    name = f"t.tail-{request.node.name[-40:]}"
+    ensure_topic(kafka_settings, name, partitions=PARTITIONS)
+    return name, partition_for_key(CLUSTER, PARTITIONS)
+
+
+def test_new_records_are_planned_from_the_consumer_as_the_full_planning_would(kafka_settings, topic) -> None:
+    name, mine = topic
+    produce(kafka_settings, name, [(CLUSTER, b"registered", mine)])
+    tail = TailingReader(_source(kafka_settings, name), wait_s=2.0, verify_every_s=600)
+    full = _source(kafka_settings, name)
+    try:
+        start = tail.initialOffset()
+        first, values = _batch(tail, start)
+        assert values == [b"registered"] and tail.full_plannings == 1
+        produce(kafka_settings, name, [(CLUSTER, b"lost", mine), (b"ledger/7", b"skipped", mine)])
+        second, values = _batch(tail, first)
+        assert tail.tail_plannings == 1 and tail.full_plannings == 1
+        assert values == [b"lost"]  # the ledger record is read past, as by the source
+        planned_in_full = full.latestOffset(first, full.getDefaultReadLimit())
+        assert second[name] == planned_in_full[name] == {str(mine): 3}
+        assert second[META]["fingerprints"] == planned_in_full[META]["fingerprints"]
+        assert tail.latestOffset(second, tail.getDefaultReadLimit()) is second  # nothing new
+    finally:
+        tail.stop()
+        full.stop()
+
+
+def test_a_range_the_consumer_did_not_plan_is_read_from_the_broker(kafka_settings, topic) -> None:
+    name, mine = topic
+    produce(kafka_settings, name, [(CLUSTER, f"r{i}".encode(), mine) for i in range(3)])
+    tail = TailingReader(_source(kafka_settings, name), wait_s=2.0, verify_every_s=600)
+    try:
+        replayed = {name: {str(mine): 1}}
+        end = {name: {str(mine): 3}}
+        values = [
+            row["value"]
+            for part in tail.partitions(replayed, end)
+            for batch in tail.read(part)
+            for row in pa.Table.from_batches([batch]).to_pylist()
+        ]
+        assert values == [b"r1", b"r2"]
+    finally:
+        tail.stop()
+
+
+def test_the_full_planning_runs_again_when_its_time_comes(kafka_settings, topic) -> None:
+    name, mine = topic
+    tail = TailingReader(_source(kafka_settings, name), wait_s=0.2, verify_every_s=0.0)
+    try:
+        start = tail.initialOffset()
+        end, _ = _batch(tail, start)
+        produce(kafka_settings, name, [(CLUSTER, b"x", mine)])
+        _, values = _batch(tail, end)
+        assert values == [b"x"] and tail.tail_plannings == 0 and tail.full_plannings == 2
+    finally:
+        tail.stop()
+
+
+def test_available_now_plans_in_full(kafka_settings, topic) -> None:
+    name, mine = topic
+    produce(kafka_settings, name, [(CLUSTER, b"a", mine)])
+    tail = TailingReader(_source(kafka_settings, name), wait_s=0.2, verify_every_s=600)
+    try:
+        tail.prepareForTriggerAvailableNow()
+        end, values = _batch(tail, tail.initialOffset())
+        produce(kafka_settings, name, [(CLUSTER, b"after the target", mine)])
+        assert values == [b"a"] and tail.latestOffset(end, tail.getDefaultReadLimit()) == end
+        assert tail.tail_plannings == 0
+    finally:
+        tail.stop()
+
+
+def test_a_partition_ending_before_the_consumer_sends_it_to_the_full_planning(kafka_settings, topic) -> None:
+    """The consumer sits past the partition's end (as after the topic was recreated shorter): the tail sees
+    it in its last fetch and hands over to the full planning, which reads the topic again from its start."""
+    name, mine = topic
+    produce(kafka_settings, name, [(CLUSTER, b"a", mine)])
+    tail = TailingReader(_source(kafka_settings, name), wait_s=1.0, verify_every_s=600)
+    try:
+        end, _ = _batch(tail, tail.initialOffset())
+        beyond = {name: {str(mine): 50}, META: end[META]}
+        tail._follow((name, mine, 50))  # the consumer where the checkpoint says we are
+        replanned, values = _batch(tail, beyond)
+        assert tail.full_plannings == 2 and tail.tail_plannings == 0
+        assert replanned[META]["begin"] == {name: {str(mine): 0}} and values == [b"a"]
+    finally:
+        tail.stop()
