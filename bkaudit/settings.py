@@ -209,12 +209,6 @@ class StreamSettings(BaseModel):
         description="how often the membership lane (registrations, the recovery delay, a lost bookie's "
         "alerts; a driver thread) looks for new records: a loss waits for half of it on average",
     )
-    loss_right_of_way_s: float = Field(
-        2.0,
-        ge=0,
-        description="longest the ledger lane's sink and fold wait, at a step boundary, while the membership "
-        "lane runs a micro-batch (so a loss's alerts do not share the driver with bulk work); 0 = never wait",
-    )
     membership_tail_consumer: bool = Field(
         True,
         description="the membership lane keeps one consumer on its partition and plans from the records it "
@@ -392,11 +386,12 @@ class SparkSettings(BaseModel):
     driver_memory: str = "2g"
     num_recent_progress_updates: int = Field(1000, ge=100)
     local_nice: int = Field(
-        0,
+        10,
         ge=0,
         le=19,
-        description="in local mode, how much nicer (lower CPU priority) the Spark JVM and the Python workers "
-        "it starts run than the driver, whose membership lane publishes a loss's alerts; 0 = the same",
+        description="in local mode, the nice value (lower CPU priority) of the Spark JVM and the Python "
+        "workers it starts, so that the driver, whose membership lane publishes a loss's alerts, gets the "
+        "cores first; 0 = the driver's priority",
     )
     extra_conf: dict[str, str] = Field(default_factory=dict, description="any other spark.* settings")
 

@@ -45,7 +45,6 @@ import pyarrow as pa
 from bkaudit.domain.alerts import rfc3339_ms
 from bkaudit.errors import ConfigError
 from connectors.kafka.spark_source import ARROW_RECORD_SCHEMA
-from streaming.right_of_way import RightOfWay
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +126,6 @@ class DriverMicroBatches:
         *,
         interval_s: float,
         available_now: bool = False,
-        right_of_way: RightOfWay | None = None,
     ) -> None:
         self.name = name
         self._reader = reader
@@ -136,7 +134,6 @@ class DriverMicroBatches:
         self._log = log
         self._interval_s = interval_s
         self._available_now = available_now
-        self._right_of_way = right_of_way or RightOfWay(enabled=False)  # held while a batch runs
         self._stopping = threading.Event()
         self._error: BaseException | None = None
         self._idle_plannings = 0  # plannings that found nothing new (processAllAvailable waits on it)
@@ -253,11 +250,10 @@ class DriverMicroBatches:
     ) -> None:
         self._trigger_active = True
         try:
-            with self._right_of_way.held():
-                read_started = time.monotonic()
-                records = self._read(start, end, batch_time_ms)
-                processed_started = time.monotonic()
-                self._process(records, batch_id)
+            read_started = time.monotonic()
+            records = self._read(start, end, batch_time_ms)
+            processed_started = time.monotonic()
+            self._process(records, batch_id)
             self._reader.commit(end)
             finished = time.monotonic()
         finally:

@@ -87,7 +87,6 @@ def sink_config(settings: Settings, changes_partitions: int) -> SinkConfig:
         ledger_fold_interval_s=stream.ledger_fold_interval_s,
         ledger_changes_retention_hours=stream.ledger_changes_retention_hours,
         index_cleanup_bookies_per_batch=stream.index_cleanup_bookies_per_batch,
-        loss_right_of_way_s=stream.loss_right_of_way_s,
     )
 
 
@@ -359,7 +358,6 @@ def start_membership_lane(settings: Settings, sink: AuditSink, *, available_now:
         OffsetLog(checkpoint / "offsets"),
         interval_s=stream.membership_trigger_interval_s,
         available_now=available_now,
-        right_of_way=sink.right_of_way,
     ).start()
 
 

@@ -59,7 +59,6 @@ from streaming.loss import (
 from streaming.processor import DECISION_COLUMNS
 from streaming.publish import publish
 from streaming.reports import REPORTS_KEPT, BatchReport, keep_recent
-from streaming.right_of_way import RightOfWay
 from streaming.sink_batch import (
     CARRIED_COLUMNS,
     VERSION_ONLY_KINDS,
@@ -101,7 +100,6 @@ class SinkConfig:
     ledger_fold_interval_s: float = 0.0  # fold ledger_changes into ledgers this often; 0 = only at close()
     ledger_changes_retention_hours: float = 168.0  # folded ledger_changes rows kept this long (maintenance)
     index_cleanup_bookies_per_batch: int = 1  # ledger_bookies partitions cleaned of old versions per batch
-    loss_right_of_way_s: float = 0.0  # longest wait at a stage boundary while the membership lane runs
 
 
 #: What the sink receives per batch (:data:`streaming.schemas.DECISION_SCHEMA` as Arrow): the processor's
@@ -210,10 +208,6 @@ class AuditSink:
         self.ledger_log = LedgerLog(config.lakehouse_root, config.app_id)
         # The loss alerts' one owner, shared with the membership lane (one producer for both lanes).
         self.loss = LossAuditor(config.lakehouse_root, config.kafka, self._kafka, self.ledger_log)
-        # Held by the membership lane while it runs a batch; the stages below give way to it.
-        self.right_of_way = RightOfWay(
-            max_wait_s=config.loss_right_of_way_s, enabled=config.loss_right_of_way_s > 0
-        )
 
     # -- clients ------------------------------------------------------------------------------------------
     def _kafka(self) -> Any:
@@ -238,7 +232,7 @@ class AuditSink:
 
     def start_folding(self) -> None:
         """Fold the ledger changes into ``ledgers`` every ``ledger_fold_interval_s`` in the background."""
-        self.ledger_log.start_folding(self.config.ledger_fold_interval_s, give_way=self.right_of_way.give_way)
+        self.ledger_log.start_folding(self.config.ledger_fold_interval_s)
 
     def close(self) -> None:
         self.ledger_log.stop_folding(fold_all=True)
@@ -273,32 +267,24 @@ class AuditSink:
         """
         started = time.monotonic()
         report = BatchReport(batch_id, decisions=decisions.num_rows)
-        give_way = self.right_of_way.give_way  # to a running membership batch (a loss), between stages
-        give_way()
         versions, rest = split_versions(decisions)
         parsed = parse_payloads(versions.column("payload")) if versions.num_rows else None
         rows = _decision_rows(rest if parsed is not None else decisions)
         batch, open_version = self._read_state(rows, batch_id)
-        give_way()
         if parsed is not None:
             self._apply_versions(batch, versions, parsed)
         apply_decisions(batch, rows)
         if batch.needs_rows():
             batch.versions_to_rows()
-        give_way()
         self._recheck_moved_racks(batch)
         self._recheck_unknown_placement(batch)
         self._reconcile_snapshots(batch)
         evaluate_ledgers(batch, self.config.placement)
-        give_way()
         feedback = self._probe(batch, report)
         report.feedback = len(feedback)
         report.alerts = self._publish(batch.book, feedback)  # before the tables: see above
-        give_way()
         self._write_tables(batch, open_version, report)
-        give_way()
         self._hand_to_loss_owner(batch, report)
-        give_way()
         self._finish(batch, report, started)
         return report
 

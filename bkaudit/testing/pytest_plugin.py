@@ -72,7 +72,11 @@ def _spark_session() -> Iterator[Any]:
     from streaming.session import build_spark_session
 
     session = build_spark_session(
-        SparkSettings(master=os.environ.get("BKAUDIT_TEST_SPARK_MASTER", "local[2]"), shuffle_partitions=2),
+        SparkSettings(
+            master=os.environ.get("BKAUDIT_TEST_SPARK_MASTER", "local[2]"),
+            shuffle_partitions=2,
+            local_nice=0,  # the tests' own session shares the machine with the services they start
+        ),
         for_tests=True,
     )
     try:

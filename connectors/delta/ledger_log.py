@@ -45,7 +45,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -377,23 +377,22 @@ class LedgerLog:
             self._latest = _OverlayIndex.of(self._overlay)
             self._folded_through = through
 
-    def start_folding(self, interval_s: float, give_way: Callable[[], object] | None = None) -> None:
+    def start_folding(self, interval_s: float) -> None:
         """Fold every ``interval_s`` in a daemon thread (off the ledger lane's batches) until
-        :meth:`stop_folding`; ``give_way`` is called before each fold (it may wait for urgent work)."""
+        :meth:`stop_folding`."""
         if interval_s <= 0 or self._folder is not None:
             return
         self._stop_folding.clear()
         self._folder = threading.Thread(
             target=self._fold_loop,
-            args=(interval_s, give_way or (lambda: None)),
+            args=(interval_s,),
             name="bkaudit-ledger-fold",
             daemon=True,
         )
         self._folder.start()
 
-    def _fold_loop(self, interval_s: float, give_way: Callable[[], object]) -> None:
+    def _fold_loop(self, interval_s: float) -> None:
         while not self._stop_folding.wait(interval_s):
-            give_way()
             try:
                 self.last_fold = self.fold() or self.last_fold
             except Exception:  # the changes stay in ledger_changes; the next fold takes them

@@ -119,20 +119,13 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
         help="stream.membership_trigger_interval_s (the membership lane)",
     )
     add("--watermark-s", type=float, default=5.0, help="stream.watermark_delay_s")
-    add("--local-nice", type=int, default=0, help="spark.local_nice (the Spark JVM's nice in local mode)")
+    add("--local-nice", type=int, default=None, help="spark.local_nice (default: the setting's default)")
     add(
         "--loss-variants",
         default="",
-        help="side by side in one run: RIGHT_OF_WAY_S:NICE[:TAIL] triples, comma-separated "
-        "(e.g. 0:0:0,2:5:1); loss i runs with variant i mod n (the JVM and its Python workers reniced "
-        "before it, lowering a nice needs root; TAIL 1 or 0 turns the membership lane's tail consumer on "
-        "or off; default 1)",
-    )
-    add(
-        "--loss-right-of-way-s",
-        type=float,
-        default=2.0,
-        help="stream.loss_right_of_way_s (0: the ledger lane never gives way to a running loss)",
+        help="side by side in one run: NICE[:TAIL] pairs, comma-separated (e.g. 0:0,10:1); loss i runs with "
+        "variant i mod n: the Spark JVM and its Python workers reniced to NICE before it (lowering a nice "
+        "needs root), the membership lane's tail consumer on (TAIL 1, the default) or off (0)",
     )
     add("--max-offsets", type=int, default=0, help="stream.max_offsets_per_trigger (0: unlimited)")
     add(
@@ -1089,30 +1082,28 @@ def _lose_bookies(
     }
 
 
-def _loss_variants(text: str) -> list[tuple[float, int, bool]]:
-    """``"0:0:0,2:5"`` → ``[(0.0, 0, False), (2.0, 5, True)]`` (right of way seconds, nice, tail consumer).
+def _loss_variants(text: str) -> list[tuple[int, bool]]:
+    """``"0:0,10"`` → ``[(0, False), (10, True)]`` (nice, tail consumer).
 
     Example:
-        >>> _loss_variants("0:0:0, 2:5")
-        [(0.0, 0, False), (2.0, 5, True)]
+        >>> _loss_variants("0:0, 10")
+        [(0, False), (10, True)]
     """
     parts = [part.strip().split(":") for part in text.split(",") if part.strip()]
-    return [(float(p[0]), int(p[1]), p[2:] != ["0"]) for p in parts]
+    return [(int(p[0]), p[1:] != ["0"]) for p in parts]
 
 
-def _variant_label(variant: tuple[float, int, bool]) -> str:
-    return f"right_of_way_s={variant[0]:g},nice={variant[1]},tail={int(variant[2])}"
+def _variant_label(variant: tuple[int, bool]) -> str:
+    return f"nice={variant[0]},tail={int(variant[1])}"
 
 
-def _apply_variant(query: Any, spark: Any, variant: tuple[float, int, bool]) -> None:
-    """Set the sink's right of way and the lane's tail consumer; renice the Spark JVM and its descendants
+def _apply_variant(query: Any, spark: Any, variant: tuple[int, bool]) -> None:
+    """Turn the membership lane's tail consumer on or off; renice the Spark JVM and its descendants
     (every thread)."""
-    way, nice, tail = variant
-    query.sink.right_of_way.max_wait_s, query.sink.right_of_way.enabled = way, way > 0
+    nice, tail = variant
     query.membership._reader.enabled = tail
     jvm = spark.sparkContext._gateway.proc.pid
-    pids = _descendants(jvm) | {jvm}
-    for pid in pids:
+    for pid in _descendants(jvm) | {jvm}:
         for task in Path(f"/proc/{pid}/task").glob("*"):
             try:
                 os.setpriority(os.PRIO_PROCESS, int(task.name), nice)
@@ -1558,7 +1549,7 @@ def job_session_and_settings(args: argparse.Namespace, kafka: Any, state_dir: Pa
             ui_enabled=args.spark_ui,
             shuffle_partitions=args.shuffle_partitions,
             driver_memory=args.driver_memory,
-            local_nice=args.local_nice,
+            **({} if args.local_nice is None else {"local_nice": args.local_nice}),
         )
     )
     settings = Settings(
@@ -1572,7 +1563,6 @@ def job_session_and_settings(args: argparse.Namespace, kafka: Any, state_dir: Pa
             "max_offsets_per_trigger": args.max_offsets or None,
             "maintenance_every_batches": 0,
             "sink_queue_depth": args.sink_queue_depth,
-            "loss_right_of_way_s": args.loss_right_of_way_s,
         },
     )
     return spark, settings

@@ -165,26 +165,3 @@ def test_a_loss_replayed_by_a_restarted_job_publishes_the_same_ids_and_writes_no
     assert {name: read_table(root, name).to_pylist() for name in TABLES} == state
     assert again.skipped_replay_tables > 0
     assert restarted.loss.lost() == frozenset({"b1"})
-
-
-def test_the_ledger_lane_gives_way_while_the_membership_lane_runs_a_batch(
-    kafka_settings: Any, tmp_path: Path
-) -> None:
-    config = SinkConfig(
-        lakehouse_root=tmp_path / "lh", app_id=APP, kafka=kafka_settings, loss_right_of_way_s=30.0
-    )
-    sink = AuditSink(config)
-    sink.process(decisions(*writable("b1", "b2", "b3")), 0)
-    done = threading.Event()
-
-    def ledger_lane() -> None:
-        sink.process(decisions(ledger(1, ["b1", "b2", "b3"], 3_000, 20)), 1)
-        done.set()
-
-    with sink.right_of_way.held():  # the membership lane's batch (a loss) is running
-        thread = threading.Thread(target=ledger_lane)
-        thread.start()
-        assert not done.wait(1.0), "the ledger lane did not give way"
-    thread.join(60)
-    assert done.is_set() and sink.right_of_way.waited_s >= 0.9
-    assert sink.ledger_log.rows([1])[1]["bookies"] == ["b1", "b2", "b3"]

@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 from bkaudit.errors import ConfigError
 from connectors.kafka.spark_source import ARROW_RECORD_SCHEMA
 from streaming.driver_batches import BatchFiles, DriverMicroBatches, OffsetLog
-from streaming.right_of_way import RightOfWay
 
 
 class ListReader:
@@ -218,19 +217,3 @@ def test_any_bytes_in_a_batch_file_read_as_a_document_or_a_config_error(
         assert "7.json" in str(err)
     else:
         assert isinstance(document, dict)
-
-
-def test_a_batch_holds_the_right_of_way_while_it_runs_and_not_after(tmp_path: Path) -> None:
-    log, way = OffsetLog(tmp_path / "offsets"), RightOfWay(max_wait_s=5.0)
-    reader = ListReader(available=2)
-    holders: list[int] = []
-
-    def process(records: pa.Table, batch_id: int) -> None:
-        holders.append(way.holders)
-
-    lanes = DriverMicroBatches(
-        "test-lane", reader, process, lambda _b: True, log, interval_s=0.01, right_of_way=way
-    ).start()
-    lanes.processAllAvailable()
-    lanes.stop()
-    assert holders == [1] and way.holders == 0
