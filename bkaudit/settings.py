@@ -207,7 +207,8 @@ class StreamSettings(BaseModel):
         0.1,
         ge=0,
         description="how often the membership lane (registrations, the recovery delay, a lost bookie's "
-        "alerts; a driver thread) looks for new records: a loss waits for half of it on average",
+        "alerts; a driver thread) looks for new records; its tail consumer hands a record over as it "
+        "arrives, so only with membership_tail_consumer off does a loss wait for half of it on average",
     )
     membership_tail_consumer: bool = Field(
         True,
