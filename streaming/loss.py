@@ -145,6 +145,19 @@ class _Evaluation:
     at_ms: np.ndarray
 
 
+class _PhaseClock:
+    """Records the seconds since its previous call under each name (a loss's timeline, for reports)."""
+
+    def __init__(self, into: dict[str, float]) -> None:
+        self._into = into
+        self._last = time.monotonic()
+
+    def __call__(self, name: str) -> None:
+        now = time.monotonic()
+        self._into[name] = round(now - self._last, 4)
+        self._last = now
+
+
 class LossAuditor:
     """The one owner of the loss alerts (see the module docstring); thread-safe, one per job process."""
 
@@ -235,18 +248,25 @@ class LossAuditor:
         changed_rows, changed_at_ms = changed_rows or {}, changed_at_ms or {}
         if not membership and not changed_rows:
             return report
+        phase = _PhaseClock(report.phase_s)
         with self.lock:
+            phase("lock")
             self._ensure_loaded(app_id, batch_id, cluster)
             assert self._open is not None
             book = AlertBook(cluster, open=dict(self._open))
             bookie_rows, lost, lost_changed = self._apply_membership(book, membership, cluster)
+            phase("membership")
             conditions = self._evaluate(lost, lost_changed, changed_rows, changed_at_ms)
+            phase("evaluate")
             ledgers, open_ledgers = ledger_transitions(cluster, self._open_ledgers, conditions)
             report.ledgers_evaluated = conditions.num_rows
+            phase("transitions")
             self._publish(report, book, cluster, ledgers)
+            phase("publish")
             report.bookies_written, report.skipped_replay_tables = self._record(
                 app_id, batch_id, book, bookie_rows, cluster, ledgers
             )
+            phase("record")
             self._open, self._open_ledgers, self._lost = book.open, open_ledgers, lost
         report.seconds = round(time.monotonic() - started, 3)
         if report.values or report.bookies_written:

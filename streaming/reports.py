@@ -56,6 +56,7 @@ class LossReport:
     skipped_replay_tables: int = 0  # writes a replay found already done
     published_at: float | None = None  # wall time every alert of the call was acknowledged
     seconds: float = 0.0
+    phase_s: dict[str, float] = field(default_factory=dict)  # seconds per step, in order (see LossAuditor)
 
     @property
     def alerts(self) -> list[dict[str, Any]]:

@@ -387,6 +387,7 @@ class SinkRecorder:
                             "published_at": getattr(report, "published_at", None),
                             "finished": time.time(),
                             "alerts": len(getattr(report, "values", None) or []),
+                            "phase_s": dict(getattr(report, "phase_s", None) or {}),
                         }
                     )
                     for row in membership:
@@ -996,6 +997,7 @@ def _loss_timeline(
         "publish_acked": since(publish[1] if publish else None),
         "delta_recorded": since(call["finished"] if call else None),
         "membership_batch_ms": ms or None,
+        "loss_owner_phase_s": (call or {}).get("phase_s") or None,
     }
 
 

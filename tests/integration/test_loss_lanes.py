@@ -161,6 +161,8 @@ def test_a_loss_replayed_by_a_restarted_job_publishes_the_same_ids_and_writes_no
         (a["alert_id"], a["state"]) for a in first.alerts
     ]
     assert {a["kind"] for a in first.alerts} == {"BOOKIE_LOST", UNDER}
+    assert list(first.phase_s) == ["lock", "membership", "evaluate", "transitions", "publish", "record"]
+    assert sum(first.phase_s.values()) <= first.seconds + 0.01
     assert {name: DeltaTable(table_path(root, name)).version() for name in TABLES} == versions
     assert {name: read_table(root, name).to_pylist() for name in TABLES} == state
     assert again.skipped_replay_tables > 0
