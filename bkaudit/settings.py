@@ -213,8 +213,8 @@ class StreamSettings(BaseModel):
     membership_tail_consumer: bool = Field(
         True,
         description="the membership lane keeps one consumer on its partition and plans from the records it "
-        "holds (a full planning, with the broker's offsets and fingerprints, every 2 s and on any consumer "
-        "error); false: every planning asks the broker",
+        "holds (a full planning, with the broker's offsets and fingerprints, every 5 s while idle and on any "
+        "consumer error); false: every planning asks the broker",
     )
     watermark_delay_s: float = Field(5.0, ge=0, description="how late an event may arrive")
     max_event_time_skew_s: float = Field(

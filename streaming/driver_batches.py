@@ -206,7 +206,8 @@ class DriverMicroBatches:
                 self._log.write(batch_id, start, end, batch_time_ms)
                 self._run_batch(batch_id, start, end, batch_time_ms, planned_at)
                 start, batch_id = end, batch_id + 1
-                self._wait(planned_at)
+                if not getattr(self._reader, "waits_for_records", False):  # else its planning waits
+                    self._wait(planned_at)
         except BaseException as error:  # the job stops with it (exit 2 for a source's ServiceError)
             self._error = error
             # Not logged as an error here: the job raises it and prints it as its one line (exit 2).

@@ -9,10 +9,11 @@ reaches it within a millisecond of its acknowledgement), and a planning takes th
 already holds: the batch ends after the last of them, that record's fingerprint goes into the offset
 (computed here, nothing fetched) and the batch reads those very records from memory.
 
-The full planning still runs: first, every ``verify_every_s``, for ``Trigger.AvailableNow``, for a
-replayed batch's range, and whenever the consumer reports an error (offsets gone, a broker error). It is
-what tells a recreated or truncated topic, lost data and an outage apart (see the source's docstring), so a
-topic recreated *and* grown past our position meanwhile is noticed within ``verify_every_s``; one whose end
+The full planning still runs: first, every ``verify_every_s`` (when the consumer holds no record, so a
+loss does not wait for it; at the latest three intervals after the last), for ``Trigger.AvailableNow``,
+for a replayed batch's range, and whenever the consumer reports an error (offsets gone, a broker error). It
+is what tells a recreated or truncated topic, lost data and an outage apart (see the source's docstring), so
+a topic recreated *and* grown past our position meanwhile is noticed within three intervals; one whose end
 fell below our position is noticed at once (the consumer reports its offsets gone, or its last fetch shows
 the partition ending before our position).
 
@@ -53,7 +54,7 @@ class TailingReader:
         reader: KafkaStreamReader,
         *,
         wait_s: float,
-        verify_every_s: float = 2.0,
+        verify_every_s: float = 5.0,
         max_records: int = 5000,
     ) -> None:
         self._reader = reader
@@ -81,20 +82,35 @@ class TailingReader:
         self._available_now = True
         self._reader.prepareForTriggerAvailableNow()
 
+    @property
+    def waits_for_records(self) -> bool:
+        """Whether a planning itself waits (up to ``wait_s``) for a record: the lane then plans again at
+        once after a batch instead of sleeping out its interval."""
+        return self.enabled and not self._available_now
+
     def latestOffset(self, start: dict, limit: Any) -> dict:
         position = _single_position(start)
-        tailing = (
-            self.enabled
-            and not self._available_now
-            and position is not None
-            and position == self._at
-            and time.monotonic() - self._verified_at < self._verify_every_s
-        )
-        if tailing:
-            end = self._tail(start, limit)
+        if self.waits_for_records and position is not None and position == self._at:
+            since = time.monotonic() - self._verified_at
+            # A full planning that is due waits while records are there to hand over (a loss does not
+            # wait for it), but never past three intervals.
+            if since < self._verify_every_s:
+                end = self._tail(start, limit, self._wait_s)
+            elif since < 3 * self._verify_every_s:
+                end = self._tail(start, limit, 0.0, only_records=True)
+            else:
+                end = None
             if end is not None:
                 return end
+            if self._consumer is None:  # the consumer failed: do not spin on a failing broker
+                return self._full_after_failure(start, limit)
         return self._full(start, limit)
+
+    def _full_after_failure(self, start: dict, limit: Any) -> dict:
+        end = self._full(start, limit)
+        if end == start:
+            time.sleep(self._wait_s)
+        return end
 
     def partitions(self, start: dict, end: dict) -> Sequence[Any]:
         return self._reader.partitions(start, end)
@@ -122,14 +138,17 @@ class TailingReader:
         self._follow(_single_position(end))
         return end
 
-    def _tail(self, start: dict, limit: Any) -> dict | None:
-        """The next batch's end from the consumer's records; ``start`` when it has none; None when the
-        consumer reported an error (the caller plans in full)."""
+    def _tail(self, start: dict, limit: Any, wait_s: float, *, only_records: bool = False) -> dict | None:
+        """The next batch's end from the consumer's records (waiting up to ``wait_s`` for one); ``start``
+        when it has none; None when the consumer reported an error (it is closed then), or when it has none
+        and ``only_records`` (the caller plans in full)."""
         assert self._at is not None
         topic, partition, offset = self._at
-        records = self._poll(limit)
+        records = self._poll(limit, wait_s)
         if records is None or (not records and not self._still_in_range(topic, partition, offset)):
             self._close_consumer()
+            return None
+        if not records and only_records:
             return None
         self.tail_plannings += 1
         if not records:
@@ -141,11 +160,11 @@ class TailingReader:
         fingerprint = record_fingerprint(last.offset(), last.timestamp()[1], last.key(), last.value())
         return {topic: {str(partition): stop}, META: {"fingerprints": {topic: {str(partition): fingerprint}}}}
 
-    def _poll(self, limit: Any) -> list[Any] | None:
+    def _poll(self, limit: Any, wait_s: float) -> list[Any] | None:
         """The records the consumer has (waiting up to ``wait_s`` for the first), at most the read limit;
         None on any error."""
         most = min(self._max_records, getattr(limit, "max_rows", None) or self._max_records)
-        first = self._consumer.poll(self._wait_s)
+        first = self._consumer.poll(wait_s)
         if first is None:
             return []
         messages = [first, *self._consumer.consume(num_messages=most - 1, timeout=0)] if most > 1 else [first]

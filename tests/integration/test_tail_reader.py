@@ -4,6 +4,7 @@ consumer cannot be trusted (its offsets gone, ``availableNow``, a replayed range
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pyarrow as pa
@@ -99,6 +100,23 @@ def test_the_full_planning_runs_again_when_its_time_comes(kafka_settings, topic)
         produce(kafka_settings, name, [(CLUSTER, b"x", mine)])
         _, values = _batch(tail, end)
         assert values == [b"x"] and tail.tail_plannings == 0 and tail.full_plannings == 2
+    finally:
+        tail.stop()
+
+
+def test_a_due_full_planning_waits_while_the_consumer_holds_records(kafka_settings, topic) -> None:
+    name, mine = topic
+    tail = TailingReader(_source(kafka_settings, name), wait_s=0.2, verify_every_s=1.0)
+    try:
+        end, _ = _batch(tail, tail.initialOffset())
+        assert _batch(tail, end)[1] == []  # a tail planning: the consumer is at the end now
+        time.sleep(1.1)  # the full planning is due
+        produce(kafka_settings, name, [(CLUSTER, b"lost", mine)])
+        time.sleep(0.5)  # the consumer's fetch brings it in
+        after, values = _batch(tail, end)
+        assert values == [b"lost"] and (tail.full_plannings, tail.tail_plannings) == (1, 2)
+        _batch(tail, after)  # nothing held: the due full planning runs
+        assert tail.full_plannings == 2
     finally:
         tail.stop()
 

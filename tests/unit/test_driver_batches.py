@@ -9,6 +9,7 @@ the real reader against a real broker runs in the integration and chaos tests of
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -217,3 +218,21 @@ def test_any_bytes_in_a_batch_file_read_as_a_document_or_a_config_error(
         assert "7.json" in str(err)
     else:
         assert isinstance(document, dict)
+
+
+def test_a_reader_that_waits_for_records_is_asked_again_at_once_after_a_batch(tmp_path: Path) -> None:
+    log = OffsetLog(tmp_path / "offsets")
+    reader = ListReader(available=1)
+    reader.waits_for_records = True  # type: ignore[attr-defined]
+    seen: list[int] = []
+
+    def process(records: pa.Table, batch_id: int) -> None:
+        seen.append(batch_id)
+        reader.available = 2  # a record arrived while the batch ran
+
+    lanes = DriverMicroBatches("test-lane", reader, process, lambda _b: True, log, interval_s=30.0).start()
+    deadline = time.monotonic() + 10
+    while len(seen) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    lanes.stop(timeout_s=0)
+    assert seen == [0, 1]  # the second batch did not wait out the 30 s interval
