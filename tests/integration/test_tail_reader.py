@@ -33,15 +33,18 @@ def _source(kafka_settings: Any, topic: str) -> KafkaStreamReader:
     )
 
 
-def _batch(reader: Any, start: dict) -> tuple[dict, list[bytes]]:
-    end = reader.latestOffset(start, reader.getDefaultReadLimit())
-    values = [
+def _values(reader: Any, start: dict, end: dict) -> list[bytes]:
+    return [
         row["value"]
         for part in reader.partitions(start, end)
         for batch in reader.read(part)
         for row in pa.Table.from_batches([batch]).to_pylist()
     ]
-    return end, values
+
+
+def _batch(reader: Any, start: dict) -> tuple[dict, list[bytes]]:
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    return end, _values(reader, start, end)
 
 
 @pytest.fixture
@@ -79,14 +82,7 @@ def test_a_range_the_consumer_did_not_plan_is_read_from_the_broker(kafka_setting
     tail = TailingReader(_source(kafka_settings, name), wait_s=2.0, verify_every_s=600)
     try:
         replayed = {name: {str(mine): 1}}
-        end = {name: {str(mine): 3}}
-        values = [
-            row["value"]
-            for part in tail.partitions(replayed, end)
-            for batch in tail.read(part)
-            for row in pa.Table.from_batches([batch]).to_pylist()
-        ]
-        assert values == [b"r1", b"r2"]
+        assert _values(tail, replayed, {name: {str(mine): 3}}) == [b"r1", b"r2"]
     finally:
         tail.stop()
 
