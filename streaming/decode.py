@@ -118,7 +118,7 @@ def ledger_payload(upserted: pb.LedgerUpserted) -> dict[str, Any]:
     return payload
 
 
-_quoted = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+_quoted = json.encoder.encode_basestring_ascii
 
 
 def _json_text(value: str | None) -> str:
