@@ -648,9 +648,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 p = behind[0]
                 changed[topic] = f"partition {p} ends at offset {now[p]}, before our position {ours[p]}"
                 continue
+            # New partitions may be a topic recreated wider, whose old partitions hold other records up to
+            # our very positions: verify those again before the new ones are read.
+            widened = bool(set(now) - set(ours))
             for partition, position in ours.items():
                 expected = fingerprints.get(topic, {}).get(partition)
-                verified = self._verified.get((topic, partition)) == position
+                verified = self._verified.get((topic, partition)) == position and not widened
                 retained = earliest.get(topic, {}).get(partition, 0) < position  # else: retention's business
                 if expected and retained and (not verified or now[partition] > position):
                     to_verify[(topic, partition)] = position - 1

@@ -24,7 +24,9 @@ from typing import Any
 import pytest
 
 from bkaudit.settings import Settings
+from bkaudit.testing.kafka_io import produce
 from connectors.delta.tables import read_table
+from connectors.kafka.spark_source import META, KafkaStreamReader
 from connectors.kafka.topics import ensure_topic
 from streaming import job
 from tests.integration.event_fixtures import Watcher, alerts_on
@@ -224,3 +226,29 @@ def read_table_rows(settings: Settings, name: str) -> list[dict]:
         return read_table(settings.lakehouse_root, name).to_pylist()
     except Exception:  # not created yet
         return []
+
+
+def test_a_topic_recreated_wider_is_read_from_its_start_even_where_its_ends_match_our_positions(
+    bk_services, kafka_settings
+):
+    """The broker lost its data and the topic came back with more partitions, its old partitions exactly as
+    long as our positions: the planning must not take the new partitions for added ones and read them
+    alone (it did while the old partitions' fingerprints counted as verified in this process)."""
+    topic = "t.recreated-wider"
+    ensure_topic(kafka_settings, topic, partitions=2)
+    produce(kafka_settings, topic, [(b"k", b"old-%d" % i, i % 2) for i in range(6)])
+    reader = KafkaStreamReader(
+        {"kafka.bootstrap.servers": kafka_settings.bootstrap_servers, "subscribe": topic}
+    )
+    limit = reader.getDefaultReadLimit()
+    try:
+        read = reader.latestOffset(reader.initialOffset(), limit)
+        assert reader.latestOffset(read, limit) is read  # its last records verified, nothing new
+        lose_the_broker(bk_services)
+        ensure_topic(kafka_settings, topic, partitions=4)
+        produce(kafka_settings, topic, [(b"k", b"new-%d" % i, i % 4) for i in range(12)])
+        planned = reader.latestOffset(read, limit)
+        assert planned[META].get("begin", {}).get(topic) == {str(p): 0 for p in range(4)}, planned
+        assert {p: planned[topic][p] for p in planned[topic]} == {str(p): 3 for p in range(4)}
+    finally:
+        reader.stop()
