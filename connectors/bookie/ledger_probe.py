@@ -1,9 +1,11 @@
-"""Probe whole ledgers: ask each bookie of a closed ledger for its entry list and classify the replicas.
+"""Probe whole ledgers: ask each bookie of a closed ledger what it holds and classify the replicas.
 
 This is the I/O half of BookKeeper's replicas check (facts §3.6) and of BP-34's re-probe: one
 ``GET_LIST_OF_ENTRIES_OF_LEDGER`` per distinct bookie per ledger, all ledgers of a round in one bounded,
 concurrent wave, then the pure :func:`bkaudit.domain.rules.replicas.classify_replicas` on correct set
-semantics.
+semantics. Bookies that cannot list entries (DbLedgerStorage) are asked with ``READ_ENTRY`` instead, for
+the entries :func:`bkaudit.domain.rules.entry_reads.entries_to_read` picks (each fragment's first and last
+entry, plus a sample), in the same wave; their answers reach the same rule.
 A bookie that does not answer (timeout, refused, error) counts as *unknown*, never as missing data; one that
 cannot be resolved to an address (not registered) is unknown too. The caller decides what unknown means
 (``BOOKIE_UNRESPONSIVE`` for a bookie that stays registered but never answers).
@@ -20,16 +22,23 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
+from bkaudit.domain.rules.entry_reads import ReadAnswer, answers_from_reads, entries_to_read
 from bkaudit.domain.rules.replicas import BookieStatus, ReplicasResult, ReplicasVerdict, classify_replicas
 from connectors.bookie.client import (
     BlockingBookieClient,
+    EntryPresent,
+    NoEntry,
     NoLedger,
     ProbeRequest,
     ProbeResult,
     availability_of,
 )
+
+#: ``answers`` kind of a bookie asked with entry reads, when at least one read was answered.
+ENTRY_READS = "entry_reads"
 
 
 @dataclass(frozen=True)
@@ -77,42 +86,106 @@ def probe_ledgers(
     *,
     timeout: float = 5.0,
     concurrency: int = 64,
+    entry_reads_on: AbstractSet[str] = frozenset(),
+    sample_percent: float = 0.0,
 ) -> list[LedgerProbeOutcome]:
     """Probe every target (closed ledgers; others are classified SKIPPED without a request).
 
     ``addresses`` maps bookie id → ``host:port`` of its bookie-rpc endpoint (from the registrations).
+    Bookies in ``entry_reads_on`` are asked with ``READ_ENTRY`` (each fragment's first and last entry plus
+    ``sample_percent`` % of the others, the same ones on every round of a ledger); the others for their
+    entry list.
     """
     requests: list[ProbeRequest] = []
-    index: list[tuple[int, str]] = []
+    index: list[tuple[int, str, int | None]] = []
     for position, target in enumerate(targets):
         if target.state != "CLOSED" or target.last_entry_id < 0:
             continue
+        planned = _planned_reads(target, entry_reads_on, sample_percent)
         for bookie in sorted(target.bookies):
             address = addresses.get(bookie)
-            if address is not None:
-                requests.append(ProbeRequest(address, target.ledger_id))
-                index.append((position, bookie))
+            if address is None:
+                continue
+            entries: list[int | None] = list(planned.get(bookie, [])) if bookie in entry_reads_on else [None]
+            for entry_id in entries:
+                requests.append(ProbeRequest(address, target.ledger_id, entry_id))
+                index.append((position, bookie, entry_id))
     results = client.probe_many(requests, concurrency=concurrency, timeout=timeout) if requests else []
-    by_target: dict[int, dict[str, ProbeResult]] = {}
-    for (position, bookie), result in zip(index, results, strict=True):
-        by_target.setdefault(position, {})[bookie] = result
+    lists: dict[int, dict[str, ProbeResult]] = {}
+    reads: dict[int, dict[str, dict[int, ProbeResult]]] = {}
+    for (position, bookie, entry_id), result in zip(index, results, strict=True):
+        if entry_id is None:
+            lists.setdefault(position, {})[bookie] = result
+        else:
+            reads.setdefault(position, {}).setdefault(bookie, {})[entry_id] = result
     return [
-        _classify(target, by_target.get(position, {}), addresses) for position, target in enumerate(targets)
+        _classify(target, lists.get(position, {}), reads.get(position, {}), addresses)
+        for position, target in enumerate(targets)
     ]
 
 
+def _planned_reads(
+    target: LedgerProbeTarget, entry_reads_on: AbstractSet[str], sample_percent: float
+) -> dict[str, list[int]]:
+    if not target.bookies & entry_reads_on:
+        return {}
+    return entries_to_read(
+        target.segments,
+        ensemble_size=target.ensemble_size,
+        write_quorum=target.write_quorum,
+        last_entry_id=target.last_entry_id,
+        sample_percent=sample_percent,
+        seed=target.ledger_id,
+    )
+
+
+def read_answer(result: ProbeResult) -> ReadAnswer:
+    """What one ``READ_ENTRY`` probe says of its entry; anything inconclusive is UNKNOWN.
+
+    Example:
+        >>> [read_answer(r).value for r in (EntryPresent(3), NoEntry(), NoLedger(), ProbeResult())]
+        ['PRESENT', 'NO_ENTRY', 'NO_LEDGER', 'UNKNOWN']
+    """
+    if isinstance(result, EntryPresent):
+        return ReadAnswer.PRESENT
+    if isinstance(result, NoEntry):
+        return ReadAnswer.NO_ENTRY
+    if isinstance(result, NoLedger):
+        return ReadAnswer.NO_LEDGER
+    return ReadAnswer.UNKNOWN
+
+
+def _read_kind(results: Mapping[int, ProbeResult]) -> str:
+    """A bookie's ``answers`` kind for its reads: ``entry_reads`` when one was answered, else the first
+    read's own kind (timeout, connection_failed, ...)."""
+    if any(result.conclusive for result in results.values()):
+        return ENTRY_READS
+    return next(iter(results.values())).kind
+
+
 def _classify(
-    target: LedgerProbeTarget, results: Mapping[str, ProbeResult], addresses: Mapping[str, str]
+    target: LedgerProbeTarget,
+    lists: Mapping[str, ProbeResult],
+    reads: Mapping[str, Mapping[int, ProbeResult]],
+    addresses: Mapping[str, str],
 ) -> LedgerProbeOutcome:
     answers: dict[str, object] = {}
     unresponsive: list[str] = []
-    for bookie, result in results.items():
+    for bookie, result in lists.items():
         available = availability_of(result)
         if available is None:
             answers[bookie] = BookieStatus.UNAVAILABLE
             unresponsive.append(bookie)
         else:
             answers[bookie] = BookieStatus.NO_LEDGER if isinstance(result, NoLedger) else available
+    by_reads = answers_from_reads(
+        {bookie: {e: read_answer(r) for e, r in results.items()} for bookie, results in reads.items()},
+        target.last_entry_id,
+    )
+    for bookie, answer in by_reads.items():
+        answers[bookie] = answer
+        if answer is BookieStatus.UNAVAILABLE:
+            unresponsive.append(bookie)
     verdict = classify_replicas(
         ensemble_size=target.ensemble_size,
         write_quorum=target.write_quorum,
@@ -124,10 +197,12 @@ def _classify(
     )
     skipped = verdict.result is ReplicasResult.SKIPPED
     unresolved = () if skipped else tuple(sorted(b for b in target.bookies if b not in addresses))
+    kinds = {bookie: result.kind for bookie, result in lists.items()}
+    kinds.update({bookie: _read_kind(results) for bookie, results in reads.items()})
     return LedgerProbeOutcome(
         target.ledger_id,
         verdict,
-        {bookie: result.kind for bookie, result in sorted(results.items())},
+        dict(sorted(kinds.items())),
         tuple(sorted(unresponsive)),
         unresolved,
     )

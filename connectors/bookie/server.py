@@ -10,6 +10,10 @@ Answers echo the request's version, txnId and operation, with the top-level stat
 Requests on one connection are answered independently, so with delays they complete out of order, as on a
 real bookie.
 
+``answers_entry_lists=False`` makes a DbLedgerStorage bookie (Pulsar's default storage): it reads
+``GET_LIST_OF_ENTRIES_OF_LEDGER`` and never answers it (the real storage throws and the request processor
+sends nothing), while it answers ``READ_ENTRY`` as any bookie does.
+
 Faults, per server, changeable at runtime from any thread (each change swaps an immutable snapshot under a
 lock): ``silent`` (read requests, never answer: a DbLedgerStorage bookie asked for its entry list),
 ``delay_s`` / ``delay_jitter_s`` (slow answers), ``enoledger_for`` (ledgers always answered ``ENOLEDGER``),
@@ -243,8 +247,10 @@ class BookieServer:
         require_auth: bool = False,
         auth_plugin_name: str = DEFAULT_AUTH_PLUGIN_NAME,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        answers_entry_lists: bool = True,
     ) -> None:
         self.store = store
+        self.answers_entry_lists = answers_entry_lists
         self.host = host
         self.port = port
         self.require_auth = require_auth
@@ -470,7 +476,7 @@ class BookieServer:
 
     def _dispatch(self, writer: asyncio.StreamWriter, request: pb.Request) -> None:
         faults = self.faults
-        if faults.silent:
+        if faults.silent or self._unanswered(request):
             return
         delay = faults.delay_s + (
             random.uniform(0.0, faults.delay_jitter_s) if faults.delay_jitter_s else 0.0
@@ -481,6 +487,10 @@ class BookieServer:
         task = asyncio.get_running_loop().create_task(self._answer_later(writer, request, delay))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _unanswered(self, request: pb.Request) -> bool:
+        """A DbLedgerStorage bookie's silence: the entry-list request is read and dropped."""
+        return not self.answers_entry_lists and request.header.operation == pb.GET_LIST_OF_ENTRIES_OF_LEDGER
 
     async def _answer_later(self, writer: asyncio.StreamWriter, request: pb.Request, delay: float) -> None:
         await asyncio.sleep(delay)

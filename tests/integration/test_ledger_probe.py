@@ -80,3 +80,40 @@ def test_an_unregistered_bookie_is_unresolved_and_open_ledgers_are_skipped(booki
     closed, skipped = probe_ledgers(client, [TARGET, open_ledger], known)
     assert closed.unresolved == ("b0",)
     assert skipped.verdict.result is ReplicasResult.SKIPPED and skipped.answers == {}
+
+
+@pytest.fixture
+def db_bookie(bookies):
+    """b2 as a DbLedgerStorage bookie: the same entries, no answer to the entry-list request."""
+    old = bookies["b2"]
+    old.stop_background(keep_port=False)
+    bookies["b2"] = BookieServer(old.store, answers_entry_lists=False)
+    bookies["b2"].start_background()
+    return bookies
+
+
+def test_a_db_ledger_storage_bookie_is_silent_to_the_entry_list_and_answers_entry_reads(db_bookie, client):
+    [listed] = probe_ledgers(client, [TARGET], addresses(db_bookie), timeout=0.3)
+    assert listed.unresponsive == ("b2",) and listed.answers["b2"] == "timeout"
+    [read] = probe_ledgers(client, [TARGET], addresses(db_bookie), timeout=0.3, entry_reads_on={"b2"})
+    assert read.verdict.result is ReplicasResult.OK and not read.failing
+    assert read.answers == {"b0": "entry_list", "b1": "entry_list", "b2": "entry_reads"}
+
+
+def test_entry_reads_find_a_fragment_that_lost_its_first_and_last_entries(db_bookie, client):
+    # b2 (position 2, E=3, WQ=2) holds 1, 2, 4, 5, ..., 28, 29: its fragment's ends are 1 and 29.
+    db_bookie["b2"].store.drop_entries(42, [1, 29])
+    [outcome] = probe_ledgers(client, [TARGET], addresses(db_bookie), timeout=0.3, entry_reads_on={"b2"})
+    assert outcome.verdict.result is ReplicasResult.LESS_THAN_AQ
+    assert outcome.verdict.worst_entries == (1, 29) and outcome.unresponsive == ()
+    db_bookie["b2"].store.drop_ledger(42)
+    [gone] = probe_ledgers(client, [TARGET], addresses(db_bookie), timeout=0.3, entry_reads_on={"b2"})
+    assert gone.verdict.result is ReplicasResult.LESS_THAN_AQ
+    assert gone.verdict.worst_entry_count == 20  # every entry striped to b2
+
+
+def test_entry_reads_of_a_silent_bookie_are_unknown_not_missing(db_bookie, client):
+    db_bookie["b2"].set_faults(silent=True)
+    [outcome] = probe_ledgers(client, [TARGET], addresses(db_bookie), timeout=0.3, entry_reads_on={"b2"})
+    assert outcome.unresponsive == ("b2",) and outcome.answers["b2"] == "timeout"
+    assert outcome.verdict.result is ReplicasResult.OK and outcome.verdict.unknown_bookies == ("b2",)
