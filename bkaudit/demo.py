@@ -99,7 +99,7 @@ def run_demo(settings: Settings, *, keep_running: bool = False, out: TextIO | No
     """Run the story; returns the summary (open alerts per kind, ground truth, timings)."""
     from kazoo.client import KazooClient
 
-    from bkaudit.sim.cluster import SimulatedCluster
+    from bkaudit.sim.cluster import DB_STORAGE, SimulatedCluster
     from bkaudit.sim.truth import TruthParameters
     from connectors.delta.tables import read_table
     from connectors.devcluster import DevCluster
@@ -163,13 +163,16 @@ def run_demo(settings: Settings, *, keep_running: bool = False, out: TextIO | No
     try:
         sim.init()
         for _ in range(6):
-            sim.add_bookie()
+            sim.add_bookie(storage=DB_STORAGE)  # Pulsar's default: no entry lists, entry reads only
         topics = ["orders", "payments", "clicks", "audit-log", "inventory"]
         for index in range(20):
             sim.create_ledger(
                 entries=30, managed_ledger=f"public/default/persistent/{topics[index % len(topics)]}"
             )
-        printer.say("simulated BookKeeper cluster: 6 bookies in 3 racks, 20 Pulsar ledgers (E=3, WQ=2, AQ=2)")
+        printer.say(
+            "simulated BookKeeper cluster: 6 DbLedgerStorage bookies in 3 racks, 20 Pulsar ledgers "
+            "(E=3, WQ=2, AQ=2)"
+        )
 
         ensure_topic(demo_settings.kafka, demo_settings.kafka.changes_topic, partitions=2)
         watcher = ChangeWatcher(demo_settings)

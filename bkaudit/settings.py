@@ -248,6 +248,23 @@ class StreamSettings(BaseModel):
     min_regions_for_durability: int = Field(2, ge=1)
     probe_timeout_s: float = Field(5.0, gt=0, description="GET_LIST_OF_ENTRIES_OF_LEDGER timeout")
     probe_concurrency: int = Field(64, ge=1)
+    entry_checks: Literal["auto", "entry_lists", "entry_reads"] = Field(
+        "auto",
+        description="how replicas probes ask a bookie what it holds: entry_lists "
+        "(GET_LIST_OF_ENTRIES_OF_LEDGER), entry_reads (READ_ENTRY of each fragment's first and last entry, "
+        "BookKeeper's LedgerChecker way, for DbLedgerStorage bookies), or auto: entry lists, and entry "
+        "reads for a bookie found silent to them while it answers reads (remembered in the bookies table)",
+    )
+    entry_checks_by_bookie: dict[str, Literal["auto", "entry_lists", "entry_reads"]] = Field(
+        default_factory=dict, description="entry_checks for single bookies (bookie id -> mode)"
+    )
+    entry_read_sample_percent: float = Field(
+        0.0,
+        ge=0,
+        le=100,
+        description="with entry reads, this share of each fragment's entries is read besides its first and "
+        "last (BookKeeper's auditorLedgerVerificationPercentage)",
+    )
     scrutiny_ledgers_per_s: float = Field(
         0.0, ge=0, description="background replicas check rate over closed ledgers; 0 = off"
     )

@@ -93,6 +93,9 @@ class SinkConfig:
     placement: PlacementPolicyConfig = field(default_factory=PlacementPolicyConfig)
     probe_timeout_s: float = 5.0
     probe_concurrency: int = 64
+    entry_checks: str = "auto"  # auto, entry_lists or entry_reads (bkaudit.settings.StreamSettings)
+    entry_checks_by_bookie: tuple[tuple[str, str], ...] = ()
+    entry_read_sample_percent: float = 0.0
     scrutiny_ledgers_per_s: float = 0.0  # 0 = no background replicas check
     scrutiny_max_per_batch: int = 1000
     maintenance_every_batches: int = 0  # compact + vacuum every N batches; 0 = never
@@ -138,8 +141,9 @@ def _known_versions(log: LedgerLog, ledger_ids: Sequence[int]) -> dict[int, dict
     return {row.pop("ledger_id"): row for row in found.to_pylist()}
 
 
-#: The ``bookies`` columns the ledger lane writes: the rack map's (membership is :mod:`streaming.loss`'s).
-RACK_COLUMNS = ("bookie_id", "cluster", "rack", "updated_at")
+#: The ``bookies`` columns the ledger lane writes: the rack map's and what its probes learned (membership is
+#: :mod:`streaming.loss`'s).
+SINK_BOOKIE_COLUMNS = ("bookie_id", "cluster", "rack", "answers_entry_lists", "updated_at")
 
 
 def _only_loss_owner_committed(table: Any, since_version: int, app_id: str) -> bool:
@@ -416,7 +420,7 @@ class AuditSink:
             if batch.bookies_changed:
                 rows_out = [batch.bookie_rows[b] for b in sorted(batch.bookies_changed)]
                 table = pa.Table.from_pylist(rows_out, schema=BOOKIES.schema)
-                written.append(writer.upsert("bookies", table, columns=RACK_COLUMNS))
+                written.append(writer.upsert("bookies", table, columns=SINK_BOOKIE_COLUMNS))
             if book.transitions:
                 open_written, violations_written = record_transitions(writer, book)
                 written.extend([open_written, violations_written])
@@ -555,7 +559,7 @@ class AuditSink:
     def _probe(self, batch: SinkBatch, report: BatchReport) -> list[dict[str, Any]]:
         """Stage 6: the processor's re-probes and the throttled scrutiny pass; returns the feedback events
         (round results) and raises ``BOOKIE_UNRESPONSIVE`` for registered bookies that never answer."""
-        from connectors.bookie.ledger_probe import LedgerProbeTarget, probe_ledgers
+        from connectors.bookie.ledger_probe import ANSWERED_KINDS, LedgerProbeTarget
 
         requests, ledgers, bookie_rows = batch.probe_requests, batch.ledgers, batch.bookie_rows
         book, cluster = batch.book, batch.cluster
@@ -595,13 +599,7 @@ class AuditSink:
             if r.get("status") in ("WRITABLE", "READ_ONLY")
             and (r.get("rpc_address") or (r.get("host") and r.get("port")))
         }
-        outcomes = probe_ledgers(
-            self._prober(),
-            [t for _, t in targets],
-            addresses,
-            timeout=self.config.probe_timeout_s,
-            concurrency=self.config.probe_concurrency,
-        )
+        outcomes = self._probe_and_learn(batch, [t for _, t in targets], addresses)
         report.probes = len(outcomes)
         report.probe_outcomes = dict(
             Counter(
@@ -616,7 +614,7 @@ class AuditSink:
         messages = []
         for (request, target), outcome in zip(targets, outcomes, strict=True):
             for bookie, kind in outcome.answers.items():
-                if kind in ("entry_list", "no_ledger"):
+                if kind in ANSWERED_KINDS:
                     book.set_bookie_condition(AlertKind.BOOKIE_UNRESPONSIVE, bookie, False, at_ms=now_ms)
             if request.get("scrutiny") and not outcome.failing:
                 continue  # healthy background check: nothing to report
@@ -640,6 +638,36 @@ class AuditSink:
                 }
             )
         return messages
+
+    def _probe_and_learn(self, batch: SinkBatch, targets: list[Any], addresses: dict[str, str]) -> list[Any]:
+        """Probe each bookie the way it answers (entry lists or entry reads, see ``stream.entry_checks``);
+        what the wave learned about a bookie goes to its ``bookies`` row."""
+        from connectors.bookie.ledger_probe import probe_and_learn
+
+        modes = dict(self.config.entry_checks_by_bookie)
+        mode = {b: modes.get(b, self.config.entry_checks) for b in addresses}
+        reads_on = {
+            b
+            for b, m in mode.items()
+            if m == "entry_reads"
+            or (m == "auto" and (batch.bookie_rows.get(b) or {}).get("answers_entry_lists") is False)
+        }
+        outcomes, learned = probe_and_learn(
+            self._prober(),
+            targets,
+            addresses,
+            entry_reads_on=reads_on,
+            learn={b for b, m in mode.items() if m == "auto"},
+            timeout=self.config.probe_timeout_s,
+            concurrency=self.config.probe_concurrency,
+            sample_percent=self.config.entry_read_sample_percent,
+        )
+        for bookie, answers in sorted(learned.items()):
+            row = batch.bookie_rows.get(bookie)
+            if row is not None and row.get("answers_entry_lists") is not answers:
+                batch.bookie_rows[bookie] = {**row, "answers_entry_lists": answers}
+                batch.bookies_changed.add(bookie)
+        return outcomes
 
     def _scrutiny_picks(self, requests: list[dict[str, Any]], requested: set[int]) -> list[dict[str, Any]]:
         """The next closed ledgers of the background replicas check, at the configured rate."""

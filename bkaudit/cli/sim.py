@@ -173,6 +173,14 @@ def up(
     write_quorum: Annotated[int, typer.Option("--write-quorum", min=1)] = 2,
     ack_quorum: Annotated[int, typer.Option("--ack-quorum", min=1)] = 2,
     id_style: Annotated[str, typer.Option("--id-style", help="bookie ids: bp41, legacy or mixed")] = "mixed",
+    storage: Annotated[
+        str,
+        typer.Option(
+            "--storage",
+            help="ledger storage of the bookies: SortedLedgerStorage, DbLedgerStorage (Pulsar's default: no "
+            "answer to entry-list requests) or mixed",
+        ),
+    ] = "SortedLedgerStorage",
     manager: Annotated[
         str, typer.Option("--manager", help="hierarchical, longhierarchical, legacyhierarchical, flat")
     ] = "hierarchical",
@@ -210,6 +218,7 @@ def up(
         write_quorum=write_quorum,
         ack_quorum=ack_quorum,
         id_style=id_style,
+        storage=storage,
         manager=manager,
         root=root,
         lost_bookie_recovery_delay_s=lost_bookie_recovery_delay,
@@ -561,11 +570,15 @@ def add_bookie(
     bookie_id: Annotated[str | None, typer.Option("--bookie-id", help="BP-41 id (default bookie-NN)")] = None,
     rack: Annotated[str | None, typer.Option("--rack", help="rack (default: round robin)")] = None,
     legacy_id: Annotated[bool, typer.Option("--legacy-id", help="name it 127.0.0.1:<port>")] = False,
+    storage: Annotated[
+        str, typer.Option("--storage", help="SortedLedgerStorage or DbLedgerStorage")
+    ] = "SortedLedgerStorage",
     state_dir: StateDirOption = None,
     control: ControlOption = None,
 ) -> None:
     """Start one more bookie."""
-    _do("add_bookie", {"bookie_id": bookie_id, "rack": rack, "legacy_id": legacy_id}, state_dir, control)
+    arguments = {"bookie_id": bookie_id, "rack": rack, "legacy_id": legacy_id, "storage": storage}
+    _do("add_bookie", arguments, state_dir, control)
 
 
 @app.command("create-ledger")

@@ -54,6 +54,7 @@ class AddBookieArgs(_Args):
     bookie_id: str | None = None
     rack: str | None = None
     legacy_id: bool = False
+    storage: Literal["SortedLedgerStorage", "DbLedgerStorage"] = "SortedLedgerStorage"
 
 
 class CreateLedgerArgs(_Args):

@@ -120,6 +120,11 @@ __all__ = ["CORRUPTIONS", "SimLedger", "SimulatedCluster", "pulsar_custom_metada
 
 logger = logging.getLogger(__name__)
 
+#: Ledger storages a simulated bookie can have (BookKeeper's class names, short).
+SORTED_STORAGE = "SortedLedgerStorage"
+DB_STORAGE = "DbLedgerStorage"
+STORAGES = (SORTED_STORAGE, DB_STORAGE)
+
 DEFAULT_RACK_MAP_PATH = "/bookies"
 DEFAULT_RACK_MAP_GROUP = "default"
 _JAVA_INT_MAX = 2**31 - 1
@@ -471,12 +476,17 @@ class SimulatedCluster:
         rack: str | None = None,
         legacy_id: bool = False,
         port: int = 0,
+        storage: str = SORTED_STORAGE,
     ) -> str:
         """Start a bookie: protocol server, own session, cookie, writable registration, rack-map entry.
 
         ``legacy_id`` names it ``<host>:<port>`` (its server's port); otherwise ``bookie_id`` or
-        ``bookie-NN``. ``rack`` defaults to the next of :attr:`rack_names`, round robin. Returns the id.
+        ``bookie-NN``. ``rack`` defaults to the next of :attr:`rack_names`, round robin. ``storage`` is the
+        bookie's ledger storage: ``SortedLedgerStorage`` answers entry-list requests,
+        ``DbLedgerStorage`` (Pulsar's default) never answers them but answers entry reads. Returns the id.
         """
+        if storage not in STORAGES:
+            raise SimulatorError(f"storage must be one of {', '.join(STORAGES)}, got {storage!r}")
         with self._lock:
             self._require_open()
             assert self._loop is not None
@@ -484,7 +494,7 @@ class SimulatedCluster:
             if rack is None:
                 rack = self.rack_names[ordinal % len(self.rack_names)]
             store = InMemoryEntryStore()
-            server = BookieServer(store, host=self.host, port=port)
+            server = BookieServer(store, host=self.host, port=port, answers_entry_lists=storage != DB_STORAGE)
             self._loop.run(server.start())
             try:
                 if legacy_id:
@@ -1147,6 +1157,7 @@ class SimulatedCluster:
                         "rack": bookie.rack,
                         "mode": bookie.mode.value,
                         "legacy_id": bookie.legacy_id,
+                        "storage": SORTED_STORAGE if bookie.server.answers_entry_lists else DB_STORAGE,
                         "faults": bookie.faults_json(),
                     }
                     for bookie in (self._bookies[b] for b in self._bookie_order)
@@ -1190,6 +1201,7 @@ class SimulatedCluster:
                         fail_status=faults.fail_status,
                         enoledger_for=faults.enoledger_for,
                         holdings=holdings,
+                        answers_entry_lists=bookie.server.answers_entry_lists,
                     )
             ledgers = {lid: led.metadata for lid, led in self._ledgers.items() if led.corrupt is None}
             corrupt = frozenset(lid for lid, ledger in self._ledgers.items() if ledger.corrupt is not None)

@@ -88,6 +88,8 @@ class ClusterSpec(BaseModel):
     write_quorum: int = Field(2, ge=1)
     ack_quorum: int = Field(2, ge=1)
     id_style: Literal["bp41", "legacy", "mixed"] = "mixed"
+    # DbLedgerStorage (Pulsar's default) never answers entry-list requests; mixed: every other bookie.
+    storage: Literal["SortedLedgerStorage", "DbLedgerStorage", "mixed"] = "SortedLedgerStorage"
     manager: Literal["hierarchical", "longhierarchical", "legacyhierarchical", "flat"] = "hierarchical"
     root: str = "/ledgers"
     rack_map_path: str = "/bookies"
@@ -312,7 +314,10 @@ def build_cluster(
         sim.init(reset=reset)
         for index in range(spec.bookies):
             legacy = spec.id_style == "legacy" or (spec.id_style == "mixed" and index % 2 == 1)
-            sim.add_bookie(legacy_id=legacy)
+            storage = spec.storage
+            if storage == "mixed":
+                storage = "DbLedgerStorage" if index % 2 == 0 else "SortedLedgerStorage"
+            sim.add_bookie(legacy_id=legacy, storage=storage)
         for index in range(spec.ledgers + spec.open_ledgers):
             sim.create_ledger(
                 ensemble_size=spec.ensemble_size,

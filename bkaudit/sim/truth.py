@@ -27,7 +27,10 @@ snapshot at all):
 - ``REPLICAS_NO_REPLICA`` / ``REPLICAS_LESS_THAN_AQ`` / ``REPLICAS_LESS_THAN_WQ``: closed ledgers with
   entries, classified from what each bookie would answer: its held entries, ``NO_LEDGER`` (ENOLEDGER fault
   or a ledger it does not hold) or unknown (not registered, not serving, silent, failing with a status, or
-  slower than ``probe_timeout_s``). Unknown counts neither as holding nor as missing.
+  slower than ``probe_timeout_s``). Unknown counts neither as holding nor as missing. A DbLedgerStorage
+  bookie cannot list its entries, so an auditor reads each fragment's first and last entry from it
+  (:mod:`bkaudit.domain.rules.entry_reads`): where that sees another kind than the full holdings (a loss
+  inside a fragment, which only a sample may find), both kinds are ``may_alert`` and neither is required.
 - ``BOOKIE_UNRESPONSIVE``: a registered bookie that never answers (silent, or slower than the probe
   timeout) while it is expected to hold at least one entry of a closed ledger (otherwise nothing would ever
   probe it: listed under ``may_alert`` instead). A registered bookie whose server is down (a hard kill
@@ -63,6 +66,7 @@ from enum import StrEnum
 from typing import Any
 
 from bkaudit.domain.metadata import LedgerMetadata, LedgerState, Segment
+from bkaudit.domain.rules.entry_reads import ReadAnswer, answers_from_reads, entries_to_read
 from bkaudit.domain.rules.lost_bookie import BookieMembership
 from bkaudit.domain.rules.lost_bookie import BookieStatus as Membership
 from bkaudit.domain.rules.placement import (
@@ -152,6 +156,7 @@ class BookieSnapshot:
     fail_status: int | None = None
     enoledger_for: frozenset[int] = frozenset()
     holdings: Mapping[int, frozenset[int]] = field(default_factory=dict)
+    answers_entry_lists: bool = True  # False: DbLedgerStorage, checked with entry reads
 
     def answers_probes(self, probe_timeout_s: float) -> bool:
         """True when a probe of this bookie gets a usable answer in time (EOK or ENOLEDGER).
@@ -373,6 +378,54 @@ def _segment_pairs(segments: Iterable[Segment]) -> list[tuple[int, tuple[str, ..
     return [(segment.first_entry_id, segment.ensemble) for segment in segments]
 
 
+def _replicas_verdict(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]) -> Any:
+    return classify_replicas(
+        ensemble_size=md.ensemble_size,
+        write_quorum=md.write_quorum,
+        ack_quorum=md.ack_quorum,
+        state=md.state.value,
+        last_entry_id=md.last_entry_id,
+        segments=_segment_pairs(md.segments),
+        answers=answers,
+    )
+
+
+def _entry_read_answers(
+    snapshot: ClusterSnapshot,
+    md: LedgerMetadata,
+    ledger_id: int,
+    timeout: float,
+    answers: Mapping[str, BookieAnswer],
+) -> dict[str, BookieAnswer] | None:
+    """``answers`` with each DbLedgerStorage bookie's answer as its fragment ends' reads give it (None when
+    the ledger has no such bookie that answers)."""
+    readers = [
+        b
+        for b in md.all_bookies
+        if (bookie := snapshot.bookies.get(b)) is not None
+        and not bookie.answers_entry_lists
+        and bookie.answers_probes(timeout)
+    ]
+    if not readers or md.state is not LedgerState.CLOSED:
+        return None
+    planned = entries_to_read(
+        _segment_pairs(md.segments),
+        ensemble_size=md.ensemble_size,
+        write_quorum=md.write_quorum,
+        last_entry_id=md.last_entry_id,
+    )
+    reads: dict[str, dict[int, ReadAnswer]] = {}
+    for bookie_id in readers:
+        answer = answers[bookie_id]
+        reads[bookie_id] = {
+            e: ReadAnswer.NO_LEDGER
+            if isinstance(answer, BookieStatus)
+            else (ReadAnswer.PRESENT if e in answer else ReadAnswer.NO_ENTRY)
+            for e in planned.get(bookie_id, [])
+        }
+    return {**answers, **answers_from_reads(reads, md.last_entry_id)}
+
+
 def ground_truth(snapshot: ClusterSnapshot, params: TruthParameters | None = None) -> dict[str, Any]:
     """What a correct auditor must (``alerts``) and may (``may_alert``) flag at ``snapshot.now_ms``.
 
@@ -428,17 +481,13 @@ def ground_truth(snapshot: ClusterSnapshot, params: TruthParameters | None = Non
             answers[bookie_id] = (
                 BookieStatus.UNAVAILABLE if bookie is None else bookie.answer_for(ledger_id, timeout)
             )
-        verdict = classify_replicas(
-            ensemble_size=md.ensemble_size,
-            write_quorum=md.write_quorum,
-            ack_quorum=md.ack_quorum,
-            state=md.state.value,
-            last_entry_id=md.last_entry_id,
-            segments=_segment_pairs(md.segments),
-            answers=answers,
-        )
+        verdict = _replicas_verdict(md, answers)
         kind = _REPLICAS_KIND.get(verdict.result)
-        if kind is not None:
+        read_answers = _entry_read_answers(snapshot, md, ledger_id, timeout, answers)
+        seen = _REPLICAS_KIND.get(_replicas_verdict(md, read_answers).result) if read_answers else kind
+        if seen != kind:  # entry reads may miss what the holdings show: either kind may be raised
+            may.update({k: may[k] | {ledger_id} for k in (kind, seen) if k is not None})
+        elif kind is not None:
             alerts[kind].add(ledger_id)
         expected_but_unknown.update(verdict.unknown_bookies)
 

@@ -39,6 +39,8 @@ from connectors.bookie.client import (
 
 #: ``answers`` kind of a bookie asked with entry reads, when at least one read was answered.
 ENTRY_READS = "entry_reads"
+#: ``answers`` kinds of a bookie that answered (it is responsive, whatever it holds).
+ANSWERED_KINDS = frozenset({"entry_list", "no_ledger", ENTRY_READS})
 
 
 @dataclass(frozen=True)
@@ -206,3 +208,76 @@ def _classify(
         tuple(sorted(unresponsive)),
         unresolved,
     )
+
+
+def probe_and_learn(
+    client: BlockingBookieClient,
+    targets: Sequence[LedgerProbeTarget],
+    addresses: Mapping[str, str],
+    *,
+    entry_reads_on: AbstractSet[str] = frozenset(),
+    learn: AbstractSet[str] = frozenset(),
+    timeout: float = 5.0,
+    concurrency: int = 64,
+    sample_percent: float = 0.0,
+) -> tuple[list[LedgerProbeOutcome], dict[str, bool]]:
+    """:func:`probe_ledgers`, learning which bookies of ``learn`` answer entry lists.
+
+    A bookie of ``learn`` asked for a list that timed out is asked for one entry: if it answers that, it is
+    silent to lists only (DbLedgerStorage's signature, not a dead bookie), and the ledgers it holds are
+    probed again at once with entry reads on it. Returns the outcomes and ``bookie → answers entry lists``
+    for every bookie of ``learn`` the wave told something about.
+    """
+    outcomes = probe_ledgers(
+        client,
+        targets,
+        addresses,
+        timeout=timeout,
+        concurrency=concurrency,
+        entry_reads_on=entry_reads_on,
+        sample_percent=sample_percent,
+    )
+    learned: dict[str, bool] = {}
+    silent: set[str] = set()
+    for outcome in outcomes:
+        for bookie, kind in outcome.answers.items():
+            if bookie not in learn or bookie in entry_reads_on:
+                continue
+            if kind in ("entry_list", "no_ledger"):
+                learned[bookie] = True
+            elif kind == "timeout":
+                silent.add(bookie)
+    readers = _answering_reads(client, sorted(silent - set(learned)), targets, addresses, timeout)
+    if not readers:
+        return outcomes, learned
+    learned.update(dict.fromkeys(readers, False))
+    again = [i for i, target in enumerate(targets) if target.bookies & readers]
+    redone = probe_ledgers(
+        client,
+        [targets[i] for i in again],
+        addresses,
+        timeout=timeout,
+        concurrency=concurrency,
+        entry_reads_on=set(entry_reads_on) | readers,
+        sample_percent=sample_percent,
+    )
+    for index, outcome in zip(again, redone, strict=True):
+        outcomes[index] = outcome
+    return outcomes, learned
+
+
+def _answering_reads(
+    client: BlockingBookieClient,
+    bookies: Sequence[str],
+    targets: Sequence[LedgerProbeTarget],
+    addresses: Mapping[str, str],
+    timeout: float,
+) -> set[str]:
+    """Those of ``bookies`` that answer a ``READ_ENTRY`` (any conclusive answer, ENOENTRY included)."""
+    requests: list[ProbeRequest] = []
+    for bookie in bookies:
+        target = next(t for t in targets if bookie in t.bookies and t.state == "CLOSED")
+        first = _planned_reads(target, {bookie}, 0.0).get(bookie, [0])[0]
+        requests.append(ProbeRequest(addresses[bookie], target.ledger_id, first))
+    results = client.probe_many(requests, timeout=timeout) if requests else []
+    return {bookie for bookie, result in zip(bookies, results, strict=True) if result.conclusive}

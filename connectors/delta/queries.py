@@ -675,7 +675,8 @@ class Lakehouse:
     ) -> pa.Table:
         """Every bookie with its membership, rack, ledger count and what is open about it.
 
-        Columns: ``bookie_id, status, lost, missing_since, flaps, rack, rpc_address, has_cookie, ledgers``
+        Columns: ``bookie_id, status, lost, missing_since, flaps, rack, rpc_address, has_cookie,
+        answers_entry_lists, ledgers``
         (ledgers whose metadata names it), ``at_risk_ledgers`` (open ``LEDGER_*`` alerts naming it as
         lost), ``open_alerts`` (open bookie alert kinds), ``updated_at``. A bookie that ledger metadata
         names but that was never seen registered has status ``UNKNOWN``.
@@ -706,7 +707,7 @@ class Lakehouse:
             every AS (
                 SELECT coalesce(b.bookie_id, n.bookie) AS bookie_id, coalesce(b.status, 'UNKNOWN') AS status,
                        coalesce(b.lost, false) AS lost, b.missing_since, coalesce(b.flaps, 0) AS flaps,
-                       rack_or_default(b.rack) AS rack, b.rpc_address, b.has_cookie,
+                       rack_or_default(b.rack) AS rack, b.rpc_address, b.has_cookie, b.answers_entry_lists,
                        coalesce(n.ledgers, 0) AS ledgers, b.updated_at
                 FROM bookies b FULL OUTER JOIN named n ON n.bookie = b.bookie_id
             )

@@ -185,6 +185,12 @@ BOOKIES = TableSpec(
             _f("port", pa.int32(), "bookie-rpc port from the registration"),
             _f("rpc_address", pa.string(), "host:port the probes use (first bookie-rpc endpoint)"),
             _f("has_cookie", pa.bool_(), "a cookie exists under cookies/"),
+            _f(
+                "answers_entry_lists",
+                pa.bool_(),
+                "answers GET_LIST_OF_ENTRIES_OF_LEDGER (false: DbLedgerStorage, probed with entry reads; "
+                "null: not probed yet)",
+            ),
             _f("updated_at", _TS, "event time of the last change applied"),
         ]
     ),

@@ -2,7 +2,10 @@
 
 One stack per module (one Spark query); each test injects a fault with the simulator and waits until the
 auditor's open alerts match the simulator's ground truth: everything the truth requires, nothing outside
-``alerts ∪ may_alert``. Kinds that need probes are compared in the probe test only.
+``alerts ∪ may_alert``. Kinds that need probes are compared in the probe tests only.
+
+The cluster is Pulsar-like: every bookie is a DbLedgerStorage one, which never answers the entry-list
+request, so the job must learn that and check replicas with entry reads.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from typing import Any
 
 import pytest
 
+from bkaudit.domain.rules.entry_reads import entries_to_read
 from bkaudit.settings import Settings
-from bkaudit.sim.cluster import SimulatedCluster
+from bkaudit.sim.cluster import DB_STORAGE, SimulatedCluster
 from bkaudit.sim.truth import TruthParameters
 from bkaudit.testing.kafka_io import read_topic
 from connectors.delta.tables import read_table
@@ -105,7 +109,7 @@ def stack(bk_services, spark, tmp_path_factory):
     )
     cluster.init()
     for _ in range(6):
-        cluster.add_bookie()
+        cluster.add_bookie(storage=DB_STORAGE)
     for index in range(10):
         cluster.create_ledger(entries=20, managed_ledger=f"public/default/persistent/topic-{index}")
     cluster.create_ledger(entries=5, close=False)
@@ -238,6 +242,63 @@ def test_an_old_under_replication_mark_is_stuck(stack):
     stack.cluster.mark_underreplicated(ledger, [], ctime_ms=int(time.time() * 1000) - 3_600_000)
     stack.wait_until_matches()
     assert str(ledger) in stack.open_alerts()["UNDER_REPLICATION_STUCK"]
+
+
+def bookie_rows(stack) -> dict[str, dict[str, Any]]:
+    return {r["bookie_id"]: r for r in read_table(stack.settings.lakehouse_root, "bookies").to_pylist()}
+
+
+def test_db_ledger_storage_bookies_are_learned_and_checked_with_entry_reads(stack):
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        learned = {b: r.get("answers_entry_lists") for b, r in bookie_rows(stack).items()}
+        if set(learned.values()) == {False}:
+            break
+        time.sleep(0.5)
+    assert learned == dict.fromkeys(stack.cluster.bookie_ids(), False)
+    stack.wait_until_matches(ALWAYS + PROBED)
+    assert "BOOKIE_UNRESPONSIVE" not in stack.open_alerts()
+
+
+def fragment_ends(stack, ledger: int, bookie: str) -> list[int]:
+    md = stack.cluster.ledger_metadata(ledger)
+    segments = [(s.first_entry_id, s.ensemble) for s in md.segments]
+    planned = entries_to_read(
+        segments, ensemble_size=md.ensemble_size, write_quorum=md.write_quorum, last_entry_id=md.last_entry_id
+    )
+    return planned[bookie]
+
+
+def test_entries_lost_on_a_db_ledger_storage_bookie_raise_the_replicas_alert_after_the_rounds(stack):
+    ledger = stack.cluster.ledger_ids()[4]
+    bookie = stack.cluster.ledger_metadata(ledger).segments[0].ensemble[0]
+    lost = fragment_ends(stack, ledger, bookie)
+    stack.cluster.lose_entries(bookie, ledger, lost)
+    required = {
+        k for k, ids in stack.truth()["alerts"].items() if ledger in ids and k.startswith("REPLICAS_")
+    }
+    assert required, "losing a fragment's ends must leave the ledger short of replicas"
+    stack.wait_until_matches(ALWAYS + PROBED, timeout=120)
+    assert all(str(ledger) in stack.open_alerts()[kind] for kind in required)
+    stack.cluster.bookie_store(bookie).add_entries(ledger, lost)  # repaired: the alert resolves
+    stack.wait_until_matches(ALWAYS + PROBED, timeout=120)
+    assert not any(str(ledger) in ids for k, ids in stack.open_alerts().items() if k.startswith("REPLICAS_"))
+
+
+def test_a_transient_silence_of_a_db_ledger_storage_bookie_raises_nothing(stack):
+    bookie = stack.cluster.bookie_ids()[0]
+    started_ms = int(time.time() * 1000)
+    stack.cluster.make_silent(bookie)
+    time.sleep(1.0)  # shorter than the re-probe rounds (2 rounds, 1 s apart, doubling)
+    stack.cluster.make_silent(bookie, silent=False)
+    time.sleep(6.0)
+    stack.wait_until_matches(ALWAYS + PROBED)
+    fired = [
+        r
+        for r in read_table(stack.settings.lakehouse_root, "violations").to_pylist()
+        if r["kind"] in PROBED and r["detected_at"].timestamp() * 1000 >= started_ms
+    ]
+    assert fired == []
 
 
 def test_a_silent_bookie_is_unresponsive_not_a_data_alert(stack):

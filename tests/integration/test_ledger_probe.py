@@ -117,3 +117,23 @@ def test_entry_reads_of_a_silent_bookie_are_unknown_not_missing(db_bookie, clien
     [outcome] = probe_ledgers(client, [TARGET], addresses(db_bookie), timeout=0.3, entry_reads_on={"b2"})
     assert outcome.unresponsive == ("b2",) and outcome.answers["b2"] == "timeout"
     assert outcome.verdict.result is ReplicasResult.OK and outcome.verdict.unknown_bookies == ("b2",)
+
+
+def test_a_wave_learns_which_bookies_answer_entry_lists_and_reads_the_others_at_once(db_bookie, client):
+    from connectors.bookie.ledger_probe import probe_and_learn
+
+    db_bookie["b2"].store.drop_entries(42, [1, 29])
+    [outcome], learned = probe_and_learn(
+        client, [TARGET], addresses(db_bookie), learn={"b0", "b1", "b2"}, timeout=0.3
+    )
+    assert learned == {"b0": True, "b1": True, "b2": False}
+    assert outcome.answers["b2"] == "entry_reads" and outcome.unresponsive == ()
+    assert outcome.verdict.worst_entries == (1, 29)
+
+
+def test_a_bookie_silent_to_reads_too_is_not_taken_for_db_ledger_storage(bookies, client):
+    from connectors.bookie.ledger_probe import probe_and_learn
+
+    bookies["b2"].set_faults(silent=True)
+    [outcome], learned = probe_and_learn(client, [TARGET], addresses(bookies), learn={"b2"}, timeout=0.3)
+    assert learned == {} and outcome.unresponsive == ("b2",)

@@ -96,6 +96,9 @@ def _alternative(row: SettingDoc) -> Any:
     if base is float:
         return (default or 0.0) + 0.5
     if typing.get_origin(base) is dict:
+        _key_type, value_type = typing.get_args(base)
+        if typing.get_origin(value_type) is Literal:  # a map to choices: the last choice
+            return {"bkaudit-test": typing.get_args(value_type)[-1]}
         return {"spark.bkaudit.test": "yes"}
     if base is SecretStr:
         return "s3cret-value"

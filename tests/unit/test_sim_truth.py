@@ -434,3 +434,22 @@ def test_a_single_rack_ensemble_sits_in_one_rack() -> None:
     assert not is_adhering(ensemble, 2, 2, racks)
     with pytest.raises(NotEnoughBookiesError):
         choose_single_rack_ensemble(racks, 2, random.Random(0), rack="/b")
+
+
+def test_a_db_ledger_storage_bookie_s_lost_fragment_end_is_required_and_an_inner_loss_only_allowed() -> None:
+    # E=WQ=3: b1's fragment is every entry 0..9, its ends 0 and 9; entry reads see only those.
+    ledgers = {1: closed(["b1", "b2", "b3"], write_quorum=3)}
+    full = frozenset(range(10))
+    db = {"b1": {"answers_entry_lists": False}}
+    end_lost = ground_truth(
+        snapshot(ledgers, bookie_overrides=db, holdings_overrides={"b1": {1: full - {9}}})
+    )
+    assert flagged(end_lost) == {"REPLICAS_LESS_THAN_WQ": [1]}
+    inner_lost = ground_truth(
+        snapshot(ledgers, bookie_overrides=db, holdings_overrides={"b1": {1: full - {4}}})
+    )
+    assert flagged(inner_lost) == {}
+    assert inner_lost["may_alert"]["REPLICAS_LESS_THAN_WQ"] == [1]
+    # The same inner loss on a bookie that lists its entries is required.
+    listed = ground_truth(snapshot(ledgers, holdings_overrides={"b1": {1: full - {4}}}))
+    assert flagged(listed) == {"REPLICAS_LESS_THAN_WQ": [1]}
