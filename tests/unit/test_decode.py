@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from bkaudit import events as ev
 from bkaudit.pb import change_events_pb2 as pb
+from connectors.kafka.spark_source import ARROW_RECORD_SCHEMA
 from streaming.decode import (
     ARROW_CHANGE_SCHEMA,
     _encode_ledger_payload,
@@ -25,16 +26,9 @@ CHANGES, FEEDBACK = "bkaudit.changes", "bkaudit.feedback"
 NOW_MS = 1_800_000_000_000
 SKEW_S = 300
 BUCKETS = 16
+#: What the Kafka source hands the decoder (its first columns), plus Spark's batch time.
 SOURCE_SCHEMA = pa.schema(
-    [
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-        ("batch_time", pa.timestamp("us", tz="UTC")),
-    ]
+    [*list(ARROW_RECORD_SCHEMA)[:6], pa.field("batch_time", pa.timestamp("us", tz="UTC"))]
 )
 
 texts = st.text(max_size=12)  # any code point: the JSON text escapes what it must
