@@ -258,6 +258,9 @@ class StreamSettings(BaseModel):
     entry_checks_by_bookie: dict[str, Literal["auto", "entry_lists", "entry_reads"]] = Field(
         default_factory=dict, description="entry_checks for single bookies (bookie id -> mode)"
     )
+    entry_reads_per_s_per_bookie: float = Field(
+        200.0, gt=0, description="entry reads sent to one bookie per second at most (the probes' pace)"
+    )
     entry_read_sample_percent: float = Field(
         0.0,
         ge=0,

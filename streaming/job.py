@@ -83,6 +83,7 @@ def sink_config(settings: Settings, changes_partitions: int) -> SinkConfig:
         entry_checks=stream.entry_checks,
         entry_checks_by_bookie=tuple(sorted(stream.entry_checks_by_bookie.items())),
         entry_read_sample_percent=stream.entry_read_sample_percent,
+        entry_reads_per_s_per_bookie=stream.entry_reads_per_s_per_bookie,
         scrutiny_ledgers_per_s=stream.scrutiny_ledgers_per_s,
         scrutiny_max_per_batch=stream.scrutiny_max_per_batch,
         maintenance_every_batches=stream.maintenance_every_batches,

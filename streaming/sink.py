@@ -96,6 +96,7 @@ class SinkConfig:
     entry_checks: str = "auto"  # auto, entry_lists or entry_reads (bkaudit.settings.StreamSettings)
     entry_checks_by_bookie: tuple[tuple[str, str], ...] = ()
     entry_read_sample_percent: float = 0.0
+    entry_reads_per_s_per_bookie: float | None = None
     scrutiny_ledgers_per_s: float = 0.0  # 0 = no background replicas check
     scrutiny_max_per_batch: int = 1000
     maintenance_every_batches: int = 0  # compact + vacuum every N batches; 0 = never
@@ -227,7 +228,10 @@ class AuditSink:
         if self._probe_client is None:
             from connectors.bookie.client import BlockingBookieClient
 
-            self._probe_client = BlockingBookieClient(timeout=self.config.probe_timeout_s)
+            self._probe_client = BlockingBookieClient(
+                timeout=self.config.probe_timeout_s,
+                max_reads_per_s_per_bookie=self.config.entry_reads_per_s_per_bookie,
+            )
         return self._probe_client
 
     def start_producer(self) -> None:

@@ -520,12 +520,29 @@ class _Connection:
 # ------------------------------------------------------------------------------------------------ client
 
 
+class _Pacer:
+    """Spaces calls at least ``1 / per_s`` apart on one event loop (no burst; waiting is the caller's)."""
+
+    def __init__(self, per_s: float) -> None:
+        self.interval = 1.0 / per_s
+        self.next_at = 0.0
+
+    async def wait(self) -> None:
+        now = asyncio.get_running_loop().time()
+        at = max(now, self.next_at)
+        self.next_at = at + self.interval
+        if at > now:
+            await asyncio.sleep(at - now)
+
+
 class BookieClient:
     """Probes bookies over their v3 protocol; one pipelined connection per bookie, bounded concurrency.
 
     Use inside one event loop; ``close()`` (or ``async with``) releases the connections. ``timeout`` is the
     answer timeout per request (counted from sending it; waiting for a concurrency permit is not counted, so
-    our own queueing never turns into a false :class:`Timeout`).
+    our own queueing never turns into a false :class:`Timeout`). ``max_reads_per_s_per_bookie`` paces
+    ``READ_ENTRY`` requests to each bookie (entry reads of many ledgers must not flood one bookie); waiting
+    for the pace is not counted either.
 
     Example:
         >>> client = BookieClient(max_in_flight_per_bookie=8)
@@ -545,9 +562,14 @@ class BookieClient:
         max_in_flight_per_bookie: int = DEFAULT_MAX_IN_FLIGHT_PER_BOOKIE,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_reads_per_s_per_bookie: float | None = None,
     ) -> None:
         if max_in_flight_per_bookie < 1 or max_in_flight < 1:
             raise ValueError("in-flight limits must be at least 1")
+        if max_reads_per_s_per_bookie is not None and max_reads_per_s_per_bookie <= 0:
+            raise ValueError("the read rate per bookie must be positive (None: unpaced)")
+        self.max_reads_per_s_per_bookie = max_reads_per_s_per_bookie
+        self._read_pacers: dict[Address, _Pacer] = {}
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.max_in_flight_per_bookie = max_in_flight_per_bookie
@@ -670,6 +692,11 @@ class BookieClient:
             target = parse_bookie_address(address)
         except FormatError as err:
             return ConnectionFailed(str(err))
+        if operation == pb.READ_ENTRY and self.max_reads_per_s_per_bookie is not None:
+            pacer = self._read_pacers.get(target)
+            if pacer is None:
+                pacer = self._read_pacers[target] = _Pacer(self.max_reads_per_s_per_bookie)
+            await pacer.wait()
         permits = self._bookie_permits.get(target)
         if permits is None:
             permits = self._bookie_permits[target] = asyncio.Semaphore(self.max_in_flight_per_bookie)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from bkaudit.domain.rules.replicas import ReplicasResult
@@ -137,3 +139,16 @@ def test_a_bookie_silent_to_reads_too_is_not_taken_for_db_ledger_storage(bookies
     bookies["b2"].set_faults(silent=True)
     [outcome], learned = probe_and_learn(client, [TARGET], addresses(bookies), learn={"b2"}, timeout=0.3)
     assert learned == {} and outcome.unresponsive == ("b2",)
+
+
+def test_entry_reads_to_one_bookie_are_paced(bookies):
+    from connectors.bookie.client import ProbeRequest
+
+    one = [ProbeRequest(bookies["b0"].address, 42, entry_id) for entry_id in range(10)]
+    other = [ProbeRequest(bookies["b1"].address, 42, entry_id) for entry_id in range(10)]
+    with BlockingBookieClient(timeout=2.0, max_reads_per_s_per_bookie=20.0) as paced:
+        started = time.monotonic()
+        results = paced.probe_many(one + other, concurrency=20)
+        elapsed = time.monotonic() - started
+    assert all(r.conclusive for r in results)
+    assert elapsed >= 9 / 20.0  # ten reads to each bookie, 50 ms apart
