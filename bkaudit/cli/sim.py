@@ -150,7 +150,7 @@ def _summary(sim: Any) -> dict[str, Any]:
         "instance_id": status["instance_id"],
         "rack_map_path": status["rack_map_path"],
         "bookies": [
-            {key: bookie[key] for key in ("bookie_id", "address", "rack", "mode")}
+            {key: bookie[key] for key in ("bookie_id", "address", "rack", "mode", "storage")}
             for bookie in status["bookies"]
         ],
         "ledgers": [ledger["ledger_id"] for ledger in status["ledgers"]],
