@@ -16,6 +16,11 @@ is answered with wrapped write sets (``ensemble[(i + j) % E]``, as BookKeeper co
 :data:`MAX_WINDOW_MEMBERS` window members in all; ``racks`` values may be ``null`` (= not mapped). Output adds
 ``soft_write_sets`` and ``reason``.
 
+``check placement --plan`` adds ``plan`` (:func:`bkaudit.domain.rules.relocation.plan_relocation`): the
+moves (position, from, to) that make every write set meet the policy strictly, the planned ensemble, or the
+reason there is none; targets come from ``candidates`` (bookie → ledger count, the least loaded first), by
+default every bookie of ``racks`` outside the ensemble.
+
 Example:
     $ echo '{"policy": "rackaware", "ensemble": ["b1", "b2"], "write_quorum": 2}' | bkaudit check placement
     {"adherence": "FAIL", "failing_write_sets": [["b1", "b2"]], "soft_write_sets": [], "reason": "..."}
@@ -39,6 +44,7 @@ from bkaudit.domain.rules.placement import (
     POLICIES,
     check_placement,
 )
+from bkaudit.domain.rules.relocation import plan_relocation
 from bkaudit.domain.rules.replicas import LEDGER_STATES, BookieStatus, LedgerSegment, classify_replicas
 from bkaudit.errors import FormatError
 
@@ -153,7 +159,15 @@ def _racks(value: Any, what: str) -> dict[str, str | None]:
 
 
 @app.command("placement")
-def placement_command() -> None:
+def placement_command(
+    plan: bool = typer.Option(
+        False,
+        "--plan",
+        help="add a BP-54 relocation plan: the fewest replica moves that make every write set meet the "
+        "policy strictly (targets from the input's candidates, bookie -> ledger count; default: every "
+        "bookie of racks outside the ensemble)",
+    ),
+) -> None:
     """stdin: policy, ensemble, quorums, rack map and policy settings; stdout: adherence as JSON."""
     what = "check placement"
     document = json_object(read_stdin_json(what), f"{what}: input")
@@ -170,6 +184,21 @@ def placement_command() -> None:
             f"{MAX_WINDOW_MEMBERS} write-set members this command evaluates"
         )
     racks = _racks(document.get("racks"), what)
+    options = _policy_options(document, what)
+    candidates = _candidates(document.get("candidates"), racks, ensemble, what) if plan else {}
+    try:
+        verdict = check_placement(policy, ensemble, write_quorum, ack_quorum, racks, **options)
+        answer = verdict.to_json()
+        if plan:
+            relocation = plan_relocation(policy, ensemble, write_quorum, racks, candidates, **options)
+            answer["plan"] = relocation.to_json()
+    except ValueError as err:
+        raise FormatError(f"{what}: {err}") from None
+    emit_json(answer)
+
+
+def _policy_options(document: dict[str, Any], what: str) -> dict[str, Any]:
+    """The policy settings of a ``check placement`` input, BookKeeper's defaults where absent."""
 
     def setting(key: str, default: int) -> int:
         return json_int(document.get(key, default), f"{what}: {key}", 0)
@@ -177,27 +206,26 @@ def placement_command() -> None:
     enforce = document.get("enforce_min_racks_per_write_quorum", DEFAULT_ENFORCE_MIN_RACKS_PER_WRITE_QUORUM)
     if not isinstance(enforce, bool):
         raise FormatError(f"{what}: enforce_min_racks_per_write_quorum must be true or false")
-    try:
-        verdict = check_placement(
-            policy,
-            ensemble,
-            write_quorum,
-            ack_quorum,
-            racks,
-            min_racks_per_write_quorum=setting(
-                "min_racks_per_write_quorum", DEFAULT_MIN_RACKS_PER_WRITE_QUORUM
-            ),
-            enforce_min_racks_per_write_quorum=enforce,
-            min_zones_per_write_quorum=setting(
-                "min_zones_per_write_quorum", DEFAULT_MIN_ZONES_PER_WRITE_QUORUM
-            ),
-            desired_zones_per_write_quorum=setting(
-                "desired_zones_per_write_quorum", DEFAULT_DESIRED_ZONES_PER_WRITE_QUORUM
-            ),
-            min_regions_for_durability=setting(
-                "min_regions_for_durability", DEFAULT_MIN_REGIONS_FOR_DURABILITY
-            ),
-        )
-    except ValueError as err:
-        raise FormatError(f"{what}: {err}") from None
-    emit_json(verdict.to_json())
+    return {
+        "min_racks_per_write_quorum": setting(
+            "min_racks_per_write_quorum", DEFAULT_MIN_RACKS_PER_WRITE_QUORUM
+        ),
+        "enforce_min_racks_per_write_quorum": enforce,
+        "min_zones_per_write_quorum": setting(
+            "min_zones_per_write_quorum", DEFAULT_MIN_ZONES_PER_WRITE_QUORUM
+        ),
+        "desired_zones_per_write_quorum": setting(
+            "desired_zones_per_write_quorum", DEFAULT_DESIRED_ZONES_PER_WRITE_QUORUM
+        ),
+        "min_regions_for_durability": setting(
+            "min_regions_for_durability", DEFAULT_MIN_REGIONS_FOR_DURABILITY
+        ),
+    }
+
+
+def _candidates(value: Any, racks: dict[str, str | None], ensemble: list[str], what: str) -> dict[str, int]:
+    """Bookies a plan may move replicas to, with their ledger counts (default: racks' bookies, 0 each)."""
+    if value is None:
+        return {bookie: 0 for bookie in racks if bookie not in ensemble}
+    candidates = json_object(value, f"{what}: candidates")
+    return {str(b): json_int(count, f"{what}: candidates[{b!r}]", 0) for b, count in candidates.items()}

@@ -325,3 +325,30 @@ def test_placement_bad_input_exits_2(cli: Cli, stdin: str, message: str) -> None
     assert r.stdout == b""
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
     assert message in r.stderr
+
+
+def test_placement_plan_moves_a_failing_member_to_a_rack_that_fixes_every_write_set(cli: Cli) -> None:
+    document = {
+        "policy": "rackaware",
+        "ensemble": ["b1", "b2", "b3"],
+        "write_quorum": 2,
+        "racks": {"b1": "/r1", "b2": "/r1", "b3": "/r2", "b4": "/r3", "b5": "/r2"},
+        "candidates": {"b4": 7, "b5": 3},  # b5 is lighter, but /r2 would fail the write set [b3, b5]
+    }
+    r = cli("check", "placement", "--plan", stdin=json.dumps(document))
+    assert r.exit_code == 0, r.stderr
+    assert r.json()["plan"] == {
+        "moves": [{"position": 0, "from_bookie": "b1", "to_bookie": "b4"}],
+        "ensemble": ["b4", "b2", "b3"],
+        "reason": None,
+    }
+    assert "plan" not in placement(cli, **document).json()  # only when asked
+
+
+def test_placement_plan_without_a_target_says_why_and_bad_candidates_are_refused(cli: Cli) -> None:
+    document = {"policy": "rackaware", "ensemble": ["b1", "b2"], "write_quorum": 2}
+    out = cli("check", "placement", "--plan", stdin=json.dumps(document)).json()
+    assert out["plan"]["moves"] == [] and "no writable bookie" in out["plan"]["reason"]
+    bad = cli("check", "placement", "--plan", stdin=json.dumps({**document, "candidates": {"b3": "x"}}))
+    assert bad.exit_code == 2 and bad.stderr.count("\n") == 1
+    assert "candidates['b3'] must be an integer" in bad.stderr
