@@ -35,6 +35,7 @@ from pydantic_settings import (
 )
 
 from bkaudit.domain.addresses import parse_bootstrap_servers, parse_zookeeper_connect
+from bkaudit.domain.rules.evaluate import PlacementPolicyConfig
 from bkaudit.errors import ConfigError
 
 CONFIG_FILE_ENV = "BKAUDIT_CONFIG_FILE"
@@ -319,6 +320,22 @@ class StreamSettings(BaseModel):
                 "alerts are sent by the job's own librdkafka producer; remove the setting"
             )
         return value
+
+    def placement_policy_config(self) -> PlacementPolicyConfig:
+        """The placement policy the job audits against (the job's and ``bkaudit query``'s one source).
+
+        Example:
+            >>> StreamSettings().placement_policy_config().min_racks_per_write_quorum
+            2
+        """
+        return PlacementPolicyConfig(
+            policy=self.placement_policy,
+            min_racks_per_write_quorum=self.min_racks_per_write_quorum,
+            enforce_min_racks_per_write_quorum=self.enforce_min_racks_per_write_quorum,
+            min_zones_per_write_quorum=self.min_zones_per_write_quorum,
+            desired_zones_per_write_quorum=self.desired_zones_per_write_quorum,
+            min_regions_for_durability=self.min_regions_for_durability,
+        )
 
 
 class WatcherSettings(BaseModel):

@@ -28,7 +28,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bkaudit.domain.rules.evaluate import PlacementPolicyConfig
 from bkaudit.errors import BkauditError, ConfigError, ServiceError
 from bkaudit.localfs import writable_directory
 from bkaudit.settings import Settings, StreamSettings
@@ -70,14 +69,7 @@ def sink_config(settings: Settings, changes_partitions: int) -> SinkConfig:
         app_id=stream.app_id,
         kafka=settings.kafka,
         cluster_default=settings.cluster or "unknown",
-        placement=PlacementPolicyConfig(
-            policy=stream.placement_policy,
-            min_racks_per_write_quorum=stream.min_racks_per_write_quorum,
-            enforce_min_racks_per_write_quorum=stream.enforce_min_racks_per_write_quorum,
-            min_zones_per_write_quorum=stream.min_zones_per_write_quorum,
-            desired_zones_per_write_quorum=stream.desired_zones_per_write_quorum,
-            min_regions_for_durability=stream.min_regions_for_durability,
-        ),
+        placement=stream.placement_policy_config(),
         probe_timeout_s=stream.probe_timeout_s,
         probe_concurrency=stream.probe_concurrency,
         entry_checks=stream.entry_checks,

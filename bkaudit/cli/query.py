@@ -22,7 +22,7 @@ from collections.abc import Callable
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -181,11 +181,29 @@ def placement(
     ledgers: Annotated[
         bool, typer.Option("--ledgers", help="one row per ledger instead of per rack")
     ] = False,
+    plan: Annotated[
+        bool,
+        typer.Option(
+            "--plan",
+            help="one relocation plan per failing segment of each PLACEMENT_NOT_ADHERING ledger: the fewest "
+            "replica moves that make it meet the policy (stream.placement_policy) strictly",
+        ),
+    ] = False,
     lakehouse: LakehouseOption = None,
     fmt: FormatOption = OutputFormat.table,
     limit: LimitOption = DEFAULT_LIMIT,
 ) -> None:
-    """Open placement violations per rack (PLACEMENT_NOT_ADHERING, PLACEMENT_SOFT); --ledgers lists them."""
+    """Open placement violations per rack (PLACEMENT_NOT_ADHERING, PLACEMENT_SOFT); --ledgers lists them,
+    --plan says how to fix them."""
+    if plan:
+        config = _placement_config()
+        _print(
+            lakehouse,
+            fmt,
+            limit,
+            lambda lh, rows: lh.placement_plans(config, topic=topic, namespace=namespace, limit=rows),
+        )
+        return
     _print(
         lakehouse,
         fmt,
@@ -194,6 +212,13 @@ def placement(
             rack=rack, kinds=kind, topic=topic, namespace=namespace, by_ledger=ledgers, limit=rows
         ),
     )
+
+
+def _placement_config() -> Any:
+    """The placement policy the job audits against (the stream settings)."""
+    from bkaudit.settings import load_settings
+
+    return load_settings().stream.placement_policy_config()
 
 
 @app.command("ledgers")

@@ -43,6 +43,9 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from bkaudit.domain.alerts import AlertKind
+from bkaudit.domain.rules.evaluate import PlacementPolicyConfig
+from bkaudit.domain.rules.placement import PlacementAdherence, check_placement
+from bkaudit.domain.rules.relocation import plan_relocation
 from bkaudit.errors import BkauditError, InvalidArgumentError, NotFoundError
 from connectors.delta.scan import view_typed_dataset
 from connectors.delta.tables import FOLD_METADATA_KEY, LEDGER_BUCKETS, TABLES, last_fold
@@ -594,6 +597,58 @@ class Lakehouse:
                 GROUP BY m.rack ORDER BY not_adhering DESC, soft DESC, m.rack
                 {self._limit_sql(limit, filters)}"""
         return self._query(("open_alerts", "bookies"), sql, filters.params)
+
+    def placement_plans(
+        self,
+        config: PlacementPolicyConfig,
+        *,
+        topic: str | None = None,
+        namespace: str | None = None,
+        limit: int | None = None,
+    ) -> pa.Table:
+        """A BP-54 relocation plan per failing segment of every ledger with an open ``PLACEMENT_NOT_ADHERING``
+        alert (:func:`bkaudit.domain.rules.relocation.plan_relocation`), computed now from the tables: the
+        rack map in ``bookies``, writable bookies as targets, their ledger counts from ``ledger_bookies``.
+
+        Columns: ``ledger_id, segment, first_entry_id, ensemble, moves`` (``position N: from -> to``, ``;``
+        between moves), ``planned_ensemble, reason`` (why there is no plan), ``pulsar_topic``; ensembles are
+        comma-separated.
+
+        Example:
+            >>> import tempfile
+            >>> from bkaudit.domain.rules.evaluate import PlacementPolicyConfig
+            >>> lakehouse = Lakehouse(write_example_lakehouse(tempfile.mkdtemp()))
+            >>> row = lakehouse.placement_plans(PlacementPolicyConfig()).to_pylist()[0]
+            >>> row["ensemble"], row["reason"]  # three bookies in all: nowhere to move a replica
+            ('bookie-1,bookie-2,bookie-3', 'no writable bookie outside the ensemble to move a replica to')
+        """
+        filters = _Filters()
+        filters.add("o.kind = 'PLACEMENT_NOT_ADHERING'")
+        if topic is not None:
+            filters.add("l.pulsar_topic = $topic", topic=topic)
+        if namespace is not None:
+            filters.add("pulsar_namespace(l.pulsar_topic) = $namespace", namespace=namespace)
+        ledgers = self._query(
+            ("open_alerts", "ledgers"),
+            f"""SELECT l.ledger_id, l.write_quorum, l.segments, l.pulsar_topic
+                FROM open_alerts o JOIN ledgers l ON l.ledger_id = o.ledger_id
+                {filters.where()} ORDER BY l.ledger_id""",
+            filters.params,
+        ).to_pylist()
+        bookies = self._query(("bookies",), "SELECT bookie_id, rack, status, lost FROM bookies").to_pylist()
+        held = self._query(
+            ("ledger_bookies",), "SELECT bookie, count(*) AS n FROM ledger_bookies GROUP BY bookie"
+        ).to_pylist()
+        counts = {r["bookie"]: r["n"] for r in held}
+        racks = {b["bookie_id"]: b["rack"] for b in bookies}
+        targets = {
+            b["bookie_id"]: int(counts.get(b["bookie_id"], 0))
+            for b in bookies
+            if b["status"] == "WRITABLE" and not b["lost"]
+        }
+        rows = [row for ledger in ledgers for row in _segment_plans(ledger, racks, targets, config)]
+        wanted = _limit(limit)
+        return self._table_of_rows(rows[:wanted] if wanted is not None else rows, PLAN_SCHEMA)
 
     # -- ledgers and bookies --------------------------------------------------------------------------------
 
@@ -1147,3 +1202,56 @@ def write_example_lakehouse(root: str | Path) -> Path:
         "open_alerts", pa.Table.from_pylist(alerts, schema=TABLES["open_alerts"].schema)
     )
     return root
+
+
+#: :meth:`Lakehouse.placement_plans`' columns.
+PLAN_SCHEMA = pa.schema(
+    [
+        ("ledger_id", pa.int64()),
+        ("segment", pa.int64()),
+        ("first_entry_id", pa.int64()),
+        ("ensemble", pa.string()),
+        ("moves", pa.string()),
+        ("planned_ensemble", pa.string()),
+        ("reason", pa.string()),
+        ("pulsar_topic", pa.string()),
+    ]
+)
+
+
+def _policy_options(config: PlacementPolicyConfig) -> dict[str, Any]:
+    return {
+        "min_racks_per_write_quorum": config.min_racks_per_write_quorum,
+        "enforce_min_racks_per_write_quorum": config.enforce_min_racks_per_write_quorum,
+        "min_zones_per_write_quorum": config.min_zones_per_write_quorum,
+        "desired_zones_per_write_quorum": config.desired_zones_per_write_quorum,
+        "min_regions_for_durability": config.min_regions_for_durability,
+    }
+
+
+def _segment_plans(
+    ledger: Mapping[str, Any],
+    racks: Mapping[str, str | None],
+    targets: dict[str, int],
+    config: PlacementPolicyConfig,
+) -> Iterable[dict[str, Any]]:
+    """One plan row per segment of ``ledger`` that fails the policy (``targets`` counts planned moves)."""
+    options = _policy_options(config)
+    wq = int(ledger["write_quorum"])
+    for index, segment in enumerate(ledger["segments"] or []):
+        ensemble = list(segment["ensemble"])
+        verdict = check_placement(config.policy, ensemble, wq, wq, racks, **options)
+        if verdict.adherence is not PlacementAdherence.FAIL:
+            continue
+        plan = plan_relocation(config.policy, ensemble, wq, racks, targets, **options)
+        yield {
+            "ledger_id": ledger["ledger_id"],
+            "segment": index,
+            "first_entry_id": segment["first_entry_id"],
+            "ensemble": ",".join(ensemble),
+            "moves": "; ".join(f"position {m.position}: {m.from_bookie} -> {m.to_bookie}" for m in plan.moves)
+            or None,
+            "planned_ensemble": ",".join(plan.ensemble) if plan.valid else None,
+            "reason": plan.reason,
+            "pulsar_topic": ledger.get("pulsar_topic"),
+        }

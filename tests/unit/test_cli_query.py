@@ -163,3 +163,22 @@ def test_values_print_the_same_way_in_csv_json_and_the_text_table(cli, example):
     assert "2024-05-01T12:10:00.000Z" in text and " bookie-1 " in text
     (bookie,) = query(cli, example, "bookies", "--lost", "-f", "csv").text.splitlines()[1:]
     assert bookie.startswith("bookie-1,GONE,true,")
+
+
+def test_placement_plan_moves_a_replica_of_the_badly_placed_ledger_to_a_writable_bookie(cli, tmp_path):
+    import pyarrow as pa
+
+    from connectors.delta.tables import BOOKIES, BatchWriter
+
+    lakehouse = write_example_lakehouse(tmp_path / "lh")
+    # A fourth bookie, writable, in a third rack: ledger 1 (bookie-1 and bookie-2 in /rack-0) can move there.
+    spare = {"bookie_id": "bookie-4", "status": "WRITABLE", "lost": False, "rack": "/rack-2"}
+    BatchWriter(lakehouse, app_id="test", batch_id=0).upsert(
+        "bookies", pa.Table.from_pylist([spare], schema=BOOKIES.schema)
+    )
+    result = query(cli, str(lakehouse), "placement", "--plan", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    (row,) = result.json()
+    assert row["ledger_id"] == 1 and row["ensemble"] == "bookie-1,bookie-2,bookie-3"
+    assert row["moves"] in ("position 0: bookie-1 -> bookie-4", "position 1: bookie-2 -> bookie-4")
+    assert row["reason"] is None and "bookie-4" in row["planned_ensemble"]
