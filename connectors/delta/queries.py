@@ -1219,16 +1219,6 @@ PLAN_SCHEMA = pa.schema(
 )
 
 
-def _policy_options(config: PlacementPolicyConfig) -> dict[str, Any]:
-    return {
-        "min_racks_per_write_quorum": config.min_racks_per_write_quorum,
-        "enforce_min_racks_per_write_quorum": config.enforce_min_racks_per_write_quorum,
-        "min_zones_per_write_quorum": config.min_zones_per_write_quorum,
-        "desired_zones_per_write_quorum": config.desired_zones_per_write_quorum,
-        "min_regions_for_durability": config.min_regions_for_durability,
-    }
-
-
 def _segment_plans(
     ledger: Mapping[str, Any],
     racks: Mapping[str, str | None],
@@ -1236,7 +1226,7 @@ def _segment_plans(
     config: PlacementPolicyConfig,
 ) -> Iterable[dict[str, Any]]:
     """One plan row per segment of ``ledger`` that fails the policy (``targets`` counts planned moves)."""
-    options = _policy_options(config)
+    options = config.options()
     wq = int(ledger["write_quorum"])
     for index, segment in enumerate(ledger["segments"] or []):
         ensemble = list(segment["ensemble"])

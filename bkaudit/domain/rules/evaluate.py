@@ -29,6 +29,21 @@ class PlacementPolicyConfig:
     desired_zones_per_write_quorum: int = 3
     min_regions_for_durability: int = 2
 
+    def options(self) -> dict[str, Any]:
+        """The policy parameters as :func:`~bkaudit.domain.rules.placement.check_placement`'s keywords.
+
+        Example:
+            >>> PlacementPolicyConfig().options()["min_racks_per_write_quorum"]
+            2
+        """
+        return {
+            "min_racks_per_write_quorum": self.min_racks_per_write_quorum,
+            "enforce_min_racks_per_write_quorum": self.enforce_min_racks_per_write_quorum,
+            "min_zones_per_write_quorum": self.min_zones_per_write_quorum,
+            "desired_zones_per_write_quorum": self.desired_zones_per_write_quorum,
+            "min_regions_for_durability": self.min_regions_for_durability,
+        }
+
 
 def ledger_bookies(ledger: Mapping[str, Any]) -> set[str]:
     """Every bookie named in any segment."""
@@ -54,11 +69,7 @@ def placement_condition(
             int(ledger["write_quorum"]),
             int(ledger["ack_quorum"]),
             {b: rack for b in ensemble if (rack := racks.get(b)) is not None},
-            min_racks_per_write_quorum=config.min_racks_per_write_quorum,
-            enforce_min_racks_per_write_quorum=config.enforce_min_racks_per_write_quorum,
-            min_zones_per_write_quorum=config.min_zones_per_write_quorum,
-            desired_zones_per_write_quorum=config.desired_zones_per_write_quorum,
-            min_regions_for_durability=config.min_regions_for_durability,
+            **config.options(),
         )
         failing.extend(list(ws) for ws in verdict.failing_write_sets)
         soft.extend(list(ws) for ws in verdict.soft_write_sets)
