@@ -35,6 +35,7 @@ import typer
 from bkaudit.cli._io import emit_json, read_stdin_json
 from bkaudit.cli.availability import json_entry_ids, json_field, json_int, json_kind, json_object
 from bkaudit.domain.availability import MAX_ENTRY_ID, EntryAvailability
+from bkaudit.domain.rules.evaluate import PlacementPolicyConfig
 from bkaudit.domain.rules.placement import (
     DEFAULT_DESIRED_ZONES_PER_WRITE_QUORUM,
     DEFAULT_ENFORCE_MIN_RACKS_PER_WRITE_QUORUM,
@@ -206,21 +207,16 @@ def _policy_options(document: dict[str, Any], what: str) -> dict[str, Any]:
     enforce = document.get("enforce_min_racks_per_write_quorum", DEFAULT_ENFORCE_MIN_RACKS_PER_WRITE_QUORUM)
     if not isinstance(enforce, bool):
         raise FormatError(f"{what}: enforce_min_racks_per_write_quorum must be true or false")
-    return {
-        "min_racks_per_write_quorum": setting(
-            "min_racks_per_write_quorum", DEFAULT_MIN_RACKS_PER_WRITE_QUORUM
-        ),
-        "enforce_min_racks_per_write_quorum": enforce,
-        "min_zones_per_write_quorum": setting(
-            "min_zones_per_write_quorum", DEFAULT_MIN_ZONES_PER_WRITE_QUORUM
-        ),
-        "desired_zones_per_write_quorum": setting(
+    config = PlacementPolicyConfig(
+        min_racks_per_write_quorum=setting("min_racks_per_write_quorum", DEFAULT_MIN_RACKS_PER_WRITE_QUORUM),
+        enforce_min_racks_per_write_quorum=enforce,
+        min_zones_per_write_quorum=setting("min_zones_per_write_quorum", DEFAULT_MIN_ZONES_PER_WRITE_QUORUM),
+        desired_zones_per_write_quorum=setting(
             "desired_zones_per_write_quorum", DEFAULT_DESIRED_ZONES_PER_WRITE_QUORUM
         ),
-        "min_regions_for_durability": setting(
-            "min_regions_for_durability", DEFAULT_MIN_REGIONS_FOR_DURABILITY
-        ),
-    }
+        min_regions_for_durability=setting("min_regions_for_durability", DEFAULT_MIN_REGIONS_FOR_DURABILITY),
+    )
+    return config.options()
 
 
 def _candidates(value: Any, racks: dict[str, str | None], ensemble: list[str], what: str) -> dict[str, int]:

@@ -23,7 +23,7 @@ Example:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,11 +100,6 @@ def _movable_positions(ensemble: Sequence[str], failing: Sequence[Sequence[str]]
     return [index for index, bookie in enumerate(ensemble) if bookie in members]
 
 
-def _assignments(positions: Sequence[int], candidates: Sequence[str]) -> Iterator[tuple[str, ...]]:
-    """Distinct candidates for ``positions``, lightest first."""
-    return itertools.permutations(candidates, len(positions))
-
-
 def plan_relocation(
     policy: str,
     ensemble: Sequence[str],
@@ -141,7 +136,7 @@ def plan_relocation(
     evaluations = 0
     for count in range(1, min(max_moves, len(positions)) + 1):
         for chosen in itertools.combinations(positions, count):
-            for targets in _assignments(chosen, candidates):
+            for targets in itertools.permutations(candidates, count):  # distinct, lightest first
                 evaluations += 1
                 if evaluations > MAX_EVALUATIONS:
                     return RelocationPlan((), members, f"no plan within {MAX_EVALUATIONS} placement checks")
