@@ -352,3 +352,23 @@ def test_placement_plan_without_a_target_says_why_and_bad_candidates_are_refused
     bad = cli("check", "placement", "--plan", stdin=json.dumps({**document, "candidates": {"b3": "x"}}))
     assert bad.exit_code == 2 and bad.stderr.count("\n") == 1
     assert "candidates['b3'] must be an integer" in bad.stderr
+
+
+PLAN = {"policy": "rackaware", "ensemble": ["a", "b"], "write_quorum": 2}
+
+
+@pytest.mark.parametrize(
+    ("candidates", "message"),
+    [
+        (["c"], "candidates must be a JSON object"),
+        ({"c": -1}, "at least 0"),
+        ({"c": True}, "got a boolean"),
+        ({"c": 1.5}, "got a number"),
+        ({"c": None}, "must be an integer"),
+    ],
+)
+def test_placement_plan_refuses_bad_candidates_with_one_line(cli: Cli, candidates: Any, message: str) -> None:
+    r = cli("check", "placement", "--plan", stdin=json.dumps({**PLAN, "candidates": candidates}))
+    assert r.exit_code == 2 and r.stdout == b""
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert message in r.stderr

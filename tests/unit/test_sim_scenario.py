@@ -97,6 +97,11 @@ steps:
         ("steps: [{at: 1, action: make_slow, bookie: 0, delay_s: -2}]", "delay_s: input should be greater"),
         ("steps: [{at: 1, action: corrupt_ledger_znode, ledger: 1, how: melt}]", "how: input should be"),
         ("cluster: {bookies: 3, zones: 2}", "cluster.zones: extra inputs are not permitted"),
+        ("cluster: {storage: Ext4LedgerStorage}", "cluster.storage: input should be"),
+        (
+            "steps: [{at: 1, action: add_bookie, storage: db}]",
+            "step 1 (add_bookie): storage: input should be",
+        ),
         ("cluster: {ensemble_size: 2, write_quorum: 3}", "quorums must satisfy"),
         ("truth: {placement_policy: random}", "truth.placement_policy: input should be"),
         ("stepz: []", "stepz: extra inputs are not permitted"),
