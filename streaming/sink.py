@@ -34,6 +34,7 @@ from bkaudit.domain.rules.evaluate import (
 )
 from bkaudit.settings import KafkaSettings
 from connectors.delta.ledger_log import LedgerLog
+from connectors.delta.placement_plans import PlacementPlanner
 from connectors.delta.scan import scan
 from connectors.delta.tables import (
     APP_METADATA_KEY,
@@ -211,6 +212,10 @@ class AuditSink:
         ensure_tables(config.lakehouse_root)
         # The ledgers' state: appended per batch, folded into ``ledgers`` in the background, held in memory.
         self.ledger_log = LedgerLog(config.lakehouse_root, config.app_id)
+        # After every fold: the relocation plans of the ledgers with an open placement alert.
+        self.ledger_log.after_fold = PlacementPlanner(
+            config.lakehouse_root, config.placement, self.ledger_log
+        ).refresh
         # The loss alerts' one owner, shared with the membership lane (one producer for both lanes).
         self.loss = LossAuditor(config.lakehouse_root, config.kafka, self._kafka, self.ledger_log)
 
