@@ -191,7 +191,7 @@ def layering_problems(
         level, component = home
         for target, line in imported_names(module, path, known):
             where = f"{path.relative_to(root)}:{line}"
-            if level == 0 and target.startswith(GROUND_FORBIDDEN):
+            if level == 0 and any(target == lib or target.startswith(lib + ".") for lib in GROUND_FORBIDDEN):
                 problems.append(f"{where}: the ground ({component}) imports the I/O library {target}")
             target_home = component_of(target, layers)
             if target_home is None:
