@@ -1,0 +1,163 @@
+"""AutoRecovery health end to end: simulator → ``bkaudit watch`` → changes topic → the membership lane.
+
+The simulator switches AutoRecovery off (``underreplication/disable``), drops its Auditor's election vote and
+holds a replication lock, in a real ZooKeeper; the real watcher publishes AutoRecovery's state and the real
+membership lane (the job's driver thread, no Spark needed) decides the alerts, publishes them and records
+them in Delta. Each alert must fire only once its grace period has passed in event time, agree with the
+simulator's ground truth, be listed by ``bkaudit query alerts``, and resolve (same alert id) when the
+simulator clears the condition.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bkaudit.cli.main import run as run_cli
+from bkaudit.domain.alerts import AlertKind
+from bkaudit.domain.rules.autorecovery import AutoRecoveryGraces
+from bkaudit.settings import Settings
+from bkaudit.sim.cluster import SimulatedCluster
+from bkaudit.sim.truth import TruthParameters
+from connectors.kafka.topics import ensure_topic
+from connectors.zookeeper.watcher import ChangeWatcher
+from streaming.job import start_membership_lane
+from streaming.sink import AuditSink, SinkConfig
+from tests.integration.event_fixtures import alerts_on
+
+pytestmark = pytest.mark.integration
+
+GRACES = AutoRecoveryGraces(disabled_s=1.5, auditor_missing_s=2.0, lock_held_s=2.5)
+KINDS = ("AUTORECOVERY_DISABLED", "AUDITOR_MISSING", "REPLICATION_STALLED")
+
+
+@pytest.fixture
+def sim(bk_services: Any, zk_chroot: str) -> Iterator[SimulatedCluster]:
+    cluster = SimulatedCluster(
+        bk_services.zookeeper_hosts(zk_chroot),
+        racks=3,
+        bookie_session_timeout_s=1.5,
+        seed=15,
+        truth_parameters=TruthParameters(autorecovery=GRACES),
+    ).init()
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+@pytest.fixture
+def settings(bk_services: Any, kafka_settings: Any, zk_chroot: str, tmp_path: Path) -> Settings:
+    ensure_topic(kafka_settings, kafka_settings.alerts_topic, 1)
+    return Settings(
+        zookeeper={"connect": bk_services.zookeeper_hosts(zk_chroot), "session_timeout_s": 4.0},
+        kafka=kafka_settings.model_dump(),
+        watcher={"heartbeat_interval_s": 0.2, "reconciliation_interval_s": 0},
+        stream={
+            "app_id": "autorecovery-test",
+            "autorecovery_disabled_grace_s": GRACES.disabled_s,
+            "auditor_missing_grace_s": GRACES.auditor_missing_s,
+            "replication_lock_grace_s": GRACES.lock_held_s,
+        },
+        lakehouse_root=tmp_path / "lakehouse",
+        checkpoint_root=tmp_path / "checkpoints",
+    )
+
+
+@pytest.fixture
+def running(settings: Settings) -> Iterator[None]:
+    """The watcher and the membership lane, running until the test ends."""
+    sink = AuditSink(
+        SinkConfig(
+            lakehouse_root=Path(settings.lakehouse_root), app_id=settings.stream.app_id, kafka=settings.kafka
+        )
+    )
+    watcher = ChangeWatcher(settings)
+    watcher.start()
+    lane = start_membership_lane(settings, sink, available_now=False)
+    try:
+        yield
+    finally:
+        lane.stop()
+        watcher.stop(timeout_s=15)
+
+
+def health_alerts(settings: Settings) -> list[dict[str, Any]]:
+    return [alert for _, alert in alerts_on(settings.kafka) if alert["kind"] in KINDS]
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def ms(rfc3339: str) -> int:
+    from datetime import datetime
+
+    return int(datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def query_alerts(settings: Settings, capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    capsys.readouterr()
+    code = run_cli(["query", "alerts", "--lakehouse", str(settings.lakehouse_root), "--format", "json"])
+    assert code == 0
+    return [row for row in json.loads(capsys.readouterr().out) if row["kind"] in KINDS]
+
+
+def test_disable_no_auditor_and_a_stuck_lock_fire_after_their_grace_and_resolve_when_cleared(
+    sim: SimulatedCluster, settings: Settings, running: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for _ in range(3):
+        sim.add_bookie()
+    ledger = sim.create_ledger(entries=4)
+    time.sleep(1.0)  # the start snapshot: a healthy AutoRecovery raises nothing
+    assert health_alerts(settings) == []
+
+    sim.set_autorecovery(False)
+    sim.set_auditor(False)
+    sim.hold_lock(ledger, holder="worker-7")
+    time.sleep(0.8)  # well within every grace
+    assert health_alerts(settings) == []
+
+    wait_until(lambda: len(health_alerts(settings)) == 3, 20, "the three alerts to fire")
+    fired = {alert["kind"]: alert for alert in health_alerts(settings)}
+    assert all(alert["state"] == "firing" for alert in fired.values())
+    for kind, alert in fired.items():
+        grace_ms = GRACES.grace_ms(AlertKind(kind))
+        assert ms(alert["detected_at"]) - alert["detail"]["since_ms"] >= grace_ms, alert
+    stalled = fired["REPLICATION_STALLED"]
+    assert stalled["ledger_id"] == ledger and stalled["detail"]["holder"] == "worker-7"
+    assert fired["AUTORECOVERY_DISABLED"]["ledger_id"] is None
+
+    # The ground truth agrees: what it requires fired, and what fired it requires or allows (near a deadline).
+    truth = sim.ground_truth()
+    found = {
+        "AUTORECOVERY_DISABLED": ["autorecovery"],
+        "AUDITOR_MISSING": ["auditor"],
+        "REPLICATION_STALLED": [ledger],
+    }
+    for kind in KINDS:
+        required, allowed = set(truth["alerts"][kind]), set(truth["may_alert"][kind])
+        assert required <= set(found[kind]) <= required | allowed, kind
+
+    listed = query_alerts(settings, capsys)
+    assert sorted(row["kind"] for row in listed) == sorted(KINDS)
+    assert {row["alert_id"] for row in listed} == {alert["alert_id"] for alert in fired.values()}
+
+    sim.set_autorecovery(True)
+    sim.set_auditor(True)
+    sim.release_lock(ledger)
+    wait_until(lambda: len(health_alerts(settings)) == 6, 20, "the three alerts to resolve")
+    resolved = {a["kind"]: a for a in health_alerts(settings) if a["state"] == "resolved"}
+    assert {kind: a["alert_id"] for kind, a in resolved.items()} == {
+        kind: a["alert_id"] for kind, a in fired.items()
+    }
+    assert query_alerts(settings, capsys) == []
+    assert all(sim.ground_truth()["alerts"][kind] == [] for kind in KINDS)
