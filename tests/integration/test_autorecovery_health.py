@@ -21,14 +21,16 @@ import pytest
 from bkaudit.cli.main import run as run_cli
 from bkaudit.domain.alerts import AlertKind
 from bkaudit.domain.rules.autorecovery import AutoRecoveryGraces
+from bkaudit.pb import change_events_pb2 as pb
 from bkaudit.settings import Settings
-from bkaudit.sim.cluster import SimulatedCluster
+from bkaudit.sim.cluster import SIM_AUDITOR_ID, SimulatedCluster
 from bkaudit.sim.truth import TruthParameters
 from connectors.kafka.topics import ensure_topic
 from connectors.zookeeper.watcher import ChangeWatcher
 from streaming.job import start_membership_lane
 from streaming.sink import AuditSink, SinkConfig
 from tests.integration.event_fixtures import alerts_on
+from tests.integration.test_watcher import TopicReader, running_watcher, watcher_settings
 
 pytestmark = pytest.mark.integration
 
@@ -161,3 +163,60 @@ def test_disable_no_auditor_and_a_stuck_lock_fire_after_their_grace_and_resolve_
     }
     assert query_alerts(settings, capsys) == []
     assert all(sim.ground_truth()["alerts"][kind] == [] for kind in KINDS)
+
+
+# ---------------------------------------------------------------------------------------- the watcher
+
+
+def last_state(reader: TopicReader) -> pb.AutoRecoveryState | None:
+    found = reader.events("auto_recovery_state")
+    return found[-1].auto_recovery_state if found else None
+
+
+def wait_for_state(
+    reader: TopicReader, check: Callable[[pb.AutoRecoveryState], bool]
+) -> pb.AutoRecoveryState:
+    reader.wait_for(lambda _: (state := last_state(reader)) is not None and check(state))
+    state = last_state(reader)
+    assert state is not None
+    return state
+
+
+@pytest.mark.parametrize("watch_mode", ["persistent", "fallback"])
+def test_the_watcher_publishes_autorecovery_state_as_it_changes(
+    bk_services: Any,
+    kafka_settings: Any,
+    zk_chroot: str,
+    zk_client: Any,
+    sim: SimulatedCluster,
+    watch_mode: str,
+) -> None:
+    ledger = sim.create_ledger(entries=0) if sim.add_bookie() and sim.add_bookie() and sim.add_bookie() else 0
+    settings = watcher_settings(bk_services, kafka_settings, zk_chroot, watch_mode=watch_mode)
+    with running_watcher(settings) as (watcher, reader):
+        assert watcher.wait_for_snapshots(1, 30)
+        start = wait_for_state(reader, lambda s: len(s.votes) == 1)
+        assert not start.disabled and start.votes[0].bookie_id == SIM_AUDITOR_ID and not start.locks
+
+        sim.set_autorecovery(False)
+        disabled = wait_for_state(reader, lambda s: s.disabled)
+        assert disabled.disabled_ctime_ms == zk_client.exists(sim.underreplication.disable).ctime
+        sim.set_auditor(False)
+        wait_for_state(reader, lambda s: not s.votes)
+        sim.hold_lock(ledger, holder="worker-3")
+        locked = wait_for_state(reader, lambda s: len(s.locks) == 1)
+        lock_stat = zk_client.exists(sim.underreplication.lock(ledger))
+        assert (locked.locks[0].ledger_id, locked.locks[0].holder) == (ledger, "worker-3")
+        assert locked.locks[0].ctime_ms == lock_stat.ctime and locked.disabled and not locked.votes
+
+        # A lock whose data does not decode: reported without a holder, the reason without the bytes.
+        zk_client.create(sim.underreplication.lock(ledger + 1), b"\xffsecret-ish", ephemeral=True)
+        odd = wait_for_state(reader, lambda s: len(s.locks) == 2)
+        assert odd.locks[1].holder == "" and odd.error and "secret-ish" not in odd.error
+
+        zk_client.delete(sim.underreplication.lock(ledger + 1))
+        sim.release_lock(ledger)
+        sim.set_auditor(True)
+        sim.set_autorecovery(True)
+        healthy = wait_for_state(reader, lambda s: not s.disabled and len(s.votes) == 1 and not s.locks)
+        assert healthy.votes[0].bookie_id == SIM_AUDITOR_ID and not healthy.error
