@@ -31,26 +31,14 @@ from streaming.job import start_membership_lane
 from streaming.sink import AuditSink, SinkConfig
 from tests.integration.event_fixtures import alerts_on
 from tests.integration.test_watcher import TopicReader, running_watcher, watcher_settings
+from tests.integration.test_watcher_sim import SIM_PASSWORD, sim
+
+__all__ = ["sim"]  # the simulator fixture, shared with the watcher's simulator tests
 
 pytestmark = pytest.mark.integration
 
 GRACES = AutoRecoveryGraces(disabled_s=1.5, auditor_missing_s=2.0, lock_held_s=2.5)
 KINDS = ("AUTORECOVERY_DISABLED", "AUDITOR_MISSING", "REPLICATION_STALLED")
-
-
-@pytest.fixture
-def sim(bk_services: Any, zk_chroot: str) -> Iterator[SimulatedCluster]:
-    cluster = SimulatedCluster(
-        bk_services.zookeeper_hosts(zk_chroot),
-        racks=3,
-        bookie_session_timeout_s=1.5,
-        seed=15,
-        truth_parameters=TruthParameters(autorecovery=GRACES),
-    ).init()
-    try:
-        yield cluster
-    finally:
-        cluster.close()
 
 
 @pytest.fixture
@@ -139,7 +127,7 @@ def test_disable_no_auditor_and_a_stuck_lock_fire_after_their_grace_and_resolve_
     assert fired["AUTORECOVERY_DISABLED"]["ledger_id"] is None
 
     # The ground truth agrees: what it requires fired, and what fired it requires or allows (near a deadline).
-    truth = sim.ground_truth()
+    truth = sim.ground_truth(params=TruthParameters(autorecovery=GRACES))
     found = {
         "AUTORECOVERY_DISABLED": ["autorecovery"],
         "AUDITOR_MISSING": ["auditor"],
@@ -162,7 +150,8 @@ def test_disable_no_auditor_and_a_stuck_lock_fire_after_their_grace_and_resolve_
         kind: a["alert_id"] for kind, a in fired.items()
     }
     assert query_alerts(settings, capsys) == []
-    assert all(sim.ground_truth()["alerts"][kind] == [] for kind in KINDS)
+    truth = sim.ground_truth(params=TruthParameters(autorecovery=GRACES))
+    assert all(truth["alerts"][kind] == [] for kind in KINDS)
 
 
 # ---------------------------------------------------------------------------------------- the watcher
@@ -193,7 +182,7 @@ def test_the_watcher_publishes_autorecovery_state_as_it_changes(
 ) -> None:
     ledger = sim.create_ledger(entries=0) if sim.add_bookie() and sim.add_bookie() and sim.add_bookie() else 0
     settings = watcher_settings(bk_services, kafka_settings, zk_chroot, watch_mode=watch_mode)
-    with running_watcher(settings) as (watcher, reader):
+    with running_watcher(settings, SIM_PASSWORD) as (watcher, reader):
         assert watcher.wait_for_snapshots(1, 30)
         start = wait_for_state(reader, lambda s: len(s.votes) == 1)
         assert not start.disabled and start.votes[0].bookie_id == SIM_AUDITOR_ID and not start.locks
