@@ -247,7 +247,8 @@ class StreamSettings(BaseModel):
     auditor_missing_grace_s: float = Field(
         300.0,
         ge=0,
-        description="AUDITOR_MISSING once no Auditor vote has existed this long while bookies run; 0 disables",
+        description="AUDITOR_MISSING once no Auditor vote has existed this long while bookies run; "
+        "0 disables",
     )
     replication_lock_grace_s: float = Field(
         1800.0,
