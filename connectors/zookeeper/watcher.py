@@ -1490,6 +1490,7 @@ class ChangeWatcher:
     def _read_autorecovery(self, snapshot: Snapshot | None) -> None:
         """Read AutoRecovery's znodes (``disable``, the Auditor votes, the replication locks) and publish
         them when they changed. Synchronous: they are a handful of znodes, changed rarely."""
+        self._read_counter[OP_AUTORECOVERY].inc()
         try:
             disabled, votes, locks, errors = self._autorecovery_znodes()
         except KazooException as err:
