@@ -440,6 +440,15 @@ def test_cli_up_fault_truth_down_round_trip(hosts: str, tmp_path: Path, cli: Cal
         assert truth.json()["alerts"]["BOOKIE_LOST"] == [lost]
         bad = cli("sim", "kill-bookie", "1", *state)
         assert bad.exit_code == 2 and bad.stderr == f"bkaudit: bookie {lost} is already down\n"
+        for args in (("autorecovery", "off"), ("auditor", "off"), ("hold-lock", "#0", "--holder", "w9")):
+            assert cli("sim", *args, *state).exit_code == 0, args
+        autorecovery = cli("sim", "status", *state).json()["autorecovery"]
+        assert autorecovery == {
+            "enabled": False,
+            "auditor": None,
+            "locks": [summary["ledgers"][0]],
+        }
+        assert cli("sim", "autorecovery", "maybe", *state).exit_code == 2
         assert cli("sim", "down", *state).exit_code == 0
         assert process.wait(timeout=20) == 0
         assert not (state_dir / "sim.json").exists()
