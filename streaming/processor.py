@@ -3,8 +3,10 @@
 Grouped by ``state_key``:
 
 - ``"cluster"``: one :class:`~bkaudit.domain.rules.lost_bookie.BookieMembership` (registrations, the recovery
-  delay, the several-missing rule) plus the rack map. An event-time timer at the next deadline lets a delay
-  expire on an idle cluster: the watcher's heartbeats move the watermark.
+  delay, the several-missing rule), AutoRecovery's health
+  (:class:`~bkaudit.domain.rules.autorecovery.AutoRecoveryHealth`) and the rack map. An event-time timer at
+  the next deadline lets a delay or a grace period expire on an idle cluster: the watcher's heartbeats move
+  the watermark.
 - ``"ledgers/<bucket>"`` (ledger id modulo ``stream.ledger_state_buckets``): in a map state, only the
   *tracked* ledgers — those with a suspicion of a failing replicas probe (its re-probe timer and round,
   BP-34) or an under-replication mark (its grace timer) — with their last znode version and deleted/corrupt
