@@ -241,6 +241,21 @@ class StreamSettings(BaseModel):
     under_replication_grace_s: float = Field(
         3600.0, ge=0, description="UNDER_REPLICATION_STUCK after a urL mark is this old; 0 disables"
     )
+    autorecovery_disabled_grace_s: float = Field(
+        900.0, ge=0, description="AUTORECOVERY_DISABLED once underreplication/disable is this old; 0 disables"
+    )
+    auditor_missing_grace_s: float = Field(
+        300.0,
+        ge=0,
+        description="AUDITOR_MISSING once no Auditor vote has existed this long while bookies run; "
+        "0 disables",
+    )
+    replication_lock_grace_s: float = Field(
+        1800.0,
+        ge=0,
+        description="REPLICATION_STALLED once a replication lock (underreplication/locks/urL<id>) is this "
+        "old; 0 disables",
+    )
     placement_policy: Literal["rackaware", "regionaware", "zoneaware"] = "rackaware"
     min_racks_per_write_quorum: int = Field(2, ge=1)
     enforce_min_racks_per_write_quorum: bool = False

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bkaudit.domain.rules.autorecovery import AutoRecoveryGraces
 from bkaudit.errors import BkauditError, ConfigError, ServiceError
 from bkaudit.localfs import writable_directory
 from bkaudit.settings import Settings, StreamSettings
@@ -59,6 +60,11 @@ def processor_config(stream: StreamSettings, *, membership: bool = True) -> Proc
         reprobe_max_delay_s=stream.reprobe_max_delay_s,
         confirmed_recheck_s=stream.confirmed_recheck_s,
         under_replication_grace_s=stream.under_replication_grace_s,
+        autorecovery=AutoRecoveryGraces(
+            disabled_s=stream.autorecovery_disabled_grace_s,
+            auditor_missing_s=stream.auditor_missing_grace_s,
+            lock_held_s=stream.replication_lock_grace_s,
+        ),
     )
 
 

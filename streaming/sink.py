@@ -50,7 +50,7 @@ from connectors.delta.tables import (
 )
 from streaming.decode import ARROW_CHANGE_SCHEMA
 from streaming.loss import (
-    LOSS_ALERT_KINDS,
+    OWNED_ALERT_KINDS,
     LossAuditor,
     loss_app,
     membership_app,
@@ -318,7 +318,7 @@ class AuditSink:
             # The loss kinds are streaming.loss's: this lane neither fires nor resolves them.
             open_rows = open_table.to_pyarrow_table().to_pylist()
             book = AlertBook.from_rows(
-                cluster, (r for r in open_rows if AlertKind(r["kind"]) not in LOSS_ALERT_KINDS)
+                cluster, (r for r in open_rows if AlertKind(r["kind"]) not in OWNED_ALERT_KINDS)
             )
         log = self.ledger_log
         log.open(batch_id)  # the ledgers as of before this batch (already open: a no-op)

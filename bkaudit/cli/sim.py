@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import os
 import signal
@@ -560,6 +561,52 @@ def set_lost_bookie_recovery_delay(
 ) -> None:
     """Set underreplication/lostBookieRecoveryDelay."""
     _do("set_lost_bookie_recovery_delay", {"seconds": seconds}, state_dir, control)
+
+
+class Switch(enum.StrEnum):
+    """An on/off argument."""
+
+    ON = "on"
+    OFF = "off"
+
+
+@app.command("autorecovery")
+def autorecovery(
+    switch: Annotated[Switch, typer.Argument(help="on or off (off creates underreplication/disable)")],
+    state_dir: StateDirOption = None,
+    control: ControlOption = None,
+) -> None:
+    """Switch AutoRecovery on or off."""
+    _do("set_autorecovery", {"enabled": switch is Switch.ON}, state_dir, control)
+
+
+@app.command("auditor")
+def auditor(
+    switch: Annotated[Switch, typer.Argument(help="on (run the Auditor) or off (drop its election vote)")],
+    state_dir: StateDirOption = None,
+    control: ControlOption = None,
+) -> None:
+    """Run or drop the Auditor."""
+    _do("set_auditor", {"running": switch is Switch.ON}, state_dir, control)
+
+
+@app.command("hold-lock")
+def hold_lock(
+    ledger: LedgerArgument,
+    holder: Annotated[str, typer.Option("--holder", help="the worker's host name")] = "replication-worker-0",
+    state_dir: StateDirOption = None,
+    control: ControlOption = None,
+) -> None:
+    """Hold a ledger's replication lock (underreplication/locks/urL<id>) until release-lock."""
+    _do("hold_lock", {"ledger": ledger, "holder": holder}, state_dir, control)
+
+
+@app.command("release-lock")
+def release_lock(
+    ledger: LedgerArgument, state_dir: StateDirOption = None, control: ControlOption = None
+) -> None:
+    """Release a ledger's replication lock."""
+    _do("release_lock", {"ledger": ledger}, state_dir, control)
 
 
 # ============================================================================================== ledgers

@@ -20,6 +20,9 @@ domain library's formats (bookkeeper-facts.md §1, §2):
 - faults: graceful and hard kills, flaps, read-only, lost entries/ledgers, ENOLEDGER, silent and slow
   bookies, rack moves, badly placed ledgers, corrupt metadata, ``urL`` marks with an old ctime, a changed
   ``lostBookieRecoveryDelay``.
+- AutoRecovery: an elected Auditor (a vote under ``auditorelection``, from the cluster's session) from
+  ``init()`` on; it can be switched off (``disable``), its Auditor dropped and restored, and replication
+  locks held and released (``locks/urL<id>``, ephemeral, as a ReplicationWorker holds them).
 
 It remembers what it did, so :meth:`SimulatedCluster.ground_truth` can say what a correct auditor must flag
 (:mod:`bkaudit.sim.truth`). The password never appears in any output, log or truth.
@@ -85,10 +88,13 @@ from bkaudit.domain.registration import (
     validate_bookie_id,
     writable_bookie_path,
 )
+from bkaudit.domain.rules.autorecovery import AutoRecoveryZnodes, ReplicationLock
 from bkaudit.domain.striping import write_set
 from bkaudit.domain.underreplication import (
     UnderreplicatedLedger,
     UnderreplicationPaths,
+    format_auditor_vote,
+    format_lock_data,
     format_lost_bookie_recovery_delay,
     format_rereplication_layout,
     format_underreplicated_ledger,
@@ -116,7 +122,10 @@ from bkaudit.sim.truth import (
 )
 from connectors.bookie.server import BookieServer, InMemoryEntryStore
 
-__all__ = ["CORRUPTIONS", "SimLedger", "SimulatedCluster", "pulsar_custom_metadata"]
+__all__ = ["CORRUPTIONS", "SIM_AUDITOR_ID", "SimLedger", "SimulatedCluster", "pulsar_custom_metadata"]
+
+#: The bookie id in the simulated Auditor's vote.
+SIM_AUDITOR_ID = "autorecovery-0"
 
 logger = logging.getLogger(__name__)
 
@@ -281,6 +290,13 @@ class SimulatedCluster:
         self._aliases: dict[str, int] = {}
         self._absences: list[Absence] = []
         self._marks: dict[int, int | None] = {}
+        # AutoRecovery: the Auditor's vote path (None: dropped) and since when there is none, the disable
+        # znode's ctime, the held locks, and since when at least one bookie is registered.
+        self._auditor_vote: str | None = None
+        self._auditor_gone_since_ms: int | None = None
+        self._disabled_since_ms: int | None = None
+        self._locks: dict[int, ReplicationLock] = {}
+        self._bookies_running_since_ms: int | None = None
         self._zk_registered: set[str] = set()
         self._watches: list[ChildrenWatch] = []
         self._closed = False
@@ -316,6 +332,7 @@ class SimulatedCluster:
                 close_session(admin)
                 raise
             self._admin = admin
+            self.set_auditor(True)
             self._loop = LoopThread("bkaudit-sim-bookies")
             self._watch_registrations()
             logger.info("simulated cluster %s at %s%s", self.instance_id, self.zk_hosts, self.root)
@@ -347,6 +364,7 @@ class SimulatedCluster:
         transaction.create(paths.layout, format_rereplication_layout().encode("utf-8"))
         transaction.create(paths.urledgers, b"")
         transaction.create(paths.locks, b"")
+        transaction.create(paths.auditor_election, b"")
         transaction.create(
             paths.lost_bookie_recovery_delay,
             format_lost_bookie_recovery_delay(self.lost_bookie_recovery_delay_s).encode("ascii"),
@@ -413,6 +431,10 @@ class SimulatedCluster:
         now = _now_ms()
         with self._membership_lock:
             self._zk_registered = set(registered)
+            if not registered:
+                self._bookies_running_since_ms = None
+            elif self._bookies_running_since_ms is None:
+                self._bookies_running_since_ms = now
             suspects = [b for b in self._bookies.values() if b.hard_killed and b.bookie_id not in registered]
         for bookie in suspects:
             # The two watches update separately (a read-only move touches both parents), so confirm directly.
@@ -1031,6 +1053,71 @@ class SimulatedCluster:
             self.admin.set(self.underreplication.lost_bookie_recovery_delay, data)
             self.lost_bookie_recovery_delay_s = seconds
 
+    # ====================================================================================== AutoRecovery
+
+    def set_autorecovery(self, enabled: bool) -> None:
+        """Switch AutoRecovery on or off as ``bookkeeper shell autorecovery -enable/-disable`` does: delete
+        or create the empty ``underreplication/disable`` znode."""
+        with self._lock:
+            path = self.underreplication.disable
+            if enabled:
+                with contextlib.suppress(NoNodeError):
+                    self.admin.delete(path)
+                self._disabled_since_ms = None
+                return
+            with contextlib.suppress(NodeExistsError):
+                self.admin.create(path, b"")
+            stat = self.admin.exists(path)
+            self._disabled_since_ms = stat.ctime if stat is not None else _now_ms()
+
+    def set_auditor(self, running: bool) -> None:
+        """Run or stop the Auditor: an ephemeral sequential vote ``auditorelection/V_<seq>`` (bookie id
+        :data:`SIM_AUDITOR_ID`), the lowest and only one, so the Auditor; stopping deletes it."""
+        with self._lock:
+            if running and self._auditor_vote is None:
+                data = format_auditor_vote(SIM_AUDITOR_ID).encode("utf-8")
+                self._auditor_vote = self.admin.create(
+                    f"{self.underreplication.auditor_election}/V_", data, ephemeral=True, sequence=True
+                )
+                self._auditor_gone_since_ms = None
+            elif not running and self._auditor_vote is not None:
+                with contextlib.suppress(NoNodeError):
+                    self.admin.delete(self._auditor_vote)
+                self._auditor_vote = None
+                self._auditor_gone_since_ms = _now_ms()
+
+    def hold_lock(self, ledger: str | int, holder: str = "replication-worker-0") -> str:
+        """Take a ledger's replication lock as a ReplicationWorker does (ephemeral ``locks/urL<id>`` with
+        ``LockDataFormat``) and keep it; returns its path."""
+        with self._lock:
+            ledger_id = self._ledger(ledger).ledger_id
+            path = self.underreplication.lock(ledger_id)
+            try:
+                data = format_lock_data(holder).encode("utf-8")
+                self.admin.create(path, data, ephemeral=True)
+            except FormatError as err:
+                raise SimulatorError(str(err)) from None
+            except NodeExistsError:
+                raise SimulatorError(f"ledger {ledger_id}'s replication lock is already held") from None
+            stat = self.admin.exists(path)
+            self._locks[ledger_id] = ReplicationLock(holder, stat.ctime if stat is not None else _now_ms())
+            return path
+
+    def release_lock(self, ledger: str | int) -> None:
+        """Release a ledger's replication lock (delete ``locks/urL<id>``)."""
+        with self._lock:
+            ledger_id = self._ledger(ledger).ledger_id
+            with contextlib.suppress(NoNodeError):
+                self.admin.delete(self.underreplication.lock(ledger_id))
+            self._locks.pop(ledger_id, None)
+
+    def _auditor_missing_since(self) -> int | None:
+        """Since when no Auditor is elected while bookies run (None: an Auditor runs, or no bookie)."""
+        running = self._bookies_running_since_ms
+        if self._auditor_vote is not None or running is None or self._auditor_gone_since_ms is None:
+            return None
+        return max(self._auditor_gone_since_ms, running)
+
     def _write_metadata(self, ledger: SimLedger, metadata: LedgerMetadata) -> None:
         """Versioned setData, as BookKeeper's metadata updates are compare-and-set."""
         try:
@@ -1164,6 +1251,11 @@ class SimulatedCluster:
                 ],
                 "ledgers": [self._ledgers[lid].to_json() for lid in self.ledger_ids()],
                 "underreplicated": sorted(self._marks),
+                "autorecovery": {
+                    "enabled": self._disabled_since_ms is None,
+                    "auditor": SIM_AUDITOR_ID if self._auditor_vote is not None else None,
+                    "locks": sorted(self._locks),
+                },
             }
 
     def snapshot(self, now_ms: int | None = None) -> ClusterSnapshot:
@@ -1213,6 +1305,12 @@ class SimulatedCluster:
                 corrupt_ledgers=corrupt,
                 underreplicated=dict(self._marks),
                 lost_bookie_recovery_delay_s=self.lost_bookie_recovery_delay_s,
+                autorecovery=AutoRecoveryZnodes(
+                    disabled_since_ms=self._disabled_since_ms,
+                    auditor=SIM_AUDITOR_ID if self._auditor_vote is not None else None,
+                    locks=dict(self._locks),
+                ),
+                auditor_missing_since_ms=self._auditor_missing_since(),
             )
 
     def _check_pending_expiries(self) -> None:

@@ -62,6 +62,10 @@ __all__ = [
 
 #: Every alert kind (interfaces §2), from the one enum that defines them.
 ALERT_KINDS = tuple(kind.value for kind in AlertKind)
+# The entity of each cluster-level kind, as SQL (enum constants, nothing from the user).
+_CLUSTER_ENTITY_CASES = " ".join(
+    f"WHEN v.kind = '{kind.value}' THEN '{kind.cluster_entity}'" for kind in AlertKind if kind.is_cluster_kind
+)
 LEDGER_RISK_KINDS = ("LEDGER_UNDER_REPLICATED", "LEDGER_UNRECOVERABLE")
 PLACEMENT_KINDS = ("PLACEMENT_NOT_ADHERING", "PLACEMENT_SOFT")
 SEVERITIES = ("critical", "warning", "info")
@@ -835,10 +839,10 @@ class Lakehouse:
             filters.add("v.detected_at < $until", until=_utc(until, "until"))
         if not keys:
             # Bookie alerts have no ledger id: name them by their bookie, as open_alerts' entity does (the
-            # rack-map alert names the cluster's rack map).
+            # cluster-level kinds name their entity: the rack map, AutoRecovery, the Auditor).
             sql = f"""
                 SELECT v.detected_at, v.kind, v.state, v.severity,
-                       CASE WHEN v.kind = 'RACK_MAP_INVALID' THEN 'rackmap'
+                       CASE {_CLUSTER_ENTITY_CASES}
                             WHEN v.ledger_id IS NULL THEN 'bookie/' || v.bookies[1]
                             ELSE 'ledger/' || v.ledger_id END AS entity,
                        v.ledger_id, v.bookies, v.pulsar_topic, v.alert_id, v.detail
