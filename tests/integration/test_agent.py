@@ -1,0 +1,235 @@
+"""`bkaudit agent` against real RocksDB files in DbLedgerStorage's layout, over gRPC with TLS and a token."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from rocksdict import AccessType, Options, Rdict
+
+from bkaudit.domain.dbstorage import STORAGE_FLAGS_ID, encode_ledger_data, ledger_key
+from bkaudit.pb import bookie_agent_pb2 as pb
+from connectors.agent.client import AgentClient, AgentEntryList, AgentError, AgentNoLedger
+from connectors.agent.index import DbStorageIndexReader, IndexedEntryStore, sim_master_key
+from connectors.agent.server import RunningAgent, start_agent_server
+from tests.integration.agent_tls import TlsMaterial, make_tls
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "agent-token-4f1c9e"
+HUGE = 2**63 - 1
+LEDGERS = {
+    7: set(range(0, 50)) | set(range(60, 70)),
+    HUGE - 1: {0, 1, 2**40},
+    2**33: set(range(1000)),
+}
+
+
+@pytest.fixture(scope="module")
+def tls() -> TlsMaterial:
+    return make_tls()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[IndexedEntryStore]:
+    store = IndexedEntryStore(tmp_path / "bookie" / "ledgers")
+    for ledger_id, entries in LEDGERS.items():
+        store.add_entries(ledger_id, entries)
+    store.create_ledger(12)  # exists, no entries yet
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def agent(store: IndexedEntryStore, tls: TlsMaterial, tmp_path: Path) -> Iterator[RunningAgent]:
+    reader = DbStorageIndexReader([store.ledger_dir], refresh_s=0, view_root=tmp_path / "views")
+    running = start_agent_server(reader, "127.0.0.1:0", token=TOKEN, tls=(tls.cert_pem, tls.key_pem))
+    yield running
+    running.stop()
+
+
+def client_for(agent: RunningAgent, tls: TlsMaterial, token: str = TOKEN) -> AgentClient:
+    return AgentClient(f"localhost:{agent.port}", token=token, ca_pem=tls.ca_pem, timeout_s=5)
+
+
+def entry_set(result: object) -> set[int]:
+    assert isinstance(result, AgentEntryList)
+    return set(result.availability.iter_entries())
+
+
+def test_the_simulators_index_is_bookkeepers_layout(store: IndexedEntryStore) -> None:
+    """Read with RocksDB alone (no project code): 16-byte big-endian keys, non-zero 8-byte locations,
+    LedgerData values, under current/ledgers and current/locations."""
+    store.close()
+    current = store.ledger_dir / "current"
+    opened = Options(raw_mode=True)
+    locations = Rdict(str(current / "locations"), options=opened, access_type=AccessType.read_only())
+    keys = list(locations.keys())
+    assert bytes.fromhex("00000000000000070000000000000031") in keys  # ledger 7, entry 49
+    assert all(len(k) == 16 for k in keys) and all(len(v) == 8 and v != bytes(8) for v in locations.values())
+    assert len(keys) == sum(len(e) for e in LEDGERS.values())
+    locations.close()
+    ledgers = Rdict(str(current / "ledgers"), options=opened, access_type=AccessType.read_only())
+    assert ledgers[bytes.fromhex("0000000000000007")] == encode_ledger_data(master_key=sim_master_key(7))
+    ledgers.close()
+
+
+def test_exact_entry_lists_over_tls(agent: RunningAgent, tls: TlsMaterial) -> None:
+    client = client_for(agent, tls)
+    answers = client.list_entries([*LEDGERS, 12, 8, HUGE])
+    for ledger_id, entries in LEDGERS.items():
+        assert entry_set(answers[ledger_id]) == entries
+    assert entry_set(answers[12]) == set()  # the ledger exists, nothing stored
+    assert isinstance(answers[8], AgentNoLedger) and isinstance(answers[HUGE], AgentNoLedger)
+    assert client.list_ledgers() == ([7, 12, 2**33, HUGE - 1], False)
+    client.close()
+
+
+def test_entry_lists_after_entries_and_ledgers_are_removed(
+    store: IndexedEntryStore, agent: RunningAgent, tls: TlsMaterial
+) -> None:
+    client = client_for(agent, tls)
+    store.drop_entries(7, [0, 25, 69])
+    store.drop_entries(2**33, range(500, 1000))
+    store.drop_ledger(HUGE - 1)  # LedgerData deleted, locations range-deleted, as the bookie does
+    answers = client.list_entries([7, 2**33, HUGE - 1])
+    assert entry_set(answers[7]) == LEDGERS[7] - {0, 25, 69}
+    assert entry_set(answers[2**33]) == set(range(500))
+    assert isinstance(answers[HUGE - 1], AgentNoLedger)
+    store.add_entries(HUGE - 1, [5])  # written again: back, with only what was written since
+    assert entry_set(client.list_entries([HUGE - 1])[HUGE - 1]) == {5}
+    client.close()
+
+
+def raw_call(agent: RunningAgent, tls: TlsMaterial, method: str, data: bytes, token: str | None = TOKEN):
+    credentials = grpc.ssl_channel_credentials(root_certificates=tls.ca_pem)
+    with grpc.secure_channel(f"localhost:{agent.port}", credentials) as channel:
+        call = channel.unary_unary(f"/bkaudit.agent.BookieAgent/{method}")
+        metadata = () if token is None else (("authorization", f"Bearer {token}"),)
+        return call(data, timeout=5, metadata=metadata)
+
+
+def status_of(agent: RunningAgent, tls: TlsMaterial, method: str, data: bytes, **kw) -> tuple[str, str]:
+    with pytest.raises(grpc.RpcError) as caught:
+        raw_call(agent, tls, method, data, **kw)
+    return caught.value.code().name, caught.value.details()
+
+
+def varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+@pytest.mark.parametrize(
+    ("method", "data", "code", "message"),
+    [
+        ("ListEntries", pb.ListEntriesRequest(ledger_ids=[3, -1]).SerializeToString(), "INVALID_ARGUMENT",
+         "ledger id -1 is outside"),
+        # 2^64 - 1 on the wire (an unsigned id no ledger can have) decodes as -1: refused, not wrapped.
+        ("ListEntries", b"\x08" + varint(2**64 - 1), "INVALID_ARGUMENT", "outside [0, 2^63 - 1]"),
+        ("ListEntries", pb.ListEntriesRequest(ledger_ids=range(10_001)).SerializeToString(),
+         "INVALID_ARGUMENT", "10001 ledger ids in one call; at most 10000"),
+        ("ListEntries", b"\x0a\xff\xff\xff", "INVALID_ARGUMENT", "request is not a ListEntriesRequest"),
+        ("ListEntries", bytes(300 * 1024), "RESOURCE_EXHAUSTED", ""),
+        ("ListLedgers", pb.ListLedgersRequest(limit=-5).SerializeToString(), "INVALID_ARGUMENT",
+         "limit must be >= 0"),
+    ],
+)  # fmt: skip
+def test_hostile_requests_get_clear_errors(
+    agent: RunningAgent, tls: TlsMaterial, method: str, data: bytes, code: str, message: str
+) -> None:
+    got_code, details = status_of(agent, tls, method, data)
+    assert got_code == code and message in details
+
+
+def test_the_largest_ledger_id_is_an_answer_not_an_error(agent: RunningAgent, tls: TlsMaterial) -> None:
+    answer = pb.ListEntriesResponse.FromString(
+        raw_call(agent, tls, "ListEntries", pb.ListEntriesRequest(ledger_ids=[HUGE]).SerializeToString())
+    )
+    assert [(e.ledger_id, e.holding) for e in answer.ledgers] == [(HUGE, pb.LedgerEntries.NO_LEDGER)]
+
+
+def test_missing_or_bad_token_and_untrusted_tls_are_refused(agent: RunningAgent, tls: TlsMaterial) -> None:
+    request = pb.ListEntriesRequest(ledger_ids=[7]).SerializeToString()
+    assert status_of(agent, tls, "ListEntries", request, token=None) == (
+        "UNAUTHENTICATED",
+        "missing bearer token (authorization metadata)",
+    )
+    assert status_of(agent, tls, "ListLedgers", b"", token="wrong") == ("UNAUTHENTICATED", "bad bearer token")
+    with pytest.raises(AgentError, match="UNAUTHENTICATED") as refused:
+        client_for(agent, tls, token=TOKEN + "x").list_entries([7])
+    assert TOKEN not in str(refused.value)
+    stranger = AgentClient(
+        f"localhost:{agent.port}", token=TOKEN, ca_pem=make_tls("other-ca").ca_pem, timeout_s=3
+    )
+    with pytest.raises(AgentError, match="UNAVAILABLE"):
+        stranger.list_entries([7])
+    plaintext = AgentClient(f"localhost:{agent.port}", token=TOKEN, insecure=True, timeout_s=3)
+    with pytest.raises(AgentError, match="UNAVAILABLE"):
+        plaintext.list_entries([7])
+
+
+def test_no_master_key_or_token_crosses_or_is_logged(
+    agent: RunningAgent, tls: TlsMaterial, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    answer = raw_call(
+        agent, tls, "ListEntries", pb.ListEntriesRequest(ledger_ids=list(LEDGERS)).SerializeToString()
+    )
+    listing = raw_call(agent, tls, "ListLedgers", b"")
+    assert answer and listing
+    for ledger_id in LEDGERS:
+        assert sim_master_key(ledger_id) not in answer + listing
+    status_of(agent, tls, "ListEntries", b"", token="wrong-" + TOKEN)
+    assert caplog.records  # the calls were logged ...
+    for record in caplog.records:  # ... without a secret
+        text = record.getMessage()
+        assert TOKEN not in text and "SECRETMK" not in text
+
+
+def test_limbo_ledgers_are_left_to_the_bookie_and_bad_values_are_data_loss(
+    store: IndexedEntryStore, agent: RunningAgent, tls: TlsMaterial
+) -> None:
+    store.index.create_ledger(30, master_key=sim_master_key(30), limbo=True)
+    store.index.add_entries(30, [0], master_key=sim_master_key(30))
+    client = client_for(agent, tls)
+    assert 30 not in client.list_entries([30, 7])  # in limbo: the agent cannot tell, no answer
+    store.index.put_raw("ledgers", ledger_key(31), b"\xff\x00garbage")
+    with pytest.raises(AgentError, match=r"DATA_LOSS.*ledgers value"):
+        client.list_entries([31])
+    client.close()
+
+
+def test_ledger_pages_skip_the_storage_flags(
+    store: IndexedEntryStore, agent: RunningAgent, tls: TlsMaterial
+) -> None:
+    store.index.put_raw("ledgers", ledger_key(STORAGE_FLAGS_ID), (1).to_bytes(8, "big"))
+    client = client_for(agent, tls)
+    first, more = client.list_ledgers(limit=2)
+    rest, done = client.list_ledgers(after=first[-1], limit=2)
+    assert (first, more, rest, done) == ([7, 12], True, [2**33, HUGE - 1], False)
+    assert client.list_ledgers(after=HUGE) == ([], False)
+    client.close()
+
+
+def test_reading_leaves_the_bookies_directory_untouched(store: IndexedEntryStore, tmp_path: Path) -> None:
+    store.close()  # the bookie is quiet: any change would be the reader's
+    current = store.ledger_dir / "current"
+
+    def snapshot() -> dict[str, tuple[int, int]]:
+        return {
+            str(p.relative_to(current)): (p.stat().st_size, p.stat().st_mtime_ns) for p in current.rglob("*")
+        }
+
+    before = snapshot()
+    reader = DbStorageIndexReader([store.ledger_dir], refresh_s=0, view_root=tmp_path / "views")
+    assert reader.entries_of(7).size == len(LEDGERS[7])
+    reader.close()
+    assert snapshot() == before
