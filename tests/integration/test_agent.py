@@ -233,3 +233,56 @@ def test_reading_leaves_the_bookies_directory_untouched(store: IndexedEntryStore
     assert reader.entries_of(7).size == len(LEDGERS[7])
     reader.close()
     assert snapshot() == before
+
+
+def test_the_cli_serves_until_sigterm(store: IndexedEntryStore, tls: TlsMaterial, tmp_path: Path) -> None:
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    for name, data in (
+        ("agent.crt", tls.cert_pem),
+        ("agent.key", tls.key_pem),
+        ("token", f"{TOKEN}\n".encode()),
+    ):
+        (tmp_path / name).write_bytes(data)
+    command = [sys.executable, "-m", "bkaudit.cli.main", "agent", "--ledger-dirs", str(store.ledger_dir)]
+    command += ["--listen", "127.0.0.1:0", "--tls-cert", str(tmp_path / "agent.crt")]
+    command += ["--tls-key", str(tmp_path / "agent.key"), "--token-file", str(tmp_path / "token")]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ})
+    try:
+        ready = json.loads(process.stdout.readline())  # type: ignore[union-attr]
+        assert ready["tls"] is True
+        port = int(ready["agent"].rsplit(":", 1)[1])
+        client = AgentClient(f"localhost:{port}", token=TOKEN, ca_pem=tls.ca_pem, timeout_s=5)
+        assert entry_set(client.list_entries([7])[7]) == LEDGERS[7]
+        client.close()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr
+    assert TOKEN not in stderr.decode()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ([], "--ledger-dirs is required"),
+        (["--ledger-dirs", "/nonexistent"], "--token-file is required"),
+        (["--ledger-dirs", "/nonexistent", "--token-file", "TOKEN_FILE"], "--tls-cert and --tls-key"),
+        (["--ledger-dirs", "/nonexistent", "--token-file", "TOKEN_FILE", "--insecure"], "not a RocksDB"),
+        (["--ledger-dirs", "/nonexistent", "--token-file", "/nonexistent/token", "--insecure"], "token file"),
+    ],
+)
+def test_the_cli_refuses_bad_input_in_one_line(
+    options: list[str], message: str, capsys, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    from bkaudit.cli.main import run
+
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    assert run(["agent", *[str(token_file) if o == "TOKEN_FILE" else o for o in options]]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
