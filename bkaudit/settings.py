@@ -470,14 +470,6 @@ class AgentSettings(BaseModel):
         10.0, ge=0, description="`bkaudit agent`: reopen an index whose files changed at most this often"
     )
 
-    @model_validator(mode="after")
-    def _tls_pair(self) -> AgentSettings:
-        if (self.tls_cert_file is None) != (self.tls_key_file is None):
-            raise ValueError("tls_cert_file and tls_key_file go together")
-        if self.addresses and self.token is None:
-            raise ValueError("addresses need a token: every call to an agent carries one")
-        return self
-
 
 class Settings(BaseSettings):
     """All settings of one bkaudit process.

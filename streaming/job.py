@@ -95,6 +95,8 @@ def agent_config(settings: Settings) -> AgentConfig | None:
     agent = settings.agent
     if not agent.addresses:
         return None
+    if agent.token is None:
+        raise ConfigError("agent.addresses is set but agent.token is not: every call to an agent carries it")
     from connectors.agent.client import AgentConfig
 
     return AgentConfig(

@@ -69,6 +69,8 @@ def agent(
         raise InvalidArgumentError("--ledger-dirs is required (the bookie's ledgerDirectories)")
     if settings.token_file is None:
         raise InvalidArgumentError("--token-file is required: every call carries a bearer token")
+    if (settings.tls_cert_file is None) != (settings.tls_key_file is None):
+        raise InvalidArgumentError("--tls-cert and --tls-key go together")
     if settings.tls_cert_file is None and not settings.insecure:
         raise InvalidArgumentError(
             "--tls-cert and --tls-key are required (or --insecure, for loopback tests)"
