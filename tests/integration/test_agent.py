@@ -286,3 +286,60 @@ def test_the_cli_refuses_bad_input_in_one_line(
     assert run(["agent", *[str(token_file) if o == "TOKEN_FILE" else o for o in options]]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_a_probe_asks_the_agent_first_and_falls_back_when_it_cannot_answer(
+    tmp_path: Path, tls: TlsMaterial
+) -> None:
+    """b0's agent answers (b0 gets no request, and its inner loss is seen); b1's agent is unreachable, so b1
+    is checked by entry reads in the same wave; b2 has no agent and lists its entries."""
+    from connectors.agent.client import AgentConfig, agent_answers
+    from connectors.bookie.client import BlockingBookieClient
+    from connectors.bookie.ledger_probe import LedgerProbeTarget, probe_and_learn
+    from connectors.bookie.server import BookieServer
+
+    target = LedgerProbeTarget(90, 3, 3, 2, "CLOSED", 9, ((0, ("b0", "b1", "b2")),))
+    stores = {b: IndexedEntryStore(tmp_path / b) for b in ("b0", "b1")}
+    servers = {b: BookieServer(store, answers_entry_lists=False) for b, store in stores.items()}
+    servers["b2"] = BookieServer(IndexedEntryStore(tmp_path / "b2"))
+    for server in servers.values():
+        server.store.add_entries(90, range(10))
+        server.start_background()
+    stores["b0"].drop_entries(90, [4])  # inside b0's only fragment: reads of its ends cannot see it
+    reader = DbStorageIndexReader([stores["b0"].ledger_dir], refresh_s=0, view_root=tmp_path / "views")
+    agent = start_agent_server(reader, "127.0.0.1:0", token=TOKEN, tls=(tls.cert_pem, tls.key_pem))
+    (tmp_path / "ca.pem").write_bytes(tls.ca_pem)
+    unreachable = start_agent_server(
+        DbStorageIndexReader([stores["b1"].ledger_dir], refresh_s=0), "127.0.0.1:0", token=TOKEN, tls=None
+    )
+    unreachable.stop()  # its port now refuses connections
+    config = AgentConfig(
+        addresses=(("b0", f"localhost:{agent.port}"), ("b1", f"localhost:{unreachable.port}")),
+        token=TOKEN,
+        ca_file=tmp_path / "ca.pem",
+        timeout_s=2,
+    )
+    clients = config.clients()
+    try:
+        known = agent_answers(clients, {"b0": [90], "b1": [90]})
+        assert set(known) == {(90, "b0")}
+        with BlockingBookieClient(timeout=0.5) as client:
+            [outcome], learned = probe_and_learn(
+                client,
+                [target],
+                {b: s.address for b, s in servers.items()},
+                known=known,
+                learn={"b0", "b1", "b2"},
+                timeout=0.5,
+            )
+        assert outcome.answers == {"b0": "agent_list", "b1": "entry_reads", "b2": "entry_list"}
+        assert learned == {"b1": False, "b2": True}
+        assert outcome.verdict.worst_entries == (4,)  # found through the agent's exact list
+        assert servers["b0"].stats.requests_received == 0
+    finally:
+        for each in clients.values():
+            each.close()
+        agent.stop()
+        for server in servers.values():
+            server.stop_background()
+            server.store.close()  # type: ignore[attr-defined]

@@ -14,16 +14,21 @@ from typing import Any
 
 import pytest
 
-from bkaudit.settings import Settings
 from bkaudit.sim.cluster import DB_STORAGE, SimulatedCluster
 from connectors.agent.index import DbStorageIndexReader
 from connectors.agent.server import start_agent_server
 from connectors.delta.tables import read_table
 from connectors.kafka.topics import ensure_topic
-from connectors.zookeeper.watcher import ChangeWatcher
-from streaming import job
 from tests.integration.agent_tls import make_tls
-from tests.integration.test_end_to_end import ALWAYS, GRACE_S, PROBED, Stack, fragment_ends
+from tests.integration.test_end_to_end import (
+    ALWAYS,
+    PROBED,
+    Stack,
+    e2e_settings,
+    fragment_ends,
+    start_stack,
+    stop_stack,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -58,42 +63,18 @@ def stack(bk_services, spark, tmp_path_factory):
     }
     kafka = bk_services.kafka_settings(topic_partitions=1)
     ensure_topic(kafka, kafka.changes_topic, partitions=1)
-    settings = Settings(
-        zookeeper={"connect": hosts, "session_timeout_s": 10},
-        kafka=kafka,
-        lakehouse_root=root / "lakehouse",
-        checkpoint_root=root / "checkpoints",
-        watcher={"heartbeat_interval_s": 0.5, "rack_map_znode": "/bookies", "progress": "off"},
-        stream={
-            "trigger_interval_s": 0.5,
-            "watermark_delay_s": 1.0,
-            "probe_timeout_s": 0.5,
-            "reprobe_delay_s": 1.0,
-            "reprobe_rounds": 2,
-            "confirmed_recheck_s": 5.0,
-            "under_replication_grace_s": GRACE_S,
-            "scrutiny_ledgers_per_s": 20.0,
-        },
-        agent={
-            "addresses": {bookie: f"localhost:{agent.port}" for bookie, agent in agents.items()},
-            "token": TOKEN,
-            "tls_ca_file": root / "ca.pem",
-        },
-    )
-    watcher = ChangeWatcher(settings)
-    watcher.start()
-    assert watcher.wait_for_snapshots(1, timeout_s=60)
-    query, sink = job.start(spark, settings)
-    built = Stack(cluster, settings, watcher, query, sink)
+    agent_settings = {
+        "addresses": {bookie: f"localhost:{agent.port}" for bookie, agent in agents.items()},
+        "token": TOKEN,
+        "tls_ca_file": root / "ca.pem",
+    }
+    built = start_stack(cluster, e2e_settings(hosts, kafka, root, agent=agent_settings), spark)
     try:
         yield built
     finally:
-        job.stop_gracefully(query, sink, timeout_s=30)
-        sink.close()
-        watcher.stop()
+        stop_stack(built)
         for agent in agents.values():
             agent.stop()
-        cluster.close()
 
 
 def bookie_requests(stack: Stack) -> dict[str, int]:
