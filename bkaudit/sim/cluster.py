@@ -1185,6 +1185,9 @@ class SimulatedCluster:
                         "mode": bookie.mode.value,
                         "legacy_id": bookie.legacy_id,
                         "storage": SORTED_STORAGE if bookie.server.answers_entry_lists else DB_STORAGE,
+                        "ledger_dir": str(bookie.store.ledger_dir)
+                        if isinstance(bookie.store, IndexedEntryStore)
+                        else None,
                         "faults": bookie.faults_json(),
                     }
                     for bookie in (self._bookies[b] for b in self._bookie_order)

@@ -343,3 +343,34 @@ def test_a_probe_asks_the_agent_first_and_falls_back_when_it_cannot_answer(
         for server in servers.values():
             server.stop_background()
             server.store.close()  # type: ignore[attr-defined]
+
+
+def test_a_simulated_db_ledger_storage_cluster_keeps_its_indexes_exact(bk_services, tmp_path: Path) -> None:
+    """`sim up --index-root` (a ClusterSpec's index_root): every DbLedgerStorage bookie's index holds
+    exactly what the bookie holds, through creation, losses and a lost ledger; SortedLedgerStorage bookies
+    keep none."""
+    from bkaudit.sim.scenario import ClusterSpec, build_cluster
+
+    spec = ClusterSpec(bookies=4, ledgers=4, entries=30, storage="mixed", index_root=str(tmp_path / "idx"))
+    sim = build_cluster(spec, bk_services.zookeeper_hosts(bk_services.new_chroot()), reset=True)
+    try:
+        db_bookies = [b["bookie_id"] for b in sim.status()["bookies"] if b["ledger_dir"] is not None]
+        assert db_bookies and all(
+            b["storage"] == "DbLedgerStorage" for b in sim.status()["bookies"] if b["bookie_id"] in db_bookies
+        )
+        on_db = [(b, i) for b in db_bookies for i in sim.ledger_ids() if sim.bookie_store(b).entries_of(i)]
+        (bookie, ledger), (other_bookie, other_ledger) = on_db[0], on_db[-1]
+        held = sorted(sim.bookie_store(bookie).entries_of(ledger) or ())
+        sim.lose_entries(bookie, ledger, held[1:3])
+        sim.lose_ledger(other_bookie, other_ledger)
+        assert (ledger, bookie) != (other_ledger, other_bookie) and len(held) > 3
+        for db_bookie in db_bookies:
+            reader = DbStorageIndexReader([sim.ledger_dir(db_bookie)], refresh_s=0, view_root=tmp_path / "v")
+            store = sim.bookie_store(db_bookie)
+            for ledger_id in sim.ledger_ids():
+                entries = store.entries_of(ledger_id)
+                assert (reader.flags_of(ledger_id) is None) == (entries is None)
+                assert set(reader.entries_of(ledger_id).tolist()) == set(entries or ())
+            reader.close()
+    finally:
+        sim.close()
