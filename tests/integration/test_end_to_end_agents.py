@@ -16,7 +16,7 @@ import pytest
 
 from bkaudit.sim.cluster import DB_STORAGE, SimulatedCluster
 from connectors.agent.index import DbStorageIndexReader
-from connectors.agent.server import start_agent_server
+from connectors.agent.server import RunningAgent, start_agent_server
 from connectors.delta.tables import read_table
 from connectors.kafka.topics import ensure_topic
 from tests.integration.agent_tls import make_tls
@@ -50,17 +50,12 @@ def stack(bk_services, spark, tmp_path_factory):
         cluster.create_ledger(ensemble_size=3, write_quorum=2, ack_quorum=2, entries=20)
     tls = make_tls()
     (root / "ca.pem").write_bytes(tls.ca_pem)
-    agents = {
-        bookie: start_agent_server(
-            DbStorageIndexReader(
-                [cluster.ledger_dir(bookie)], refresh_s=0, view_root=root / "views" / bookie
-            ),
-            "127.0.0.1:0",
-            token=TOKEN,
-            tls=(tls.cert_pem, tls.key_pem),
-        )
-        for bookie in cluster.bookie_ids()
-    }
+
+    def serve(bookie: str, port: int = 0) -> RunningAgent:
+        reader = DbStorageIndexReader([cluster.ledger_dir(bookie)], refresh_s=0, view_root=root / "views")
+        return start_agent_server(reader, f"127.0.0.1:{port}", token=TOKEN, tls=(tls.cert_pem, tls.key_pem))
+
+    agents = {bookie: serve(bookie) for bookie in cluster.bookie_ids()}
     kafka = bk_services.kafka_settings(topic_partitions=1)
     ensure_topic(kafka, kafka.changes_topic, partitions=1)
     agent_settings = {
@@ -69,12 +64,13 @@ def stack(bk_services, spark, tmp_path_factory):
         "tls_ca_file": root / "ca.pem",
     }
     built = start_stack(cluster, e2e_settings(hosts, kafka, root, agent=agent_settings), spark)
+    built.agents, built.serve_agent = agents, serve  # type: ignore[attr-defined]
     try:
         yield built
     finally:
         stop_stack(built)
         for agent in agents.values():
-            agent.stop()
+            agent.stop()  # a second stop of a stopped one is harmless
 
 
 def bookie_requests(stack: Stack) -> dict[str, int]:
@@ -127,3 +123,27 @@ def test_a_loss_inside_a_fragment_is_alerted_from_the_agents_answers(stack: Stac
         time.sleep(0.5)
     assert not any(str(ledger) in stack.open_alerts().get(k, set()) for k in REPLICAS)
     assert bookie_requests(stack) == dict.fromkeys(stack.cluster.bookie_ids(), 0)
+
+
+def test_a_transient_agent_outage_falls_back_to_the_bookie_and_raises_nothing(stack: Stack) -> None:
+    bookie = stack.cluster.bookie_ids()[1]
+    agents: dict[str, RunningAgent] = stack.agents  # type: ignore[attr-defined]
+    started_ms, before, port = (
+        int(time.time() * 1000),
+        stack.cluster.bookie_requests(bookie),
+        agents[bookie].port,
+    )
+    agents[bookie].stop()
+    deadline = time.monotonic() + 60
+    while stack.cluster.bookie_requests(bookie) == before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert stack.cluster.bookie_requests(bookie) > before  # checked directly while its agent is gone
+    agents[bookie] = stack.serve_agent(bookie, port)  # type: ignore[attr-defined]
+    time.sleep(3.0)
+    stack.wait_until_matches(ALWAYS + PROBED)
+    fired = [
+        (r["kind"], r["entity"])
+        for r in read_table(stack.settings.lakehouse_root, "violations").to_pylist()
+        if r["kind"] in PROBED and r["detected_at"].timestamp() * 1000 >= started_ms
+    ]
+    assert fired == []
