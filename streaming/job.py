@@ -26,7 +26,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bkaudit.domain.rules.autorecovery import AutoRecoveryGraces
 from bkaudit.errors import BkauditError, ConfigError, ServiceError
@@ -45,6 +45,9 @@ from streaming.processor import ProcessorConfig, make_processor
 from streaming.schemas import CHANGE_SCHEMA, DECISION_SCHEMA
 from streaming.sink import AuditSink, SinkConfig
 from streaming.sink_queue import SinkQueue
+
+if TYPE_CHECKING:
+    from connectors.agent.client import AgentConfig
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +92,26 @@ def sink_config(settings: Settings, changes_partitions: int) -> SinkConfig:
         ledger_fold_interval_s=stream.ledger_fold_interval_s,
         ledger_changes_retention_hours=stream.ledger_changes_retention_hours,
         index_cleanup_bookies_per_batch=stream.index_cleanup_bookies_per_batch,
+        agents=agent_config(settings),
+    )
+
+
+def agent_config(settings: Settings) -> AgentConfig | None:
+    """How the sink reaches the configured bookie-side agents; None when none is configured."""
+    agent = settings.agent
+    if not agent.addresses:
+        return None
+    if agent.token is None:
+        raise ConfigError("agent.addresses is set but agent.token is not: every call to an agent carries it")
+    from connectors.agent.client import AgentConfig
+
+    return AgentConfig(
+        addresses=tuple(sorted(agent.addresses.items())),
+        token=agent.token.get_secret_value() if agent.token is not None else "",
+        ca_file=agent.tls_ca_file,
+        server_name=agent.tls_server_name,
+        insecure=agent.insecure,
+        timeout_s=agent.timeout_s,
     )
 
 

@@ -12,7 +12,20 @@ import sys
 import typer
 from typer.exceptions import TyperException
 
-from bkaudit.cli import alerts, availability, check, demo, dev, metadata, path, query, sim, stream, watch
+from bkaudit.cli import (
+    agent,
+    alerts,
+    availability,
+    check,
+    demo,
+    dev,
+    metadata,
+    path,
+    query,
+    sim,
+    stream,
+    watch,
+)
 from bkaudit.errors import BkauditError
 
 app = typer.Typer(
@@ -34,6 +47,7 @@ app.add_typer(alerts.app, name="alerts")
 app.command("demo")(demo.demo)
 app.command("stream")(stream.stream)
 app.command("watch")(watch.watch)
+app.command("agent")(agent.agent)
 
 
 def _one_line(message: str) -> str:

@@ -151,7 +151,7 @@ def _summary(sim: Any) -> dict[str, Any]:
         "instance_id": status["instance_id"],
         "rack_map_path": status["rack_map_path"],
         "bookies": [
-            {key: bookie[key] for key in ("bookie_id", "address", "rack", "mode", "storage")}
+            {key: bookie[key] for key in ("bookie_id", "address", "rack", "mode", "storage", "ledger_dir")}
             for bookie in status["bookies"]
         ],
         "ledgers": [ledger["ledger_id"] for ledger in status["ledgers"]],
@@ -198,6 +198,13 @@ def up(
         bool, typer.Option("--reset", help="delete an existing root and rack map first")
     ] = False,
     seed: Annotated[int | None, typer.Option("--seed", help="random seed for ensemble choices")] = None,
+    index_root: Annotated[
+        str | None,
+        typer.Option(
+            "--index-root",
+            help="directory where DbLedgerStorage bookies write their RocksDB indexes (for `bkaudit agent`)",
+        ),
+    ] = None,
     port: Annotated[
         int,
         typer.Option("--port", min=0, max=65535, help="control channel port on 127.0.0.1 (0: any free one)"),
@@ -225,6 +232,7 @@ def up(
         lost_bookie_recovery_delay_s=lost_bookie_recovery_delay,
         bookie_session_timeout_s=bookie_session_timeout,
         seed=seed,
+        index_root=index_root,
     )
     assert isinstance(spec, ClusterSpec)
     sim = build_cluster(spec, _zookeeper(zookeeper), reset=reset)

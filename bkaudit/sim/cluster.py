@@ -51,6 +51,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -120,6 +121,7 @@ from bkaudit.sim.truth import (
     TruthParameters,
     ground_truth,
 )
+from connectors.agent.index import IndexedEntryStore
 from connectors.bookie.server import BookieServer, InMemoryEntryStore
 
 __all__ = ["CORRUPTIONS", "SIM_AUDITOR_ID", "SimLedger", "SimulatedCluster", "pulsar_custom_metadata"]
@@ -256,6 +258,7 @@ class SimulatedCluster:
         host: str = "127.0.0.1",
         seed: int | None = None,
         truth_parameters: TruthParameters | None = None,
+        index_root: Path | None = None,
     ) -> None:
         self.zk_hosts = zk_hosts
         self.root = validate_root(root)
@@ -277,6 +280,9 @@ class SimulatedCluster:
         self.entry_size = entry_size
         self.host = host
         self.truth_parameters = truth_parameters or TruthParameters()
+        # Where DbLedgerStorage bookies write their RocksDB indexes in BookKeeper's layout (for `bkaudit
+        # agent`): <index_root>/bookie-NN/ledgers/current/{ledgers,locations}. None: no index files.
+        self.index_root = index_root
         self.instance_id: str | None = None
         self._rng = random.Random(seed)
         self._lock = threading.RLock()
@@ -391,6 +397,8 @@ class SimulatedCluster:
                     with contextlib.suppress(Exception):
                         self._loop.run(bookie.server.stop(keep_port=False))
                 bookie.mode = BookieMode.DOWN
+                if isinstance(bookie.store, IndexedEntryStore):
+                    bookie.store.close()
             if self._admin is not None:
                 with contextlib.suppress(Exception):
                     close_session(self._admin)
@@ -515,7 +523,7 @@ class SimulatedCluster:
             ordinal = len(self._bookie_order)
             if rack is None:
                 rack = self.rack_names[ordinal % len(self.rack_names)]
-            store = InMemoryEntryStore()
+            store = self._new_store(storage, ordinal)
             server = BookieServer(store, host=self.host, port=port, answers_entry_lists=storage != DB_STORAGE)
             self._loop.run(server.start())
             try:
@@ -544,6 +552,20 @@ class SimulatedCluster:
             self._write_rack_map()
             logger.info("bookie %s up at %s in %s", bookie_id, bookie.address, rack)
             return bookie_id
+
+    def _new_store(self, storage: str, ordinal: int) -> InMemoryEntryStore:
+        """A DbLedgerStorage bookie's store also writes a RocksDB index when the cluster has an index root."""
+        if storage != DB_STORAGE or self.index_root is None:
+            return InMemoryEntryStore()
+        return IndexedEntryStore(self.index_root / f"bookie-{ordinal:02d}" / "ledgers")
+
+    def ledger_dir(self, ref: str | int) -> Path:
+        """The ledger directory of a DbLedgerStorage bookie's RocksDB index (what `bkaudit agent` reads)."""
+        with self._lock:
+            store = self._bookie(ref).store
+            if not isinstance(store, IndexedEntryStore):
+                raise SimulatorError(f"bookie {ref} keeps no RocksDB index (DbLedgerStorage with index_root)")
+            return store.ledger_dir
 
     def _next_bp41_id(self, ordinal: int) -> str:
         number = ordinal + 1
@@ -1220,6 +1242,11 @@ class SimulatedCluster:
         with self._lock:
             return [ledger_id for ledger_id in self._ledger_order if ledger_id in self._ledgers]
 
+    def bookie_requests(self, ref: str | int) -> int:
+        """How many requests a bookie's server has received (any operation) since it started."""
+        with self._lock:
+            return self._bookie(ref).server.stats.requests_received
+
     def bookie_store(self, ref: str | int) -> InMemoryEntryStore:
         """The entry store of a bookie (what its server answers from)."""
         with self._lock:
@@ -1245,6 +1272,9 @@ class SimulatedCluster:
                         "mode": bookie.mode.value,
                         "legacy_id": bookie.legacy_id,
                         "storage": SORTED_STORAGE if bookie.server.answers_entry_lists else DB_STORAGE,
+                        "ledger_dir": str(bookie.store.ledger_dir)
+                        if isinstance(bookie.store, IndexedEntryStore)
+                        else None,
                         "faults": bookie.faults_json(),
                     }
                     for bookie in (self._bookies[b] for b in self._bookie_order)

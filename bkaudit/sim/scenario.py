@@ -98,6 +98,8 @@ class ClusterSpec(BaseModel):
     session_timeout_s: float = Field(10.0, gt=0)
     bookie_session_timeout_s: float = Field(10.0, gt=0)
     seed: int | None = None
+    # Where DbLedgerStorage bookies write their RocksDB indexes (BookKeeper's layout, for `bkaudit agent`).
+    index_root: str | None = None
 
     @model_validator(mode="after")
     def _quorums(self) -> ClusterSpec:
@@ -324,6 +326,7 @@ def build_cluster(
         lost_bookie_recovery_delay_s=spec.lost_bookie_recovery_delay_s,
         seed=spec.seed,
         truth_parameters=(truth or TruthSpec()).to_parameters(),
+        index_root=Path(spec.index_root) if spec.index_root else None,
     )
     try:
         sim.init(reset=reset)
