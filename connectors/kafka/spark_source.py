@@ -115,6 +115,11 @@ META = "@bkaudit"
 DEFAULT_OUTAGE_LIMIT_S = 600.0
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 30.0
+#: While a fingerprint fetch waits, how often the partitions' ends are looked up again.
+END_CHECK_EVERY_S = 1.0
+#: Plannings in a row that may find a topic shorter than the ends they planned by (a broker that lost
+#: its data between the two reads) before the planning stops with one line.
+REPLANS = 3
 
 logger = logging.getLogger(__name__)
 
@@ -339,6 +344,10 @@ def with_backoff(
         return result
 
 
+class _EndsVanished(Exception):
+    """The ends a planning read are gone from the topic before the planning finished."""
+
+
 class _KafkaOffsets:
     """Looks up partition offsets and fingerprints (broker metadata) for the driver-side planning calls."""
 
@@ -431,6 +440,7 @@ class _KafkaOffsets:
         try:
             deadline = time.monotonic() + self._timeout_s
             pending = set(by_key)
+            next_end_check = time.monotonic() + END_CHECK_EVERY_S
             while pending and time.monotonic() < deadline:
                 # consume() waits for num_messages or the timeout: one record per partition will do.
                 for message in fetcher.consume(num_messages=len(pending), timeout=0.2):
@@ -448,11 +458,36 @@ class _KafkaOffsets:
                         if message.offset() == by_key[key]
                         else None  # the broker's next record is later: none at that offset
                     )
+                if pending and time.monotonic() >= next_end_check:
+                    next_end_check = time.monotonic() + END_CHECK_EVERY_S
+                    for key in self.ending_at_or_before({k: by_key[k] for k in pending}):
+                        pending.discard(key)
+                        found[(key[0], str(key[1]))] = None
             if pending:
                 raise KafkaTimeout(f"no record fetched from {len(pending)} partitions")
         finally:
             fetcher.close()
         return found
+
+    def ending_at_or_before(self, wanted: dict[tuple[str, int], int]) -> list[tuple[str, int]]:
+        """The partitions whose log now ends at or before the wanted offset: no record is there to wait
+        for (the broker came back without its data after the ends were read). A broker that does not
+        answer says nothing here.
+
+        Example:
+            >>> # offsets.ending_at_or_before({("changes", 0): 175})  → [("changes", 0)] after a data loss
+        """
+        from confluent_kafka import KafkaException
+
+        try:
+            ends = self._lookup(sorted({topic for topic, _ in wanted}), low=False)
+        except KafkaException:
+            return []
+        return [
+            (topic, partition)
+            for (topic, partition), offset in wanted.items()
+            if (end := ends.get(topic, {}).get(str(partition))) is not None and end <= offset
+        ]
 
     def close(self) -> None:
         self._consumer.close()
@@ -704,6 +739,19 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return checked
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        for _ in range(REPLANS):
+            try:
+                return self._plan(start, limit)
+            except _EndsVanished as vanished:
+                logger.warning("bkaudit_kafka: %s; planning again from fresh offsets", vanished)
+                if self._available_now_target is not None:
+                    self._available_now_target = self._offsets.latest(self._topics)
+        raise ServiceError(
+            f"bkaudit_kafka: the subscribed topics lost records under {REPLANS} plannings in a row "
+            "(a broker losing its data again and again?); check the brokers, then start the job again"
+        )
+
+    def _plan(self, start: dict, limit: ReadLimit) -> dict:
         positions = positions_of(start)
         latest = self._available_now_target or self._offsets.latest(self._topics)
         earliest = self._offsets.earliest(self._topics)
@@ -755,7 +803,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     fingerprints[topic][partition] = old
                 elif stop > 0:
                     wanted[(topic, partition)] = stop - 1
-        for (topic, partition), fingerprint in self._offsets.fingerprints(wanted).items():
+        found = self._offsets.fingerprints(wanted)
+        self._refuse_vanished_ends(wanted, found)
+        for (topic, partition), fingerprint in found.items():
             if fingerprint is not None:
                 fingerprints[topic][partition] = fingerprint
                 self._verified[(topic, partition)] = end[topic][partition]
@@ -768,6 +818,23 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if moved:
             meta["begin"] = moved
         return meta
+
+    def _refuse_vanished_ends(
+        self, wanted: dict[tuple[str, str], int], found: dict[tuple[str, str], str | None]
+    ) -> None:
+        """A planned end with no record, in a partition that now ends before it: the ends were read from
+        a topic that has since lost its data. Planning by them would read the new topic from the middle
+        and keep no fingerprint to notice it later, so the plan is refused (and made again)."""
+        absent = {(t, int(p)): offset for (t, p), offset in wanted.items() if found.get((t, p)) is None}
+        if not absent:
+            return
+        shorter = self._offsets.ending_at_or_before(absent)
+        if shorter:
+            topic, partition = shorter[0]
+            raise _EndsVanished(
+                f"{topic}/{partition} now ends at or before offset {absent[(topic, partition)]}, the last "
+                "record planned"
+            )
 
     def reportLatestOffset(self) -> dict | None:
         return self._offsets.latest(self._topics)

@@ -26,7 +26,7 @@ import pytest
 from bkaudit.settings import Settings
 from bkaudit.testing.kafka_io import produce
 from connectors.delta.tables import read_table
-from connectors.kafka.spark_source import META, KafkaStreamReader
+from connectors.kafka.spark_source import META, KafkaStreamReader, _KafkaOffsets
 from connectors.kafka.topics import ensure_topic
 from streaming import job
 from tests.integration.event_fixtures import Watcher, alerts_on
@@ -250,5 +250,70 @@ def test_a_topic_recreated_wider_is_read_from_its_start_even_where_its_ends_matc
         planned = reader.latestOffset(read, limit)
         assert planned[META].get("begin", {}).get(topic) == {str(p): 0 for p in range(4)}, planned
         assert {p: planned[topic][p] for p in planned[topic]} == {str(p): 3 for p in range(4)}
+    finally:
+        reader.stop()
+
+
+def test_a_fingerprint_past_the_end_of_a_recreated_topic_is_no_record_not_a_broker_outage(
+    bk_services, kafka_settings
+):
+    """The planner read the old topic's ends, then the broker came back without its data: the record it
+    fingerprints is not there, and the partition now ends before it, so the answer is "no record" at once.
+    It used to wait for that record through the request timeout and its retries (over a minute after a
+    broker's data loss), taking the empty broker for an outage."""
+    topic = "t.fingerprint-past-end"
+    ensure_topic(kafka_settings, topic, partitions=1)
+    produce(kafka_settings, topic, [(b"k", b"old-%d" % i, 0) for i in range(8)])
+    lose_the_broker(bk_services)
+    ensure_topic(kafka_settings, topic, partitions=1)
+    produce(kafka_settings, topic, [(b"k", b"new-%d" % i, 0) for i in range(3)])
+    offsets = _KafkaOffsets(
+        {
+            "kafka.bootstrap.servers": kafka_settings.bootstrap_servers,
+            "kafka.request.timeout.ms": "20000",
+            "bkaudit.brokeroutagelimits": "1",  # an outage fails this lookup: no retries hide it
+        }
+    )
+    try:
+        assert offsets.fingerprints({(topic, "0"): 7}) == {(topic, "0"): None}
+        present = offsets.fingerprints({(topic, "0"): 2})[(topic, "0")]
+        assert present is not None and present.startswith("2:")
+    finally:
+        offsets.close()
+
+
+def test_ends_read_before_a_data_loss_are_planned_again_not_read_from_the_new_topic(
+    bk_services, kafka_settings
+):
+    """The broker loses its data between the planning's read of the ends and its fingerprints of them: the
+    ends belong to the old topic. Planning by them read the new topic from the middle up to offsets it
+    did not have, and kept no fingerprint to notice it; the planning now starts again from fresh ends and
+    reads the new topic from its beginning."""
+    topic = "t.ends-vanished"
+    ensure_topic(kafka_settings, topic, partitions=1)
+    produce(kafka_settings, topic, [(b"k", b"old-%d" % i, 0) for i in range(8)])
+    reader = KafkaStreamReader(
+        {
+            "kafka.bootstrap.servers": kafka_settings.bootstrap_servers,
+            "subscribe": topic,
+            "bkaudit.brokeroutagelimits": "60",  # a planning stuck on the vanished ends fails in a minute
+        }
+    )
+    limit = reader.getDefaultReadLimit()
+    try:
+        read = reader.latestOffset(reader.initialOffset(), limit)
+        assert read[topic] == {"0": 8}
+        produce(kafka_settings, topic, [(b"k", b"old-%d" % i, 0) for i in range(8, 12)])
+        stale = reader._offsets.latest([topic])  # the ends, read just before the broker loses its data
+        assert stale[topic] == {"0": 12}
+        lose_the_broker(bk_services)
+        ensure_topic(kafka_settings, topic, partitions=1)
+        produce(kafka_settings, topic, [(b"k", b"new-%d" % i, 0) for i in range(3)])
+        fresh_latest, served = reader._offsets.latest, iter([stale])
+        reader._offsets.latest = lambda topics: next(served, None) or fresh_latest(topics)
+        planned = reader.latestOffset(read, limit)
+        assert planned[topic] == {"0": 3}, planned
+        assert planned[META].get("begin", {}).get(topic) == {"0": 0}, planned
+        assert planned[META]["fingerprints"][topic]["0"].startswith("2:")
     finally:
         reader.stop()
