@@ -7,13 +7,31 @@ Example:
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
+from typing import Annotated
 
 import typer
 from typer.exceptions import TyperException
 
-from bkaudit.cli import alerts, availability, check, demo, dev, metadata, path, query, sim, stream, watch
-from bkaudit.errors import BkauditError
+from bkaudit import __version__
+from bkaudit.cli import (
+    alerts,
+    availability,
+    check,
+    demo,
+    dev,
+    metadata,
+    path,
+    query,
+    sim,
+    status,
+    stream,
+    watch,
+)
+from bkaudit.errors import BkauditError, InvalidArgumentError
+from bkaudit.settings import CONFIG_FILE_ENV
 
 app = typer.Typer(
     name="bkaudit",
@@ -23,6 +41,67 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+
+
+def setting_overrides(assignments: list[str]) -> dict[str, str]:
+    """``key=value`` assignments (dotted setting keys) as the ``BKAUDIT_*`` variables that carry them.
+
+    The variables are how every part of a process reads its settings (Spark's Python workers too), and
+    they rank above the config file, as a command-line override should.
+
+    Example:
+        >>> setting_overrides(["kafka.bootstrap_servers=k1:9092", "stream.trigger_interval_s=2"])
+        {'BKAUDIT_KAFKA__BOOTSTRAP_SERVERS': 'k1:9092', 'BKAUDIT_STREAM__TRIGGER_INTERVAL_S': '2'}
+    """
+    from bkaudit.settings_docs import setting_docs
+
+    known = {row.key: row.env_var for row in setting_docs()}
+    variables = {}
+    for assignment in assignments:
+        key, equals, value = assignment.partition("=")
+        if not equals:
+            raise InvalidArgumentError(f"--set wants key=value, got {assignment!r}")
+        if key.strip() not in known:
+            raise InvalidArgumentError(
+                f"--set {key.strip()}: no such setting (`bkaudit config docs` lists them)"
+            )
+        variables[known[key.strip()]] = value
+    return variables
+
+
+def _version(show: bool) -> None:
+    if show:
+        sys.stdout.write(f"bkaudit {__version__}\n")
+        raise typer.Exit(0)
+
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config", metavar="FILE", help=f"settings file (.toml, .yaml or .json); same as {CONFIG_FILE_ENV}"
+    ),
+]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set", metavar="KEY=VALUE", help="override one setting, e.g. --set kafka.bootstrap_servers=k:9092"
+    ),
+]
+VersionOption = Annotated[
+    bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version and exit")
+]
+
+
+@app.callback()
+def main(
+    config: ConfigOption = None, assignments: SetOption = None, _show_version: VersionOption = False
+) -> None:
+    """A continuously running auditor for Apache BookKeeper clusters."""
+    if config is not None:
+        os.environ[CONFIG_FILE_ENV] = str(config)
+    os.environ.update(setting_overrides(assignments or []))
+
+
 app.add_typer(metadata.app, name="metadata")
 app.add_typer(availability.app, name="availability")
 app.add_typer(check.app, name="check")
@@ -34,6 +113,7 @@ app.add_typer(alerts.app, name="alerts")
 app.command("demo")(demo.demo)
 app.command("stream")(stream.stream)
 app.command("watch")(watch.watch)
+app.command("status")(status.status)
 
 
 def _one_line(message: str) -> str:
