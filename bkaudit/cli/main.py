@@ -20,6 +20,7 @@ from bkaudit.cli import (
     alerts,
     availability,
     check,
+    config,
     demo,
     dev,
     metadata,
@@ -94,11 +95,11 @@ VersionOption = Annotated[
 
 @app.callback()
 def main(
-    config: ConfigOption = None, assignments: SetOption = None, _show_version: VersionOption = False
+    config_file: ConfigOption = None, assignments: SetOption = None, _show_version: VersionOption = False
 ) -> None:
     """A continuously running auditor for Apache BookKeeper clusters."""
-    if config is not None:
-        os.environ[CONFIG_FILE_ENV] = str(config)
+    if config_file is not None:
+        os.environ[CONFIG_FILE_ENV] = str(config_file)
     os.environ.update(setting_overrides(assignments or []))
 
 
@@ -110,6 +111,7 @@ app.add_typer(dev.app, name="dev")
 app.add_typer(sim.app, name="sim")
 app.add_typer(query.app, name="query")
 app.add_typer(alerts.app, name="alerts")
+app.add_typer(config.app, name="config")
 app.command("demo")(demo.demo)
 app.command("stream")(stream.stream)
 app.command("watch")(watch.watch)

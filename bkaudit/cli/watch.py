@@ -71,11 +71,14 @@ def watch(
         False, "--exit-after-snapshot", help="publish the START snapshot, flush, exit"
     ),
     log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING, ERROR"),
+    verbose: bool = typer.Option(
+        False, "--verbose", help="show the logs of the Kafka and ZooKeeper clients here, not in the log file"
+    ),
 ) -> None:
     """Watch BookKeeper's ZooKeeper and publish every change to Kafka (protobuf, keyed by entity)."""
-    from bkaudit.logsetup import configure_logging, register_secrets
+    from bkaudit.logsetup import configure_command_logging, register_secrets
 
-    configure_logging(_log_level(log_level))
+    configure_command_logging("watch", load_settings().log_dir, level=_log_level(log_level), verbose=verbose)
     logging.getLogger("kazoo.client").setLevel(logging.WARNING)
     if dev:
         from connectors.devcluster import DevCluster
