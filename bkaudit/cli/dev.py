@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from bkaudit.cli._io import emit_json
+from bkaudit.cli.formats import StateFormat, StateFormatOption, emit_state
 from bkaudit.settings import load_settings
 
 if TYPE_CHECKING:
@@ -43,6 +44,6 @@ def down() -> None:
 
 
 @app.command("status")
-def status() -> None:
+def status(fmt: StateFormatOption = StateFormat.table) -> None:
     """Say what runs where: pids, addresses, log files."""
-    emit_json(_cluster().status())
+    emit_state(_cluster().status(), fmt)

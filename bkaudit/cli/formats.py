@@ -6,10 +6,14 @@ Example:
 
 from __future__ import annotations
 
+import sys
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+
+from bkaudit.cli._io import emit_json
+from bkaudit.cli._render import render_document
 
 
 class StateFormat(StrEnum):
@@ -20,3 +24,16 @@ class StateFormat(StrEnum):
 StateFormatOption = Annotated[
     StateFormat, typer.Option("--format", "-f", help="table (aligned text, the default) or json (one object)")
 ]
+
+
+def emit_state(document: dict[str, Any], fmt: StateFormat) -> None:
+    """Print a state report: tables and ``key: value`` lines, or the one JSON object with ``json``.
+
+    Example:
+        >>> emit_state({"running": True}, StateFormat.table)
+        running: true
+    """
+    if fmt is StateFormat.json:
+        emit_json(document)
+    else:
+        render_document(document, sys.stdout)

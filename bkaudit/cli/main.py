@@ -31,6 +31,7 @@ from bkaudit.cli import (
     stream,
     watch,
 )
+from bkaudit.cli.helptext import tidy_help
 from bkaudit.errors import BkauditError, InvalidArgumentError
 from bkaudit.settings import CONFIG_FILE_ENV
 
@@ -125,6 +126,7 @@ def _one_line(message: str) -> str:
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI; bad input and usage errors exit 2 with one line on stderr, never a traceback."""
     command = typer.main.get_command(app)
+    tidy_help(command)
     try:
         result = command.main(args=argv, prog_name="bkaudit", standalone_mode=False)
     except BkauditError as err:

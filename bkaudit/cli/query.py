@@ -6,13 +6,11 @@ the demo's tables are in ``lakehouse/demo``) and prints ``--format table`` (alig
 note on stderr. A missing lakehouse, table or ledger, or an argument a command does not take, exits 2 with
 one line on stderr. The queries themselves live in :mod:`connectors.delta.queries`.
 
-Status: first version (issue 7).
-
 Example:
     $ bkaudit query alerts --group-by kind --lakehouse lakehouse/demo
     $ bkaudit query under-replicated --group-by rack
     $ bkaudit query ledgers --bookie bookie-00 --format csv
-    $ bkaudit query history --ledger-id 7
+    $ bkaudit query history 7
 """
 
 from __future__ import annotations
@@ -26,6 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from bkaudit.cli._io import positional_or_named
 from bkaudit.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -258,12 +257,14 @@ def ledgers(
 
 @app.command("history")
 def history(
-    ledger_id: Annotated[int, typer.Option("--ledger-id", help="the ledger")],
+    ledger_id: Annotated[int | None, typer.Argument(help="the ledger (or --ledger-id)")] = None,
+    named_id: LedgerIdOption = None,
     lakehouse: LakehouseOption = None,
     fmt: FormatOption = OutputFormat.table,
 ) -> None:
     """One ledger's story: its metadata versions (Delta change feed) and alert transitions, in time order."""
-    _print(lakehouse, fmt, None, lambda lh, _rows: lh.ledger_history(ledger_id))
+    chosen = positional_or_named(ledger_id, named_id, "--ledger-id")
+    _print(lakehouse, fmt, None, lambda lh, _rows: lh.ledger_history(chosen))
 
 
 @app.command("bookies")

@@ -47,7 +47,9 @@ def watch(
         None, "--zookeeper", help="ZooKeeper connect string (chroot allowed)"
     ),
     ledgers_root: str | None = typer.Option(None, "--ledgers-root", help="BookKeeper's zkLedgersRootPath"),
-    bootstrap: str | None = typer.Option(None, "--bootstrap", help="Kafka bootstrap servers"),
+    bootstrap: str | None = typer.Option(
+        None, "--bootstrap-servers", "--bootstrap", help="Kafka bootstrap servers (kafka.bootstrap_servers)"
+    ),
     topic: str | None = typer.Option(None, "--topic", help="change topic (default bkaudit.changes)"),
     partitions: int | None = typer.Option(
         None, "--partitions", min=1, help="partitions if the topic is created"
