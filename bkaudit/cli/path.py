@@ -1,7 +1,5 @@
 """`bkaudit path ...`: print the ZooKeeper znode path BookKeeper uses for a ledger (shared interfaces §1).
 
-Status: complete.
-
     $ bkaudit path ledger 59
     /ledgers/00/0000/L0059
     $ bkaudit path ledger 59 --manager flat --root /bk

@@ -1,7 +1,5 @@
 """`bkaudit sim ...`: the simulated BookKeeper cluster (docs/simulator.md).
 
-Status: complete.
-
 - ``sim up``: build a simulated cluster in ZooKeeper (the embedded dev cluster unless ``--zookeeper``), print
   one JSON object (zookeeper, root, control address, bookies, ledgers) and keep running until SIGINT/SIGTERM
   or ``sim down``.

@@ -1,7 +1,7 @@
 """Every simulator operation by name, with validated arguments: one table for scenarios, the control
 channel and the CLI.
 
-Status: complete. Pure validation plus one dispatch function that calls a
+Pure validation plus one dispatch function that calls a
 :class:`~bkaudit.sim.cluster.SimulatedCluster` method.
 
 An action is a name (``kill_bookie``) and a JSON object of arguments (``{"bookie": 0, "hard": true}``),

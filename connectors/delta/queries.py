@@ -17,8 +17,6 @@ Conventions: a bookie without a rack in the rack map is in BookKeeper's default 
 ``persistent://tenant/namespace/topic``, ``property/cluster/namespace`` of a v1 name with four parts.
 No query reads ``custom_metadata`` or ``dead_letters.value``, and no table holds the ledger password.
 
-Status: first version (issue 7, SRE queries).
-
 Example:
     >>> import tempfile
     >>> lakehouse = Lakehouse(write_example_lakehouse(tempfile.mkdtemp()))
