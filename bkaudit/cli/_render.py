@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import csv
 import json
+import re
 from collections.abc import Callable
 from datetime import UTC, date, datetime
 from typing import IO, Any
@@ -119,6 +120,56 @@ def _table_cell(kind: pa.DataType) -> Callable[[Any], str]:
 
 def _numeric(kind: pa.DataType) -> bool:
     return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
+
+
+#: Keys of an alert's ``detail`` whose values are epoch milliseconds (the alert stream keeps them so).
+_TIME_KEY = re.compile(r"(^|_)(since|ctime|time|at)(_ms)?$")
+_EPOCH_MS = range(10**11, 10**14)  # 1973 .. 5138: a number there under a time key is a time
+
+
+def _readable_detail(text: str | None) -> str | None:
+    """A ``detail`` JSON text with its epoch-millisecond times as RFC 3339 (for people; nested too).
+
+    Example:
+        >>> _readable_detail('{"missing_since": 1795683373768, "rounds": 2}')
+        '{"missing_since": "2026-11-26T08:56:13.768Z", "rounds": 2}'
+    """
+    if not text:
+        return text
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return text
+
+    def convert(value: Any, key: str = "") -> Any:
+        if isinstance(value, dict):
+            return {k: convert(v, k) for k, v in value.items()}
+        if isinstance(value, list):
+            return [convert(v, key) for v in value]
+        if (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and value in _EPOCH_MS
+            and _TIME_KEY.search(key)
+        ):
+            return plain(datetime.fromtimestamp(value / 1000, UTC))
+        return value
+
+    return json.dumps(convert(document), ensure_ascii=False)
+
+
+def readable_times(table: pa.Table) -> pa.Table:
+    """``table`` with the epoch-millisecond times inside its ``detail`` column as RFC 3339 (the table view;
+    JSON and CSV keep the values as the alert stream has them).
+
+    Example:
+        >>> readable_times(pa.table({"detail": ['{"missing_since": 0}']})).column("detail").to_pylist()
+        ['{"missing_since": 0}']
+    """
+    if "detail" not in table.column_names or not pa.types.is_string(table.schema.field("detail").type):
+        return table
+    details = [_readable_detail(value) for value in table.column("detail").to_pylist()]
+    return table.set_column(table.column_names.index("detail"), "detail", pa.array(details, pa.string()))
 
 
 def write_aligned(names: list[str], cells: list[list[str]], right: list[bool], out: IO[str]) -> None:
