@@ -33,6 +33,7 @@ from typing import Any
 from bkaudit.errors import BkauditError
 from bkaudit.settings import Settings
 from connectors.kafka.positions import TopicPositions
+from connectors.process import pid_alive
 from streaming.checkpoint_lock import LOCK_FILE
 
 MEMBERSHIP_DIR = "membership"
@@ -103,16 +104,6 @@ def flock_holder(path: Path, locks_table: Path = Path("/proc/locks")) -> int | N
     return None
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def job_holder(checkpoint: Path) -> dict[str, Any]:
     """Who runs the job on ``checkpoint``: ``{"alive": bool, "pid", "host", "started_at"}``.
 
@@ -134,7 +125,7 @@ def job_holder(checkpoint: Path) -> dict[str, Any]:
         holder["alive"] = pid is not None
         holder["pid"] = pid if pid is not None else holder["pid"]
     except OSError:  # no lock table: the recorded pid is the best there is
-        holder["alive"] = isinstance(holder["pid"], int) and _pid_alive(holder["pid"])
+        holder["alive"] = isinstance(holder["pid"], int) and pid_alive(holder["pid"])
     return holder
 
 

@@ -114,3 +114,5 @@ def test_dev_status_is_a_table_by_default_and_json_on_request(cli: Any, tmp_path
     ]
     document = cli(*state, "dev", "status", "--format", "json").json()
     assert document["zookeeper"]["running"] is False and document["state_dir"] == str(tmp_path)
+    named = cli("dev", "status", "--state-dir", str(tmp_path / "other"), "--format", "json").json()
+    assert named["state_dir"] == str(tmp_path / "other")  # --state-dir, as on `sim`
