@@ -193,26 +193,38 @@ def library_log() -> Path | None:
         return _library_log
 
 
-def configure_command_logging(command: str, log_dir: Path, *, level: str | int, verbose: bool) -> Path | None:
+def configure_command_logging(
+    command: str, log_dir: Path, *, level: str | int, verbose: bool, only_on_a_terminal: bool = False
+) -> Path | None:
     """Logging of a long-running command (``demo``, ``stream``, ``watch``): bkaudit's own records at
     ``level`` on stderr, every record (INFO and up, or ``level`` when lower) in ``<log_dir>/<command>.log``,
-    whose path is printed once on stdout; with ``verbose`` everything on stderr too, and no file.
+    whose path is printed once on stdout. Everything stays on stderr, as :func:`configure_logging` does, with
+    ``verbose``; with ``only_on_a_terminal`` when stderr is not a terminal (a service: journald or the
+    container runtime collects it and rotates it); and, after a one-line warning, when ``log_dir`` cannot be
+    written (a log file is never a reason not to run).
 
     Like :func:`configure_logging`, a root logger that already has handlers (a test runner's, an
     embedding application's) is left as it is, apart from the secret filter; then nothing is printed.
 
     Example:
-        >>> # configure_command_logging("stream", settings.log_dir, level="INFO", verbose=False)
+        >>> # configure_command_logging("stream", settings.log_dir, level="INFO", verbose=False,
+        >>> #                           only_on_a_terminal=True)
     """
     global _library_log
     numeric = level if isinstance(level, int) else getattr(logging, level.upper(), logging.INFO)
     root = logging.getLogger()
-    if root.handlers or verbose:
+    if root.handlers or verbose or (only_on_a_terminal and not sys.stderr.isatty()):
         configure_logging(numeric)
         return None
+    from bkaudit.errors import ConfigError
     from bkaudit.localfs import writable_directory
 
-    writable_directory(log_dir, "log_dir")
+    try:
+        writable_directory(log_dir, "log_dir")
+    except ConfigError as err:
+        configure_logging(numeric)
+        logging.getLogger(__name__).warning("%s: library logs stay on the console", err)
+        return None
     path = log_dir / f"{command}.log"
     to_file = logging.FileHandler(path, encoding="utf-8")
     to_file.setLevel(min(numeric, logging.INFO))

@@ -24,7 +24,9 @@ def stream(
 ) -> None:
     """Consume the change stream, keep the Delta tables current, publish alerts."""
     settings = load_settings()
-    configure_command_logging("stream", settings.log_dir, level="INFO", verbose=verbose)
+    configure_command_logging(
+        "stream", settings.log_dir, level="INFO", verbose=verbose, only_on_a_terminal=True
+    )
     register_secrets(settings)
     if available_now:
         from streaming.job import exclusive_checkpoint, query_failure, start

@@ -80,7 +80,13 @@ def watch(
     """Watch BookKeeper's ZooKeeper and publish every change to Kafka (protobuf, keyed by entity)."""
     from bkaudit.logsetup import configure_command_logging, register_secrets
 
-    configure_command_logging("watch", load_settings().log_dir, level=_log_level(log_level), verbose=verbose)
+    configure_command_logging(
+        "watch",
+        load_settings().log_dir,
+        level=_log_level(log_level),
+        verbose=verbose,
+        only_on_a_terminal=True,
+    )
     logging.getLogger("kazoo.client").setLevel(logging.WARNING)
     if dev:
         from connectors.devcluster import DevCluster
