@@ -49,6 +49,7 @@ __all__ = [
     "EventBuilder",
     "ReplayedState",
     "SnapshotCounts",
+    "auto_recovery_state",
     "bookie_key",
     "bookie_status",
     "decode_event",
@@ -418,6 +419,32 @@ def recovery_delay(
     return message
 
 
+def auto_recovery_state(
+    *,
+    disabled_ctime_ms: int | None,
+    votes: Iterable[tuple[int, str | None]] = (),
+    locks: Iterable[tuple[int, str | None, int]] = (),
+    error: str = "",
+) -> pb.AutoRecoveryState:
+    """AutoRecovery's znodes: ``disable``'s ctime (None: absent), the votes as ``(sequence, bookie id)``
+    and the locks as ``(ledger id, holder, ctime ms)``; votes and locks are sorted here.
+
+    Example:
+        >>> state = auto_recovery_state(disabled_ctime_ms=None, votes=[(4, "b2"), (2, "b1")],
+        ...                             locks=[(9, "worker-1", 1000)])
+        >>> state.disabled, [v.bookie_id for v in state.votes], state.locks[0].holder
+        (False, ['b1', 'b2'], 'worker-1')
+    """
+    message = pb.AutoRecoveryState(
+        disabled=disabled_ctime_ms is not None, disabled_ctime_ms=disabled_ctime_ms or 0, error=error
+    )
+    for sequence, bookie_id in sorted(votes, key=lambda vote: vote[0]):
+        message.votes.add(sequence=sequence, bookie_id=bookie_id or "")
+    for ledger_id, holder, ctime_ms in sorted(locks, key=lambda lock: lock[0]):
+        message.locks.add(ledger_id=ledger_id, holder=holder or "", ctime_ms=ctime_ms)
+    return message
+
+
 def rack_map_event(
     source: str, rack_map: RackMap | None, *, present: bool, error: str = "", source_version: int = 0
 ) -> pb.RackMap:
@@ -538,6 +565,7 @@ Payload = (
     | pb.UnderReplicationMark
     | pb.RecoveryDelay
     | pb.RackMap
+    | pb.AutoRecoveryState
     | pb.SnapshotBegin
     | pb.SnapshotEnd
     | pb.Heartbeat
@@ -551,6 +579,7 @@ _FIELD_BY_TYPE: dict[type, str] = {
     pb.UnderReplicationMark: "under_replication_mark",
     pb.RecoveryDelay: "recovery_delay",
     pb.RackMap: "rack_map",
+    pb.AutoRecoveryState: "auto_recovery_state",
     pb.SnapshotBegin: "snapshot_begin",
     pb.SnapshotEnd: "snapshot_end",
     pb.Heartbeat: "heartbeat",
@@ -793,6 +822,7 @@ class ReplayedState:
     marks: dict[int, pb.UnderReplicationMark] = field(default_factory=dict)
     recovery_delay: pb.RecoveryDelay | None = None
     rack_map: pb.RackMap | None = None
+    auto_recovery: pb.AutoRecoveryState | None = None
     clusters: set[str] = field(default_factory=set)
     last_heartbeat_ms: dict[int, int] = field(default_factory=dict)
     completed_snapshots: list[str] = field(default_factory=list)
@@ -854,6 +884,8 @@ class ReplayedState:
             self.recovery_delay = event.recovery_delay
         elif kind == "rack_map":
             self.rack_map = event.rack_map
+        elif kind == "auto_recovery_state":
+            self.auto_recovery = event.auto_recovery_state
 
     def _put_ledger(
         self, ledger_id: int, stat: pb.ZnodeStat, metadata: pb.LedgerMetadata | None, reason: str | None

@@ -300,6 +300,21 @@ class StreamSettings(BaseModel):
     under_replication_grace_s: float = Field(
         3600.0, ge=0, description="UNDER_REPLICATION_STUCK after a urL mark is this old; 0 disables"
     )
+    autorecovery_disabled_grace_s: float = Field(
+        900.0, ge=0, description="AUTORECOVERY_DISABLED once underreplication/disable is this old; 0 disables"
+    )
+    auditor_missing_grace_s: float = Field(
+        300.0,
+        ge=0,
+        description="AUDITOR_MISSING once no Auditor vote has existed this long while bookies run; "
+        "0 disables",
+    )
+    replication_lock_grace_s: float = Field(
+        1800.0,
+        ge=0,
+        description="REPLICATION_STALLED once a replication lock (underreplication/locks/urL<id>) is this "
+        "old; 0 disables",
+    )
     placement_policy: Literal["rackaware", "regionaware", "zoneaware"] = Field(
         "rackaware",
         description="placement policy to check closed ledgers against",
@@ -527,6 +542,43 @@ class SparkSettings(BaseModel):
     extra_conf: dict[str, str] = Field(default_factory=dict, description="any other spark.* settings")
 
 
+class AgentSettings(BaseModel):
+    """The bookie-side agent (``bkaudit agent``): how it serves, and how the job reaches agents.
+
+    The job asks a bookie's agent first where ``addresses`` names one, then the bookie itself (entry
+    lists, then entry reads). The token is a secret (masked, never logged); without ``insecure`` every
+    connection is TLS.
+
+    Example:
+        >>> AgentSettings(addresses={"bookie-01": "10.0.0.5:3182"}, token="t").token
+        SecretStr('**********')
+    """
+
+    addresses: dict[str, str] = Field(
+        default_factory=dict, description="bookie id -> host:port of the agent running beside that bookie"
+    )
+    token: SecretStr | None = Field(None, description="bearer token the job sends to agents")
+    tls_ca_file: Path | None = Field(
+        None, description="CA certificates (PEM) that sign the agents' certificates; default: system roots"
+    )
+    tls_server_name: str | None = Field(
+        None, description="name checked against the agents' certificates instead of their host"
+    )
+    insecure: bool = Field(False, description="plaintext gRPC without TLS (loopback tests only)")
+    timeout_s: float = Field(10.0, gt=0, description="deadline of one call to an agent")
+    listen: str = Field("0.0.0.0:3182", description="`bkaudit agent`: host:port to serve on")
+    ledger_dirs: list[Path] = Field(
+        default_factory=list,
+        description="`bkaudit agent`: the bookie's ledgerDirectories (indexDirectories when it has them)",
+    )
+    tls_cert_file: Path | None = Field(None, description="`bkaudit agent`: certificate chain (PEM)")
+    tls_key_file: Path | None = Field(None, description="`bkaudit agent`: private key (PEM)")
+    token_file: Path | None = Field(None, description="`bkaudit agent`: file holding the bearer token")
+    refresh_s: float = Field(
+        10.0, ge=0, description="`bkaudit agent`: reopen an index whose files changed at most this often"
+    )
+
+
 class Settings(BaseSettings):
     """All settings of one bkaudit process.
 
@@ -562,6 +614,7 @@ class Settings(BaseSettings):
     spark: SparkSettings = Field(default_factory=SparkSettings)
     watcher: WatcherSettings = Field(default_factory=WatcherSettings)
     stream: StreamSettings = Field(default_factory=StreamSettings)
+    agent: AgentSettings = Field(default_factory=AgentSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -187,6 +187,19 @@ def _bookie_payload(status: pb.BookieStatus) -> dict[str, Any]:
     }
 
 
+def _auto_recovery_payload(state: pb.AutoRecoveryState) -> dict[str, Any]:
+    # The lowest vote is the Auditor ("" when its vote does not name it); None when nobody votes.
+    auditor = min(state.votes, key=lambda vote: vote.sequence).bookie_id if state.votes else None
+    return {
+        "disabled_ctime_ms": (state.disabled_ctime_ms or None) if state.disabled else None,
+        "disabled": state.disabled,
+        "auditor": auditor,
+        "votes": len(state.votes),
+        "locks": [[lock.ledger_id, lock.holder or None, lock.ctime_ms] for lock in state.locks],
+        "error": state.error or None,
+    }
+
+
 def _event_row(event: pb.ChangeEvent, ledger_buckets: int) -> dict[str, Any]:
     kind = ev.payload_type(event)
     row: dict[str, Any] = {
@@ -238,6 +251,8 @@ def _event_row(event: pb.ChangeEvent, ledger_buckets: int) -> dict[str, Any]:
             "error": racks.error or None,
             "present": racks.present,
         }
+    elif kind == "auto_recovery_state":
+        payload = _auto_recovery_payload(event.auto_recovery_state)
     elif kind in ("snapshot_begin", "snapshot_end"):
         marker = getattr(event, kind)
         payload = {

@@ -26,8 +26,9 @@ import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from bkaudit.domain.rules.autorecovery import AutoRecoveryGraces
 from bkaudit.errors import BkauditError, ConfigError, ServiceError
 from bkaudit.localfs import writable_directory
 from bkaudit.settings import Settings, StreamSettings
@@ -45,6 +46,9 @@ from streaming.schemas import CHANGE_SCHEMA, DECISION_SCHEMA
 from streaming.sink import AuditSink, SinkConfig
 from streaming.sink_queue import SinkQueue
 
+if TYPE_CHECKING:
+    from connectors.agent.client import AgentConfig
+
 logger = logging.getLogger(__name__)
 
 QUERY_NAME = "bkaudit"
@@ -59,6 +63,11 @@ def processor_config(stream: StreamSettings, *, membership: bool = True) -> Proc
         reprobe_max_delay_s=stream.reprobe_max_delay_s,
         confirmed_recheck_s=stream.confirmed_recheck_s,
         under_replication_grace_s=stream.under_replication_grace_s,
+        autorecovery=AutoRecoveryGraces(
+            disabled_s=stream.autorecovery_disabled_grace_s,
+            auditor_missing_s=stream.auditor_missing_grace_s,
+            lock_held_s=stream.replication_lock_grace_s,
+        ),
     )
 
 
@@ -83,6 +92,26 @@ def sink_config(settings: Settings, changes_partitions: int) -> SinkConfig:
         ledger_fold_interval_s=stream.ledger_fold_interval_s,
         ledger_changes_retention_hours=stream.ledger_changes_retention_hours,
         index_cleanup_bookies_per_batch=stream.index_cleanup_bookies_per_batch,
+        agents=agent_config(settings),
+    )
+
+
+def agent_config(settings: Settings) -> AgentConfig | None:
+    """How the sink reaches the configured bookie-side agents; None when none is configured."""
+    agent = settings.agent
+    if not agent.addresses:
+        return None
+    if agent.token is None:
+        raise ConfigError("agent.addresses is set but agent.token is not: every call to an agent carries it")
+    from connectors.agent.client import AgentConfig
+
+    return AgentConfig(
+        addresses=tuple(sorted(agent.addresses.items())),
+        token=agent.token.get_secret_value() if agent.token is not None else "",
+        ca_file=agent.tls_ca_file,
+        server_name=agent.tls_server_name,
+        insecure=agent.insecure,
+        timeout_s=agent.timeout_s,
     )
 
 

@@ -58,6 +58,7 @@ from bkaudit.domain.ledger_alerts import (
     transition_counts,
     verdict_conditions_table,
 )
+from bkaudit.domain.rules.autorecovery import AUTORECOVERY_KINDS
 from bkaudit.domain.rules.lost_ledgers import LOST_BOOKIE_INPUT_SCHEMA, lost_bookie_verdicts
 from bkaudit.settings import KafkaSettings
 from connectors.delta.ledger_log import LedgerLog
@@ -78,10 +79,14 @@ logger = logging.getLogger(__name__)
 
 #: The ledger kinds of the lost-bookie rule.
 LOST_LEDGER_KINDS = (AlertKind.LEDGER_UNDER_REPLICATED, AlertKind.LEDGER_UNRECOVERABLE)
-#: Every kind this module owns; the ledger lane never touches these.
+#: The lost-bookie kinds.
 LOSS_ALERT_KINDS = frozenset({AlertKind.BOOKIE_LOST, *LOST_LEDGER_KINDS})
+#: The kinds the membership lane decides and this module records, each kept as an object (a handful open).
+MEMBERSHIP_ALERT_KINDS = frozenset({AlertKind.BOOKIE_LOST, *AUTORECOVERY_KINDS})
+#: Every kind this module owns; the ledger lane never touches these.
+OWNED_ALERT_KINDS = LOSS_ALERT_KINDS | AUTORECOVERY_KINDS
 #: The decisions that carry membership (the processor's and the membership lane's vocabulary).
-MEMBERSHIP_DECISIONS = frozenset({"bookie_state", "bookie_lost", "bookie_returned"})
+MEMBERSHIP_DECISIONS = frozenset({"bookie_state", "bookie_lost", "bookie_returned", "autorecovery_alert"})
 #: The ``bookies`` columns membership owns; ``rack`` is the ledger lane's (placement), kept on update.
 MEMBERSHIP_COLUMNS = (
     "bookie_id",
@@ -173,7 +178,7 @@ class LossAuditor:
         self.kafka = kafka
         self._producer = producer
         self.lock = threading.RLock()
-        self._open: dict[tuple[str, AlertKind], Alert] | None = None  # BOOKIE_LOST alerts
+        self._open: dict[tuple[str, AlertKind], Alert] | None = None  # MEMBERSHIP_ALERT_KINDS
         self._open_ledgers: pa.Table = empty_open()  # the ledger kinds, columnar
         self._lost: frozenset[str] = frozenset()
         self._tables: dict[str, DeltaTable] = {}
@@ -194,7 +199,8 @@ class LossAuditor:
         return table
 
     def _load(self, open_alerts: DeltaTable, bookies: DeltaTable, cluster: str) -> None:
-        bookie_rows = scan(open_alerts, [("kind", "=", AlertKind.BOOKIE_LOST.value)]).to_pylist()
+        kept = sorted(kind.value for kind in MEMBERSHIP_ALERT_KINDS)
+        bookie_rows = scan(open_alerts, [("kind", "in", kept)]).to_pylist()
         self._open = dict(AlertBook.from_rows(cluster, bookie_rows).open)
         kinds = [kind.value for kind in LOST_LEDGER_KINDS]
         self._open_ledgers = open_from_rows(scan(open_alerts, [("kind", "in", kinds)]))
@@ -318,6 +324,8 @@ class LossAuditor:
             elif kind == "bookie_returned":
                 book.set_bookie_condition(AlertKind.BOOKIE_LOST, bookie_id, False, at_ms=at_ms)
                 lost_changed[bookie_id] = at_ms
+            elif kind == "autorecovery_alert":
+                _set_autorecovery_condition(book, row.get("ledger_id"), at_ms, payload)
         return bookie_rows, frozenset(lost), lost_changed
 
     def _evaluate(
@@ -462,6 +470,18 @@ def record_transitions(
     return written, appended
 
 
+def _set_autorecovery_condition(
+    book: AlertBook, ledger_id: int | None, at_ms: int, payload: Mapping[str, Any]
+) -> None:
+    """Fire or resolve one AutoRecovery health alert (the rule's transition, as a decision payload)."""
+    kind, firing = AlertKind(payload["kind"]), bool(payload["firing"])
+    detail = dict(payload["detail"]) if firing else None
+    if ledger_id is None:
+        book.set_cluster_condition(kind, firing, at_ms=at_ms, detail=detail)
+    else:
+        book.set_ledger_condition(kind, ledger_id, firing, at_ms=at_ms, detail=detail)
+
+
 def _rule_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
     """``ledgers`` rows as the rule's columns (segments as the table holds them)."""
     return pa.Table.from_pylist([{c: r.get(c) for c in _RULE_COLUMNS} for r in rows], schema=_RULE_SCHEMA)
@@ -483,8 +503,10 @@ def _no_conditions(gone: Sequence[tuple[int, int, str | None]]) -> pa.Table:
 __all__ = [
     "LOSS_ALERT_KINDS",
     "LOST_LEDGER_KINDS",
+    "MEMBERSHIP_ALERT_KINDS",
     "MEMBERSHIP_COLUMNS",
     "MEMBERSHIP_DECISIONS",
+    "OWNED_ALERT_KINDS",
     "LossAuditor",
     "LossReport",
     "loss_app",

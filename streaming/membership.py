@@ -5,8 +5,9 @@
 
 1. decodes the records with the ledger lane's decoder (dead letters and future events are the ledger
    lane's to record: it reads every record too);
-2. applies bookie registrations, ``lostBookieRecoveryDelay`` and heartbeats (the event-time clock) to
-   :class:`~bkaudit.domain.rules.lost_bookie.BookieMembership` through the same
+2. applies bookie registrations, ``lostBookieRecoveryDelay``, AutoRecovery's znodes and heartbeats (the
+   event-time clock) to :class:`~bkaudit.domain.rules.lost_bookie.BookieMembership` and
+   :class:`~bkaudit.domain.rules.autorecovery.AutoRecoveryHealth` through the same
    :class:`~streaming.processor.ClusterLogic` the stateful processor used: BookKeeper's debounce (the delay
    from ZooKeeper, no delay when more than one bookie is missing, a return within the delay is a flap);
 3. hands the resulting decisions to :class:`~streaming.loss.LossAuditor`, which reads only the lost bookie's
@@ -51,7 +52,7 @@ QUERY_NAME = "bkaudit-membership"
 #: Records the membership lane never needs (the source reads past them without building rows).
 SKIPPED_KEY_PREFIXES = ("ledger/",)
 #: The change kinds the lane applies; everything else on the changes topic is the ledger lane's.
-MEMBERSHIP_CHANGES = frozenset({"bookie_status", "recovery_delay", "heartbeat"})
+MEMBERSHIP_CHANGES = frozenset({"bookie_status", "recovery_delay", "auto_recovery_state", "heartbeat"})
 
 
 class MembershipStateStore(BatchFiles):
@@ -127,6 +128,7 @@ class MembershipLane:
                 "kind": d["kind"],
                 "at_ms": d["event_time_ms"],
                 "bookie_id": d["bookie_id"],
+                "ledger_id": d["ledger_id"],
                 "payload": d["payload"],
             }
             for d in decisions

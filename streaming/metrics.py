@@ -42,8 +42,17 @@ if TYPE_CHECKING:
 
 #: The ledger lane's query name: its progress feeds the stream gauges (the membership lane's does not).
 LEDGER_LANE_QUERY = "bkaudit"
-#: Kinds whose open count the loss owner reports (streaming.loss.LOSS_ALERT_KINDS' values).
-_LOSS_KINDS = frozenset({"BOOKIE_LOST", "LEDGER_UNDER_REPLICATED", "LEDGER_UNRECOVERABLE"})
+#: Kinds whose open count the loss owner reports (streaming.loss.OWNED_ALERT_KINDS' values).
+_LOSS_KINDS = frozenset(
+    {
+        "BOOKIE_LOST",
+        "LEDGER_UNDER_REPLICATED",
+        "LEDGER_UNRECOVERABLE",
+        "AUTORECOVERY_DISABLED",
+        "AUDITOR_MISSING",
+        "REPLICATION_STALLED",
+    }
+)
 
 # Alert kind → gauge name (BookKeeper's Auditor names, lower-cased, bkaudit_ prefix).
 AUDIT_GAUGES = {
@@ -85,6 +94,18 @@ AUDIT_GAUGES = {
     "BOOKIE_UNRESPONSIVE": (
         "bkaudit_num_unresponsive_bookies",
         "registered bookies that never answer probes",
+    ),
+    "AUTORECOVERY_DISABLED": (
+        "bkaudit_autorecovery_disabled",
+        "1 while AutoRecovery has been switched off (underreplication/disable) past its grace period",
+    ),
+    "AUDITOR_MISSING": (
+        "bkaudit_auditor_missing",
+        "1 while no Auditor has been elected for longer than the grace period while bookies run",
+    ),
+    "REPLICATION_STALLED": (
+        "bkaudit_num_stalled_replication_locks",
+        "ledgers whose replication lock has been held past the grace period",
     ),
 }
 

@@ -3,8 +3,10 @@
 Grouped by ``state_key``:
 
 - ``"cluster"``: one :class:`~bkaudit.domain.rules.lost_bookie.BookieMembership` (registrations, the recovery
-  delay, the several-missing rule) plus the rack map. An event-time timer at the next deadline lets a delay
-  expire on an idle cluster: the watcher's heartbeats move the watermark.
+  delay, the several-missing rule), AutoRecovery's health
+  (:class:`~bkaudit.domain.rules.autorecovery.AutoRecoveryHealth`) and the rack map. An event-time timer at
+  the next deadline lets a delay or a grace period expire on an idle cluster: the watcher's heartbeats move
+  the watermark.
 - ``"ledgers/<bucket>"`` (ledger id modulo ``stream.ledger_state_buckets``): in a map state, only the
   *tracked* ledgers — those with a suspicion of a failing replicas probe (its re-probe timer and round,
   BP-34) or an under-replication mark (its grace timer) — with their last znode version and deleted/corrupt
@@ -38,11 +40,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from bkaudit.domain.rules.autorecovery import (
+    AutoRecoveryGraces,
+    AutoRecoveryHealth,
+    AutoRecoveryZnodes,
+    HealthTransition,
+    ReplicationLock,
+)
 from bkaudit.domain.rules.lost_bookie import BookieMembership, BookieStatus, Transition, TransitionKind
 from bkaudit.domain.rules.rounds import FailureRounds, confirms, count_round, failure_kind
 from streaming.state_keys import DEAD_LETTER_STATE_KEY
 
 Decision = dict[str, Any]
+AUTORECOVERY_DEFAULT_GRACES = AutoRecoveryGraces()
 
 
 @dataclass(frozen=True)
@@ -55,13 +65,14 @@ class ProcessorConfig:
     reprobe_max_delay_s: float = 600.0
     confirmed_recheck_s: float = 300.0  # how often a confirmed failure is re-probed to notice a repair
     under_replication_grace_s: float = 0.0  # 0 disables UNDER_REPLICATION_STUCK
+    autorecovery: AutoRecoveryGraces = AUTORECOVERY_DEFAULT_GRACES  # AutoRecovery health (membership only)
     # False in the job: registrations and the recovery delay are the membership lane's
     # (streaming.membership), and the cluster group keeps only the rack map and snapshot brackets.
     membership: bool = True
 
 
 #: Changes that only membership reads (skipped by a cluster group without it).
-_MEMBERSHIP_CHANGES = frozenset({"bookie_status", "recovery_delay", "heartbeat"})
+_MEMBERSHIP_CHANGES = frozenset({"bookie_status", "recovery_delay", "auto_recovery_state", "heartbeat"})
 
 
 def _decision(kind: str, event_time_ms: int, **fields: Any) -> Decision:
@@ -76,6 +87,35 @@ def _decision(kind: str, event_time_ms: int, **fields: Any) -> Decision:
 
 
 # ------------------------------------------------------------------------------------------------ cluster
+
+
+def autorecovery_znodes(payload: dict[str, Any], at_ms: int) -> AutoRecoveryZnodes:
+    """An ``auto_recovery_state`` row's payload as the rule's input; a znode time unknown (0) is ``at_ms``.
+
+    Example:
+        >>> znodes = autorecovery_znodes({"disabled": True, "disabled_ctime_ms": None, "auditor": None,
+        ...                               "locks": [[7, "w1", 5]]}, at_ms=9)
+        >>> znodes.disabled_since_ms, znodes.locks[7]
+        (9, ReplicationLock(holder='w1', since_ms=5))
+    """
+    disabled = payload.get("disabled_ctime_ms") or at_ms if payload.get("disabled") else None
+    locks = {
+        int(ledger_id): ReplicationLock(holder, int(ctime_ms or at_ms))
+        for ledger_id, holder, ctime_ms in payload.get("locks") or ()
+    }
+    return AutoRecoveryZnodes(disabled_since_ms=disabled, auditor=payload.get("auditor"), locks=locks)
+
+
+def _health_decisions(transitions: list[HealthTransition]) -> list[Decision]:
+    return [
+        _decision(
+            "autorecovery_alert",
+            t.at_ms,
+            ledger_id=t.ledger_id,
+            payload={"kind": t.kind.value, "firing": t.firing, "detail": dict(t.detail)},
+        )
+        for t in transitions
+    ]
 
 
 class ClusterLogic:
@@ -104,6 +144,9 @@ class ClusterLogic:
         membership = BookieMembership.from_json(state["membership"])
         membership.default_delay_s = self.config.default_recovery_delay_s
         return membership, state
+
+    def _health(self, info: dict[str, Any]) -> AutoRecoveryHealth:
+        return AutoRecoveryHealth.from_json(info.get("autorecovery"), self.config.autorecovery)
 
     def _bookie_state(
         self, membership: BookieMembership, info: dict[str, Any], bookie_id: str, at_ms: int
@@ -146,6 +189,7 @@ class ClusterLogic:
     ) -> tuple[dict[str, Any], list[Decision], int | None]:
         """Apply rows in order; returns the new state, the decisions and the next membership deadline."""
         membership, info = self._load(state)
+        health = self._health(info)
         out: list[Decision] = []
         for row in rows:
             kind, at_ms, payload = row["kind"], row["event_time_ms"], row["payload"]
@@ -158,6 +202,10 @@ class ClusterLogic:
                 transitions = membership.observe(bookie_id, BookieStatus(payload["status"]), at_ms)
                 out.append(self._bookie_state(membership, info, bookie_id, at_ms))
                 out.extend(self._transitions(membership, info, transitions))
+                running = any(b.status is not BookieStatus.GONE for b in membership.bookies.values())
+                out.extend(_health_decisions(health.set_bookies_running(running, at_ms)))
+            elif kind == "auto_recovery_state":
+                out.extend(_health_decisions(health.observe(autorecovery_znodes(payload, at_ms), at_ms)))
             elif kind == "recovery_delay":
                 transitions = membership.set_recovery_delay(payload.get("seconds"), at_ms)
                 out.append(
@@ -182,6 +230,7 @@ class ClusterLogic:
                     brackets[str(payload.get("partition", 0))] = [payload.get("snapshot_id"), at_ms]
                 if self.config.membership:
                     out.extend(self._transitions(membership, info, membership.advance(at_ms)))
+                    out.extend(_health_decisions(health.advance(at_ms)))
             elif kind == "snapshot_end":
                 opened = (info.get("brackets") or {}).pop(str(payload.get("partition", 0)), None)
                 if payload.get("complete") and payload.get("mode") == "FULL":
@@ -191,20 +240,30 @@ class ClusterLogic:
                     )
             elif kind == "heartbeat":
                 out.extend(self._transitions(membership, info, membership.advance(at_ms)))
+                out.extend(_health_decisions(health.advance(at_ms)))
         info["membership"] = membership.to_json()
-        return info, out, self._deadline(membership)
+        info["autorecovery"] = health.to_json()
+        return info, out, self._deadline(membership, health)
 
-    def _deadline(self, membership: BookieMembership) -> int | None:
-        return membership.next_deadline_ms() if self.config.membership else None
+    def _deadline(self, membership: BookieMembership, health: AutoRecoveryHealth) -> int | None:
+        if not self.config.membership:
+            return None
+        deadlines = [d for d in (membership.next_deadline_ms(), health.next_deadline_ms()) if d is not None]
+        return min(deadlines) if deadlines else None
 
     def on_timer(
         self, state: dict[str, Any] | None, at_ms: int
     ) -> tuple[dict[str, Any], list[Decision], int | None]:
         """A membership deadline passed in event time."""
         membership, info = self._load(state)
-        out = self._transitions(membership, info, membership.advance(at_ms)) if self.config.membership else []
+        health = self._health(info)
+        out: list[Decision] = []
+        if self.config.membership:
+            out = self._transitions(membership, info, membership.advance(at_ms))
+            out.extend(_health_decisions(health.advance(at_ms)))
         info["membership"] = membership.to_json()
-        return info, out, self._deadline(membership)
+        info["autorecovery"] = health.to_json()
+        return info, out, self._deadline(membership, health)
 
 
 # ------------------------------------------------------------------------------------------------ ledgers

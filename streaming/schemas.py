@@ -58,6 +58,8 @@ CHANGE_KINDS = {
     "under_replication_mark": "payload: {state: SET|CLEARED, replicas, mark_ctime_ms, mzxid, inferred}",
     "recovery_delay": "payload: {seconds (or null), present}",
     "rack_map": "payload: {racks: {bookie: rack|null}, hostnames: {bookie: host}, error}",
+    "auto_recovery_state": "payload: {disabled, disabled_ctime_ms, auditor (lowest vote's bookie id, null: "
+    "no vote), votes, locks: [[ledger_id, holder, ctime_ms]], error}",
     "snapshot_begin": "payload: {snapshot_id, reason, mode, partition, partition_count}",
     "snapshot_end": "payload: {snapshot_id, complete, mode, partition, partition_count, partition_events}",
     "heartbeat": "payload: {partition}",
@@ -96,6 +98,8 @@ DECISION_KINDS = {
     "bookie_returned": "a lost bookie registered again: payload {missing_since_ms}",
     "bookie_flapped": "a missing bookie came back before the delay: payload {missing_since_ms, flaps}",
     "recovery_delay": "lostBookieRecoveryDelay in force: payload {seconds}",
+    "autorecovery_alert": "an AutoRecovery health condition fired or cleared (ledger_id set for "
+    "REPLICATION_STALLED): payload {kind, firing, detail}",
     "rack_map": "the rack map changed: payload {racks, moved: [bookies whose rack changed since the last "
     "valid map]}, or {error} when the current map is invalid (placement unknown)",
     "snapshot_complete": "a complete FULL snapshot on one partition: payload {snapshot_id, partition, "

@@ -34,6 +34,7 @@ from bkaudit.domain.rules.evaluate import (
 )
 from bkaudit.settings import KafkaSettings
 from connectors.delta.ledger_log import LedgerLog
+from connectors.delta.placement_plans import PlacementPlanner
 from connectors.delta.scan import scan
 from connectors.delta.tables import (
     APP_METADATA_KEY,
@@ -49,7 +50,7 @@ from connectors.delta.tables import (
 )
 from streaming.decode import ARROW_CHANGE_SCHEMA
 from streaming.loss import (
-    LOSS_ALERT_KINDS,
+    OWNED_ALERT_KINDS,
     LossAuditor,
     loss_app,
     membership_app,
@@ -77,6 +78,7 @@ from streaming.sink_versions import (
 )
 
 if TYPE_CHECKING:
+    from connectors.agent.client import AgentConfig
     from streaming.metrics import StreamMetrics
 
 logger = logging.getLogger(__name__)
@@ -104,6 +106,7 @@ class SinkConfig:
     ledger_fold_interval_s: float = 0.0  # fold ledger_changes into ledgers this often; 0 = only at close()
     ledger_changes_retention_hours: float = 168.0  # folded ledger_changes rows kept this long (maintenance)
     index_cleanup_bookies_per_batch: int = 1  # ledger_bookies partitions cleaned of old versions per batch
+    agents: AgentConfig | None = None  # bookie-side agents asked first (bkaudit.settings.AgentSettings)
 
 
 #: What the sink receives per batch (:data:`streaming.schemas.DECISION_SCHEMA` as Arrow): the processor's
@@ -201,6 +204,7 @@ class AuditSink:
         self.stopping = threading.Event()
         self._producer: Any = None
         self._probe_client: Any = None
+        self._agent_clients: dict[str, Any] | None = None
         self._scrutiny_cursor = -1
         self._scrutiny_last_ms: int | None = None
         self.reports: list[BatchReport] = []
@@ -211,6 +215,10 @@ class AuditSink:
         ensure_tables(config.lakehouse_root)
         # The ledgers' state: appended per batch, folded into ``ledgers`` in the background, held in memory.
         self.ledger_log = LedgerLog(config.lakehouse_root, config.app_id)
+        # After every fold: the relocation plans of the ledgers with an open placement alert.
+        self.ledger_log.after_fold = PlacementPlanner(
+            config.lakehouse_root, config.placement, self.ledger_log
+        ).refresh
         # The loss alerts' one owner, shared with the membership lane (one producer for both lanes).
         self.loss = LossAuditor(config.lakehouse_root, config.kafka, self._kafka, self.ledger_log)
 
@@ -250,6 +258,9 @@ class AuditSink:
         if self._probe_client is not None:
             self._probe_client.close()
             self._probe_client = None
+        for agent in (self._agent_clients or {}).values():
+            agent.close()
+        self._agent_clients = None
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         if self.stopping.is_set():
@@ -313,7 +324,7 @@ class AuditSink:
             # The loss kinds are streaming.loss's: this lane neither fires nor resolves them.
             open_rows = open_table.to_pyarrow_table().to_pylist()
             book = AlertBook.from_rows(
-                cluster, (r for r in open_rows if AlertKind(r["kind"]) not in LOSS_ALERT_KINDS)
+                cluster, (r for r in open_rows if AlertKind(r["kind"]) not in OWNED_ALERT_KINDS)
             )
         log = self.ledger_log
         log.open(batch_id)  # the ledgers as of before this batch (already open: a no-op)
@@ -660,6 +671,7 @@ class AuditSink:
             self._prober(),
             targets,
             addresses,
+            known=self._agent_answers(targets, addresses),
             entry_reads_on=reads_on,
             learn={b for b, m in mode.items() if m == "auto"},
             timeout=self.config.probe_timeout_s,
@@ -672,6 +684,21 @@ class AuditSink:
                 batch.bookie_rows[bookie] = {**row, "answers_entry_lists": answers}
                 batch.bookies_changed.add(bookie)
         return outcomes
+
+    def _agent_answers(self, targets: list[Any], addresses: dict[str, str]) -> dict[tuple[int, str], Any]:
+        """What the configured bookie-side agents say of the closed ledgers' registered bookies."""
+        if self.config.agents is None or not self.config.agents.addresses:
+            return {}
+        from connectors.agent.client import agent_answers
+
+        if self._agent_clients is None:
+            self._agent_clients = self.config.agents.clients()
+        wanted: dict[str, list[int]] = defaultdict(list)
+        for target in targets:
+            if target.state == "CLOSED" and target.last_entry_id >= 0:
+                for bookie in target.bookies & self._agent_clients.keys() & addresses.keys():
+                    wanted[bookie].append(target.ledger_id)
+        return agent_answers(self._agent_clients, wanted)
 
     def _scrutiny_picks(self, requests: list[dict[str, Any]], requested: set[int]) -> list[dict[str, Any]]:
         """The next closed ledgers of the background replicas check, at the configured rate."""

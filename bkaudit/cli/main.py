@@ -17,6 +17,7 @@ from typer.exceptions import TyperException
 
 from bkaudit import __version__
 from bkaudit.cli import (
+    agent,
     alerts,
     availability,
     check,
@@ -117,6 +118,7 @@ app.command("demo")(demo.demo)
 app.command("stream")(stream.stream)
 app.command("watch")(watch.watch)
 app.command("status")(status.status)
+app.command("agent")(agent.agent)
 
 
 def _one_line(message: str) -> str:

@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import os
 import signal
@@ -177,7 +178,7 @@ def _summary(sim: Any) -> dict[str, Any]:
         "instance_id": status["instance_id"],
         "rack_map_path": status["rack_map_path"],
         "bookies": [
-            {key: bookie[key] for key in ("bookie_id", "address", "rack", "mode", "storage")}
+            {key: bookie[key] for key in ("bookie_id", "address", "rack", "mode", "storage", "ledger_dir")}
             for bookie in status["bookies"]
         ],
         "ledgers": [ledger["ledger_id"] for ledger in status["ledgers"]],
@@ -224,6 +225,13 @@ def up(
         bool, typer.Option("--reset", help="delete an existing root and rack map first")
     ] = False,
     seed: Annotated[int | None, typer.Option("--seed", help="random seed for ensemble choices")] = None,
+    index_root: Annotated[
+        str | None,
+        typer.Option(
+            "--index-root",
+            help="directory where DbLedgerStorage bookies write their RocksDB indexes (for `bkaudit agent`)",
+        ),
+    ] = None,
     port: Annotated[
         int,
         typer.Option("--port", min=0, max=65535, help="control channel port on 127.0.0.1 (0: any free one)"),
@@ -251,6 +259,7 @@ def up(
         lost_bookie_recovery_delay_s=lost_bookie_recovery_delay,
         bookie_session_timeout_s=bookie_session_timeout,
         seed=seed,
+        index_root=index_root,
     )
     assert isinstance(spec, ClusterSpec)
     sim = build_cluster(spec, _zookeeper(zookeeper), reset=reset)
@@ -605,6 +614,52 @@ def set_lost_bookie_recovery_delay(
 ) -> None:
     """Set underreplication/lostBookieRecoveryDelay."""
     _do("set_lost_bookie_recovery_delay", {"seconds": seconds}, state_dir, control)
+
+
+class Switch(enum.StrEnum):
+    """An on/off argument."""
+
+    ON = "on"
+    OFF = "off"
+
+
+@app.command("autorecovery")
+def autorecovery(
+    switch: Annotated[Switch, typer.Argument(help="on or off (off creates underreplication/disable)")],
+    state_dir: StateDirOption = None,
+    control: ControlOption = None,
+) -> None:
+    """Switch AutoRecovery on or off."""
+    _do("set_autorecovery", {"enabled": switch is Switch.ON}, state_dir, control)
+
+
+@app.command("auditor")
+def auditor(
+    switch: Annotated[Switch, typer.Argument(help="on (run the Auditor) or off (drop its election vote)")],
+    state_dir: StateDirOption = None,
+    control: ControlOption = None,
+) -> None:
+    """Run or drop the Auditor."""
+    _do("set_auditor", {"running": switch is Switch.ON}, state_dir, control)
+
+
+@app.command("hold-lock")
+def hold_lock(
+    ledger: LedgerArgument,
+    holder: Annotated[str, typer.Option("--holder", help="the worker's host name")] = "replication-worker-0",
+    state_dir: StateDirOption = None,
+    control: ControlOption = None,
+) -> None:
+    """Hold a ledger's replication lock (underreplication/locks/urL + its id) until release-lock."""
+    _do("hold_lock", {"ledger": ledger, "holder": holder}, state_dir, control)
+
+
+@app.command("release-lock")
+def release_lock(
+    ledger: LedgerArgument, state_dir: StateDirOption = None, control: ControlOption = None
+) -> None:
+    """Release a ledger's replication lock."""
+    _do("release_lock", {"ledger": ledger}, state_dir, control)
 
 
 # ============================================================================================== ledgers

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from bkaudit.domain.alerts import RACK_MAP_ENTITY, Alert, AlertKind, AlertState
+from bkaudit.domain.alerts import Alert, AlertKind, AlertState
 
 
 def _ms(value: Any) -> int:
@@ -162,8 +162,8 @@ class AlertBook:
     def set_cluster_condition(
         self, kind: AlertKind, holds: bool, *, at_ms: int, detail: dict[str, Any] | None = None
     ) -> Alert | None:
-        """Like :meth:`set_ledger_condition`, for a cluster-level kind (``RACK_MAP_INVALID``)."""
-        entity = RACK_MAP_ENTITY
+        """Like :meth:`set_ledger_condition`, for a cluster-level kind (``RACK_MAP_INVALID``...)."""
+        entity = kind.cluster_entity
         if holds:
             if (entity, kind) in self.open:
                 return None

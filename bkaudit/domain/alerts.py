@@ -45,6 +45,9 @@ class AlertKind(enum.Enum):
     UNDER_REPLICATION_STUCK = "UNDER_REPLICATION_STUCK"
     METADATA_CORRUPT = "METADATA_CORRUPT"
     RACK_MAP_INVALID = "RACK_MAP_INVALID"
+    AUTORECOVERY_DISABLED = "AUTORECOVERY_DISABLED"
+    AUDITOR_MISSING = "AUDITOR_MISSING"
+    REPLICATION_STALLED = "REPLICATION_STALLED"
 
     @property
     def severity(self) -> str:
@@ -57,12 +60,28 @@ class AlertKind(enum.Enum):
 
     @property
     def is_cluster_kind(self) -> bool:
-        """A condition of the cluster's configuration (entity :data:`RACK_MAP_ENTITY`), not of one entity."""
-        return self is AlertKind.RACK_MAP_INVALID
+        """A condition of the whole cluster (entity :attr:`cluster_entity`), not of one ledger or bookie."""
+        return self in _CLUSTER_ENTITIES
+
+    @property
+    def cluster_entity(self) -> str:
+        """The entity of a cluster-level kind (Kafka key ``<cluster>/<entity>``).
+
+        Example:
+            >>> AlertKind.AUTORECOVERY_DISABLED.cluster_entity
+            'autorecovery'
+        """
+        return _CLUSTER_ENTITIES[self]
 
 
 RACK_MAP_ENTITY = "rackmap"
 """Entity of :attr:`AlertKind.RACK_MAP_INVALID`, the cluster's one rack map (key ``<cluster>/rackmap``)."""
+
+_CLUSTER_ENTITIES = {
+    AlertKind.RACK_MAP_INVALID: RACK_MAP_ENTITY,
+    AlertKind.AUTORECOVERY_DISABLED: "autorecovery",
+    AlertKind.AUDITOR_MISSING: "auditor",
+}
 
 
 _SEVERITY = {
@@ -77,6 +96,9 @@ _SEVERITY = {
     AlertKind.UNDER_REPLICATION_STUCK: "warning",
     AlertKind.PLACEMENT_NOT_ADHERING: "warning",
     AlertKind.RACK_MAP_INVALID: "warning",
+    AlertKind.AUTORECOVERY_DISABLED: "warning",
+    AlertKind.AUDITOR_MISSING: "warning",
+    AlertKind.REPLICATION_STALLED: "warning",
     AlertKind.PLACEMENT_SOFT: "info",
 }
 
@@ -204,7 +226,8 @@ class Alert:
         detected_at_ms: int,
         detail: dict[str, Any] | None = None,
     ) -> Alert:
-        """A cluster-level alert (``RACK_MAP_INVALID``): no ledger, no bookies.
+        """A cluster-level alert (``RACK_MAP_INVALID``, ``AUTORECOVERY_DISABLED``, ``AUDITOR_MISSING``): no
+        ledger, no bookies.
 
         Example:
             >>> Alert.cluster_level(cluster="c", kind=AlertKind.RACK_MAP_INVALID,
@@ -213,7 +236,8 @@ class Alert:
         """
         if not kind.is_cluster_kind:
             raise ValueError(f"{kind.value} is not a cluster-level alert")
-        return cls(cluster, kind, RACK_MAP_ENTITY, started_at_ms, detected_at_ms, detail=dict(detail or {}))
+        entity = kind.cluster_entity
+        return cls(cluster, kind, entity, started_at_ms, detected_at_ms, detail=dict(detail or {}))
 
     @functools.cached_property
     def alert_id(self) -> str:

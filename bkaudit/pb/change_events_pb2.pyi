@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ChangeEvent(_message.Message):
-    __slots__ = ("schema_version", "cluster", "event_time_ms", "entity_key", "watcher_run_id", "sequence", "snapshot_id", "bookie_status", "ledger_upserted", "ledger_deleted", "ledger_undecodable", "under_replication_mark", "recovery_delay", "rack_map", "snapshot_begin", "snapshot_end", "heartbeat")
+    __slots__ = ("schema_version", "cluster", "event_time_ms", "entity_key", "watcher_run_id", "sequence", "snapshot_id", "bookie_status", "ledger_upserted", "ledger_deleted", "ledger_undecodable", "under_replication_mark", "recovery_delay", "rack_map", "snapshot_begin", "snapshot_end", "heartbeat", "auto_recovery_state")
     SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     EVENT_TIME_MS_FIELD_NUMBER: _ClassVar[int]
@@ -26,6 +26,7 @@ class ChangeEvent(_message.Message):
     SNAPSHOT_BEGIN_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_END_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    AUTO_RECOVERY_STATE_FIELD_NUMBER: _ClassVar[int]
     schema_version: int
     cluster: str
     event_time_ms: int
@@ -43,7 +44,8 @@ class ChangeEvent(_message.Message):
     snapshot_begin: SnapshotBegin
     snapshot_end: SnapshotEnd
     heartbeat: Heartbeat
-    def __init__(self, schema_version: _Optional[int] = ..., cluster: _Optional[str] = ..., event_time_ms: _Optional[int] = ..., entity_key: _Optional[str] = ..., watcher_run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., snapshot_id: _Optional[str] = ..., bookie_status: _Optional[_Union[BookieStatus, _Mapping]] = ..., ledger_upserted: _Optional[_Union[LedgerUpserted, _Mapping]] = ..., ledger_deleted: _Optional[_Union[LedgerDeleted, _Mapping]] = ..., ledger_undecodable: _Optional[_Union[LedgerUndecodable, _Mapping]] = ..., under_replication_mark: _Optional[_Union[UnderReplicationMark, _Mapping]] = ..., recovery_delay: _Optional[_Union[RecoveryDelay, _Mapping]] = ..., rack_map: _Optional[_Union[RackMap, _Mapping]] = ..., snapshot_begin: _Optional[_Union[SnapshotBegin, _Mapping]] = ..., snapshot_end: _Optional[_Union[SnapshotEnd, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ...) -> None: ...
+    auto_recovery_state: AutoRecoveryState
+    def __init__(self, schema_version: _Optional[int] = ..., cluster: _Optional[str] = ..., event_time_ms: _Optional[int] = ..., entity_key: _Optional[str] = ..., watcher_run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., snapshot_id: _Optional[str] = ..., bookie_status: _Optional[_Union[BookieStatus, _Mapping]] = ..., ledger_upserted: _Optional[_Union[LedgerUpserted, _Mapping]] = ..., ledger_deleted: _Optional[_Union[LedgerDeleted, _Mapping]] = ..., ledger_undecodable: _Optional[_Union[LedgerUndecodable, _Mapping]] = ..., under_replication_mark: _Optional[_Union[UnderReplicationMark, _Mapping]] = ..., recovery_delay: _Optional[_Union[RecoveryDelay, _Mapping]] = ..., rack_map: _Optional[_Union[RackMap, _Mapping]] = ..., snapshot_begin: _Optional[_Union[SnapshotBegin, _Mapping]] = ..., snapshot_end: _Optional[_Union[SnapshotEnd, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., auto_recovery_state: _Optional[_Union[AutoRecoveryState, _Mapping]] = ...) -> None: ...
 
 class ZnodeStat(_message.Message):
     __slots__ = ("czxid", "mzxid", "ctime_ms", "mtime_ms", "version", "data_length")
@@ -256,6 +258,36 @@ class RecoveryDelay(_message.Message):
     znode: ZnodeStat
     error: str
     def __init__(self, seconds: _Optional[int] = ..., present: _Optional[bool] = ..., znode: _Optional[_Union[ZnodeStat, _Mapping]] = ..., error: _Optional[str] = ...) -> None: ...
+
+class AutoRecoveryState(_message.Message):
+    __slots__ = ("disabled", "disabled_ctime_ms", "votes", "locks", "error")
+    class Vote(_message.Message):
+        __slots__ = ("sequence", "bookie_id")
+        SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+        BOOKIE_ID_FIELD_NUMBER: _ClassVar[int]
+        sequence: int
+        bookie_id: str
+        def __init__(self, sequence: _Optional[int] = ..., bookie_id: _Optional[str] = ...) -> None: ...
+    class Lock(_message.Message):
+        __slots__ = ("ledger_id", "holder", "ctime_ms")
+        LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+        HOLDER_FIELD_NUMBER: _ClassVar[int]
+        CTIME_MS_FIELD_NUMBER: _ClassVar[int]
+        ledger_id: int
+        holder: str
+        ctime_ms: int
+        def __init__(self, ledger_id: _Optional[int] = ..., holder: _Optional[str] = ..., ctime_ms: _Optional[int] = ...) -> None: ...
+    DISABLED_FIELD_NUMBER: _ClassVar[int]
+    DISABLED_CTIME_MS_FIELD_NUMBER: _ClassVar[int]
+    VOTES_FIELD_NUMBER: _ClassVar[int]
+    LOCKS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    disabled: bool
+    disabled_ctime_ms: int
+    votes: _containers.RepeatedCompositeFieldContainer[AutoRecoveryState.Vote]
+    locks: _containers.RepeatedCompositeFieldContainer[AutoRecoveryState.Lock]
+    error: str
+    def __init__(self, disabled: _Optional[bool] = ..., disabled_ctime_ms: _Optional[int] = ..., votes: _Optional[_Iterable[_Union[AutoRecoveryState.Vote, _Mapping]]] = ..., locks: _Optional[_Iterable[_Union[AutoRecoveryState.Lock, _Mapping]]] = ..., error: _Optional[str] = ...) -> None: ...
 
 class RackMap(_message.Message):
     __slots__ = ("source", "present", "entries", "error", "source_version")

@@ -221,6 +221,25 @@ class SetLostBookieRecoveryDelayArgs(_Args):
     seconds: int = Field(ge=0, le=2**31 - 1)
 
 
+class SetAutorecoveryArgs(_Args):
+    """Switch AutoRecovery on or off (delete or create ``underreplication/disable``)."""
+
+    enabled: bool
+
+
+class SetAuditorArgs(_Args):
+    """Run or stop the Auditor (its vote under ``underreplication/auditorelection``)."""
+
+    running: bool
+
+
+class HoldLockArgs(_Args):
+    """Hold a ledger's replication lock (``underreplication/locks/urL<id>``) until released."""
+
+    ledger: LedgerRef
+    holder: str = Field("replication-worker-0", min_length=1, max_length=255)
+
+
 @dataclass(frozen=True)
 class ActionSpec:
     """One action: its argument model and what it does to a cluster.
@@ -326,6 +345,10 @@ ACTIONS: Mapping[str, ActionSpec] = {
     "set_lost_bookie_recovery_delay": ActionSpec(
         SetLostBookieRecoveryDelayArgs, lambda sim, a: sim.set_lost_bookie_recovery_delay(a.seconds)
     ),
+    "set_autorecovery": ActionSpec(SetAutorecoveryArgs, lambda sim, a: sim.set_autorecovery(a.enabled)),
+    "set_auditor": ActionSpec(SetAuditorArgs, lambda sim, a: sim.set_auditor(a.running)),
+    "hold_lock": ActionSpec(HoldLockArgs, lambda sim, a: {"path": sim.hold_lock(a.ledger, a.holder)}),
+    "release_lock": ActionSpec(LedgerArgs, lambda sim, a: sim.release_lock(a.ledger)),
 }
 
 

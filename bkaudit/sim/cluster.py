@@ -18,6 +18,9 @@ domain library's formats (BookKeeper's znode layout and metadata formats):
 - faults: graceful and hard kills, flaps, read-only, lost entries/ledgers, ENOLEDGER, silent and slow
   bookies, rack moves, badly placed ledgers, corrupt metadata, ``urL`` marks with an old ctime, a changed
   ``lostBookieRecoveryDelay``.
+- AutoRecovery: an elected Auditor (a vote under ``auditorelection``, from the cluster's session) from
+  ``init()`` on; it can be switched off (``disable``), its Auditor dropped and restored, and replication
+  locks held and released (``locks/urL<id>``, ephemeral, as a ReplicationWorker holds them).
 
 It remembers what it did, so :meth:`SimulatedCluster.ground_truth` can say what a correct auditor must flag
 (:mod:`bkaudit.sim.truth`). The password never appears in any output, log or truth.
@@ -46,6 +49,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -83,10 +87,13 @@ from bkaudit.domain.registration import (
     validate_bookie_id,
     writable_bookie_path,
 )
+from bkaudit.domain.rules.autorecovery import AutoRecoveryZnodes, ReplicationLock
 from bkaudit.domain.striping import write_set
 from bkaudit.domain.underreplication import (
     UnderreplicatedLedger,
     UnderreplicationPaths,
+    format_auditor_vote,
+    format_lock_data,
     format_lost_bookie_recovery_delay,
     format_rereplication_layout,
     format_underreplicated_ledger,
@@ -112,9 +119,13 @@ from bkaudit.sim.truth import (
     TruthParameters,
     ground_truth,
 )
+from connectors.agent.index import IndexedEntryStore
 from connectors.bookie.server import BookieServer, InMemoryEntryStore
 
-__all__ = ["CORRUPTIONS", "SimLedger", "SimulatedCluster", "pulsar_custom_metadata"]
+__all__ = ["CORRUPTIONS", "SIM_AUDITOR_ID", "SimLedger", "SimulatedCluster", "pulsar_custom_metadata"]
+
+#: The bookie id in the simulated Auditor's vote.
+SIM_AUDITOR_ID = "autorecovery-0"
 
 logger = logging.getLogger(__name__)
 
@@ -245,6 +256,7 @@ class SimulatedCluster:
         host: str = "127.0.0.1",
         seed: int | None = None,
         truth_parameters: TruthParameters | None = None,
+        index_root: Path | None = None,
     ) -> None:
         self.zk_hosts = zk_hosts
         self.root = validate_root(root)
@@ -266,6 +278,9 @@ class SimulatedCluster:
         self.entry_size = entry_size
         self.host = host
         self.truth_parameters = truth_parameters or TruthParameters()
+        # Where DbLedgerStorage bookies write their RocksDB indexes in BookKeeper's layout (for `bkaudit
+        # agent`): <index_root>/bookie-NN/ledgers/current/{ledgers,locations}. None: no index files.
+        self.index_root = index_root
         self.instance_id: str | None = None
         self._rng = random.Random(seed)
         self._lock = threading.RLock()
@@ -279,6 +294,13 @@ class SimulatedCluster:
         self._aliases: dict[str, int] = {}
         self._absences: list[Absence] = []
         self._marks: dict[int, int | None] = {}
+        # AutoRecovery: the Auditor's vote path (None: dropped) and since when there is none, the disable
+        # znode's ctime, the held locks, and since when at least one bookie is registered.
+        self._auditor_vote: str | None = None
+        self._auditor_gone_since_ms: int | None = None
+        self._disabled_since_ms: int | None = None
+        self._locks: dict[int, ReplicationLock] = {}
+        self._bookies_running_since_ms: int | None = None
         self._zk_registered: set[str] = set()
         self._watches: list[ChildrenWatch] = []
         self._closed = False
@@ -314,6 +336,7 @@ class SimulatedCluster:
                 close_session(admin)
                 raise
             self._admin = admin
+            self.set_auditor(True)
             self._loop = LoopThread("bkaudit-sim-bookies")
             self._watch_registrations()
             logger.info("simulated cluster %s at %s%s", self.instance_id, self.zk_hosts, self.root)
@@ -345,6 +368,7 @@ class SimulatedCluster:
         transaction.create(paths.layout, format_rereplication_layout().encode("utf-8"))
         transaction.create(paths.urledgers, b"")
         transaction.create(paths.locks, b"")
+        transaction.create(paths.auditor_election, b"")
         transaction.create(
             paths.lost_bookie_recovery_delay,
             format_lost_bookie_recovery_delay(self.lost_bookie_recovery_delay_s).encode("ascii"),
@@ -371,6 +395,8 @@ class SimulatedCluster:
                     with contextlib.suppress(Exception):
                         self._loop.run(bookie.server.stop(keep_port=False))
                 bookie.mode = BookieMode.DOWN
+                if isinstance(bookie.store, IndexedEntryStore):
+                    bookie.store.close()
             if self._admin is not None:
                 with contextlib.suppress(Exception):
                     close_session(self._admin)
@@ -411,6 +437,10 @@ class SimulatedCluster:
         now = _now_ms()
         with self._membership_lock:
             self._zk_registered = set(registered)
+            if not registered:
+                self._bookies_running_since_ms = None
+            elif self._bookies_running_since_ms is None:
+                self._bookies_running_since_ms = now
             suspects = [b for b in self._bookies.values() if b.hard_killed and b.bookie_id not in registered]
         for bookie in suspects:
             # The two watches update separately (a read-only move touches both parents), so confirm directly.
@@ -491,7 +521,7 @@ class SimulatedCluster:
             ordinal = len(self._bookie_order)
             if rack is None:
                 rack = self.rack_names[ordinal % len(self.rack_names)]
-            store = InMemoryEntryStore()
+            store = self._new_store(storage, ordinal)
             server = BookieServer(store, host=self.host, port=port, answers_entry_lists=storage != DB_STORAGE)
             self._loop.run(server.start())
             try:
@@ -520,6 +550,20 @@ class SimulatedCluster:
             self._write_rack_map()
             logger.info("bookie %s up at %s in %s", bookie_id, bookie.address, rack)
             return bookie_id
+
+    def _new_store(self, storage: str, ordinal: int) -> InMemoryEntryStore:
+        """A DbLedgerStorage bookie's store also writes a RocksDB index when the cluster has an index root."""
+        if storage != DB_STORAGE or self.index_root is None:
+            return InMemoryEntryStore()
+        return IndexedEntryStore(self.index_root / f"bookie-{ordinal:02d}" / "ledgers")
+
+    def ledger_dir(self, ref: str | int) -> Path:
+        """The ledger directory of a DbLedgerStorage bookie's RocksDB index (what `bkaudit agent` reads)."""
+        with self._lock:
+            store = self._bookie(ref).store
+            if not isinstance(store, IndexedEntryStore):
+                raise SimulatorError(f"bookie {ref} keeps no RocksDB index (DbLedgerStorage with index_root)")
+            return store.ledger_dir
 
     def _next_bp41_id(self, ordinal: int) -> str:
         number = ordinal + 1
@@ -1029,6 +1073,71 @@ class SimulatedCluster:
             self.admin.set(self.underreplication.lost_bookie_recovery_delay, data)
             self.lost_bookie_recovery_delay_s = seconds
 
+    # ====================================================================================== AutoRecovery
+
+    def set_autorecovery(self, enabled: bool) -> None:
+        """Switch AutoRecovery on or off as ``bookkeeper shell autorecovery -enable/-disable`` does: delete
+        or create the empty ``underreplication/disable`` znode."""
+        with self._lock:
+            path = self.underreplication.disable
+            if enabled:
+                with contextlib.suppress(NoNodeError):
+                    self.admin.delete(path)
+                self._disabled_since_ms = None
+                return
+            with contextlib.suppress(NodeExistsError):
+                self.admin.create(path, b"")
+            stat = self.admin.exists(path)
+            self._disabled_since_ms = stat.ctime if stat is not None else _now_ms()
+
+    def set_auditor(self, running: bool) -> None:
+        """Run or stop the Auditor: an ephemeral sequential vote ``auditorelection/V_<seq>`` (bookie id
+        :data:`SIM_AUDITOR_ID`), the lowest and only one, so the Auditor; stopping deletes it."""
+        with self._lock:
+            if running and self._auditor_vote is None:
+                data = format_auditor_vote(SIM_AUDITOR_ID).encode("utf-8")
+                self._auditor_vote = self.admin.create(
+                    f"{self.underreplication.auditor_election}/V_", data, ephemeral=True, sequence=True
+                )
+                self._auditor_gone_since_ms = None
+            elif not running and self._auditor_vote is not None:
+                with contextlib.suppress(NoNodeError):
+                    self.admin.delete(self._auditor_vote)
+                self._auditor_vote = None
+                self._auditor_gone_since_ms = _now_ms()
+
+    def hold_lock(self, ledger: str | int, holder: str = "replication-worker-0") -> str:
+        """Take a ledger's replication lock as a ReplicationWorker does (ephemeral ``locks/urL<id>`` with
+        ``LockDataFormat``) and keep it; returns its path."""
+        with self._lock:
+            ledger_id = self._ledger(ledger).ledger_id
+            path = self.underreplication.lock(ledger_id)
+            try:
+                data = format_lock_data(holder).encode("utf-8")
+                self.admin.create(path, data, ephemeral=True)
+            except FormatError as err:
+                raise SimulatorError(str(err)) from None
+            except NodeExistsError:
+                raise SimulatorError(f"ledger {ledger_id}'s replication lock is already held") from None
+            stat = self.admin.exists(path)
+            self._locks[ledger_id] = ReplicationLock(holder, stat.ctime if stat is not None else _now_ms())
+            return path
+
+    def release_lock(self, ledger: str | int) -> None:
+        """Release a ledger's replication lock (delete ``locks/urL<id>``)."""
+        with self._lock:
+            ledger_id = self._ledger(ledger).ledger_id
+            with contextlib.suppress(NoNodeError):
+                self.admin.delete(self.underreplication.lock(ledger_id))
+            self._locks.pop(ledger_id, None)
+
+    def _auditor_missing_since(self) -> int | None:
+        """Since when no Auditor is elected while bookies run (None: an Auditor runs, or no bookie)."""
+        running = self._bookies_running_since_ms
+        if self._auditor_vote is not None or running is None or self._auditor_gone_since_ms is None:
+            return None
+        return max(self._auditor_gone_since_ms, running)
+
     def _write_metadata(self, ledger: SimLedger, metadata: LedgerMetadata) -> None:
         """Versioned setData, as BookKeeper's metadata updates are compare-and-set."""
         try:
@@ -1131,6 +1240,11 @@ class SimulatedCluster:
         with self._lock:
             return [ledger_id for ledger_id in self._ledger_order if ledger_id in self._ledgers]
 
+    def bookie_requests(self, ref: str | int) -> int:
+        """How many requests a bookie's server has received (any operation) since it started."""
+        with self._lock:
+            return self._bookie(ref).server.stats.requests_received
+
     def bookie_store(self, ref: str | int) -> InMemoryEntryStore:
         """The entry store of a bookie (what its server answers from)."""
         with self._lock:
@@ -1156,12 +1270,20 @@ class SimulatedCluster:
                         "mode": bookie.mode.value,
                         "legacy_id": bookie.legacy_id,
                         "storage": SORTED_STORAGE if bookie.server.answers_entry_lists else DB_STORAGE,
+                        "ledger_dir": str(bookie.store.ledger_dir)
+                        if isinstance(bookie.store, IndexedEntryStore)
+                        else None,
                         "faults": bookie.faults_json(),
                     }
                     for bookie in (self._bookies[b] for b in self._bookie_order)
                 ],
                 "ledgers": [self._ledgers[lid].to_json() for lid in self.ledger_ids()],
                 "underreplicated": sorted(self._marks),
+                "autorecovery": {
+                    "enabled": self._disabled_since_ms is None,
+                    "auditor": SIM_AUDITOR_ID if self._auditor_vote is not None else None,
+                    "locks": sorted(self._locks),
+                },
             }
 
     def snapshot(self, now_ms: int | None = None) -> ClusterSnapshot:
@@ -1211,6 +1333,12 @@ class SimulatedCluster:
                 corrupt_ledgers=corrupt,
                 underreplicated=dict(self._marks),
                 lost_bookie_recovery_delay_s=self.lost_bookie_recovery_delay_s,
+                autorecovery=AutoRecoveryZnodes(
+                    disabled_since_ms=self._disabled_since_ms,
+                    auditor=SIM_AUDITOR_ID if self._auditor_vote is not None else None,
+                    locks=dict(self._locks),
+                ),
+                auditor_missing_since_ms=self._auditor_missing_since(),
             )
 
     def _check_pending_expiries(self) -> None:

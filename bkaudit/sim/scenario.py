@@ -46,6 +46,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from bkaudit.domain.rules.autorecovery import AutoRecoveryGraces
 from bkaudit.errors import BkauditError, ConfigError
 from bkaudit.sim.actions import validate_action
 from bkaudit.sim.truth import TruthParameters
@@ -97,6 +98,8 @@ class ClusterSpec(BaseModel):
     session_timeout_s: float = Field(10.0, gt=0)
     bookie_session_timeout_s: float = Field(10.0, gt=0)
     seed: int | None = None
+    # Where DbLedgerStorage bookies write their RocksDB indexes (BookKeeper's layout, for `bkaudit agent`).
+    index_root: str | None = None
 
     @model_validator(mode="after")
     def _quorums(self) -> ClusterSpec:
@@ -120,10 +123,24 @@ class TruthSpec(BaseModel):
     enforce_min_racks_per_write_quorum: bool = False
     probe_timeout_s: float = Field(5.0, gt=0)
     under_replication_grace_s: float | None = Field(600.0, ge=0)
+    autorecovery_disabled_grace_s: float = Field(900.0, ge=0)
+    auditor_missing_grace_s: float = Field(300.0, ge=0)
+    replication_lock_grace_s: float = Field(1800.0, ge=0)
 
     def to_parameters(self) -> TruthParameters:
-        """The pure module's parameter object."""
-        return TruthParameters(**self.model_dump())
+        """The pure module's parameter object.
+
+        Example:
+            >>> TruthSpec(auditor_missing_grace_s=2).to_parameters().autorecovery.auditor_missing_s
+            2.0
+        """
+        values = self.model_dump()
+        graces = AutoRecoveryGraces(
+            disabled_s=values.pop("autorecovery_disabled_grace_s"),
+            auditor_missing_s=values.pop("auditor_missing_grace_s"),
+            lock_held_s=values.pop("replication_lock_grace_s"),
+        )
+        return TruthParameters(**values, autorecovery=graces)
 
 
 class Step(BaseModel):
@@ -309,6 +326,7 @@ def build_cluster(
         lost_bookie_recovery_delay_s=spec.lost_bookie_recovery_delay_s,
         seed=spec.seed,
         truth_parameters=(truth or TruthSpec()).to_parameters(),
+        index_root=Path(spec.index_root) if spec.index_root else None,
     )
     try:
         sim.init(reset=reset)

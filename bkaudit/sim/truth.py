@@ -38,6 +38,10 @@ snapshot at all):
 - ``UNDER_REPLICATION_STUCK``: ``urL`` marks whose stored ctime is more than ``under_replication_grace_s``
   old (marks without ctime never are, as in BookKeeper); disabled when the grace is ``None``.
 - ``METADATA_CORRUPT``: ledger znodes that do not decode.
+- ``AUTORECOVERY_DISABLED`` / ``AUDITOR_MISSING`` (subjects ``autorecovery`` / ``auditor``) and
+  ``REPLICATION_STALLED`` (ledger ids): AutoRecovery's conditions that have held for their grace
+  (:func:`bkaudit.domain.rules.autorecovery.due_conditions`, the job's rule); a condition within a second
+  of its deadline is only ``may_alert`` (the job dates it by the watcher's clock, the simulator by its own).
 
 ``may_alert`` lists what an auditor may flag without being wrong (transitional states); an auditor's
 output is correct when it contains every ``alerts`` entry and nothing outside ``alerts`` ∪ ``may_alert``.
@@ -66,6 +70,12 @@ from enum import StrEnum
 from typing import Any
 
 from bkaudit.domain.metadata import LedgerMetadata, LedgerState, Segment
+from bkaudit.domain.rules.autorecovery import (
+    AutoRecoveryGraces,
+    AutoRecoveryZnodes,
+    due_conditions,
+    holding_conditions,
+)
 from bkaudit.domain.rules.entry_reads import ReadAnswer, answers_from_reads, entries_to_read
 from bkaudit.domain.rules.lost_bookie import BookieMembership
 from bkaudit.domain.rules.lost_bookie import BookieStatus as Membership
@@ -84,6 +94,7 @@ from bkaudit.domain.rules.replicas import BookieAnswer, BookieStatus, ReplicasRe
 __all__ = [
     "ALERT_KINDS",
     "BOOKIE_KINDS",
+    "CLUSTER_KINDS",
     "LEDGER_KINDS",
     "Absence",
     "BookieSnapshot",
@@ -104,13 +115,17 @@ LEDGER_KINDS = (
     "REPLICAS_LESS_THAN_WQ",
     "UNDER_REPLICATION_STUCK",
     "METADATA_CORRUPT",
+    "REPLICATION_STALLED",
 )
 """Alert kinds whose subjects are ledger ids."""
 
 BOOKIE_KINDS = ("BOOKIE_LOST", "BOOKIE_UNRESPONSIVE")
 """Alert kinds whose subjects are bookie ids."""
 
-ALERT_KINDS = LEDGER_KINDS + BOOKIE_KINDS
+CLUSTER_KINDS = ("AUTORECOVERY_DISABLED", "AUDITOR_MISSING")
+"""Alert kinds of the whole cluster; their subject is the alert's entity (``autorecovery``, ``auditor``)."""
+
+ALERT_KINDS = LEDGER_KINDS + BOOKIE_KINDS + CLUSTER_KINDS
 """Every alert kind of the alert stream (interfaces.md §2)."""
 
 _REPLICAS_KIND = {
@@ -242,6 +257,8 @@ class ClusterSnapshot:
     corrupt_ledgers: frozenset[int] = frozenset()
     underreplicated: Mapping[int, int | None] = field(default_factory=dict)
     lost_bookie_recovery_delay_s: int = 0
+    autorecovery: AutoRecoveryZnodes = field(default_factory=AutoRecoveryZnodes)
+    auditor_missing_since_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -249,7 +266,8 @@ class TruthParameters:
     """The auditor configuration ground truth assumes (defaults are BookKeeper's where it has one).
 
     ``under_replication_grace_s`` is the age after which a ``urL`` mark is stuck (``None`` disables the
-    kind); ``probe_timeout_s`` is the auditor's probe timeout (BookKeeper's ``readEntryTimeoutSec``).
+    kind); ``autorecovery`` holds AutoRecovery's grace periods; ``probe_timeout_s`` is the auditor's probe
+    timeout (BookKeeper's ``readEntryTimeoutSec``).
 
     Example:
         >>> TruthParameters().placement_policy, TruthParameters().probe_timeout_s
@@ -264,6 +282,7 @@ class TruthParameters:
     min_regions_for_durability: int = DEFAULT_MIN_REGIONS_FOR_DURABILITY
     probe_timeout_s: float = 5.0
     under_replication_grace_s: float | None = 600.0
+    autorecovery: AutoRecoveryGraces = field(default_factory=AutoRecoveryGraces)
 
     def __post_init__(self) -> None:
         if self.placement_policy not in POLICIES:
@@ -287,6 +306,9 @@ class TruthParameters:
             "min_regions_for_durability": self.min_regions_for_durability,
             "probe_timeout_s": self.probe_timeout_s,
             "under_replication_grace_s": self.under_replication_grace_s,
+            "autorecovery_disabled_grace_s": self.autorecovery.disabled_s,
+            "auditor_missing_grace_s": self.autorecovery.auditor_missing_s,
+            "replication_lock_grace_s": self.autorecovery.lock_held_s,
         }
 
 
@@ -426,6 +448,31 @@ def _entry_read_answers(
     return {**answers, **answers_from_reads(reads, md.last_entry_id)}
 
 
+#: How far from its deadline an AutoRecovery condition counts as either way (the two clocks differ).
+_DEADLINE_SLACK_MS = 1000
+
+
+def _autorecovery_truth(
+    snapshot: ClusterSnapshot,
+    graces: AutoRecoveryGraces,
+    alerts: dict[str, set[Any]],
+    may: dict[str, set[Any]],
+) -> None:
+    """AutoRecovery's due conditions into ``alerts``, those near their deadline into ``may``."""
+    znodes, missing_since = snapshot.autorecovery, snapshot.auditor_missing_since_ms
+
+    def due_at(now_ms: int) -> set[tuple[str, int | None]]:
+        return {c.key for c in due_conditions(znodes, missing_since, now_ms, graces)}
+
+    late, early = due_at(snapshot.now_ms - _DEADLINE_SLACK_MS), due_at(snapshot.now_ms + _DEADLINE_SLACK_MS)
+    for condition in holding_conditions(znodes, missing_since):
+        subject = condition.ledger_id if condition.ledger_id is not None else condition.kind.cluster_entity
+        if condition.key in late:
+            alerts[condition.kind.value].add(subject)
+        elif condition.key in early:
+            may[condition.kind.value].add(subject)
+
+
 def ground_truth(snapshot: ClusterSnapshot, params: TruthParameters | None = None) -> dict[str, Any]:
     """What a correct auditor must (``alerts``) and may (``may_alert``) flag at ``snapshot.now_ms``.
 
@@ -506,6 +553,7 @@ def ground_truth(snapshot: ClusterSnapshot, params: TruthParameters | None = Non
             if ctime is not None and snapshot.now_ms - ctime > grace_ms:
                 alerts["UNDER_REPLICATION_STUCK"].add(ledger_id)
     alerts["METADATA_CORRUPT"].update(snapshot.corrupt_ledgers)
+    _autorecovery_truth(snapshot, params.autorecovery, alerts, may)
 
     flaps: dict[str, int] = {}
     for absence in snapshot.absences:

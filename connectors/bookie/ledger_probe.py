@@ -5,7 +5,9 @@ This is the I/O half of BookKeeper's replicas check (facts §3.6) and of BP-34's
 concurrent wave, then the pure :func:`bkaudit.domain.rules.replicas.classify_replicas` on correct set
 semantics. Bookies that cannot list entries (DbLedgerStorage) are asked with ``READ_ENTRY`` instead, for
 the entries :func:`bkaudit.domain.rules.entry_reads.entries_to_read` picks (each fragment's first and last
-entry, plus a sample), in the same wave; their answers reach the same rule.
+entry, plus a sample), in the same wave; their answers reach the same rule. What a bookie-side agent
+already answered (``known``, see :mod:`connectors.agent.client`) is taken as that bookie's entry list and
+nothing is sent to the bookie for that ledger.
 A bookie that does not answer (timeout, refused, error) counts as *unknown*, never as missing data; one that
 cannot be resolved to an address (not registered) is unknown too. The caller decides what unknown means
 (``BOOKIE_UNRESPONSIVE`` for a bookie that stays registered but never answers).
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 
 from bkaudit.domain.rules.entry_reads import ReadAnswer, answers_from_reads, entries_to_read
 from bkaudit.domain.rules.replicas import BookieStatus, ReplicasResult, ReplicasVerdict, classify_replicas
+from connectors.agent.client import AGENT_KINDS
 from connectors.bookie.client import (
     BlockingBookieClient,
     EntryPresent,
@@ -38,7 +41,7 @@ from connectors.bookie.client import (
 #: ``answers`` kind of a bookie asked with entry reads, when at least one read was answered.
 ENTRY_READS = "entry_reads"
 #: ``answers`` kinds of a bookie that answered (it is responsive, whatever it holds).
-ANSWERED_KINDS = frozenset({"entry_list", "no_ledger", ENTRY_READS})
+ANSWERED_KINDS = frozenset({"entry_list", "no_ledger", ENTRY_READS, *AGENT_KINDS})
 
 
 @dataclass(frozen=True)
@@ -88,16 +91,19 @@ def probe_ledgers(
     concurrency: int = 64,
     entry_reads_on: AbstractSet[str] = frozenset(),
     sample_percent: float = 0.0,
+    known: Mapping[tuple[int, str], ProbeResult] | None = None,
 ) -> list[LedgerProbeOutcome]:
     """Probe every target (closed ledgers; others are classified SKIPPED without a request).
 
     ``addresses`` maps bookie id → ``host:port`` of its bookie-rpc endpoint (from the registrations).
     Bookies in ``entry_reads_on`` are asked with ``READ_ENTRY`` (each fragment's first and last entry plus
     ``sample_percent`` % of the others, the same ones on every round of a ledger); the others for their
-    entry list.
+    entry list. ``known`` holds answers already had, by (ledger id, bookie): those bookies are not asked.
     """
+    known = known or {}
     requests: list[ProbeRequest] = []
     index: list[tuple[int, str, int | None]] = []
+    lists: dict[int, dict[str, ProbeResult]] = {}
     for position, target in enumerate(targets):
         if target.state != "CLOSED" or target.last_entry_id < 0:
             continue
@@ -106,12 +112,15 @@ def probe_ledgers(
             address = addresses.get(bookie)
             if address is None:
                 continue
+            given = known.get((target.ledger_id, bookie))
+            if given is not None:
+                lists.setdefault(position, {})[bookie] = given
+                continue
             entries: list[int | None] = list(planned.get(bookie, [])) if bookie in entry_reads_on else [None]
             for entry_id in entries:
                 requests.append(ProbeRequest(address, target.ledger_id, entry_id))
                 index.append((position, bookie, entry_id))
     results = client.probe_many(requests, concurrency=concurrency, timeout=timeout) if requests else []
-    lists: dict[int, dict[str, ProbeResult]] = {}
     reads: dict[int, dict[str, dict[int, ProbeResult]]] = {}
     for (position, bookie, entry_id), result in zip(index, results, strict=True):
         if entry_id is None:
@@ -218,6 +227,7 @@ def probe_and_learn(
     timeout: float = 5.0,
     concurrency: int = 64,
     sample_percent: float = 0.0,
+    known: Mapping[tuple[int, str], ProbeResult] | None = None,
 ) -> tuple[list[LedgerProbeOutcome], dict[str, bool]]:
     """:func:`probe_ledgers`, learning which bookies of ``learn`` answer entry lists.
 
@@ -234,6 +244,7 @@ def probe_and_learn(
         concurrency=concurrency,
         entry_reads_on=entry_reads_on,
         sample_percent=sample_percent,
+        known=known,
     )
     learned: dict[str, bool] = {}
     silent: set[str] = set()
@@ -258,6 +269,7 @@ def probe_and_learn(
         concurrency=concurrency,
         entry_reads_on=set(entry_reads_on) | readers,
         sample_percent=sample_percent,
+        known=known,
     )
     for index, outcome in zip(again, redone, strict=True):
         outcomes[index] = outcome

@@ -45,7 +45,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -157,6 +157,9 @@ class LedgerLog:
         self._folder: threading.Thread | None = None
         self._stop_folding = threading.Event()
         self.last_fold: FoldReport | None = None
+        #: A step run after every fold by the fold thread and when folding stops, holding ``fold_lock``
+        #: (the job keeps its ``placement_plans`` table current here).
+        self.after_fold: Callable[[], object] | None = None
 
     # -- opening --------------------------------------------------------------------------------------------
     @property
@@ -401,6 +404,18 @@ class LedgerLog:
                     interval_s,
                     exc_info=True,
                 )
+            self._run_after_fold()
+
+    def _run_after_fold(self) -> None:
+        if self.after_fold is None:
+            return
+        try:
+            with self.fold_lock:
+                self.after_fold()
+        except Exception:  # its inputs are still there; the next fold runs it again
+            logger.warning(
+                "the step after the ledger fold failed; it runs again after the next fold", exc_info=True
+            )
 
     def stop_folding(self, *, fold_all: bool = True) -> None:
         """Stop the fold thread; with ``fold_all``, fold every recorded batch now (the job is stopping)."""
@@ -413,6 +428,7 @@ class LedgerLog:
                 last = self._overlay[-1][0] if self._overlay else None
             if last is not None:
                 self.last_fold = self.fold(through=last) or self.last_fold
+            self._run_after_fold()
 
     def expire_changes(self, retention_hours: float) -> bool:
         """Delete the ``ledger_changes`` rows older than ``retention_hours`` (event time) of batches already

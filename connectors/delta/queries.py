@@ -42,9 +42,8 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from bkaudit.domain.alerts import AlertKind
 from bkaudit.domain.rules.evaluate import PlacementPolicyConfig
-from bkaudit.domain.rules.placement import PlacementAdherence, check_placement
-from bkaudit.domain.rules.relocation import plan_relocation
 from bkaudit.errors import BkauditError, InvalidArgumentError, NotFoundError
+from connectors.delta.placement_plans import LEDGER_COLUMNS, plan_rows
 from connectors.delta.scan import view_typed_dataset
 from connectors.delta.tables import FOLD_METADATA_KEY, LEDGER_BUCKETS, TABLES, last_fold
 
@@ -61,6 +60,10 @@ __all__ = [
 
 #: Every alert kind (interfaces §2), from the one enum that defines them.
 ALERT_KINDS = tuple(kind.value for kind in AlertKind)
+# The entity of each cluster-level kind, as SQL (enum constants, nothing from the user).
+_CLUSTER_ENTITY_CASES = " ".join(
+    f"WHEN v.kind = '{kind.value}' THEN '{kind.cluster_entity}'" for kind in AlertKind if kind.is_cluster_kind
+)
 LEDGER_RISK_KINDS = ("LEDGER_UNDER_REPLICATED", "LEDGER_UNRECOVERABLE")
 PLACEMENT_KINDS = ("PLACEMENT_NOT_ADHERING", "PLACEMENT_SOFT")
 SEVERITIES = ("critical", "warning", "info")
@@ -605,12 +608,13 @@ class Lakehouse:
         limit: int | None = None,
     ) -> pa.Table:
         """A BP-54 relocation plan per failing segment of every ledger with an open ``PLACEMENT_NOT_ADHERING``
-        alert (:func:`bkaudit.domain.rules.relocation.plan_relocation`), computed now from the tables: the
-        rack map in ``bookies``, writable bookies as targets, their ledger counts from ``ledger_bookies``.
+        alert: the job's ``placement_plans`` table (current as of each ledger fold); where no job has written
+        that table yet, computed now from the tables with ``config``
+        (:mod:`connectors.delta.placement_plans`).
 
         Columns: ``ledger_id, segment, first_entry_id, ensemble, moves`` (``position N: from -> to``, ``;``
-        between moves), ``planned_ensemble, reason`` (why there is no plan), ``pulsar_topic``; ensembles are
-        comma-separated.
+        between moves), ``planned_ensemble, reason`` (why there is no plan), ``pulsar_topic, computed_at``;
+        ensembles are comma-separated.
 
         Example:
             >>> import tempfile
@@ -620,33 +624,48 @@ class Lakehouse:
             >>> row["ensemble"], row["reason"]  # three bookies in all: nowhere to move a replica
             ('bookie-1,bookie-2,bookie-3', 'no writable bookie outside the ensemble to move a replica to')
         """
+        if self._plans_written():
+            self._view("placement_plans")
+        else:
+            self._con.register("placement_plans", self._computed_plans(config))
         filters = _Filters()
-        filters.add("o.kind = 'PLACEMENT_NOT_ADHERING'")
         if topic is not None:
-            filters.add("l.pulsar_topic = $topic", topic=topic)
+            filters.add("pulsar_topic = $topic", topic=topic)
         if namespace is not None:
-            filters.add("pulsar_namespace(l.pulsar_topic) = $namespace", namespace=namespace)
+            filters.add("pulsar_namespace(pulsar_topic) = $namespace", namespace=namespace)
+        sql = f"""
+            SELECT ledger_id, segment, any_value(first_entry_id) AS first_entry_id,
+                   array_to_string(any_value(ensemble), ',') AS ensemble,
+                   string_agg('position ' || position || ': ' || from_bookie || ' -> ' || to_bookie, '; '
+                              ORDER BY move) AS moves,
+                   array_to_string(any_value(planned_ensemble), ',') AS planned_ensemble,
+                   any_value(reason) AS reason, any_value(pulsar_topic) AS pulsar_topic,
+                   max(computed_at) AS computed_at
+            FROM placement_plans {filters.where()}
+            GROUP BY ledger_id, segment ORDER BY ledger_id, segment {self._limit_sql(limit, filters)}"""
+        return self._query((), sql, filters.params).cast(PLAN_SCHEMA)
+
+    def _plans_written(self) -> bool:
+        """Whether a job has written ``placement_plans`` (one it only created is at version 0)."""
+        path = str(self.root / "placement_plans")
+        return DeltaTable.is_deltatable(path) and DeltaTable(path).version() > 0
+
+    def _computed_plans(self, config: PlacementPolicyConfig) -> pa.Table:
+        """The ``placement_plans`` rows computed now from ``open_alerts``, ``ledgers``, ``bookies`` and the
+        ledger counts in ``ledger_bookies``."""
         ledgers = self._query(
             ("open_alerts", "ledgers"),
-            f"""SELECT l.ledger_id, l.write_quorum, l.segments, l.pulsar_topic
-                FROM open_alerts o JOIN ledgers l ON l.ledger_id = o.ledger_id
-                {filters.where()} ORDER BY l.ledger_id""",
-            filters.params,
+            f"""SELECT {", ".join(f"l.{name}" for name in LEDGER_COLUMNS)}
+                FROM ledgers l WHERE l.ledger_id IN (
+                    SELECT ledger_id FROM open_alerts WHERE kind = 'PLACEMENT_NOT_ADHERING')
+                ORDER BY l.ledger_id""",
         ).to_pylist()
         bookies = self._query(("bookies",), "SELECT bookie_id, rack, status, lost FROM bookies").to_pylist()
         held = self._query(
             ("ledger_bookies",), "SELECT bookie, count(*) AS n FROM ledger_bookies GROUP BY bookie"
         ).to_pylist()
-        counts = {r["bookie"]: r["n"] for r in held}
-        racks = {b["bookie_id"]: b["rack"] for b in bookies}
-        targets = {
-            b["bookie_id"]: int(counts.get(b["bookie_id"], 0))
-            for b in bookies
-            if b["status"] == "WRITABLE" and not b["lost"]
-        }
-        rows = [row for ledger in ledgers for row in _segment_plans(ledger, racks, targets, config)]
-        wanted = _limit(limit)
-        return self._table_of_rows(rows[:wanted] if wanted is not None else rows, PLAN_SCHEMA)
+        counts = {r["bookie"]: int(r["n"]) for r in held}
+        return plan_rows(ledgers, bookies, counts, config, datetime.now(UTC))
 
     # -- ledgers and bookies --------------------------------------------------------------------------------
 
@@ -818,10 +837,10 @@ class Lakehouse:
             filters.add("v.detected_at < $until", until=_utc(until, "until"))
         if not keys:
             # Bookie alerts have no ledger id: name them by their bookie, as open_alerts' entity does (the
-            # rack-map alert names the cluster's rack map).
+            # cluster-level kinds name their entity: the rack map, AutoRecovery, the Auditor).
             sql = f"""
                 SELECT v.detected_at, v.kind, v.state, v.severity,
-                       CASE WHEN v.kind = 'RACK_MAP_INVALID' THEN 'rackmap'
+                       CASE {_CLUSTER_ENTITY_CASES}
                             WHEN v.ledger_id IS NULL THEN 'bookie/' || v.bookies[1]
                             ELSE 'ledger/' || v.ledger_id END AS entity,
                        v.ledger_id, v.bookies, v.pulsar_topic, v.alert_id, v.detail
@@ -1213,40 +1232,13 @@ def write_example_lakehouse(root: str | Path) -> Path:
 PLAN_SCHEMA = pa.schema(
     [
         ("ledger_id", pa.int64()),
-        ("segment", pa.int64()),
+        ("segment", pa.int32()),
         ("first_entry_id", pa.int64()),
         ("ensemble", pa.string()),
         ("moves", pa.string()),
         ("planned_ensemble", pa.string()),
         ("reason", pa.string()),
         ("pulsar_topic", pa.string()),
+        ("computed_at", pa.timestamp("us", tz="UTC")),
     ]
 )
-
-
-def _segment_plans(
-    ledger: Mapping[str, Any],
-    racks: Mapping[str, str | None],
-    targets: dict[str, int],
-    config: PlacementPolicyConfig,
-) -> Iterable[dict[str, Any]]:
-    """One plan row per segment of ``ledger`` that fails the policy (``targets`` counts planned moves)."""
-    options = config.options()
-    wq = int(ledger["write_quorum"])
-    for index, segment in enumerate(ledger["segments"] or []):
-        ensemble = list(segment["ensemble"])
-        verdict = check_placement(config.policy, ensemble, wq, wq, racks, **options)
-        if verdict.adherence is not PlacementAdherence.FAIL:
-            continue
-        plan = plan_relocation(config.policy, ensemble, wq, racks, targets, **options)
-        yield {
-            "ledger_id": ledger["ledger_id"],
-            "segment": index,
-            "first_entry_id": segment["first_entry_id"],
-            "ensemble": ",".join(ensemble),
-            "moves": "; ".join(f"position {m.position}: {m.from_bookie} -> {m.to_bookie}" for m in plan.moves)
-            or None,
-            "planned_ensemble": ",".join(plan.ensemble) if plan.valid else None,
-            "reason": plan.reason,
-            "pulsar_topic": ledger.get("pulsar_topic"),
-        }

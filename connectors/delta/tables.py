@@ -12,6 +12,9 @@ Tables (under the lakehouse root, change data feed on, every column commented):
 - ``violations``: append-only history of every alert transition, partitioned by ``detected_date``.
 - ``dead_letters``: every input that could not be processed, with the reason, partitioned by
   ``received_date``.
+- ``placement_plans``: a BP-54 relocation plan for every badly placed segment of a ledger with an open
+  ``PLACEMENT_NOT_ADHERING`` alert, one row per move, rewritten whole when its inputs change
+  (:mod:`connectors.delta.placement_plans`).
 
 Every write of a micro-batch carries an app transaction ``(app_id, batch_id)`` and the commit metadata
 ``bkaudit.batch_id``. :class:`BatchWriter` skips a table that already has the batch (a replay), and
@@ -23,7 +26,7 @@ Example:
     >>> root = tempfile.mkdtemp()
     >>> ensure_tables(root)  # doctest: +NORMALIZE_WHITESPACE
     ['bookies', 'dead_letters', 'ledger_bookies', 'ledger_changes', 'ledgers', 'open_alerts',
-     'snapshot_seen', 'violations']
+     'placement_plans', 'snapshot_seen', 'violations']
 """
 
 from __future__ import annotations
@@ -290,6 +293,38 @@ SNAPSHOT_SEEN = TableSpec(
     partition_by=("snapshot_id",),
 )
 
+PLACEMENT_PLANS = TableSpec(
+    "placement_plans",
+    pa.schema(
+        [
+            _f("cluster", pa.string(), "the cluster's INSTANCEID"),
+            _f("ledger_id", pa.int64(), "a ledger with an open PLACEMENT_NOT_ADHERING alert", nullable=False),
+            _f("segment", pa.int32(), "index of the segment in the ledger's metadata (0 = first)"),
+            _f("first_entry_id", pa.int64(), "first entry of the segment"),
+            _f("ensemble", pa.list_(pa.string()), "the segment's ensemble, which fails the policy"),
+            _f("move", pa.int32(), "order of this move in the plan (0 = first); null when there is no plan"),
+            _f("position", pa.int32(), "ensemble position whose replica moves"),
+            _f("from_bookie", pa.string(), "bookie to replace"),
+            _f("to_bookie", pa.string(), "target bookie (writable, outside the ensemble)"),
+            _f("to_rack", pa.string(), "the target's network location from the rack map, null = default"),
+            _f(
+                "planned_ensemble",
+                pa.list_(pa.string()),
+                "the ensemble after every move of the plan, verified to meet the policy strictly; "
+                "null when there is no plan",
+            ),
+            _f("reason", pa.string(), "why the segment has no valid plan, else null"),
+            _f("policy", pa.string(), "placement policy the plan meets (stream.placement_policy)"),
+            _f("pulsar_topic", pa.string(), "Pulsar topic of the ledger, when known"),
+            _f("computed_at", _TS, "when the job computed the plan"),
+        ]
+    ),
+    "BP-54 relocation plans: one row per replica move that makes a failing segment of a ledger with an "
+    "open PLACEMENT_NOT_ADHERING alert meet the policy strictly (one row with the reason when no plan "
+    "exists). Kept current by the job after every ledger fold; a plan leaves when its alert resolves.",
+    key=("ledger_id", "segment", "move"),
+)
+
 TABLES: dict[str, TableSpec] = {
     spec.name: spec
     for spec in (
@@ -301,6 +336,7 @@ TABLES: dict[str, TableSpec] = {
         VIOLATIONS,
         DEAD_LETTERS,
         SNAPSHOT_SEEN,
+        PLACEMENT_PLANS,
     )
 }
 

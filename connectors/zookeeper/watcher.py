@@ -74,9 +74,13 @@ from bkaudit.domain.registration import (
 )
 from bkaudit.domain.underreplication import (
     UnderreplicationPaths,
+    ledger_id_from_urledger_path,
+    parse_auditor_vote,
+    parse_lock_data,
     parse_lost_bookie_recovery_delay,
     parse_underreplicated_ledger,
     parse_urledger_path,
+    vote_sequence,
 )
 from bkaudit.errors import ConfigError, FormatError, ServiceError
 from bkaudit.logsetup import SECRET_FILTER
@@ -305,6 +309,7 @@ class WatcherMetrics:
 R_OTHER, R_LEDGER, R_LEDGER_DIR, R_MARK, R_MARK_DIR, R_DELAY, R_UR_BASE = range(7)
 R_WRITABLE, R_READONLY, R_COOKIE, R_BOOKIE_DIR, R_RACK = range(7, 12)
 R_IGNORED = 12  # in the ledger tree (not special), but no ledger znode or directory of this manager
+R_AUTORECOVERY = 13  # disable, auditorelection (and its votes), locks (and each lock)
 
 _HEX4 = re.compile(r"[0-9a-f]{4}")
 
@@ -319,12 +324,16 @@ class _Router:
         self.ur = UnderreplicationPaths(root)
         self.urledgers_prefix = self.ur.urledgers + "/"
         self.delay_path = self.ur.lost_bookie_recovery_delay
+        self.autorecovery_dirs = (self.ur.auditor_election, self.ur.locks)
         self.rack_path = rack_path
         self.bookie_dirs = {
             available_path(root): RegistrationKind.WRITABLE,
             readonly_path(root): RegistrationKind.READONLY,
             cookies_path(root): RegistrationKind.COOKIE,
         }
+
+    def _in_autorecovery_dir(self, path: str) -> bool:
+        return path in self.autorecovery_dirs or path.rpartition("/")[0] in self.autorecovery_dirs
 
     def route(self, path: str) -> tuple[int, Any]:
         if path == self.rack_path:
@@ -349,6 +358,8 @@ class _Router:
                 return R_UR_BASE, None
             if path == self.delay_path:
                 return R_DELAY, None
+            if path == self.ur.disable or self._in_autorecovery_dir(path):
+                return R_AUTORECOVERY, None
             if path == self.ur.urledgers:
                 return R_MARK_DIR, None
             if path.startswith(self.urledgers_prefix):
@@ -417,6 +428,7 @@ OP_BATCH = 14  # a multiRead of ledgers or marks: extra = (leaf op, paths, ids)
 # A round trip (exists) issued for a deleted cluster-level znode: its answer comes after every read issued
 # before it, so the delete is applied in ZooKeeper's order relative to them. extra = the delete to apply.
 OP_DELETE_BARRIER = 15
+OP_AUTORECOVERY = 16  # a marker: read AutoRecovery's znodes now (extra = the snapshot, or None)
 WATCH_EVENT = "watch-event"
 #: The worker sends the publisher's held records once its queue has been empty this long: short enough to
 #: add nothing visible to a live change's latency, long enough not to interrupt a snapshot's read stream.
@@ -443,6 +455,7 @@ _PURPOSE = {
     OP_FALLBACK_LIST: "fallback_list",
     OP_BATCH: "multi_read",
     OP_DELETE_BARRIER: "delete_barrier",
+    OP_AUTORECOVERY: "autorecovery",
 }
 
 
@@ -560,6 +573,7 @@ class ChangeWatcher:
         self._marks: dict[int, int] = {}  # ledger id -> mzxid << 16 | epoch
         self._bookies: dict[str, _Bookie] = {}
         self._delay: tuple[int, bool] | None = None  # (mzxid, present) last published
+        self._autorecovery: bytes | None = None  # the AutoRecoveryState last published (serialized)
         self._rack_published: tuple[Any, ...] | None = None
         self._rack_payload: pb.RackMap | None = None
         self._epoch = 0
@@ -1082,6 +1096,7 @@ class ChangeWatcher:
             if self.fallback_mode:
                 issue(OP_FALLBACK_LIST, router.ur.base, listing=True)
             issue(OP_DELAY, router.delay_path)
+            self._reads.marker((OP_AUTORECOVERY, router.ur.base, None, snapshot))
             if router.rack_path is not None:
                 issue(OP_RACK, router.rack_path, watch=self._on_rack_watch)
 
@@ -1222,6 +1237,9 @@ class ChangeWatcher:
         if op == OP_RACK_REFRESH:
             self._read_rack(None)
             return
+        if op == OP_AUTORECOVERY:
+            self._read_autorecovery(_open(extra))
+            return
         try:
             if snapshot is not None and snapshot.done.is_set():
                 snapshot = None  # a straggler of an ended (aborted) scan: publish like a live read
@@ -1241,6 +1259,9 @@ class ChangeWatcher:
         if event_type == EventType.NONE:
             return
         route, info = router.route(path)
+        if route == R_AUTORECOVERY:
+            self._read_autorecovery(None)
+            return
         if event_type == EventType.CHILD:
             self._relist(route, path, info)
             return
@@ -1463,6 +1484,77 @@ class ChangeWatcher:
                 self.metrics.undecodable.labels("recovery_delay").inc()
                 error = events.redact_reason(str(err), data or b"")
         self._emit(events.recovery_delay(seconds, present=present, stat=stat, error=error), snapshot)
+
+    def _read_autorecovery(self, snapshot: Snapshot | None) -> None:
+        """Read AutoRecovery's znodes (``disable``, the Auditor votes, the replication locks) and publish
+        them when they changed. Synchronous: they are a handful of znodes, changed rarely."""
+        self._read_counter[OP_AUTORECOVERY].inc()
+        try:
+            disabled, votes, locks, errors = self._autorecovery_znodes()
+        except KazooException as err:
+            # ConnectionLoss / SessionExpired: the reconciliation after the reconnect reads them again.
+            if snapshot is not None:
+                snapshot.fail(f"read of AutoRecovery's znodes failed: {type(err).__name__}")
+            logger.debug("reading AutoRecovery's znodes failed: %s", type(err).__name__)
+            return
+        payload = events.auto_recovery_state(
+            disabled_ctime_ms=disabled, votes=votes, locks=locks, error="; ".join(errors)
+        )
+        serialized = payload.SerializeToString(deterministic=True)
+        if serialized == self._autorecovery and (snapshot is None or not snapshot.is_full):
+            return
+        self._autorecovery = serialized
+        self._emit(payload, snapshot)
+
+    def _autorecovery_znodes(
+        self,
+    ) -> tuple[int | None, list[tuple[int, str | None]], list[tuple[int, str | None, int]], list[str]]:
+        paths = self._require_router().ur
+        fallback = self.fallback_mode
+        data_watch = self._fallback.data_watch if fallback else None
+        stat = self.zookeeper.exists(paths.disable, watch=data_watch)
+        disabled = int(stat.ctime) if stat is not None else None
+        errors: list[str] = []
+        votes: list[tuple[int, str | None]] = []
+        for name, data, _ in self._children_data(paths.auditor_election, fallback):
+            try:
+                votes.append((vote_sequence(name), parse_auditor_vote(data)))
+            except FormatError as err:
+                self.metrics.undecodable.labels("auditor_vote").inc()
+                errors.append(events.redact_reason(str(err), data))
+        locks: list[tuple[int, str | None, int]] = []
+        for name, data, lock_stat in self._children_data(paths.locks, fallback):
+            try:
+                ledger_id = ledger_id_from_urledger_path(name)
+            except FormatError as err:
+                errors.append(str(err))
+                continue
+            try:
+                holder = parse_lock_data(data)
+            except FormatError as err:
+                self.metrics.undecodable.labels("replication_lock").inc()
+                errors.append(events.redact_reason(str(err), data))
+                holder = None
+            locks.append((ledger_id, holder, int(lock_stat.ctime)))
+        return disabled, votes, locks, errors
+
+    def _children_data(self, path: str, fallback: bool) -> list[tuple[str, bytes, Any]]:
+        """``(name, data, stat)`` of each child of ``path`` (none when it does not exist); in fallback mode
+        with a child watch on it, or a watch for its creation."""
+        try:
+            names = self.zookeeper.get_children(path, watch=self._fallback.child_watch if fallback else None)
+        except NoNodeError:
+            if fallback:
+                self.zookeeper.exists(path, watch=self._fallback.data_watch)
+            return []
+        found = []
+        for name in sorted(names):
+            try:
+                data, stat = self.zookeeper.get(f"{path}/{name}")
+            except NoNodeError:
+                continue  # gone between the listing and the read (its notification follows)
+            found.append((name, data, stat))
+        return found
 
     # -------------------------------------------------------------------------------------- bookies
 

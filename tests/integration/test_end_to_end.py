@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -95,6 +96,44 @@ class Stack:
         )
 
 
+def e2e_settings(hosts: str, kafka: Any, root: Path, **sections: Any) -> Settings:
+    """The stack's settings: short intervals, two re-probe rounds, a background replicas check."""
+    return Settings(
+        zookeeper={"connect": hosts, "session_timeout_s": 10},
+        kafka=kafka,
+        lakehouse_root=root / "lakehouse",
+        checkpoint_root=root / "checkpoints",
+        watcher={"heartbeat_interval_s": 0.5, "rack_map_znode": "/bookies", "progress": "off"},
+        stream={
+            "trigger_interval_s": 0.5,
+            "watermark_delay_s": 1.0,
+            "probe_timeout_s": 0.5,
+            "reprobe_delay_s": 1.0,
+            "reprobe_rounds": 2,
+            "confirmed_recheck_s": 5.0,
+            "under_replication_grace_s": GRACE_S,
+            "scrutiny_ledgers_per_s": 20.0,
+        },
+        **sections,
+    )
+
+
+def start_stack(cluster: SimulatedCluster, settings: Settings, spark: Any) -> Stack:
+    """The watcher (after its first snapshot) and the job, on ``cluster``."""
+    watcher = ChangeWatcher(settings)
+    watcher.start()
+    assert watcher.wait_for_snapshots(1, timeout_s=60)
+    query, sink = job.start(spark, settings)
+    return Stack(cluster, settings, watcher, query, sink)
+
+
+def stop_stack(stack: Stack) -> None:
+    job.stop_gracefully(stack.query, stack.sink, timeout_s=30)
+    stack.sink.close()
+    stack.watcher.stop()
+    stack.cluster.close()
+
+
 @pytest.fixture(scope="module")
 def stack(bk_services, spark, tmp_path_factory):
     chroot = bk_services.new_chroot()
@@ -117,28 +156,9 @@ def stack(bk_services, spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("e2e")
     kafka = bk_services.kafka_settings(topic_partitions=2)
     ensure_topic(kafka, kafka.changes_topic, partitions=2)
-    settings = Settings(
-        zookeeper={"connect": hosts, "session_timeout_s": 10},
-        kafka=kafka,
-        lakehouse_root=root / "lakehouse",
-        checkpoint_root=root / "checkpoints",
-        watcher={"heartbeat_interval_s": 0.5, "rack_map_znode": "/bookies", "progress": "off"},
-        stream={
-            "trigger_interval_s": 0.5,
-            "watermark_delay_s": 1.0,
-            "probe_timeout_s": 0.5,
-            "reprobe_delay_s": 1.0,
-            "reprobe_rounds": 2,
-            "confirmed_recheck_s": 5.0,
-            "under_replication_grace_s": GRACE_S,
-            "scrutiny_ledgers_per_s": 20.0,
-        },
-    )
-    watcher = ChangeWatcher(settings)
-    watcher.start()
-    assert watcher.wait_for_snapshots(1, timeout_s=60)
-    query, sink = job.start(spark, settings)
-    built = Stack(cluster, settings, watcher, query, sink)
+    settings = e2e_settings(hosts, kafka, root)
+    built = start_stack(cluster, settings, spark)
+    query = built.query
     # The job must have ingested the watcher's START snapshot before any comparison means anything.
     expected = set(cluster.ledger_ids())
     deadline = time.monotonic() + 120
@@ -152,10 +172,7 @@ def stack(bk_services, spark, tmp_path_factory):
     try:
         yield built
     finally:
-        job.stop_gracefully(query, sink, timeout_s=30)
-        sink.close()
-        watcher.stop()
-        cluster.close()
+        stop_stack(built)
 
 
 def test_a_healthy_cluster_raises_nothing(stack):

@@ -38,12 +38,14 @@ from bkaudit.domain.rackmap import parse_rack_map
 from bkaudit.domain.registration import bookie_rpc_address, decode_bookie_service_info
 from bkaudit.domain.underreplication import (
     UnderreplicationPaths,
+    parse_auditor_vote,
     parse_lost_bookie_recovery_delay,
     parse_rereplication_layout,
     parse_underreplicated_ledger,
+    vote_sequence,
 )
 from bkaudit.errors import FormatError
-from bkaudit.sim.cluster import SimulatedCluster
+from bkaudit.sim.cluster import SIM_AUDITOR_ID, SimulatedCluster
 from bkaudit.sim.errors import SimulatorError
 from bkaudit.testing.harness import ServiceHarness
 from connectors.bookie.client import BlockingBookieClient, EntryList, NoLedger, Timeout, availability_of
@@ -126,10 +128,16 @@ def test_init_writes_exactly_the_znodes_of_a_new_cluster(
     paths = UnderreplicationPaths(ROOT)
     assert sorted(zk_client.get_children(paths.base)) == [
         "LAYOUT",
+        "auditorelection",
         "ledgers",
         "locks",
         "lostBookieRecoveryDelay",
     ]
+    # The Auditor is elected: one ephemeral sequential vote naming it.
+    (vote,) = zk_client.get_children(paths.auditor_election)
+    vote_data, vote_stat = zk_client.get(f"{paths.auditor_election}/{vote}")
+    assert vote_sequence(vote) >= 0 and vote_stat.ephemeralOwner != 0
+    assert parse_auditor_vote(vote_data) == SIM_AUDITOR_ID
     assert zk_client.get(paths.layout)[0] == b'type: "BASIC"\nversion: 1\n'
     parse_rereplication_layout(zk_client.get(paths.layout)[0])
     assert parse_lost_bookie_recovery_delay(zk_client.get(paths.lost_bookie_recovery_delay)[0]) == 0
@@ -436,6 +444,15 @@ def test_cli_up_fault_truth_down_round_trip(hosts: str, tmp_path: Path, cli: Cal
         assert bad.exit_code == 2 and bad.stderr == f"bkaudit: bookie {lost} is already down\n"
         table = cli("sim", "truth", *state)  # the human view
         assert table.exit_code == 0 and "BOOKIE_LOST" in table.text and lost in table.text, table.text
+        for args in (("autorecovery", "off"), ("auditor", "off"), ("hold-lock", "#0", "--holder", "w9")):
+            assert cli("sim", *args, *state).exit_code == 0, args
+        autorecovery = cli("sim", "status", "--format", "json", *state).json()["autorecovery"]
+        assert autorecovery == {
+            "enabled": False,
+            "auditor": None,
+            "locks": [summary["ledgers"][0]],
+        }
+        assert cli("sim", "autorecovery", "maybe", *state).exit_code == 2
         assert cli("sim", "down", *state).exit_code == 0
         assert process.wait(timeout=20) == 0
         assert not (state_dir / "sim.json").exists()

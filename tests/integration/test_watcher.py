@@ -72,6 +72,7 @@ from bkaudit.testing.kafka_io import TopicTail
 from connectors.zookeeper.ordered_reads import OrderedReads
 from connectors.zookeeper.persistent_watch import PersistentWatches
 from connectors.zookeeper.watcher import (
+    R_AUTORECOVERY,
     R_BOOKIE_DIR,
     R_COOKIE,
     R_DELAY,
@@ -398,7 +399,12 @@ def test_router_tells_every_kind_of_znode_apart() -> None:
         ur.urledger(59): (R_MARK, 59),
         ur.urledgers + "/0000/0000": (R_MARK_DIR, None),
         ur.lost_bookie_recovery_delay: (R_DELAY, None),
-        ur.lock(59): (R_OTHER, None),
+        ur.lock(59): (R_AUTORECOVERY, None),
+        ur.locks: (R_AUTORECOVERY, None),
+        ur.disable: (R_AUTORECOVERY, None),
+        ur.auditor_election: (R_AUTORECOVERY, None),
+        ur.auditor_election + "/V_0000000003": (R_AUTORECOVERY, None),
+        ur.layout: (R_OTHER, None),
         "/ledgers/idgen/ID-0000000001": (R_OTHER, None),
         "/ledgers/L0000000059": (R_IGNORED, None),  # a flat path: no ledger of the hierarchical manager
         "/ledgers/backup": (R_IGNORED, None),

@@ -317,13 +317,23 @@ def test_violations_are_the_transitions_in_time_order_with_time_bounds_and_group
     ]
 
 
-def test_the_rack_map_alert_is_named_by_its_entity_in_the_violations(tmp_path):
+def test_cluster_level_alerts_are_named_by_their_entity_in_the_violations(tmp_path):
     root = tmp_path / "lakehouse"
     ensure_tables(root)
-    rack_map = {**alert("RACK_MAP_INVALID", 3, bookies=["unused"]), "entity": "rackmap", "bookies": []}
-    write(root, "violations", 0, [rack_map], append=True)
+    entities = {
+        "RACK_MAP_INVALID": "rackmap",
+        "AUTORECOVERY_DISABLED": "autorecovery",
+        "AUDITOR_MISSING": "auditor",
+    }
+    cluster_alerts = [
+        {**alert(kind, minute, bookies=["unused"]), "entity": entity, "bookies": []}
+        for minute, (kind, entity) in enumerate(entities.items())
+    ]
+    write(root, "violations", 0, cluster_alerts, append=True)
     rows = Lakehouse(root).violations().to_pylist()
-    assert [(r["kind"], r["entity"], r["ledger_id"]) for r in rows] == [("RACK_MAP_INVALID", "rackmap", None)]
+    assert [(r["kind"], r["entity"], r["ledger_id"]) for r in rows] == [
+        (k, e, None) for k, e in entities.items()
+    ]
 
 
 def test_open_alerts_over_time_is_a_step_function_of_firing_and_resolved(lakehouse):

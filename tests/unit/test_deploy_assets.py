@@ -277,3 +277,43 @@ def test_relative_links_of_the_operations_docs_resolve(document):
         if anchor and linked.suffix == ".md" and anchor not in _anchors(linked.read_text()):
             broken.append(target)
     assert not broken, f"{document.name}: {broken}"
+
+
+# ------------------------------------------------------------------------------------------ bkaudit agent
+
+
+def agent_options() -> set[str]:
+    import typer
+
+    from bkaudit.cli.main import app
+
+    command = typer.main.get_command(app).commands["agent"]  # type: ignore[attr-defined]
+    return {name for param in command.params for name in param.opts}
+
+
+def test_the_agent_unit_runs_the_agent_read_only_with_tls_and_a_token():
+    service = unit(SYSTEMD / "bkaudit-agent.service")["Service"]
+    (exec_start,) = service["ExecStart"]
+    words = exec_start.split()
+    assert words[0].endswith("/bin/bkaudit") and words[1] == "agent"
+    given = {word for word in words[2:] if word.startswith("--")}
+    assert given <= agent_options() and {"--tls-cert", "--tls-key", "--token-file"} <= given
+    ledger_dirs = words[words.index("--ledger-dirs") + 1]
+    assert service["ReadOnlyPaths"] == [ledger_dirs] and service["ProtectSystem"] == ["strict"]
+    assert service["RestartPreventExitStatus"] == ["2"]
+
+
+def test_the_agent_sidecar_mounts_the_ledgers_read_only_and_passes_known_options():
+    patch = yaml.safe_load((K8S / "agent" / "bookie-agent-sidecar.yaml").read_text())
+    (container,) = patch["spec"]["template"]["spec"]["containers"]
+    assert container["args"][0] == "agent"
+    options = dict(arg.split("=", 1) for arg in container["args"][1:])
+    assert set(options) <= agent_options() and {"--tls-cert", "--tls-key", "--token-file"} <= set(options)
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts[options["--ledger-dirs"]]["readOnly"] is True
+    secret_dir = str(Path(options["--token-file"]).parent)
+    assert mounts[secret_dir]["readOnly"] is True
+    secret = yaml.safe_load((K8S / "agent" / "secret.yaml").read_text())
+    assert set(secret["stringData"]) == {
+        Path(options[o]).name for o in ("--token-file", "--tls-cert", "--tls-key")
+    }

@@ -98,6 +98,8 @@ def _alternative(row: SettingDoc) -> Any:
         if typing.get_origin(value_type) is Literal:  # a map to choices: the last choice
             return {"bkaudit-test": typing.get_args(value_type)[-1]}
         return {"spark.bkaudit.test": "yes"}
+    if typing.get_origin(base) is list:
+        return ["/alternative"]
     if base is SecretStr:
         return "s3cret-value"
     return "/alternative"  # str and Path; absolute, so path-shaped validators accept it
@@ -106,7 +108,7 @@ def _alternative(row: SettingDoc) -> Any:
 def _env_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, dict):
+    if isinstance(value, dict | list):
         return json.dumps(value)
     return str(value)
 

@@ -1,0 +1,345 @@
+"""Is anything repairing? AutoRecovery's health from its own znodes, with grace periods in event time.
+
+BookKeeper's AutoRecovery keeps its state under ``<root>/underreplication``
+(:mod:`bkaudit.domain.underreplication`): the ``disable`` znode switches re-replication off, the
+``auditorelection`` votes elect the Auditor (the lowest sequence number wins), and every ReplicationWorker
+holds a ``locks/urL<id>`` znode while it re-replicates a ledger. Three conditions mean nothing is being
+repaired, whatever else the auditor alerts:
+
+- ``AUTORECOVERY_DISABLED``: ``disable`` exists; it started when the znode was created (its ctime);
+- ``AUDITOR_MISSING``: no vote while at least one bookie is registered; it started when both became true
+  (never before AutoRecovery's state was observed at all);
+- ``REPLICATION_STALLED``: one per ledger whose lock has been held since its ctime (a fragment takes seconds
+  to copy, so a lock held for long means a stuck worker).
+
+Each fires once it has held for its grace period (a grace of 0 turns its check off) and resolves when the
+condition clears. :func:`due_conditions` is the rule (the simulator's ground truth calls it);
+:class:`AutoRecoveryHealth` is the job's state machine around it: it remembers since when each condition
+holds, fires at the event time that passes the grace, and resolves at the event time the znodes changed.
+Pure: no I/O, no clock.
+
+Example:
+    >>> graces = AutoRecoveryGraces(disabled_s=60, auditor_missing_s=0, lock_held_s=0)
+    >>> health = AutoRecoveryHealth(graces)
+    >>> health.observe(AutoRecoveryZnodes(disabled_since_ms=1_000), at_ms=2_000)
+    []
+    >>> [(t.kind.value, t.firing) for t in health.advance(61_000)]
+    [('AUTORECOVERY_DISABLED', True)]
+    >>> [(t.kind.value, t.firing) for t in health.observe(AutoRecoveryZnodes(), at_ms=70_000)]
+    [('AUTORECOVERY_DISABLED', False)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from bkaudit.domain.alerts import AlertKind
+
+AUTORECOVERY_KINDS = frozenset(
+    {AlertKind.AUTORECOVERY_DISABLED, AlertKind.AUDITOR_MISSING, AlertKind.REPLICATION_STALLED}
+)
+"""The alert kinds of this rule."""
+
+
+@dataclass(frozen=True)
+class AutoRecoveryGraces:
+    """How long each condition must hold before it fires, in seconds; 0 turns that check off.
+
+    Example:
+        >>> AutoRecoveryGraces().grace_ms(AlertKind.AUDITOR_MISSING)
+        300000
+    """
+
+    disabled_s: float = 900.0
+    auditor_missing_s: float = 300.0
+    lock_held_s: float = 1800.0
+
+    def grace_ms(self, kind: AlertKind) -> int:
+        """The grace of ``kind`` in milliseconds (0: the check is off).
+
+        Example:
+            >>> AutoRecoveryGraces(lock_held_s=1.5).grace_ms(AlertKind.REPLICATION_STALLED)
+            1500
+        """
+        seconds = {
+            AlertKind.AUTORECOVERY_DISABLED: self.disabled_s,
+            AlertKind.AUDITOR_MISSING: self.auditor_missing_s,
+            AlertKind.REPLICATION_STALLED: self.lock_held_s,
+        }[kind]
+        return round(seconds * 1000)
+
+
+@dataclass(frozen=True)
+class ReplicationLock:
+    """One ``locks/urL<id>`` znode: who holds it (the worker's host name, if it said) and since when (ms).
+
+    Example:
+        >>> ReplicationLock("worker-1", 1_000).since_ms
+        1000
+    """
+
+    holder: str | None
+    since_ms: int
+
+
+@dataclass(frozen=True)
+class AutoRecoveryZnodes:
+    """AutoRecovery's znodes at one moment: ``disable``'s creation time (None: absent), the elected Auditor
+    (the lowest vote's bookie id, ``""`` when the vote does not say; None: no vote) and the locks by ledger.
+
+    Example:
+        >>> AutoRecoveryZnodes(auditor="10.0.0.1:3181").auditor
+        '10.0.0.1:3181'
+    """
+
+    disabled_since_ms: int | None = None
+    auditor: str | None = None
+    locks: Mapping[int, ReplicationLock] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A condition that holds: its kind, its ledger (REPLICATION_STALLED only) and since when.
+
+    Example:
+        >>> Condition(AlertKind.AUDITOR_MISSING, None, 5).key
+        ('AUDITOR_MISSING', None)
+    """
+
+    kind: AlertKind
+    ledger_id: int | None
+    since_ms: int
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, int | None]:
+        """What identifies the condition while it holds (its kind and ledger)."""
+        return self.kind.value, self.ledger_id
+
+
+def holding_conditions(znodes: AutoRecoveryZnodes, auditor_missing_since_ms: int | None) -> list[Condition]:
+    """Every condition that holds now, whatever its age (``auditor_missing_since_ms``: since when no vote
+    was seen while bookies ran, None when an Auditor is elected or no bookie runs).
+
+    Example:
+        >>> locks = {7: ReplicationLock("w1", 100)}
+        >>> [c.key for c in holding_conditions(AutoRecoveryZnodes(locks=locks), None)]
+        [('REPLICATION_STALLED', 7)]
+    """
+    conditions: list[Condition] = []
+    if znodes.disabled_since_ms is not None:
+        conditions.append(Condition(AlertKind.AUTORECOVERY_DISABLED, None, znodes.disabled_since_ms))
+    if auditor_missing_since_ms is not None:
+        conditions.append(Condition(AlertKind.AUDITOR_MISSING, None, auditor_missing_since_ms))
+    for ledger_id in sorted(znodes.locks):
+        lock = znodes.locks[ledger_id]
+        conditions.append(
+            Condition(AlertKind.REPLICATION_STALLED, ledger_id, lock.since_ms, {"holder": lock.holder})
+        )
+    return conditions
+
+
+def due_at_ms(condition: Condition, graces: AutoRecoveryGraces) -> int | None:
+    """The event time at which ``condition`` fires if it still holds (None: its check is off).
+
+    Example:
+        >>> disabled = Condition(AlertKind.AUTORECOVERY_DISABLED, None, 1_000)
+        >>> due_at_ms(disabled, AutoRecoveryGraces(disabled_s=2))
+        3000
+    """
+    grace = graces.grace_ms(condition.kind)
+    return condition.since_ms + grace if grace > 0 else None
+
+
+def due_conditions(
+    znodes: AutoRecoveryZnodes,
+    auditor_missing_since_ms: int | None,
+    now_ms: int,
+    graces: AutoRecoveryGraces,
+) -> list[Condition]:
+    """The conditions that must be alerting at ``now_ms``: holding for at least their grace.
+
+    Example:
+        >>> znodes = AutoRecoveryZnodes(disabled_since_ms=0, locks={3: ReplicationLock(None, 5_000)})
+        >>> [c.key for c in due_conditions(znodes, 1_000, 6_000, AutoRecoveryGraces(5, 5, 5))]
+        [('AUTORECOVERY_DISABLED', None), ('AUDITOR_MISSING', None)]
+    """
+    return [
+        condition
+        for condition in holding_conditions(znodes, auditor_missing_since_ms)
+        if (due := due_at_ms(condition, graces)) is not None and now_ms >= due
+    ]
+
+
+@dataclass(frozen=True)
+class HealthTransition:
+    """A condition fired (``firing``) or cleared, at event time ``at_ms``, with the alert's detail.
+
+    Example:
+        >>> HealthTransition(AlertKind.AUDITOR_MISSING, None, True, 9, {}).firing
+        True
+    """
+
+    kind: AlertKind
+    ledger_id: int | None
+    firing: bool
+    at_ms: int
+    detail: Mapping[str, Any]
+
+
+def _detail(condition: Condition, graces: AutoRecoveryGraces) -> dict[str, Any]:
+    return {
+        **condition.detail,
+        "since_ms": condition.since_ms,
+        "grace_s": graces.grace_ms(condition.kind) / 1000,
+    }
+
+
+class AutoRecoveryHealth:
+    """The job's state machine: feed it the znodes (:meth:`observe`), whether bookies run
+    (:meth:`set_bookies_running`) and event time (:meth:`advance`); each returns the transitions it caused.
+    State round-trips through :meth:`to_json` / :meth:`from_json` (a few hundred bytes).
+
+    Example:
+        >>> health = AutoRecoveryHealth(AutoRecoveryGraces(auditor_missing_s=10))
+        >>> health.set_bookies_running(True, at_ms=0)
+        []
+        >>> health.observe(AutoRecoveryZnodes(auditor=None), at_ms=1_000)  # no vote from now on
+        []
+        >>> health.next_deadline_ms()
+        11000
+        >>> [t.kind.value for t in health.advance(11_000)]
+        ['AUDITOR_MISSING']
+    """
+
+    def __init__(self, graces: AutoRecoveryGraces) -> None:
+        self.graces = graces
+        self.znodes: AutoRecoveryZnodes | None = None  # None: never observed (no alert can hold)
+        self.bookies_running = False
+        self.auditor_missing_since_ms: int | None = None
+        self.firing: dict[tuple[str, int | None], int] = {}  # condition key -> since_ms of the fired one
+
+    # -- inputs ---------------------------------------------------------------------------------------------
+    def observe(self, znodes: AutoRecoveryZnodes, at_ms: int) -> list[HealthTransition]:
+        """AutoRecovery's znodes as read at event time ``at_ms``."""
+        self.znodes = znodes
+        return self._update_auditor(at_ms) + self.advance(at_ms)
+
+    def set_bookies_running(self, running: bool, at_ms: int) -> list[HealthTransition]:
+        """Whether at least one bookie is registered (writable or read-only) from ``at_ms`` on."""
+        self.bookies_running = running
+        return self._update_auditor(at_ms) + self.advance(at_ms)
+
+    def _update_auditor(self, at_ms: int) -> list[HealthTransition]:
+        missing = self.znodes is not None and self.znodes.auditor is None and self.bookies_running
+        if not missing:
+            self.auditor_missing_since_ms = None
+        elif self.auditor_missing_since_ms is None:
+            self.auditor_missing_since_ms = at_ms
+        return []
+
+    def _holding(self) -> dict[tuple[str, int | None], Condition]:
+        if self.znodes is None:
+            return {}
+        return {c.key: c for c in holding_conditions(self.znodes, self.auditor_missing_since_ms)}
+
+    def advance(self, now_ms: int) -> list[HealthTransition]:
+        """Event time moved to ``now_ms``: resolve what no longer holds, fire what is due."""
+        holding = self._holding()
+        out: list[HealthTransition] = []
+        for key, since in self._firing_sorted():
+            current = holding.get(key)
+            if current is None or current.since_ms != since:  # cleared, or cleared and held anew
+                del self.firing[key]
+                kind = AlertKind(key[0])
+                out.append(HealthTransition(kind, key[1], False, now_ms, {"since_ms": since}))
+        for key, condition in holding.items():
+            due = due_at_ms(condition, self.graces)
+            if key not in self.firing and due is not None and now_ms >= due:
+                self.firing[key] = condition.since_ms
+                out.append(
+                    HealthTransition(
+                        condition.kind, condition.ledger_id, True, now_ms, _detail(condition, self.graces)
+                    )
+                )
+        return out
+
+    def _firing_sorted(self) -> list[tuple[tuple[str, int | None], int]]:
+        return sorted(self.firing.items(), key=lambda item: (item[0][0], item[0][1] or -1))
+
+    def next_deadline_ms(self) -> int | None:
+        """The earliest event time at which a holding condition becomes due (None: nothing pending).
+
+        Example:
+            >>> AutoRecoveryHealth(AutoRecoveryGraces()).next_deadline_ms() is None
+            True
+        """
+        pending = [
+            due
+            for key, condition in self._holding().items()
+            if key not in self.firing and (due := due_at_ms(condition, self.graces)) is not None
+        ]
+        return min(pending) if pending else None
+
+    # -- state ----------------------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        """The state as JSON-able data.
+
+        Example:
+            >>> AutoRecoveryHealth(AutoRecoveryGraces()).to_json()["znodes"] is None
+            True
+        """
+        znodes = None
+        if self.znodes is not None:
+            znodes = {
+                "disabled_since_ms": self.znodes.disabled_since_ms,
+                "auditor": self.znodes.auditor,
+                "locks": [[i, lock.holder, lock.since_ms] for i, lock in sorted(self.znodes.locks.items())],
+            }
+        return {
+            "znodes": znodes,
+            "bookies_running": self.bookies_running,
+            "auditor_missing_since_ms": self.auditor_missing_since_ms,
+            "firing": [[kind, ledger, since] for (kind, ledger), since in self._firing_sorted()],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None, graces: AutoRecoveryGraces) -> AutoRecoveryHealth:
+        """The state saved by :meth:`to_json` (None: a fresh state), under the current graces.
+
+        Example:
+            >>> health = AutoRecoveryHealth(AutoRecoveryGraces())
+            >>> _ = health.observe(AutoRecoveryZnodes(disabled_since_ms=5), at_ms=6)
+            >>> AutoRecoveryHealth.from_json(health.to_json(), AutoRecoveryGraces()).znodes.disabled_since_ms
+            5
+        """
+        health = cls(graces)
+        if not data:
+            return health
+        znodes = data.get("znodes")
+        if znodes is not None:
+            health.znodes = AutoRecoveryZnodes(
+                disabled_since_ms=znodes["disabled_since_ms"],
+                auditor=znodes["auditor"],
+                locks={int(i): ReplicationLock(holder, int(since)) for i, holder, since in znodes["locks"]},
+            )
+        health.bookies_running = bool(data.get("bookies_running"))
+        health.auditor_missing_since_ms = data.get("auditor_missing_since_ms")
+        health.firing = {(kind, ledger): int(since) for kind, ledger, since in data.get("firing", [])}
+        return health
+
+
+__all__ = [
+    "AUTORECOVERY_KINDS",
+    "AutoRecoveryGraces",
+    "AutoRecoveryHealth",
+    "AutoRecoveryZnodes",
+    "Condition",
+    "HealthTransition",
+    "ReplicationLock",
+    "due_at_ms",
+    "due_conditions",
+    "holding_conditions",
+]

@@ -1,0 +1,192 @@
+"""The ``placement_plans`` table: a BP-54 relocation plan for every badly placed segment of a ledger with an
+open ``PLACEMENT_NOT_ADHERING`` alert, kept current by the job.
+
+- :func:`plan_rows` is the one computation of the table's rows, from the alerted ledgers, the bookies (rack
+  map and status) and the ledger counts per bookie, with
+  :func:`~bkaudit.domain.rules.relocation.plan_relocation` (each plan verified by the placement rule). The
+  job's :class:`PlacementPlanner` and :meth:`connectors.delta.queries.Lakehouse.placement_plans` (on a
+  lakehouse the job has not written the table in yet) both use it.
+- :class:`PlacementPlanner` runs in the job's fold thread after every ledger fold (and when the job stops):
+  it rewrites the table when the alerted ledgers, their metadata versions or the bookies table changed;
+  otherwise it reads two small tables and writes nothing. A plan leaves the table with its alert.
+
+Example:
+    >>> from bkaudit.domain.rules.evaluate import PlacementPolicyConfig
+    >>> now = datetime(2026, 1, 1, tzinfo=UTC)
+    >>> ledger = {"ledger_id": 7, "cluster": "c", "write_quorum": 2, "pulsar_topic": None,
+    ...           "segments": [{"first_entry_id": 0, "ensemble": ["b1", "b2"]}]}
+    >>> bookies = [{"bookie_id": b, "rack": r, "status": "WRITABLE", "lost": False}
+    ...            for b, r in (("b1", "/r1"), ("b2", "/r1"), ("b3", "/r2"))]
+    >>> row = plan_rows([ledger], bookies, {}, PlacementPolicyConfig(), now).to_pylist()[0]
+    >>> row["from_bookie"], row["to_bookie"], row["to_rack"], row["planned_ensemble"]
+    ('b1', 'b3', '/r2', ['b3', 'b2'])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable, write_deltalake
+
+from bkaudit.domain.alerts import AlertKind
+from bkaudit.domain.rules.evaluate import PlacementPolicyConfig
+from bkaudit.domain.rules.placement import PlacementAdherence, check_placement
+from bkaudit.domain.rules.relocation import plan_relocation
+from connectors.delta.ledger_log import LedgerLog
+from connectors.delta.scan import scan
+from connectors.delta.tables import PLACEMENT_PLANS, table_path
+
+logger = logging.getLogger(__name__)
+
+#: The ``ledgers`` columns a plan reads.
+LEDGER_COLUMNS = ("ledger_id", "cluster", "write_quorum", "segments", "pulsar_topic")
+
+
+def plan_targets(bookies: Iterable[Mapping[str, Any]], ledger_counts: Mapping[str, int]) -> dict[str, int]:
+    """The bookies a replica may move to (writable, not lost), each with the ledgers it holds.
+
+    Example:
+        >>> plan_targets([{"bookie_id": "b1", "status": "WRITABLE", "lost": False},
+        ...               {"bookie_id": "b2", "status": "READ_ONLY", "lost": False}], {"b1": 4})
+        {'b1': 4}
+    """
+    return {
+        b["bookie_id"]: int(ledger_counts.get(b["bookie_id"], 0))
+        for b in bookies
+        if b["status"] == "WRITABLE" and not b["lost"]
+    }
+
+
+def plan_rows(
+    ledgers: Iterable[Mapping[str, Any]],
+    bookies: Iterable[Mapping[str, Any]],
+    ledger_counts: Mapping[str, int],
+    config: PlacementPolicyConfig,
+    computed_at: datetime,
+) -> pa.Table:
+    """The ``placement_plans`` rows of ``ledgers`` (rows with :data:`LEDGER_COLUMNS`): one per move of the
+    plan of every segment that fails the policy, one with the reason where a segment has no plan. Targets
+    are spread by ``ledger_counts`` (raised as plans are made). See the module docstring for an example."""
+    bookies = list(bookies)
+    racks = {b["bookie_id"]: b["rack"] for b in bookies}
+    targets = plan_targets(bookies, ledger_counts)
+    rows = [
+        {**row, "policy": config.policy, "computed_at": computed_at}
+        for ledger in ledgers
+        for row in _segment_rows(ledger, racks, targets, config)
+    ]
+    return pa.Table.from_pylist(rows, schema=PLACEMENT_PLANS.schema)
+
+
+def _segment_rows(
+    ledger: Mapping[str, Any],
+    racks: Mapping[str, str | None],
+    targets: dict[str, int],
+    config: PlacementPolicyConfig,
+) -> Iterator[dict[str, Any]]:
+    options = config.options()
+    wq = int(ledger["write_quorum"])
+    for index, segment in enumerate(ledger["segments"] or []):
+        ensemble = list(segment["ensemble"])
+        if check_placement(config.policy, ensemble, wq, wq, racks, **options).adherence is not (
+            PlacementAdherence.FAIL
+        ):
+            continue
+        plan = plan_relocation(config.policy, ensemble, wq, racks, targets, **options)
+        common = {
+            "cluster": ledger.get("cluster"),
+            "ledger_id": ledger["ledger_id"],
+            "segment": index,
+            "first_entry_id": segment["first_entry_id"],
+            "ensemble": ensemble,
+            "planned_ensemble": list(plan.ensemble) if plan.valid else None,
+            "reason": plan.reason,
+            "pulsar_topic": ledger.get("pulsar_topic"),
+        }
+        if not plan.moves:
+            yield common
+        for order, move in enumerate(plan.moves):
+            yield {
+                **common,
+                "move": order,
+                "position": move.position,
+                "from_bookie": move.from_bookie,
+                "to_bookie": move.to_bookie,
+                "to_rack": racks.get(move.to_bookie),
+            }
+
+
+class PlacementPlanner:
+    """Keeps ``placement_plans`` current for the job: :meth:`refresh` after every fold of ``ledger_log``.
+
+    Example:
+        >>> import tempfile
+        >>> from connectors.delta.tables import ensure_tables, read_table
+        >>> root = tempfile.mkdtemp(); _ = ensure_tables(root)
+        >>> log = LedgerLog(root, "doc"); log.open(0)
+        >>> planner = PlacementPlanner(root, PlacementPolicyConfig(), log)
+        >>> planner.refresh(), planner.refresh()  # written once; unchanged inputs write nothing
+        (True, False)
+        >>> read_table(root, "placement_plans").num_rows
+        0
+    """
+
+    def __init__(self, root: str | Path, config: PlacementPolicyConfig, ledger_log: LedgerLog) -> None:
+        self.root = Path(root)
+        self.config = config
+        self.ledger_log = ledger_log
+        self._written_for: str | None = None  # the inputs' fingerprint the table was last written for
+
+    def refresh(self, now: datetime | None = None) -> bool:
+        """Rewrite the table when its inputs changed since the last write; returns whether it wrote (never
+        before the job has opened its ledger state: the table keeps the last job's plans until then)."""
+        if not self.ledger_log.opened:
+            return False
+        alerted = self._alerted_ledgers()
+        ledgers = self.ledger_log.take(alerted, [*LEDGER_COLUMNS, "mzxid"])
+        bookies = DeltaTable(table_path(self.root, "bookies"))
+        fingerprint = _fingerprint(ledgers, bookies.version(), self.config)
+        if fingerprint == self._written_for:
+            return False
+        rows = plan_rows(
+            ledgers.sort_by("ledger_id").to_pylist(),
+            scan(bookies, columns=["bookie_id", "rack", "status", "lost"]).to_pylist(),
+            self._ledger_counts(),
+            self.config,
+            now or datetime.now(UTC),
+        )
+        write_deltalake(table_path(self.root, "placement_plans"), rows, mode="overwrite")
+        self._written_for = fingerprint
+        logger.debug("placement_plans: %d rows for %d ledgers", rows.num_rows, ledgers.num_rows)
+        return True
+
+    def _alerted_ledgers(self) -> np.ndarray:
+        open_alerts = DeltaTable(table_path(self.root, "open_alerts"))
+        kind = [("kind", "=", AlertKind.PLACEMENT_NOT_ADHERING.value)]
+        ids = scan(open_alerts, kind, ["ledger_id"]).column("ledger_id").drop_null()
+        return np.unique(ids.to_numpy())
+
+    def _ledger_counts(self) -> dict[str, int]:
+        """Live ledgers per bookie, from the job's current ledger rows (no table read)."""
+        current = self.ledger_log.current_table(["ledger_id", "bookies", "deleted"])
+        live = current.filter(pc.invert(pc.fill_null(current.column("deleted"), False)))
+        counts = pc.value_counts(pc.list_flatten(live.column("bookies")))
+        return dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True))
+
+
+def _fingerprint(ledgers: pa.Table, bookies_version: int, config: PlacementPolicyConfig) -> str:
+    """What the plans depend on besides the ledger counts: the alerted ledgers' versions, the bookies, the
+    policy."""
+    ordered = ledgers.sort_by("ledger_id")
+    digest = hashlib.sha256(repr((bookies_version, config)).encode())
+    digest.update(ordered.column("ledger_id").to_numpy().tobytes())
+    digest.update(pc.fill_null(ordered.column("mzxid"), -1).to_numpy().tobytes())
+    return digest.hexdigest()
