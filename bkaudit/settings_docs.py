@@ -39,7 +39,7 @@ MASK = "**********"
 
 # Which processes read a section (the reader of the reference wants to know where to set it).
 SECTION_USERS: dict[str, str] = {
-    "": "`cluster`: both processes; the roots: `bkaudit stream`.",
+    "": "`cluster`: both processes; the roots: `bkaudit stream`; `log_dir`: `demo`, `stream` and `watch`.",
     "dev": "only `bkaudit dev`, `bkaudit demo` and the tests (the embedded services); ignored in production.",
     "zookeeper": "`bkaudit watch` (and `bkaudit sim`).",
     "kafka": "Both processes, and the Spark executors that read the changes topic.",
