@@ -30,13 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bkaudit.errors import BkauditError
+from bkaudit.errors import BkauditError, ServiceError
 from bkaudit.settings import Settings
 from connectors.kafka.positions import TopicPositions
 from connectors.process import pid_alive
 from streaming.checkpoint_lock import LOCK_FILE
 
 MEMBERSHIP_DIR = "membership"
+STATUS_KAFKA_TIMEOUT_S = 10.0  # a status answers in seconds, whatever kafka.request_timeout_ms says
 
 
 @dataclass(frozen=True)
@@ -218,12 +219,13 @@ def watcher_status(
 
 def stream_status(
     settings: Settings,
-    positions: TopicPositions,
+    positions: TopicPositions | None,
     ends: dict[int, int] | None,
     now_s: float,
     limits: StatusLimits,
 ) -> dict[str, Any]:
-    """The job's state: its lock holder, each lane's last batch and lag on the changes topic."""
+    """The job's state: its lock holder, each lane's last batch and lag on the changes topic (``positions``
+    None: Kafka did not answer, the lag is unknown and the state rests on the lock alone)."""
     topic = settings.kafka.changes_topic
     checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
     holder = job_holder(checkpoint)
@@ -234,7 +236,7 @@ def stream_status(
     ]
     lane_rows: list[dict[str, Any]] = []
     for lane in lanes:
-        records, age = _lag(positions, topic, lane, ends or {}, now_s)
+        records, age = (None, None) if positions is None else _lag(positions, topic, lane, ends or {}, now_s)
         lane_rows.append(
             {
                 "lane": lane.lane,
@@ -245,7 +247,7 @@ def stream_status(
             }
         )
     last_batch = max((row["last_batch"] for row in lane_rows), default=None)
-    lag_s = max((row["lag_s"] for row in lane_rows), default=None)
+    lag_s = max((row["lag_s"] for row in lane_rows if row["lag_s"] is not None), default=None)
     alive = holder["alive"]
     if alive is None:  # held from another host: alive while its batches keep coming
         alive = last_batch is not None and now_s - last_batch <= limits.max_lag_s
@@ -254,13 +256,17 @@ def stream_status(
         who = f"pid {holder['pid']} on {holder.get('host') or '?'}"
     else:
         who = "no job holds the checkpoint"
-    records = sum(row["lag_records"] for row in lane_rows)
+    records = None if positions is None else sum(row["lag_records"] for row in lane_rows)
+    if positions is None:
+        detail = f"{who}; lag unknown (Kafka did not answer)"
+    else:
+        detail = f"{who}; {records} records behind on {topic}" if lanes else f"{who}; no batch yet"
     return {
         "state": state,
         "last_seen": last_batch,
         "lag_s": lag_s,
         "lag_records": records,
-        "detail": f"{who}; {records} records behind on {topic}" if lanes else f"{who}; no batch yet",
+        "detail": detail,
         "checkpoint": str(checkpoint),
         "holder": holder,
         "lanes": lane_rows,
@@ -295,10 +301,15 @@ def gather_status(settings: Settings, limits: StatusLimits, now_s: float | None 
     """
     now_s = time.time() if now_s is None else now_s
     topic = settings.kafka.changes_topic
-    with TopicPositions(settings.kafka) as positions:
-        ends = positions.end_offsets(topic)
-        watcher = watcher_status(positions, topic, ends, now_s, limits)
-        stream = stream_status(settings, positions, ends, now_s, limits)
+    with TopicPositions(settings.kafka, timeout_s=STATUS_KAFKA_TIMEOUT_S) as positions:
+        try:
+            ends = positions.end_offsets(topic)
+        except ServiceError as err:  # the tables and the lock still say something: report, do not fail
+            watcher = {"state": "unknown", "last_seen": None, "lag_s": None, "detail": str(err)}
+            stream = stream_status(settings, None, None, now_s, limits)
+        else:
+            watcher = watcher_status(positions, topic, ends, now_s, limits)
+            stream = stream_status(settings, positions, ends, now_s, limits)
     return {
         "healthy": watcher["state"] == "up" and stream["state"] == "up",
         "watcher": watcher,

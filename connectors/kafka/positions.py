@@ -22,13 +22,14 @@ from bkaudit.settings import KafkaSettings
 class TopicPositions:
     """End offsets of a topic's partitions, and the write time (ms) of the record at given offsets."""
 
-    def __init__(self, settings: KafkaSettings) -> None:
+    def __init__(self, settings: KafkaSettings, timeout_s: float | None = None) -> None:
         from confluent_kafka import Consumer
 
         from connectors.kafka.client_config import consumer_config
 
         self.settings = settings
-        self.timeout_s = settings.request_timeout_ms / 1000.0
+        request_timeout_s = settings.request_timeout_ms / 1000.0
+        self.timeout_s = request_timeout_s if timeout_s is None else min(timeout_s, request_timeout_s)
         self._consumer: Any = Consumer(consumer_config(settings, None))
 
     def end_offsets(self, topic: str) -> dict[int, int] | None:

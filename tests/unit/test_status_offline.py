@@ -1,0 +1,60 @@
+"""`bkaudit status` when Kafka does not answer: it still reports what the lock and the tables say, at once.
+
+No broker runs here on purpose (an unreachable address is the case under test); the checkpoint lock is a
+real ``flock`` seen through the kernel's lock table, as with a running job.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streaming.checkpoint_lock import CheckpointLock
+
+
+@pytest.fixture(autouse=True)
+def restored_environment() -> Iterator[None]:
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def status(cli: Any, root: Path, *extra: str) -> Any:
+    settings = {
+        "kafka.bootstrap_servers": "127.0.0.1:1",
+        "kafka.request_timeout_ms": "1000",
+        "lakehouse_root": str(root / "lakehouse"),
+        "checkpoint_root": str(root / "checkpoints"),
+        "stream.app_id": "offline",
+    }
+    options = [part for key, value in settings.items() for part in ("--set", f"{key}={value}")]
+    return cli(*options, "status", *extra)
+
+
+def test_without_kafka_the_watcher_is_unknown_and_a_stream_without_a_lock_is_down(cli: Any, tmp_path: Path):
+    started = time.monotonic()
+    result = status(cli, tmp_path, "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    assert time.monotonic() - started < 10
+    report = result.json()
+    assert report["watcher"]["state"] == "unknown" and "did not answer" in report["watcher"]["detail"]
+    assert report["stream"]["state"] == "down" and report["stream"]["lag_s"] is None
+    assert not report["healthy"] and "no lakehouse at" in report["error"]
+
+
+def test_a_job_holding_its_checkpoint_is_up_with_an_unknown_lag(cli: Any, tmp_path: Path):
+    checkpoint = tmp_path / "checkpoints" / "offline"
+    checkpoint.mkdir(parents=True)
+    with CheckpointLock(checkpoint):
+        report = status(cli, tmp_path, "--format", "json").json()
+        table = status(cli, tmp_path).text.splitlines()
+    assert report["stream"]["state"] == "up" and report["stream"]["holder"]["pid"] == os.getpid()
+    assert "lag unknown (Kafka did not answer)" in report["stream"]["detail"]
+    assert table[2].split()[:2] == ["watcher", "unknown"] and table[3].split()[:2] == ["stream", "up"]
+    assert status(cli, tmp_path, "--format", "json").json()["stream"]["state"] == "down"  # released
