@@ -4,7 +4,6 @@ way, bookies by id, state reports as tables or JSON, and help without type names
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,14 +15,8 @@ import typer
 from bkaudit import __version__
 from bkaudit.cli.main import app
 
-
-@pytest.fixture(autouse=True)
-def restored_environment() -> Iterator[None]:
-    """--config and --set act through the environment of the process; put it back after each test."""
-    saved = dict(os.environ)
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
+# --config and --set act through the environment of the process: each test gets it back as it was.
+pytestmark = pytest.mark.usefixtures("restored_environment")
 
 
 def _every_command(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:

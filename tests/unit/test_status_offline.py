@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +15,8 @@ import pytest
 
 from streaming.checkpoint_lock import CheckpointLock
 
-
-@pytest.fixture(autouse=True)
-def restored_environment() -> Iterator[None]:
-    saved = dict(os.environ)
-    yield
-    os.environ.clear()
-    os.environ.update(saved)
+# --config and --set act through the environment of the process: each test gets it back as it was.
+pytestmark = pytest.mark.usefixtures("restored_environment")
 
 
 def status(cli: Any, root: Path, *extra: str) -> Any:
