@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import sys
 from datetime import UTC, datetime
 from typing import IO, Any
@@ -77,14 +78,23 @@ def render_status(report: dict[str, Any], out: IO[str]) -> None:
 def status(
     fmt: StateFormatOption = StateFormat.table,
     heartbeat_timeout: float | None = typer.Option(
-        None, "--heartbeat-timeout", min=0, help="seconds without a heartbeat after which the watcher is down"
+        None,
+        "--heartbeat-timeout",
+        min=0,
+        metavar="SECONDS",
+        help="without a heartbeat this long the watcher is down (default: 10 intervals, at least 10)",
     ),
     max_lag: float | None = typer.Option(
-        None, "--max-lag", min=0, help="seconds behind after which a running stream is lagging"
+        None,
+        "--max-lag",
+        min=0,
+        metavar="SECONDS",
+        help="a running stream this far behind is lagging (default: 60)",
     ),
 ) -> None:
     """Watcher and stream up or not, their lag and last batch, open alerts, lost and read-only bookies."""
     from bkaudit.settings import load_settings
+    from connectors.kafka.client_config import LIBRDKAFKA_LOGGER
     from streaming.status import StatusLimits, gather_status
 
     settings = load_settings()
@@ -93,7 +103,13 @@ def status(
         heartbeat_timeout_s=defaults.heartbeat_timeout_s if heartbeat_timeout is None else heartbeat_timeout,
         max_lag_s=defaults.max_lag_s if max_lag is None else max_lag,
     )
-    report = gather_status(settings, limits)
+    # A broker that does not answer is part of the report; the client's own retry lines would repeat it.
+    level = LIBRDKAFKA_LOGGER.level
+    LIBRDKAFKA_LOGGER.setLevel(logging.CRITICAL)
+    try:
+        report = gather_status(settings, limits)
+    finally:
+        LIBRDKAFKA_LOGGER.setLevel(level)
     if fmt is StateFormat.json:
         emit_json(_json_ready(report))
     else:

@@ -7,6 +7,8 @@ real ``flock`` seen through the kernel's lock table, as with a running job.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -52,3 +54,17 @@ def test_a_job_holding_its_checkpoint_is_up_with_an_unknown_lag(cli: Any, tmp_pa
     assert "lag unknown (Kafka did not answer)" in report["stream"]["detail"]
     assert table[2].split()[:2] == ["watcher", "unknown"] and table[3].split()[:2] == ["stream", "up"]
     assert status(cli, tmp_path, "--format", "json").json()["stream"]["state"] == "down"  # released
+
+
+def test_as_a_process_it_prints_the_report_and_nothing_else(tmp_path: Path):
+    """The Kafka client's retry lines would only repeat what the report says."""
+    options = ["--set", "kafka.bootstrap_servers=127.0.0.1:1", "--set", "kafka.request_timeout_ms=1000"]
+    options += ["--set", f"lakehouse_root={tmp_path}", "--set", f"checkpoint_root={tmp_path}"]
+    done = subprocess.run(
+        [sys.executable, "-m", "bkaudit.cli.main", *options, "status"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.splitlines()[2].split()[:2] == ["watcher", "unknown"]
