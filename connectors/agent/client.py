@@ -18,38 +18,19 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
 
 import grpc
 
 from bkaudit.domain.availability import EntryAvailability
 from bkaudit.errors import ServiceError
 from bkaudit.pb import bookie_agent_pb2 as pb
-from connectors.bookie.client import EntryList, NoLedger, ProbeResult
+from connectors.bookie.client import AgentEntryList, AgentNoLedger, ProbeResult
 
 logger = logging.getLogger(__name__)
 
 _SERVICE = "/bkaudit.agent.BookieAgent/"
 #: Ledger ids per ``ListEntries`` call (the server accepts up to 10,000).
 LEDGERS_PER_CALL = 1_000
-
-
-@dataclass(frozen=True, slots=True)
-class AgentEntryList(EntryList):
-    """The entries an agent read from the bookie's index (classified like an entry list)."""
-
-    kind: ClassVar[str] = "agent_list"
-
-
-@dataclass(frozen=True, slots=True)
-class AgentNoLedger(NoLedger):
-    """An agent found no such ledger in the bookie's index (the bookie would answer ``ENOLEDGER``)."""
-
-    kind: ClassVar[str] = "agent_no_ledger"
-
-
-#: ``answers`` kinds of a bookie whose agent answered.
-AGENT_KINDS = frozenset({AgentEntryList.kind, AgentNoLedger.kind})
 
 
 class AgentError(ServiceError):

@@ -135,6 +135,24 @@ class NoLedger(ProbeResult):
 
 
 @dataclass(frozen=True, slots=True)
+class AgentEntryList(EntryList):
+    """The entries an agent read from the bookie's index (classified like an entry list)."""
+
+    kind: ClassVar[str] = "agent_list"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentNoLedger(NoLedger):
+    """An agent found no such ledger in the bookie's index (the bookie would answer ``ENOLEDGER``)."""
+
+    kind: ClassVar[str] = "agent_no_ledger"
+
+
+#: ``answers`` kinds of a bookie whose agent answered.
+AGENT_KINDS = frozenset({AgentEntryList.kind, AgentNoLedger.kind})
+
+
+@dataclass(frozen=True, slots=True)
 class EntryPresent(ProbeResult):
     """``EOK`` to ``READ_ENTRY``: the bookie holds the entry (``body_size`` bytes; the body is not kept).
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 from bkaudit.domain.rules.entry_reads import ReadAnswer, answers_from_reads, entries_to_read
 from bkaudit.domain.rules.replicas import BookieStatus, ReplicasResult, ReplicasVerdict, classify_replicas
-from connectors.agent.client import AGENT_KINDS
 from connectors.bookie.client import (
+    AGENT_KINDS,
     BlockingBookieClient,
     EntryPresent,
     NoEntry,

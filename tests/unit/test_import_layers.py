@@ -35,6 +35,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "connectors",
             "connectors.process",
             "connectors.delta",
+            "connectors.agent",
             "connectors.bookie",
             "connectors.kafka",
             "connectors.zookeeper",
