@@ -188,6 +188,10 @@ def library_log() -> Path | None:
     """The file that library output goes to in this process (None: the console, as with ``--verbose``).
 
     :func:`streaming.session.build_spark_session` sends the Spark JVM's own output there.
+
+    Example:
+        >>> # configure_command_logging("demo", Path(".bkaudit/logs"), level="WARNING", verbose=False)
+        >>> # library_log()  → PosixPath('.bkaudit/logs/demo.log')
     """
     with _library_log_lock:
         return _library_log

@@ -63,7 +63,12 @@ class StatusLimits:
 
 @dataclass(frozen=True)
 class LanePosition:
-    """Where one lane of the job stands: its newest batch's end offsets (changes topic) and when it ran."""
+    """Where one lane of the job stands: its newest batch's end offsets (changes topic) and when it ran.
+
+    Example:
+        >>> LanePosition("ledgers", 7, 1764146400.0, {0: 812}).offsets
+        {0: 812}
+    """
 
     lane: str
     batch_id: int
@@ -72,7 +77,12 @@ class LanePosition:
 
 
 def stream_state(*, holder_alive: bool, lag_s: float | None, limits: StatusLimits) -> str:
-    """``down`` without a live job, ``lagging`` when its oldest unread record is too old, else ``up``."""
+    """``down`` without a live job, ``lagging`` when its oldest unread record is too old, else ``up``.
+
+    Example:
+        >>> stream_state(holder_alive=False, lag_s=None, limits=StatusLimits(10, 60))
+        'down'
+    """
     if not holder_alive:
         return "down"
     return "lagging" if lag_s is not None and lag_s > limits.max_lag_s else "up"
@@ -110,6 +120,11 @@ def job_holder(checkpoint: Path) -> dict[str, Any]:
 
     The kernel's lock table decides on this host. A lock file written by another host cannot be checked
     here: ``alive`` is then None (the caller judges by the checkpoint's progress).
+
+    Example:
+        >>> import tempfile
+        >>> job_holder(Path(tempfile.mkdtemp()))["alive"]  # no lock file: nobody
+        False
     """
     lock = checkpoint / LOCK_FILE
     try:
@@ -171,7 +186,16 @@ def ledger_lane_position(checkpoint: Path, topic: str) -> LanePosition | None:
 
 
 def membership_lane_position(checkpoint: Path, topic: str) -> LanePosition | None:
-    """The membership lane's newest planned batch (``membership/offsets/<id>.json``)."""
+    """The membership lane's newest planned batch (``membership/offsets/<id>.json``).
+
+    Example:
+        >>> import tempfile
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> (folder / "membership" / "offsets").mkdir(parents=True)
+        >>> _ = (folder / "membership" / "offsets" / "4.json").write_text('{"end": {"t": {"1": 9}}}')
+        >>> membership_lane_position(folder, "t").offsets
+        {1: 9}
+    """
     folder = checkpoint / MEMBERSHIP_DIR / "offsets"
     batches = (
         sorted(int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit()) if folder.is_dir() else []
@@ -205,7 +229,11 @@ def _lag(
 def watcher_status(
     positions: TopicPositions, topic: str, ends: dict[int, int] | None, now_s: float, limits: StatusLimits
 ) -> dict[str, Any]:
-    """The watcher's state from the newest record on its topic (its heartbeats)."""
+    """The watcher's state from the newest record on its topic (its heartbeats).
+
+    Example:
+        >>> # watcher_status(positions, "bkaudit.changes", {0: 812}, time.time(), limits)["state"]  → 'up'
+    """
     last = {p: end - 1 for p, end in (ends or {}).items() if end > 0}
     written = positions.record_times(topic, last)
     if not written:
@@ -225,7 +253,11 @@ def stream_status(
     limits: StatusLimits,
 ) -> dict[str, Any]:
     """The job's state: its lock holder, each lane's last batch and lag on the changes topic (``positions``
-    None: Kafka did not answer, the lag is unknown and the state rests on the lock alone)."""
+    None: Kafka did not answer, the lag is unknown and the state rests on the lock alone).
+
+    Example:
+        >>> # stream_status(settings, positions, {0: 812}, time.time(), limits)["lag_records"]  → 0
+    """
     topic = settings.kafka.changes_topic
     checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
     holder = job_holder(checkpoint)
@@ -275,7 +307,12 @@ def stream_status(
 
 def audit_summary(lakehouse_root: Path) -> dict[str, Any]:
     """Open alerts per kind and the lost and read-only bookies, from the Delta tables (an ``error`` note
-    when there are none yet)."""
+    when there are none yet).
+
+    Example:
+        >>> audit_summary(Path("/nonexistent"))["error"]
+        'no lakehouse at /nonexistent'
+    """
     from connectors.delta.queries import Lakehouse
 
     try:

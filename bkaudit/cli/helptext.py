@@ -35,7 +35,16 @@ def _placeholder(param: Any) -> str:
 
 def tidy_help(command: Any) -> None:
     """Give every value-taking parameter of ``command`` and its subcommands a plain placeholder, and
-    plain help texts (in place; parameters that set their own placeholder keep it)."""
+    plain help texts (in place; parameters that set their own placeholder keep it).
+
+    Example:
+        >>> import typer
+        >>> from bkaudit.cli.main import app
+        >>> command = typer.main.get_command(app)
+        >>> tidy_help(command)
+        >>> [p.metavar for p in command.commands["status"].params][1]
+        'SECONDS'
+    """
     command.help = plain_help(command.help)
     command.short_help = plain_help(getattr(command, "short_help", None))
     for param in command.params:

@@ -48,7 +48,17 @@ def _json_ready(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def render_status(report: dict[str, Any], out: IO[str]) -> None:
-    """The human view: one row per component, then the audit's open alerts and bookies."""
+    """The human view: one row per component, then the audit's open alerts and bookies.
+
+    Example:
+        >>> import io
+        >>> part = {"state": "down", "last_seen": None, "lag_s": None, "detail": "-"}
+        >>> out = io.StringIO()
+        >>> render_status({"watcher": part, "stream": part, "open_alerts": {"BOOKIE_LOST": 1},
+        ...                "lost_bookies": ["b1"], "read_only_bookies": []}, out)
+        >>> out.getvalue().splitlines()[-3:]
+        ['open alerts: BOOKIE_LOST 1', 'lost bookies: b1', 'read-only bookies: none']
+    """
     import pyarrow as pa
 
     from bkaudit.cli._render import render

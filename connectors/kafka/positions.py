@@ -36,6 +36,9 @@ class TopicPositions:
         """``{partition: end offset}`` of ``topic``; None when the topic does not exist.
 
         Raises :class:`~bkaudit.errors.ServiceError` when no broker answers within the request timeout.
+
+        Example:
+            >>> # TopicPositions(settings.kafka).end_offsets("bkaudit.changes")  → {0: 812, 1: 790}
         """
         from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
 
@@ -53,7 +56,11 @@ class TopicPositions:
 
     def record_times(self, topic: str, offsets: dict[int, int]) -> dict[int, int]:
         """``{partition: timestamp ms}`` of the record at each ``{partition: offset}``; partitions whose
-        record could not be fetched within the request timeout are left out."""
+        record could not be fetched within the request timeout are left out.
+
+        Example:
+            >>> # positions.record_times("bkaudit.changes", {0: 811})  → {0: 1764146400123}
+        """
         from confluent_kafka import TopicPartition
 
         if not offsets:
