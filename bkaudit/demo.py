@@ -12,8 +12,6 @@ and prints every alert as it arrives on the alerts topic:
 It ends with a table of open alerts per kind next to the simulator's ground truth. The Delta tables stay
 under ``<lakehouse_root>/demo`` for querying afterwards.
 
-Status: complete for the streaming auditor issue.
-
 Example:
     $ bkaudit demo
 """
@@ -35,16 +33,41 @@ STEP_TIMEOUT_S = 90.0
 
 
 class _Printer:
-    """Narration and alerts on one stream, timestamped from the demo's start."""
+    """Narration and alerts on one stream, timestamped from the demo's start, and a progress line for the
+    long phases: rewritten in place on a terminal, otherwise a line when it changed, at most every 5 s."""
+
+    PROGRESS_EVERY_S = 5.0
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.started = time.monotonic()
         self.lock = threading.Lock()
+        self.terminal = out.isatty()
+        self._progress_shown = False  # a terminal's progress line waits to be replaced
+        self._last_progress: tuple[float, str] = (0.0, "")
+
+    def _stamp(self, text: str) -> str:
+        return f"[{time.monotonic() - self.started:6.1f}s] {text}"
 
     def say(self, text: str) -> None:
         with self.lock:
-            self.out.write(f"[{time.monotonic() - self.started:6.1f}s] {text}\n")
+            if self._progress_shown:
+                self.out.write("\r\033[K")
+                self._progress_shown = False
+            self.out.write(self._stamp(text) + "\n")
+            self.out.flush()
+
+    def progress(self, text: str) -> None:
+        with self.lock:
+            if self.terminal:
+                self.out.write("\r\033[K" + self._stamp(text))
+                self._progress_shown = True
+            else:
+                at, last = self._last_progress
+                if text == last or time.monotonic() - at < self.PROGRESS_EVERY_S:
+                    return
+                self.out.write(self._stamp(text) + "\n")
+                self._last_progress = (time.monotonic(), text)
             self.out.flush()
 
 
@@ -133,7 +156,7 @@ def run_demo(settings: Settings, *, keep_running: bool = False, out: TextIO | No
                 }
             ),
             "watcher": settings.watcher.model_copy(
-                update={"heartbeat_interval_s": 0.5, "rack_map_znode": "/bookies", "progress": "off"}
+                update={"heartbeat_interval_s": 0.5, "rack_map_znode": "/bookies", "progress": "auto"}
             ),
             "stream": settings.stream.model_copy(
                 update={
@@ -188,14 +211,13 @@ def run_demo(settings: Settings, *, keep_running: bool = False, out: TextIO | No
         tail = _AlertTail(demo_settings, printer)
         tail.start()
         ledgers_expected = set(sim.ledger_ids())
-        _wait(
-            "the auditor to ingest the snapshot",
-            lambda: (
-                {r["ledger_id"] for r in read_table(lakehouse, "ledgers").to_pylist()} >= ledgers_expected
-            ),
-            printer,
-            timeout=180,
-        )
+
+        def ingested() -> bool:
+            have = ledgers_expected & set(read_table(lakehouse, "ledgers").column("ledger_id").to_pylist())
+            printer.progress(f"auditor: ingesting the snapshot, {len(have)}/{len(ledgers_expected)} ledgers")
+            return have == ledgers_expected
+
+        _wait("the auditor to ingest the snapshot", ingested, printer, timeout=180)
         timings["auditor_ready_s"] = round(time.monotonic() - started, 1)
         printer.say(
             f"auditor: {len(ledgers_expected)} ledgers in Delta after {timings['auditor_ready_s']} s; "

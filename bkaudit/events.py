@@ -13,8 +13,6 @@ both sides agree on keys, validation and meaning. Pure code: no I/O (the clock i
 * :class:`ReplayedState` applies events the way a consumer must (highest ``mzxid`` wins, FULL snapshot
   brackets reveal what vanished) — the reference semantics for the streaming job and the tests.
 
-Status: complete for schema version 1.
-
 Example:
     >>> builder = EventBuilder("cluster-uuid", "run-1", clock_ms=lambda: 1_000)
     >>> event = builder.build(ledger_deleted(59, last_mzxid=7, last_version=2))

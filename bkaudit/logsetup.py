@@ -30,8 +30,10 @@ import logging
 import os
 import re
 import sys
+import threading
 import traceback
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, SecretStr
@@ -154,3 +156,95 @@ def configure_logging(level: str | int = "INFO") -> None:
     for handler in logging.getLogger().handlers:
         if SECRET_FILTER not in handler.filters:
             handler.addFilter(SECRET_FILTER)
+
+
+#: Top-level packages whose records tell a command's story; everything else is a library's.
+OWN_PACKAGES = frozenset({"bkaudit", "connectors", "streaming", "__main__"})
+#: librdkafka's lines come through a logger inside ``connectors`` but are a Kafka client's.
+CLIENT_LOGGERS = ("connectors.kafka.librdkafka",)
+
+_library_log: Path | None = None
+_library_log_lock = threading.Lock()
+
+
+class OwnRecords(logging.Filter):
+    """Passes the records of bkaudit's own loggers, not those of Spark, py4j or the Kafka/ZooKeeper clients.
+
+    Example:
+        >>> def record(name):
+        ...     return logging.LogRecord(name, logging.WARNING, __file__, 1, "m", None, None)
+        >>> [OwnRecords().filter(record(n)) for n in ("streaming.job", "py4j.clientserver", "kazoo.client",
+        ...                                            "connectors.kafka.librdkafka")]
+        [True, False, False, False]
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.startswith(CLIENT_LOGGERS):
+            return False
+        return record.name.split(".", 1)[0] in OWN_PACKAGES
+
+
+def library_log() -> Path | None:
+    """The file that library output goes to in this process (None: the console, as with ``--verbose``).
+
+    :func:`streaming.session.build_spark_session` sends the Spark JVM's own output there.
+
+    Example:
+        >>> # configure_command_logging("demo", Path(".bkaudit/logs"), level="WARNING", verbose=False)
+        >>> # library_log()  → PosixPath('.bkaudit/logs/demo.log')
+    """
+    with _library_log_lock:
+        return _library_log
+
+
+def configure_command_logging(
+    command: str, log_dir: Path, *, level: str | int, verbose: bool, only_on_a_terminal: bool = False
+) -> Path | None:
+    """Logging of a long-running command (``demo``, ``stream``, ``watch``): bkaudit's own records at
+    ``level`` on stderr, every record (INFO and up, or ``level`` when lower) in ``<log_dir>/<command>.log``,
+    whose path is printed once on stdout. Everything stays on stderr, as :func:`configure_logging` does, with
+    ``verbose``; with ``only_on_a_terminal`` when stderr is not a terminal (a service: journald or the
+    container runtime collects it and rotates it); and, after a one-line warning, when ``log_dir`` cannot be
+    written (a log file is never a reason not to run).
+
+    Like :func:`configure_logging`, a root logger that already has handlers (a test runner's, an
+    embedding application's) is left as it is, apart from the secret filter; then nothing is printed.
+
+    Example:
+        >>> # configure_command_logging("stream", settings.log_dir, level="INFO", verbose=False,
+        >>> #                           only_on_a_terminal=True)
+    """
+    global _library_log
+    numeric = level if isinstance(level, int) else getattr(logging, level.upper(), logging.INFO)
+    root = logging.getLogger()
+    if root.handlers or verbose or (only_on_a_terminal and not sys.stderr.isatty()):
+        configure_logging(numeric)
+        return None
+    from bkaudit.errors import ConfigError
+    from bkaudit.localfs import writable_directory
+
+    try:
+        writable_directory(log_dir, "log_dir")
+    except ConfigError as err:
+        configure_logging(numeric)
+        logging.getLogger(__name__).warning("%s: library logs stay on the console", err)
+        return None
+    path = log_dir / f"{command}.log"
+    to_file = logging.FileHandler(path, encoding="utf-8")
+    to_file.setLevel(min(numeric, logging.INFO))
+    console = logging.StreamHandler(sys.stderr)
+    console.setLevel(numeric)
+    console.addFilter(OwnRecords())
+    for handler in (to_file, console):
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        handler.addFilter(SECRET_FILTER)
+        root.addHandler(handler)
+    root.setLevel(min(numeric, logging.INFO))
+    logging.captureWarnings(True)  # warnings of libraries go to the file, not the console
+    with _library_log_lock:
+        _library_log = path
+    sys.stdout.write(
+        f"logs of Spark, py4j and the Kafka and ZooKeeper clients: {path} (--verbose shows them)\n"
+    )
+    sys.stdout.flush()
+    return path

@@ -5,8 +5,6 @@ while the old process lingers); ``prometheus_client`` raises a bare ``OSError`` 
 :class:`~bkaudit.errors.ServiceError` that names the address and the setting to change, so the CLI prints
 one line and exits 2.
 
-Status: stable.
-
 Example:
     >>> import socket
     >>> from prometheus_client import CollectorRegistry

@@ -75,16 +75,31 @@ class ZooKeeperSettings(BaseModel):
         "127.0.0.1:2181", description="kazoo hosts string, an optional chroot after the last host"
     )
     ledgers_root: str = Field("/ledgers", description="BookKeeper's zkLedgersRootPath")
-    session_timeout_s: float = Field(30.0, gt=0)
+    session_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="ZooKeeper session timeout; also the connect wait at start unless connect_timeout_s is "
+        "set (at least 10 s)",
+    )
     connect_timeout_s: float | None = Field(
         None,
         gt=0,
         description="how long `bkaudit watch` waits for its first ZooKeeper connection before it exits with "
         "an error; default: session_timeout_s, at least 10 s",
     )
-    auth_scheme: Literal["none", "digest", "sasl"] = "none"
-    auth_username: str | None = None
-    auth_password: SecretStr | None = None
+    auth_scheme: Literal["none", "digest", "sasl"] = Field(
+        "none",
+        description="`digest` (username/password), `sasl` (DIGEST-MD5, or GSSAPI without a username), or "
+        "none",
+    )
+    auth_username: str | None = Field(
+        None,
+        description="user of the digest or SASL DIGEST-MD5 authentication",
+    )
+    auth_password: SecretStr | None = Field(
+        None,
+        description="password of the digest or SASL DIGEST-MD5 authentication",
+    )
 
     @field_validator("connect")
     @classmethod
@@ -132,43 +147,82 @@ class KafkaSettings(BaseModel):
         'bkaudit.changes'
     """
 
-    bootstrap_servers: str = "127.0.0.1:9092"
+    bootstrap_servers: str = Field("127.0.0.1:9092", description="comma-separated host:port list")
     bootstrap_timeout_ms: int = Field(
         30_000,
         gt=0,
         description="how long a Kafka client waits to reach a first broker; at start a process then exits "
         "with an error",
     )
-    changes_topic: str = "bkaudit.changes"
-    alerts_topic: str = "bkaudit.alerts"
-    feedback_topic: str = "bkaudit.feedback"
+    changes_topic: str = Field(
+        "bkaudit.changes",
+        description="the watcher's change events (protobuf), read by the job",
+    )
+    alerts_topic: str = Field("bkaudit.alerts", description="alert transitions (JSON, interfaces §2)")
+    feedback_topic: str = Field(
+        "bkaudit.feedback",
+        description="the job's re-probe results, read back by the job",
+    )
     topic_partitions: int = Field(4, ge=1, description="partitions of topics we create when absent")
-    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER"] | None = None
-    sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
-    ssl_cafile: Path | None = None
-    ssl_certfile: Path | None = None
-    ssl_keyfile: Path | None = None
-    ssl_password: SecretStr | None = None
-    client_id: str = "bkaudit"
-    request_timeout_ms: int = Field(30_000, gt=0)
-    producer_acks: Literal["all", "1", "0"] = "all"
-    producer_batch_size: int = Field(262_144, ge=0)
-    producer_linger_ms: int = Field(0, ge=0)
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT",
+        description="Kafka security protocol of every client",
+    )
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER"] | None = (
+        Field(
+            None,
+            description="SASL mechanism when the protocol is SASL_*",
+        )
+    )
+    sasl_username: str | None = Field(None, description="SASL user")
+    sasl_password: SecretStr | None = Field(None, description="SASL password")
+    ssl_cafile: Path | None = Field(
+        None,
+        description="CA bundle to verify the brokers (must exist on every host that runs a client)",
+    )
+    ssl_certfile: Path | None = Field(None, description="client certificate (mutual TLS)")
+    ssl_keyfile: Path | None = Field(None, description="client private key (mutual TLS)")
+    ssl_password: SecretStr | None = Field(None, description="password of the client private key")
+    client_id: str = Field("bkaudit", description="client id the brokers see (quotas, logs)")
+    request_timeout_ms: int = Field(30_000, gt=0, description="Kafka request timeout")
+    producer_acks: Literal["all", "1", "0"] = Field(
+        "all",
+        description="producer acks; `all` is what makes a published change durable",
+    )
+    producer_batch_size: int = Field(
+        262_144,
+        ge=0,
+        description="producer batch bytes, librdkafka's `batch.size` (256 KiB: 31 k alerts produced and "
+        "acked in ~0.06 s on the embedded broker); 0 = one record per batch (slow; not needed with "
+        "single_record_tails)",
+    )
+    producer_linger_ms: int = Field(0, ge=0, description="how long the producer waits to fill a batch")
     single_record_tails: bool = Field(
         True,
         description="end each burst with a one-record batch per partition (the embedded broker's high "
         "watermark is wrong after a multi-record batch); may be false on real Kafka",
     )
-    producer_retries: int = Field(2_147_483_647, ge=0)
+    producer_retries: int = Field(
+        2_147_483_647,
+        ge=0,
+        description="producer retries (endless by default: a change is never dropped)",
+    )
     producer_max_in_flight: int = Field(1, ge=1, description="1 keeps per-key order across retries")
     producer_max_block_ms: int = Field(60_000, gt=0, description="back-pressure: block, never drop")
-    consumer_session_timeout_ms: int = Field(6_000, gt=0)
-    consumer_heartbeat_interval_ms: int = Field(1_000, gt=0)
-    consumer_max_poll_interval_ms: int = Field(30_000, gt=0)
+    consumer_session_timeout_ms: int = Field(
+        6_000,
+        gt=0,
+        description="consumer group session timeout (short: fast joins on the embedded broker)",
+    )
+    consumer_heartbeat_interval_ms: int = Field(1_000, gt=0, description="consumer group heartbeat interval")
+    consumer_max_poll_interval_ms: int = Field(30_000, gt=0, description="consumer max poll interval")
     producer_enable_idempotence: bool = Field(False, description="Tansu has no idempotent producer support")
-    producer_delivery_timeout_ms: int = Field(120_000, gt=0)
+    producer_delivery_timeout_ms: int = Field(
+        120_000,
+        gt=0,
+        description="after this, an unacknowledged record counts as failed (the watcher then republishes a "
+        "FULL snapshot)",
+    )
     extra_config: dict[str, str | SecretStr] = Field(
         default_factory=dict,
         description="any other librdkafka property for every Kafka client, passed through as given (e.g. "
@@ -203,7 +257,7 @@ class StreamSettings(BaseModel):
     source_format: Literal["bkaudit_kafka", "kafka"] = Field(
         "bkaudit_kafka", description="the Python Kafka source, or Spark's JVM kafka source (needs its jars)"
     )
-    trigger_interval_s: float = Field(1.0, ge=0)
+    trigger_interval_s: float = Field(1.0, ge=0, description="micro-batch interval (processing time)")
     membership_trigger_interval_s: float = Field(
         0.1,
         ge=0,
@@ -224,7 +278,12 @@ class StreamSettings(BaseModel):
         description="how far ahead of the receiving clock (the earlier of the Kafka record time and the "
         "batch time) an event may be dated; later events go to dead_letters and never move the watermark",
     )
-    max_offsets_per_trigger: int | None = Field(None, ge=1)
+    max_offsets_per_trigger: int | None = Field(
+        None,
+        ge=1,
+        description="cap on records per micro-batch; bounds batches during a START snapshot catch-up "
+        "(unset = everything available)",
+    )
     ledger_state_buckets: int = Field(
         64,
         ge=1,
@@ -236,7 +295,7 @@ class StreamSettings(BaseModel):
     )
     reprobe_delay_s: float = Field(30.0, gt=0, description="first re-probe of a suspect ledger (doubles)")
     reprobe_rounds: int = Field(3, ge=1, description="failing re-probes before a REPLICAS_* alert")
-    reprobe_max_delay_s: float = Field(600.0, gt=0)
+    reprobe_max_delay_s: float = Field(600.0, gt=0, description="upper bound of the doubling re-probe delay")
     confirmed_recheck_s: float = Field(300.0, gt=0, description="re-probe interval of a confirmed failure")
     under_replication_grace_s: float = Field(
         3600.0, ge=0, description="UNDER_REPLICATION_STUCK after a urL mark is this old; 0 disables"
@@ -256,14 +315,32 @@ class StreamSettings(BaseModel):
         description="REPLICATION_STALLED once a replication lock (underreplication/locks/urL<id>) is this "
         "old; 0 disables",
     )
-    placement_policy: Literal["rackaware", "regionaware", "zoneaware"] = "rackaware"
-    min_racks_per_write_quorum: int = Field(2, ge=1)
-    enforce_min_racks_per_write_quorum: bool = False
-    min_zones_per_write_quorum: int = Field(2, ge=1)
-    desired_zones_per_write_quorum: int = Field(3, ge=1)
-    min_regions_for_durability: int = Field(2, ge=1)
+    placement_policy: Literal["rackaware", "regionaware", "zoneaware"] = Field(
+        "rackaware",
+        description="placement policy to check closed ledgers against",
+    )
+    min_racks_per_write_quorum: int = Field(
+        2,
+        ge=1,
+        description="rack-aware: racks each write quorum must span (BookKeeper's minNumRacksPerWriteQuorum)",
+    )
+    enforce_min_racks_per_write_quorum: bool = Field(
+        False,
+        description="rack-aware: a write set in the default rack fails (enforceMinNumRacksPerWriteQuorum)",
+    )
+    min_zones_per_write_quorum: int = Field(2, ge=1, description="zone-aware: minNumZonesPerWriteQuorum")
+    desired_zones_per_write_quorum: int = Field(
+        3,
+        ge=1,
+        description="zone-aware: desiredNumZonesPerWriteQuorum (fewer → MEETS_SOFT)",
+    )
+    min_regions_for_durability: int = Field(
+        2,
+        ge=1,
+        description="region-aware: reppMinimumRegionsForDurability",
+    )
     probe_timeout_s: float = Field(5.0, gt=0, description="GET_LIST_OF_ENTRIES_OF_LEDGER timeout")
-    probe_concurrency: int = Field(64, ge=1)
+    probe_concurrency: int = Field(64, ge=1, description="bookie probes in flight")
     entry_checks: Literal["auto", "entry_lists", "entry_reads"] = Field(
         "auto",
         description="how replicas probes ask a bookie what it holds: entry_lists "
@@ -287,7 +364,7 @@ class StreamSettings(BaseModel):
     scrutiny_ledgers_per_s: float = Field(
         0.0, ge=0, description="background replicas check rate over closed ledgers; 0 = off"
     )
-    scrutiny_max_per_batch: int = Field(1000, ge=1)
+    scrutiny_max_per_batch: int = Field(1000, ge=1, description="most scrutiny probes one micro-batch runs")
     maintenance_every_batches: int = Field(200, ge=0, description="compact/vacuum the tables; 0 = never")
     ledger_fold_interval_s: float = Field(
         30.0,
@@ -432,12 +509,28 @@ class SparkSettings(BaseModel):
         'local[*]'
     """
 
-    master: str = "local[*]"
-    app_name: str = "bkaudit"
-    ui_enabled: bool = True
-    shuffle_partitions: int = Field(4, ge=1)
-    driver_memory: str = "2g"
-    num_recent_progress_updates: int = Field(1000, ge=100)
+    master: str = Field(
+        "local[*]",
+        description="Spark master; under spark-submit set it to the same value as --master",
+    )
+    app_name: str = Field("bkaudit", description="Spark application name")
+    ui_enabled: bool = Field(True, description="the Spark UI (port 4040 and up)")
+    shuffle_partitions: int = Field(
+        4,
+        ge=1,
+        description="spark.sql.shuffle.partitions; a stateful query keeps the value of its first start "
+        "(the checkpoint wins)",
+    )
+    driver_memory: str = Field(
+        "2g",
+        description="spark.driver.memory; under spark-submit use --driver-memory instead (the JVM is "
+        "already running)",
+    )
+    num_recent_progress_updates: int = Field(
+        1000,
+        ge=100,
+        description="progress updates Spark keeps (the metrics listener reads them)",
+    )
     local_nice: int = Field(
         10,
         ge=0,
@@ -502,8 +595,19 @@ class Settings(BaseSettings):
     )
 
     cluster: str | None = Field(None, description="cluster name in alerts; default: the INSTANCEID")
-    lakehouse_root: Path = Path("lakehouse")
-    checkpoint_root: Path = Path("checkpoints")
+    lakehouse_root: Path = Field(
+        Path("lakehouse"),
+        description="root directory of the Delta tables (a local or mounted path; see infra/README.md)",
+    )
+    checkpoint_root: Path = Field(
+        Path("checkpoints"),
+        description="Structured Streaming checkpoints; the query's is `<checkpoint_root>/<stream.app_id>`",
+    )
+    log_dir: Path = Field(
+        Path(".bkaudit/logs"),
+        description="where `bkaudit demo`, `stream` and `watch` write `<command>.log`: the output of Spark, "
+        "py4j and the Kafka and ZooKeeper clients, kept off the console (`--verbose` shows it there instead)",
+    )
     dev: DevSettings = Field(default_factory=DevSettings)
     zookeeper: ZooKeeperSettings = Field(default_factory=ZooKeeperSettings)
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)

@@ -6,7 +6,8 @@ file differs from what this module renders.
 
     python -m bkaudit.settings_docs              # rewrite docs/configuration.md
     python -m bkaudit.settings_docs --check      # exit 1 when docs/configuration.md is stale
-    python -m bkaudit.settings_docs --effective  # the settings this environment yields, JSON, secrets masked
+    bkaudit config show                          # the settings this environment yields, secrets masked
+    bkaudit config docs                          # this reference, on stdout
 
 Example:
     >>> rows = {row.key: row for row in setting_docs()}
@@ -36,71 +37,9 @@ from bkaudit.settings import CONFIG_FILE_ENV, Settings
 DOC_PATH = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 MASK = "**********"
 
-# Meanings for fields whose ``Field`` has no ``description`` yet. They live here rather than in settings.py
-# because that file was being edited by other work when the reference was introduced; moving a text into the
-# model's ``description`` is always fine (the model wins), and the test fails for a field documented nowhere.
-FALLBACK_DESCRIPTIONS: dict[str, str] = {
-    "lakehouse_root": "root directory of the Delta tables (a local or mounted path; see infra/README.md)",
-    "checkpoint_root": "Structured Streaming checkpoints; the query's is `<checkpoint_root>/<stream.app_id>`",
-    "zookeeper.session_timeout_s": "ZooKeeper session timeout; also the connect wait at start "
-    "unless connect_timeout_s is set (at least 10 s)",
-    "zookeeper.auth_scheme": "`digest` (username/password), `sasl` (DIGEST-MD5, or GSSAPI without a "
-    "username), or none",
-    "zookeeper.auth_username": "user of the digest or SASL DIGEST-MD5 authentication",
-    "zookeeper.auth_password": "password of the digest or SASL DIGEST-MD5 authentication",
-    "kafka.bootstrap_servers": "comma-separated host:port list",
-    "kafka.changes_topic": "the watcher's change events (protobuf), read by the job",
-    "kafka.alerts_topic": "alert transitions (JSON, interfaces §2)",
-    "kafka.feedback_topic": "the job's re-probe results, read back by the job",
-    "kafka.security_protocol": "Kafka security protocol of every client",
-    "kafka.sasl_mechanism": "SASL mechanism when the protocol is SASL_*",
-    "kafka.sasl_username": "SASL user",
-    "kafka.sasl_password": "SASL password",
-    "kafka.ssl_cafile": "CA bundle to verify the brokers (must exist on every host that runs a client)",
-    "kafka.ssl_certfile": "client certificate (mutual TLS)",
-    "kafka.ssl_keyfile": "client private key (mutual TLS)",
-    "kafka.ssl_password": "password of the client private key",
-    "kafka.client_id": "client id the brokers see (quotas, logs)",
-    "kafka.request_timeout_ms": "Kafka request timeout",
-    "kafka.producer_acks": "producer acks; `all` is what makes a published change durable",
-    "kafka.producer_batch_size": "producer batch bytes, librdkafka's `batch.size` (256 KiB: 31 k alerts "
-    "produced and acked in ~0.06 s on the embedded broker); 0 = one record per batch (slow; not needed "
-    "with single_record_tails)",
-    "kafka.producer_linger_ms": "how long the producer waits to fill a batch",
-    "kafka.producer_retries": "producer retries (endless by default: a change is never dropped)",
-    "kafka.consumer_session_timeout_ms": "consumer group session timeout (short: fast joins on the embedded "
-    "broker)",
-    "kafka.consumer_heartbeat_interval_ms": "consumer group heartbeat interval",
-    "kafka.consumer_max_poll_interval_ms": "consumer max poll interval",
-    "kafka.producer_delivery_timeout_ms": "after this, an unacknowledged record counts as failed (the "
-    "watcher then republishes a FULL snapshot)",
-    "spark.master": "Spark master; under spark-submit set it to the same value as --master",
-    "spark.app_name": "Spark application name",
-    "spark.ui_enabled": "the Spark UI (port 4040 and up)",
-    "spark.shuffle_partitions": "spark.sql.shuffle.partitions; a stateful query keeps the value of its "
-    "first start (the checkpoint wins)",
-    "spark.driver_memory": "spark.driver.memory; under spark-submit use --driver-memory instead (the JVM is "
-    "already running)",
-    "spark.num_recent_progress_updates": "progress updates Spark keeps (the metrics listener reads them)",
-    "stream.trigger_interval_s": "micro-batch interval (processing time)",
-    "stream.max_offsets_per_trigger": "cap on records per micro-batch; bounds batches during a START "
-    "snapshot catch-up (unset = everything available)",
-    "stream.reprobe_max_delay_s": "upper bound of the doubling re-probe delay",
-    "stream.placement_policy": "placement policy to check closed ledgers against",
-    "stream.min_racks_per_write_quorum": "rack-aware: racks each write quorum must span "
-    "(BookKeeper's minNumRacksPerWriteQuorum)",
-    "stream.enforce_min_racks_per_write_quorum": "rack-aware: a write set in the default rack fails "
-    "(enforceMinNumRacksPerWriteQuorum)",
-    "stream.min_zones_per_write_quorum": "zone-aware: minNumZonesPerWriteQuorum",
-    "stream.desired_zones_per_write_quorum": "zone-aware: desiredNumZonesPerWriteQuorum (fewer → MEETS_SOFT)",
-    "stream.min_regions_for_durability": "region-aware: reppMinimumRegionsForDurability",
-    "stream.probe_concurrency": "bookie probes in flight",
-    "stream.scrutiny_max_per_batch": "most scrutiny probes one micro-batch runs",
-}
-
 # Which processes read a section (the reader of the reference wants to know where to set it).
 SECTION_USERS: dict[str, str] = {
-    "": "`cluster`: both processes; the roots: `bkaudit stream`.",
+    "": "`cluster`: both processes; the roots: `bkaudit stream`; `log_dir`: `demo`, `stream` and `watch`.",
     "dev": "only `bkaudit dev`, `bkaudit demo` and the tests (the embedded services); ignored in production.",
     "zookeeper": "`bkaudit watch` (and `bkaudit sim`).",
     "kafka": "Both processes, and the Spark executors that read the changes topic.",
@@ -174,7 +113,7 @@ def _leaf(path: tuple[str, ...], field: FieldInfo) -> SettingDoc:
     annotation = field.annotation
     secret = SecretStr in (annotation, *typing.get_args(annotation))
     default = field.get_default(call_default_factory=True)
-    description = field.description or FALLBACK_DESCRIPTIONS.get(key, "")
+    description = field.description or ""
     type_text = _type_name(annotation)
     if typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in typing.get_args(
         annotation
@@ -255,8 +194,9 @@ def configuration_markdown(model: type[BaseModel] = Settings) -> str:
         "",
         f"Secrets (`secret string`) print as `{MASK}` in every log, `repr` and JSON dump; pass them as "
         "environment variables from a secret store rather than in the config file. "
-        "`python -m bkaudit.settings_docs --effective` prints the settings the current environment yields, "
-        "secrets masked.",
+        "`bkaudit config show` prints the settings the current environment yields, secrets masked "
+        "(`--format json` for scripts); `bkaudit --set key=value ...` overrides one setting for one command, "
+        "above the environment, and `bkaudit --config FILE ...` names the file.",
         "",
         f"{len(rows)} settings.",
         "",

@@ -4,8 +4,6 @@ Used by ``bkaudit dev up | down | status``, the demo and the test harness. ``up`
 services are reused), ``down`` stops only the processes whose pid files and command lines are ours, and
 ``status`` reports what runs where.
 
-Status: stable.
-
 Example:
     >>> from bkaudit.settings import DevSettings
     >>> DevCluster(DevSettings(state_dir="/tmp/bkaudit-doc-dev")).status()["zookeeper"]["running"]

@@ -5,8 +5,6 @@ directory, so it outlives the command that started it and a later ``bkaudit dev 
 checks that the pid still belongs to us (its command line names our marker) so a recycled pid is never
 killed.
 
-Status: stable.
-
 Example:
     >>> port = free_port()
     >>> 1024 <= port <= 65535

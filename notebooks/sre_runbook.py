@@ -24,14 +24,13 @@
 # 4. **Where**: violations per rack and kind; placement violations per rack now.
 # 5. **The incident**: every alert transition around the bookie's loss, on one timeline.
 #
-# Each plot is saved as a PNG under `output_dir`. Parameters are in the next cell (tagged `parameters`):
+# Each plot is shown inline (in Jupyter) and saved as a PNG under `output_dir` (always, headless too).
+# Parameters are in the next cell (tagged `parameters`):
 # `lakehouse = None` means the demo's tables, `<lakehouse_root>/demo` (`BKAUDIT_LAKEHOUSE_ROOT`, default
 # `lakehouse/`). Run it after `make demo` from the repository root:
 #
 #     .venv/bin/jupytext --to ipynb --execute --run-path . notebooks/sre_runbook.py   # writes the .ipynb
 #     .venv/bin/python notebooks/sre_runbook.py                                        # or as a plain script
-#
-# Status: first version (issue 7).
 
 # %% tags=["parameters"]
 lakehouse = None  # path of the Delta tables; None: <lakehouse_root>/demo
@@ -41,9 +40,6 @@ output_dir = "notebook-output/sre_runbook"  # where the PNGs go
 from datetime import timedelta
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # headless: every figure goes to a file
 import matplotlib.dates as mdates
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -68,11 +64,12 @@ def frame(table):
 
 
 def save(figure, name):
-    """Write the figure as PNG under the output dir and close it."""
+    """Write the figure as PNG under the output dir. It stays open: Jupyter's inline backend shows it at
+    the end of the cell (and closes it then); matplotlib picks a non-GUI backend by itself when there is no
+    display, so a headless run only writes the files."""
     path = plots / f"{name}.png"
     figure.tight_layout()
     figure.savefig(path, dpi=110)
-    plt.close(figure)
     print(f"saved {path}")
     return path
 

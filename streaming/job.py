@@ -481,6 +481,40 @@ def run(settings: Settings) -> None:
         _run_locked(settings)
 
 
+class IngestProgress:
+    """The ledger lane's progress as one line on a terminal (silent elsewhere): its last batch, the changes
+    it read and its rate, rewritten in place while the job ingests (a START snapshot, a backlog).
+
+    Example:
+        >>> import io
+        >>> from connectors.zookeeper.snapshot import ProgressLine
+        >>> progress = IngestProgress(ProgressLine(io.StringIO(), enabled=True))
+        >>> progress.show({"batchId": 3, "numInputRows": 1200, "processedRowsPerSecond": 850.4})
+        'stream: batch 3 read 1,200 changes (850/s)'
+        >>> progress.show({"batchId": 3, "numInputRows": 1200}) is None  # nothing new
+        True
+    """
+
+    def __init__(self, line: Any = None) -> None:
+        from connectors.zookeeper.snapshot import ProgressLine
+
+        self.line = line if line is not None else ProgressLine()
+        self.batch_id = -1
+
+    def show(self, last: Any) -> str | None:
+        """Update the line from a query's last progress (a dict, or pyspark's progress object; None)."""
+        if last is None:
+            return None
+        read = last if isinstance(last, dict) else json.loads(last.json)
+        if read.get("batchId", -1) <= self.batch_id:
+            return None
+        self.batch_id = read["batchId"]
+        rows, rate = read.get("numInputRows") or 0, read.get("processedRowsPerSecond") or 0
+        text = f"stream: batch {self.batch_id} read {rows:,} changes ({rate:,.0f}/s)"
+        self.line.update(text, force=True)
+        return text
+
+
 def _run_locked(settings: Settings) -> None:
     from streaming.session import build_spark_session
 
@@ -497,9 +531,11 @@ def _run_locked(settings: Settings) -> None:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+    progress = IngestProgress()
     try:
         while query.isActive and not stopping.wait(1.0):
-            pass
+            if progress.line.enabled:
+                progress.show(query.ledgers.lastProgress)
         if query.exception() is not None and not sink.stopping.is_set():
             raise query_failure(query.exception())
     finally:

@@ -17,8 +17,6 @@ Three families, all in a private ``CollectorRegistry``:
   are true gauges of the current state (BookKeeper's ``NUM_UNDER_REPLICATED_LEDGERS`` is not, issue #4572,
   and its replicas-check gauges only count the last range, PR #4822).
 
-Status: stable.
-
 Example:
     >>> metrics = StreamMetrics()
     >>> metrics.set_open_alerts({"LEDGER_UNDER_REPLICATED": 3})

@@ -11,8 +11,6 @@ alerts and feedback.
 :data:`DECISION_KINDS` document each. Keeping one JSON column (instead of a wide sparse schema) keeps the
 Arrow batches small and lets the three stages evolve independently.
 
-Status: stable contract for the streaming auditor.
-
 Example:
     >>> CHANGE_SCHEMA.fieldNames()[:3]
     ['state_key', 'kind', 'event_time']

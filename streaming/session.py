@@ -5,8 +5,6 @@ provider (required by ``transformWithStateInPandas`` timers), changelog checkpoi
 updates kept for metrics, loopback-only driver in local mode, and ``PYSPARK_PYTHON`` set to the running
 interpreter so executors import the same environment.
 
-Status: stable.
-
 Example:
     >>> from bkaudit.settings import SparkSettings
     >>> spark_conf(SparkSettings(master="local[2]"), for_tests=True)["spark.ui.enabled"]
@@ -21,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bkaudit.logsetup import library_log
 from bkaudit.settings import SparkSettings
 
 if TYPE_CHECKING:
@@ -78,14 +77,41 @@ def build_spark_session(settings: SparkSettings | None = None, *, for_tests: boo
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # The JVM must run in UTC too: Python data sources convert timestamps on both sides.
     os.environ.setdefault("TZ", "UTC")
-    builder = SparkSession.builder.master(settings.master).appName(settings.app_name)
-    for key, value in spark_conf(settings, for_tests=for_tests).items():
+    conf = {"spark.master": settings.master, "spark.app.name": settings.app_name}
+    conf.update(spark_conf(settings, for_tests=for_tests))
+    builder = SparkSession.builder
+    for key, value in conf.items():
         builder = builder.config(key, value)
+    log = library_log()
+    if log is not None:
+        launch_jvm_into(log, conf)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     if settings.local_nice and settings.master.startswith("local"):
         lower_local_priority(session, settings.local_nice)
     return session
+
+
+def launch_jvm_into(log: Path, conf: dict[str, str]) -> bool:
+    """Start Spark's JVM with its stdout and stderr appended to ``log``, unless one runs already.
+
+    Everything the JVM prints lands there: its log4j console output (warnings such as "Current batch is
+    falling behind"), its start-up banner, and what the Python workers it starts print (their output is
+    copied to the JVM's own streams, outside log4j). Returns whether it started one.
+
+    Example:
+        >>> # launch_jvm_into(Path(".bkaudit/logs/stream.log"), {"spark.master": "local[2]"})  → True
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return False
+    spark_submit_conf = SparkConf(loadDefaults=False).setAll(list(conf.items()))
+    with open(log, "ab") as output:
+        gateway = launch_gateway(spark_submit_conf, popen_kwargs={"stdout": output, "stderr": output})
+    SparkContext._ensure_initialized(gateway=gateway)
+    return True
 
 
 def lower_local_priority(session: SparkSession, nice: int) -> int:

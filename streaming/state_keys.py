@@ -2,8 +2,6 @@
 
 Pure (no Spark import), shared by the decoder (which assigns keys) and the processor (which reads them).
 
-Status: stable for the streaming auditor.
-
 Example:
     >>> CLUSTER_STATE_KEY, ledger_state_key(130, 64), DEAD_LETTER_STATE_KEY
     ('cluster', 'ledgers/2', 'dead')

@@ -8,8 +8,9 @@ shipped harness, ``bkaudit.testing.pytest_plugin``.
 from __future__ import annotations
 
 import io
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -60,3 +61,12 @@ def cli() -> Callable[..., CliResult]:
         return CliResult(code, out_buffer.getvalue(), err_buffer.getvalue().decode("utf-8"))
 
     return invoke
+
+
+@pytest.fixture
+def restored_environment() -> Iterator[None]:
+    """The process environment as it was before the test (the CLI's --config and --set write to it)."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)

@@ -54,3 +54,18 @@ def emit_bytes(data: bytes) -> None:
     """Write raw bytes to stdout (for encoders)."""
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()
+
+
+def positional_or_named(positional: Any, named: Any, flag: str) -> Any:
+    """The value given either as the positional argument or as ``flag`` (the same thing spelled two ways);
+    neither, or two different values, is bad input.
+
+    Example:
+        >>> positional_or_named(None, 7, "--ledger-id"), positional_or_named("7", None, "--ledger-id")
+        (7, '7')
+    """
+    if positional is None and named is None:
+        raise FormatError(f"give the {flag.lstrip('-').replace('-', ' ')} (positional or {flag})")
+    if positional is not None and named is not None and str(positional) != str(named):
+        raise FormatError(f"two different values: {positional} and {flag} {named}")
+    return positional if positional is not None else named

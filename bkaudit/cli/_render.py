@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import csv
 import json
+import re
 from collections.abc import Callable
 from datetime import UTC, date, datetime
 from typing import IO, Any
@@ -121,6 +122,128 @@ def _numeric(kind: pa.DataType) -> bool:
     return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind)
 
 
+#: Keys of an alert's ``detail`` whose values are epoch milliseconds (the alert stream keeps them so).
+_TIME_KEY = re.compile(r"(^|_)(since|ctime|time|at)(_ms)?$")
+_EPOCH_MS = range(10**11, 10**14)  # 1973 .. 5138: a number there under a time key is a time
+
+
+def _readable_detail(text: str | None) -> str | None:
+    """A ``detail`` JSON text with its epoch-millisecond times as RFC 3339 (for people; nested too).
+
+    Example:
+        >>> _readable_detail('{"missing_since": 1795683373768, "rounds": 2}')
+        '{"missing_since": "2026-11-26T08:56:13.768Z", "rounds": 2}'
+    """
+    if not text:
+        return text
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return text
+
+    def convert(value: Any, key: str = "") -> Any:
+        if isinstance(value, dict):
+            return {k: convert(v, k) for k, v in value.items()}
+        if isinstance(value, list):
+            return [convert(v, key) for v in value]
+        if (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and value in _EPOCH_MS
+            and _TIME_KEY.search(key)
+        ):
+            return plain(datetime.fromtimestamp(value / 1000, UTC))
+        return value
+
+    return json.dumps(convert(document), ensure_ascii=False)
+
+
+def readable_times(table: pa.Table) -> pa.Table:
+    """``table`` with the epoch-millisecond times inside its ``detail`` column as RFC 3339 (the table view;
+    JSON and CSV keep the values as the alert stream has them).
+
+    Example:
+        >>> readable_times(pa.table({"detail": ['{"missing_since": 0}']})).column("detail").to_pylist()
+        ['{"missing_since": 0}']
+    """
+    if "detail" not in table.column_names or not pa.types.is_string(table.schema.field("detail").type):
+        return table
+    details = [_readable_detail(value) for value in table.column("detail").to_pylist()]
+    return table.set_column(table.column_names.index("detail"), "detail", pa.array(details, pa.string()))
+
+
+def write_aligned(names: list[str], cells: list[list[str]], right: list[bool], out: IO[str]) -> None:
+    """Rows of text cells under a header and a rule, columns padded (``right``: right-aligned).
+
+    Example:
+        >>> import io
+        >>> out = io.StringIO()
+        >>> write_aligned(["bookie", "ledgers"], [["b1", "7"]], [False, True], out)
+        >>> print(out.getvalue(), end="")
+        bookie  ledgers
+        ------  -------
+        b1            7
+    """
+    widths = [max([len(name), *(len(line[i]) for line in cells)]) for i, name in enumerate(names)]
+
+    def line(values: list[str]) -> str:
+        parts = [v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right, strict=True)]
+        return "  ".join(parts).rstrip()
+
+    out.write(line(names) + "\n")
+    out.write(line(["-" * w for w in widths]) + "\n")
+    for values in cells:
+        out.write(line(values) + "\n")
+    if not cells:
+        out.write("(no rows)\n")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_row(value: Any) -> bool:
+    return isinstance(value, dict) and not any(isinstance(v, dict) for v in value.values())
+
+
+def _rows_table(rows: list[dict[str, Any]], out: IO[str]) -> None:
+    names = list(dict.fromkeys(key for row in rows for key in row))
+    cells = [[_text_cell(row.get(name)) for name in names] for row in rows]
+    right = [all(_number(row.get(name)) or row.get(name) is None for row in rows) for name in names]
+    write_aligned(names, cells, right, out)
+
+
+def render_document(document: dict[str, Any], out: IO[str]) -> None:
+    """A state report (a JSON object) for people: its plain values as ``key: value`` lines, and each list of
+    objects, or object of objects, as a table under its key.
+
+    Example:
+        >>> import io
+        >>> out = io.StringIO()
+        >>> services = {"kafka": {"running": True, "pid": 7}, "zookeeper": {"running": False, "pid": None}}
+        >>> render_document({**services, "state_dir": "/tmp/s"}, out)
+        >>> print(out.getvalue(), end="")
+        name       running  pid
+        ---------  -------  ---
+        kafka      true       7
+        zookeeper  false
+        state_dir: /tmp/s
+    """
+    grouped = {key: value for key, value in document.items() if value and _is_row(value)}
+    if grouped:
+        rows = [{"name": name, **values} for name, values in grouped.items()]
+        _rows_table(rows, out)
+    for key, value in document.items():
+        if key in grouped:
+            continue
+        if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+            out.write(f"{key}:\n")
+            _rows_table(value, out)
+        else:
+            out.write(f"{key}: {_text_cell(value) if value not in (None, [], {}) else '-'}\n")
+    out.flush()
+
+
 def render(table: pa.Table, fmt: str, out: IO[str]) -> None:
     """Write ``table`` to ``out`` as ``table`` (aligned text), ``json`` (one array) or ``csv``.
 
@@ -147,20 +270,8 @@ def render(table: pa.Table, fmt: str, out: IO[str]) -> None:
         converted = [
             list(map(_table_cell(kind), values)) for kind, values in zip(kinds, columns, strict=True)
         ]
-        cells = list(zip(*converted, strict=True))
-        widths = [max([len(name), *(len(line[i]) for line in cells)]) for i, name in enumerate(names)]
-        right = [_numeric(kind) for kind in kinds]
-
-        def line(values: list[str]) -> str:
-            parts = [v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right, strict=True)]
-            return "  ".join(parts).rstrip()
-
-        out.write(line(list(names)) + "\n")
-        out.write(line(["-" * w for w in widths]) + "\n")
-        for values in cells:
-            out.write(line(list(values)) + "\n")
-        if not cells:
-            out.write("(no rows)\n")
+        cells = [list(row) for row in zip(*converted, strict=True)]
+        write_aligned(list(names), cells, [_numeric(kind) for kind in kinds], out)
     else:
         raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
     out.flush()

@@ -1,6 +1,6 @@
 """`bkaudit availability encode | decode | missing` (shared interfaces §1).
 
-Status: complete. Thin wrappers over :mod:`bkaudit.domain.availability`; all input checking happens here or
+Thin wrappers over :mod:`bkaudit.domain.availability`; all input checking happens here or
 there and surfaces as :class:`bkaudit.errors.FormatError` (exit 2, one line on stderr).
 
 * ``encode``: stdin a JSON array of entry ids → the bytes a real bookie sends for that *set* (sorted,

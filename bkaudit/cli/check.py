@@ -1,6 +1,6 @@
 """`bkaudit check replicas | placement` (shared interfaces §1).
 
-Status: complete. Both commands read one JSON object on stdin, validate it here (bad input → exit 2 with one
+Both commands read one JSON object on stdin, validate it here (bad input → exit 2 with one
 line on stderr) and apply the pure rules of :mod:`bkaudit.domain.rules.replicas` and
 :mod:`bkaudit.domain.rules.placement`. Unknown keys are ignored, so the output of ``bkaudit metadata decode``
 plus a ``"bookies"`` object is valid ``check replicas`` input.

@@ -6,8 +6,6 @@ Example:
 
 from __future__ import annotations
 
-import logging
-
 import typer
 
 from bkaudit.cli._io import emit_json
@@ -17,11 +15,16 @@ from bkaudit.settings import load_settings
 def demo(
     keep_running: bool = typer.Option(False, "--keep-running", help="leave ZooKeeper and the broker running"),
     json_summary: bool = typer.Option(False, "--json", help="end with the summary as one JSON object"),
+    verbose: bool = typer.Option(
+        False, "--verbose", help="show the logs of Spark, py4j and the clients here, not in the log file"
+    ),
 ) -> None:
     """Embedded services + simulator + watcher + auditor, a scripted story, alerts as they arrive."""
     from bkaudit.demo import run_demo
+    from bkaudit.logsetup import configure_command_logging
 
-    logging.basicConfig(level=logging.WARNING)
-    summary = run_demo(load_settings(), keep_running=keep_running)
+    settings = load_settings()
+    configure_command_logging("demo", settings.log_dir, level="WARNING", verbose=verbose)
+    summary = run_demo(settings, keep_running=keep_running)
     if json_summary:
         emit_json(summary)

@@ -7,11 +7,13 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from bkaudit.cli._io import emit_json
+from bkaudit.cli.formats import StateFormat, StateFormatOption, emit_state
 from bkaudit.settings import load_settings
 
 if TYPE_CHECKING:
@@ -20,29 +22,38 @@ if TYPE_CHECKING:
 app = typer.Typer(help="Embedded ZooKeeper + Kafka-protocol broker on loopback.", no_args_is_help=True)
 
 
-def _cluster() -> DevCluster:
+StateDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--state-dir", help="pid files, logs and data of the services (dev.state_dir, default .bkaudit)"
+    ),
+]
+
+
+def _cluster(state_dir: Path | None = None) -> DevCluster:
     from connectors.devcluster import DevCluster
 
-    return DevCluster(load_settings().dev)
+    settings = load_settings().dev
+    return DevCluster(settings if state_dir is None else settings.model_copy(update={"state_dir": state_dir}))
 
 
 @app.command("up")
-def up() -> None:
+def up(state_dir: StateDirOption = None) -> None:
     """Start (or reuse) the embedded services; prints {"zookeeper": "host:port", "kafka": "host:port"}."""
     from bkaudit.localfs import writable_directory
 
-    cluster = _cluster()
+    cluster = _cluster(state_dir)
     writable_directory(cluster.settings.state_dir, "dev.state_dir")
     emit_json(cluster.up())
 
 
 @app.command("down")
-def down() -> None:
+def down(state_dir: StateDirOption = None) -> None:
     """Stop the embedded services started from this state directory (and nothing else)."""
-    emit_json({"stopped": _cluster().down()})
+    emit_json({"stopped": _cluster(state_dir).down()})
 
 
 @app.command("status")
-def status() -> None:
+def status(fmt: StateFormatOption = StateFormat.table, state_dir: StateDirOption = None) -> None:
     """Say what runs where: pids, addresses, log files."""
-    emit_json(_cluster().status())
+    emit_state(_cluster(state_dir).status(), fmt)

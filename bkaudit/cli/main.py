@@ -7,26 +7,34 @@ Example:
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
+from typing import Annotated
 
 import typer
 from typer.exceptions import TyperException
 
+from bkaudit import __version__
 from bkaudit.cli import (
     agent,
     alerts,
     availability,
     check,
+    config,
     demo,
     dev,
     metadata,
     path,
     query,
     sim,
+    status,
     stream,
     watch,
 )
-from bkaudit.errors import BkauditError
+from bkaudit.cli.helptext import tidy_help
+from bkaudit.errors import BkauditError, InvalidArgumentError
+from bkaudit.settings import CONFIG_FILE_ENV
 
 app = typer.Typer(
     name="bkaudit",
@@ -36,6 +44,67 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+
+
+def setting_overrides(assignments: list[str]) -> dict[str, str]:
+    """``key=value`` assignments (dotted setting keys) as the ``BKAUDIT_*`` variables that carry them.
+
+    The variables are how every part of a process reads its settings (Spark's Python workers too), and
+    they rank above the config file, as a command-line override should.
+
+    Example:
+        >>> setting_overrides(["kafka.bootstrap_servers=k1:9092", "stream.trigger_interval_s=2"])
+        {'BKAUDIT_KAFKA__BOOTSTRAP_SERVERS': 'k1:9092', 'BKAUDIT_STREAM__TRIGGER_INTERVAL_S': '2'}
+    """
+    from bkaudit.settings_docs import setting_docs
+
+    known = {row.key: row.env_var for row in setting_docs()}
+    variables = {}
+    for assignment in assignments:
+        key, equals, value = assignment.partition("=")
+        if not equals:
+            raise InvalidArgumentError(f"--set wants key=value, got {assignment!r}")
+        if key.strip() not in known:
+            raise InvalidArgumentError(
+                f"--set {key.strip()}: no such setting (`bkaudit config docs` lists them)"
+            )
+        variables[known[key.strip()]] = value
+    return variables
+
+
+def _version(show: bool) -> None:
+    if show:
+        sys.stdout.write(f"bkaudit {__version__}\n")
+        raise typer.Exit(0)
+
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config", metavar="FILE", help=f"settings file (.toml, .yaml or .json); same as {CONFIG_FILE_ENV}"
+    ),
+]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set", metavar="KEY=VALUE", help="override one setting, e.g. --set kafka.bootstrap_servers=k:9092"
+    ),
+]
+VersionOption = Annotated[
+    bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version and exit")
+]
+
+
+@app.callback()
+def main(
+    config_file: ConfigOption = None, assignments: SetOption = None, _show_version: VersionOption = False
+) -> None:
+    """A continuously running auditor for Apache BookKeeper clusters."""
+    if config_file is not None:
+        os.environ[CONFIG_FILE_ENV] = str(config_file)
+    os.environ.update(setting_overrides(assignments or []))
+
+
 app.add_typer(metadata.app, name="metadata")
 app.add_typer(availability.app, name="availability")
 app.add_typer(check.app, name="check")
@@ -44,9 +113,11 @@ app.add_typer(dev.app, name="dev")
 app.add_typer(sim.app, name="sim")
 app.add_typer(query.app, name="query")
 app.add_typer(alerts.app, name="alerts")
+app.add_typer(config.app, name="config")
 app.command("demo")(demo.demo)
 app.command("stream")(stream.stream)
 app.command("watch")(watch.watch)
+app.command("status")(status.status)
 app.command("agent")(agent.agent)
 
 
@@ -57,6 +128,7 @@ def _one_line(message: str) -> str:
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI; bad input and usage errors exit 2 with one line on stderr, never a traceback."""
     command = typer.main.get_command(app)
+    tidy_help(command)
     try:
         result = command.main(args=argv, prog_name="bkaudit", standalone_mode=False)
     except BkauditError as err:

@@ -1,6 +1,6 @@
 """`bkaudit metadata decode|encode`: ledger metadata znode bytes to JSON and back (shared interfaces §1).
 
-Status: complete. ``decode`` reads the raw znode bytes (format 1, 2 or 3) on stdin and prints one JSON object;
+``decode`` reads the raw znode bytes (format 1, 2 or 3) on stdin and prints one JSON object;
 ``encode`` reads that object and writes the znode bytes exactly as BookKeeper's writer would, so
 ``decode --include-password | encode`` reproduces the input byte for byte. Bad input raises ``FormatError``,
 which ``bkaudit.cli.main.run`` turns into exit code 2 and one line on stderr. The password is printed only

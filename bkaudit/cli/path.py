@@ -1,7 +1,5 @@
 """`bkaudit path ...`: print the ZooKeeper znode path BookKeeper uses for a ledger (shared interfaces §1).
 
-Status: complete.
-
     $ bkaudit path ledger 59
     /ledgers/00/0000/L0059
     $ bkaudit path ledger 59 --manager flat --root /bk
@@ -18,6 +16,7 @@ from __future__ import annotations
 
 import typer
 
+from bkaudit.cli._io import positional_or_named
 from bkaudit.domain.layout import DEFAULT_LEDGERS_ROOT, LedgerManagerType, ledger_path
 from bkaudit.domain.underreplication import urledger_path
 from bkaudit.errors import FormatError
@@ -45,32 +44,41 @@ def _parse_manager(name: str) -> LedgerManagerType:
     return LedgerManagerType.from_name(name)
 
 
+# --ledgers-root is the setting's name (zookeeper.ledgers_root); --root stays for the scripts that use it.
+_ROOT_FLAGS = ("--ledgers-root", "--root")
+_ROOT_HELP = "Ledgers root path (zkLedgersRootPath)."
+
 # A negative id such as "-5" would otherwise be rejected as an unknown option; let our parser explain it.
 _ID_ARGUMENT_SETTINGS = {"ignore_unknown_options": True}
 
 
 @app.command("ledger", context_settings=_ID_ARGUMENT_SETTINGS)
 def ledger(
-    ledger_id: str = typer.Argument(
-        ...,
+    ledger_id: str | None = typer.Argument(
+        None,
         metavar="LEDGER_ID",
-        help="Ledger id, 0..2^63-1 (legacyhierarchical: < 10^10).",
+        help="Ledger id, 0..2^63-1 (legacyhierarchical: < 10^10); or give --ledger-id.",
     ),
     manager: str = typer.Option(
         "hierarchical",
         "--manager",
         help="Ledger manager: hierarchical, longhierarchical, legacyhierarchical, flat.",
     ),
-    root: str = typer.Option(DEFAULT_LEDGERS_ROOT, "--root", help="Ledgers root path (zkLedgersRootPath)."),
+    root: str = typer.Option(DEFAULT_LEDGERS_ROOT, *_ROOT_FLAGS, help=_ROOT_HELP),
+    named_id: str | None = typer.Option(None, "--ledger-id", help="the ledger id, as a named option"),
 ) -> None:
     """Print the metadata znode path of ledger LEDGER_ID."""
-    typer.echo(ledger_path(_parse_ledger_id(ledger_id), _parse_manager(manager), root))
+    chosen = positional_or_named(ledger_id, named_id, "--ledger-id")
+    typer.echo(ledger_path(_parse_ledger_id(chosen), _parse_manager(manager), root))
 
 
 @app.command("underreplicated", context_settings=_ID_ARGUMENT_SETTINGS)
 def underreplicated(
-    ledger_id: str = typer.Argument(..., metavar="LEDGER_ID", help="Ledger id, 0..2^63-1."),
-    root: str = typer.Option(DEFAULT_LEDGERS_ROOT, "--root", help="Ledgers root path (zkLedgersRootPath)."),
+    ledger_id: str | None = typer.Argument(
+        None, metavar="LEDGER_ID", help="Ledger id, 0..2^63-1; or give --ledger-id."
+    ),
+    root: str = typer.Option(DEFAULT_LEDGERS_ROOT, *_ROOT_FLAGS, help=_ROOT_HELP),
+    named_id: str | None = typer.Option(None, "--ledger-id", help="the ledger id, as a named option"),
 ) -> None:
     """Print the under-replication mark znode path (urL...) of ledger LEDGER_ID."""
-    typer.echo(urledger_path(_parse_ledger_id(ledger_id), root))
+    typer.echo(urledger_path(_parse_ledger_id(positional_or_named(ledger_id, named_id, "--ledger-id")), root))

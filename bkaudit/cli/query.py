@@ -2,17 +2,17 @@
 
 Every command reads the lakehouse under the ``lakehouse_root`` setting (``--lakehouse PATH`` overrides it;
 the demo's tables are in ``lakehouse/demo``) and prints ``--format table`` (aligned text, the default),
-``json`` (one array) or ``csv`` (with a header). Listings stop at ``--limit`` rows (1000; 0 = all) with a
-note on stderr. A missing lakehouse, table or ledger, or an argument a command does not take, exits 2 with
-one line on stderr. The queries themselves live in :mod:`connectors.delta.queries`.
-
-Status: first version (issue 7).
+``json`` (one array) or ``csv`` (with a header); the table view shows a narrow set of columns,
+``--columns a,b`` (or ``all``) chooses them, and its times (``detail`` included) are RFC 3339. Listings stop
+at ``--limit`` rows (1000; 0 = all) with a note on stderr. A missing lakehouse, table or ledger, or an
+argument a command does not take, exits 2 with one line on stderr. The queries themselves live in
+:mod:`connectors.delta.queries`.
 
 Example:
     $ bkaudit query alerts --group-by kind --lakehouse lakehouse/demo
     $ bkaudit query under-replicated --group-by rack
     $ bkaudit query ledgers --bookie bookie-00 --format csv
-    $ bkaudit query history --ledger-id 7
+    $ bkaudit query history 7
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from bkaudit.cli._io import positional_or_named
 from bkaudit.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -63,8 +64,26 @@ TopicOption = Annotated[
 ]
 NamespaceOption = Annotated[str | None, typer.Option("--namespace", help="Pulsar namespace, tenant/ns")]
 LedgerIdOption = Annotated[int | None, typer.Option("--ledger-id", help="ledger id")]
+ColumnsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--columns",
+        help="comma-separated columns to print, or 'all' (default: a narrow set for the table view, every "
+        "column for json and csv)",
+    ),
+]
 
 DEFAULT_LIMIT = 1000
+
+#: The columns the table view shows unless --columns says otherwise (json and csv show every column).
+NARROW: dict[str, tuple[str, ...]] = {
+    "alerts": ("kind", "severity", "entity", "pulsar_topic", "since"),
+    "under-replicated": ("ledger_id", "kind", "lost_bookies", "racks", "pulsar_topic", "since"),
+    "placement-ledgers": ("ledger_id", "kind", "bookies", "racks", "pulsar_topic", "since"),
+    "ledgers": ("ledger_id", "state", "bookies", "pulsar_topic", "placement", "open_alerts", "updated_at"),
+    "bookies": ("bookie_id", "status", "lost", "missing_since", "flaps", "rack", "ledgers", "open_alerts"),
+    "violations": ("detected_at", "kind", "state", "entity", "pulsar_topic"),
+}
 
 
 def _lakehouse(path: Path | None) -> Lakehouse:
@@ -77,14 +96,34 @@ def _lakehouse(path: Path | None) -> Lakehouse:
     return Lakehouse(path)
 
 
+def _columns(table: pa.Table, fmt: OutputFormat, columns: str | None, narrow: tuple[str, ...]) -> pa.Table:
+    """The columns to print: those asked for (unknown ones are bad input), else the narrow set in the table
+    view when the result has it (a grouped result does not), else all."""
+    if columns is not None and columns.strip().lower() != "all":
+        wanted = [name.strip() for name in columns.split(",") if name.strip()]
+        unknown = [name for name in wanted if name not in table.column_names]
+        if unknown or not wanted:
+            raise InvalidArgumentError(
+                f"--columns: no column {', '.join(unknown) or '(none given)'}; this query has "
+                f"{', '.join(table.column_names)}"
+            )
+        return table.select(wanted)
+    if columns is None and fmt is OutputFormat.table and narrow and set(narrow) <= set(table.column_names):
+        return table.select(list(narrow))
+    return table
+
+
 def _print(
     lakehouse: Path | None,
     fmt: OutputFormat,
     limit: int | None,
     query: Callable[[Lakehouse, int | None], pa.Table],
+    columns: str | None = None,
+    narrow: tuple[str, ...] = (),
 ) -> None:
-    """Run ``query`` with one row more than ``limit`` (to know whether rows were cut) and print it."""
-    from bkaudit.cli._render import render
+    """Run ``query`` with one row more than ``limit`` (to know whether rows were cut) and print the chosen
+    columns of it."""
+    from bkaudit.cli._render import readable_times, render
 
     if limit is not None and limit < 0:
         raise InvalidArgumentError(f"--limit must be 0 (all) or more, got {limit}")
@@ -94,7 +133,8 @@ def _print(
     if wanted is not None and table.num_rows > wanted:
         table = table.slice(0, wanted)
         sys.stderr.write(f"bkaudit: showing the first {wanted} rows; --limit 0 prints all\n")
-    render(table, fmt.value, sys.stdout)
+    table = _columns(table, fmt, columns, narrow)
+    render(readable_times(table) if fmt is OutputFormat.table else table, fmt.value, sys.stdout)
 
 
 def _moment(text: str | None, option: str) -> datetime | None:
@@ -121,6 +161,7 @@ def alerts(
     lakehouse: LakehouseOption = None,
     fmt: FormatOption = OutputFormat.table,
     limit: LimitOption = DEFAULT_LIMIT,
+    columns: ColumnsOption = None,
 ) -> None:
     """Open alerts, oldest first; --group-by kind|severity|bookie|rack|topic|namespace counts them."""
     _print(
@@ -138,6 +179,8 @@ def alerts(
             group_by=group_by,
             limit=rows,
         ),
+        columns,
+        NARROW["alerts"],
     )
 
 
@@ -154,6 +197,7 @@ def under_replicated(
     lakehouse: LakehouseOption = None,
     fmt: FormatOption = OutputFormat.table,
     limit: LimitOption = DEFAULT_LIMIT,
+    columns: ColumnsOption = None,
 ) -> None:
     """Ledgers under-replicated or unrecoverable now; --group-by bookie|rack|topic|namespace|kind."""
     _print(
@@ -169,6 +213,8 @@ def under_replicated(
             group_by=group_by,
             limit=rows,
         ),
+        columns,
+        NARROW["under-replicated"],
     )
 
 
@@ -192,6 +238,7 @@ def placement(
     lakehouse: LakehouseOption = None,
     fmt: FormatOption = OutputFormat.table,
     limit: LimitOption = DEFAULT_LIMIT,
+    columns: ColumnsOption = None,
 ) -> None:
     """Open placement violations per rack (PLACEMENT_NOT_ADHERING, PLACEMENT_SOFT); --ledgers lists them,
     --plan says how to fix them."""
@@ -202,6 +249,7 @@ def placement(
             fmt,
             limit,
             lambda lh, rows: lh.placement_plans(config, topic=topic, namespace=namespace, limit=rows),
+            columns,
         )
         return
     _print(
@@ -211,6 +259,8 @@ def placement(
         lambda lh, rows: lh.placement(
             rack=rack, kinds=kind, topic=topic, namespace=namespace, by_ledger=ledgers, limit=rows
         ),
+        columns,
+        NARROW["placement-ledgers"],
     )
 
 
@@ -237,6 +287,7 @@ def ledgers(
     lakehouse: LakehouseOption = None,
     fmt: FormatOption = OutputFormat.table,
     limit: LimitOption = DEFAULT_LIMIT,
+    columns: ColumnsOption = None,
 ) -> None:
     """Ledgers with their ensemble, topic, placement and open alerts (e.g. a dead bookie's: --bookie)."""
     _print(
@@ -253,17 +304,22 @@ def ledgers(
             include_deleted=include_deleted,
             limit=rows,
         ),
+        columns,
+        NARROW["ledgers"],
     )
 
 
 @app.command("history")
 def history(
-    ledger_id: Annotated[int, typer.Option("--ledger-id", help="the ledger")],
+    ledger_id: Annotated[int | None, typer.Argument(help="the ledger (or --ledger-id)")] = None,
+    named_id: LedgerIdOption = None,
     lakehouse: LakehouseOption = None,
     fmt: FormatOption = OutputFormat.table,
+    columns: ColumnsOption = None,
 ) -> None:
     """One ledger's story: its metadata versions (Delta change feed) and alert transitions, in time order."""
-    _print(lakehouse, fmt, None, lambda lh, _rows: lh.ledger_history(ledger_id))
+    chosen = positional_or_named(ledger_id, named_id, "--ledger-id")
+    _print(lakehouse, fmt, None, lambda lh, _rows: lh.ledger_history(chosen), columns)
 
 
 @app.command("bookies")
@@ -275,9 +331,17 @@ def bookies(
     lost: Annotated[bool | None, typer.Option("--lost/--not-lost", help="only lost / only not lost")] = None,
     lakehouse: LakehouseOption = None,
     fmt: FormatOption = OutputFormat.table,
+    columns: ColumnsOption = None,
 ) -> None:
     """Bookies: membership, rack, flaps, how many ledgers name each, what is open about it."""
-    _print(lakehouse, fmt, None, lambda lh, _rows: lh.bookies(status=status, rack=rack, lost=lost))
+    _print(
+        lakehouse,
+        fmt,
+        None,
+        lambda lh, _rows: lh.bookies(status=status, rack=rack, lost=lost),
+        columns,
+        NARROW["bookies"],
+    )
 
 
 @app.command("violations")
@@ -294,6 +358,7 @@ def violations(
     lakehouse: LakehouseOption = None,
     fmt: FormatOption = OutputFormat.table,
     limit: LimitOption = DEFAULT_LIMIT,
+    columns: ColumnsOption = None,
 ) -> None:
     """Alert transitions in time order; --group-by kind|state|severity|bookie|rack|namespace|day."""
     since_at, until_at = _moment(since, "--since"), _moment(until, "--until")
@@ -311,4 +376,6 @@ def violations(
             group_by=group_by,
             limit=rows,
         ),
+        columns,
+        NARROW["violations"],
     )

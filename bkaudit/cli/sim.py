@@ -1,7 +1,5 @@
 """`bkaudit sim ...`: the simulated BookKeeper cluster (docs/simulator.md).
 
-Status: complete.
-
 - ``sim up``: build a simulated cluster in ZooKeeper (the embedded dev cluster unless ``--zookeeper``), print
   one JSON object (zookeeper, root, control address, bookies, ledgers) and keep running until SIGINT/SIGTERM
   or ``sim down``.
@@ -11,8 +9,8 @@ Status: complete.
   against the running simulator, through its control channel; ``sim do ACTION --args JSON`` runs any action.
 - ``sim truth``, ``sim status``, ``sim down``, ``sim actions``.
 
-Bookies are given by id or add order (``0``), ledgers by id, alias or creation order (``#0``). Without a
-running simulator every command that needs one exits 2 with one line.
+Bookies are given by id (or ``--index N``, their add order), ledgers by id, alias or creation order
+(``#0``). Without a running simulator every command that needs one exits 2 with one line.
 
 Example:
     $ bkaudit sim up --bookies 6 --racks 3 --ledgers 20 &
@@ -34,7 +32,8 @@ from typing import Annotated, Any
 import typer
 
 from bkaudit.cli._io import emit_json
-from bkaudit.errors import ConfigError
+from bkaudit.cli.formats import StateFormat, StateFormatOption, emit_state
+from bkaudit.errors import ConfigError, InvalidArgumentError
 
 app = typer.Typer(
     help="The simulated BookKeeper cluster: up, faults, scenarios, ground truth.", no_args_is_help=True
@@ -49,7 +48,12 @@ ZooKeeperOption = Annotated[
     str | None,
     typer.Option("--zookeeper", help="ZooKeeper hosts[/chroot] (default: the embedded dev cluster)"),
 ]
-BookieArgument = Annotated[str, typer.Argument(help="bookie id or add order (0, 1, ...)")]
+_BOOKIE_HELP = "bookie id, e.g. bookie-01 (`bkaudit sim status` lists them)"
+BookieArgument = Annotated[str, typer.Argument(help=_BOOKIE_HELP)]
+OneBookieArgument = Annotated[str | None, typer.Argument(help=_BOOKIE_HELP)]
+IndexOption = Annotated[
+    int | None, typer.Option("--index", min=0, help="the bookie added in this place instead (0 = the first)")
+]
 LedgerArgument = Annotated[str, typer.Argument(help="ledger id, alias or creation order (#0)")]
 
 
@@ -83,6 +87,29 @@ def _client(state_dir: Path | None, control: str | None) -> Any:
 def _ref(value: str) -> str | int:
     """A bookie reference from the command line: digits mean add order, anything else is an id."""
     return int(value) if value.isdigit() else value
+
+
+def _bookie(bookie: str | None, index: int | None = None) -> str | int:
+    """The bookie a command names: its id, or with ``--index`` its place in the add order.
+
+    A number where an id belongs is refused rather than read as a place: ``kill-bookie 1`` meaning the
+    second bookie added, not ``bookie-01``, surprised users.
+
+    Example:
+        >>> _bookie("bookie-01"), _bookie(None, 1)
+        ('bookie-01', 1)
+    """
+    if (bookie is None) == (index is None):
+        raise InvalidArgumentError("name the bookie by its id, or give --index N (not both)")
+    if index is not None:
+        return index
+    assert bookie is not None
+    if bookie.isdigit():
+        raise InvalidArgumentError(
+            f"{bookie!r} is not a bookie id; use --index {bookie} for the bookie added in that place, or "
+            "an id from `bkaudit sim status`"
+        )
+    return bookie
 
 
 def _do(action: str, args: dict[str, Any], state_dir: Path | None, control: str | None) -> None:
@@ -265,9 +292,10 @@ def down(
 def status(
     state_dir: StateDirOption = None,
     control: ControlOption = None,
+    fmt: StateFormatOption = StateFormat.table,
 ) -> None:
     """Bookies (address, rack, mode, faults) and ledgers of the running simulator."""
-    emit_json(_client(state_dir, control).status())
+    emit_state(_client(state_dir, control).status(), fmt)
 
 
 @app.command("truth")
@@ -284,12 +312,13 @@ def truth(
     ] = None,
     state_dir: StateDirOption = None,
     control: ControlOption = None,
+    fmt: StateFormatOption = StateFormat.table,
 ) -> None:
     """What a correct auditor must flag right now, per alert kind."""
     parameters = _truth_parameters(
         under_replication_grace_s=grace_s, probe_timeout_s=probe_timeout_s, placement_policy=placement_policy
     )
-    emit_json(_client(state_dir, control).truth(parameters))
+    emit_state(_client(state_dir, control).truth(parameters), fmt)
 
 
 @app.command("run")
@@ -344,16 +373,18 @@ def run(
 
 
 @app.command("actions")
-def actions() -> None:
+def actions(fmt: StateFormatOption = StateFormat.table) -> None:
     """Every action name with its arguments (for scenarios and `sim do`)."""
     from bkaudit.sim.actions import ACTIONS
 
-    emit_json(
-        {
-            name: {"help": spec.summary, "args": sorted(spec.args_model.model_fields)}
-            for name, spec in sorted(ACTIONS.items())
-        }
-    )
+    listed = {
+        name: {"help": spec.summary, "args": sorted(spec.args_model.model_fields)}
+        for name, spec in sorted(ACTIONS.items())
+    }
+    if fmt is StateFormat.json:
+        emit_json(listed)
+    else:
+        emit_state({"actions": [{"action": name, **entry} for name, entry in listed.items()]}, fmt)
 
 
 @app.command("do")
@@ -384,7 +415,8 @@ def do(
 
 @app.command("kill-bookie")
 def kill_bookie(
-    bookie: BookieArgument,
+    bookie: OneBookieArgument = None,
+    index: IndexOption = None,
     hard: Annotated[
         bool, typer.Option("--hard", help="no closeSession: the znode stays until the session expires")
     ] = False,
@@ -392,70 +424,80 @@ def kill_bookie(
     control: ControlOption = None,
 ) -> None:
     """Stop a bookie (graceful: its znode goes at once; --hard: after the session timeout)."""
-    _do("kill_bookie", {"bookie": _ref(bookie), "hard": hard}, state_dir, control)
+    _do("kill_bookie", {"bookie": _bookie(bookie, index), "hard": hard}, state_dir, control)
 
 
 @app.command("restart-bookie")
 def restart_bookie(
-    bookie: BookieArgument, state_dir: StateDirOption = None, control: ControlOption = None
+    bookie: OneBookieArgument = None,
+    index: IndexOption = None,
+    state_dir: StateDirOption = None,
+    control: ControlOption = None,
 ) -> None:
     """Start a down bookie again (same port, same data)."""
-    _do("restart_bookie", {"bookie": _ref(bookie)}, state_dir, control)
+    _do("restart_bookie", {"bookie": _bookie(bookie, index)}, state_dir, control)
 
 
 @app.command("flap-bookie")
 def flap_bookie(
-    bookie: BookieArgument,
     down_s: Annotated[float, typer.Option("--down-s", min=0, help="seconds before it comes back")],
+    bookie: OneBookieArgument = None,
+    index: IndexOption = None,
     hard: Annotated[bool, typer.Option("--hard")] = False,
     state_dir: StateDirOption = None,
     control: ControlOption = None,
 ) -> None:
     """Kill a bookie and bring it back after --down-s seconds."""
-    _do("flap_bookie", {"bookie": _ref(bookie), "down_s": down_s, "hard": hard}, state_dir, control)
+    _do("flap_bookie", {"bookie": _bookie(bookie, index), "down_s": down_s, "hard": hard}, state_dir, control)
 
 
 @app.command("set-readonly")
 def set_readonly(
-    bookie: BookieArgument,
+    bookie: OneBookieArgument = None,
+    index: IndexOption = None,
     writable: Annotated[bool, typer.Option("--writable", help="go back to writable instead")] = False,
     state_dir: StateDirOption = None,
     control: ControlOption = None,
 ) -> None:
     """Move a bookie's registration to available/readonly/ (or back with --writable)."""
-    _do("set_readonly", {"bookie": _ref(bookie), "readonly": not writable}, state_dir, control)
+    _do("set_readonly", {"bookie": _bookie(bookie, index), "readonly": not writable}, state_dir, control)
 
 
 @app.command("make-silent")
 def make_silent(
-    bookie: BookieArgument,
+    bookie: OneBookieArgument = None,
+    index: IndexOption = None,
     off: Annotated[bool, typer.Option("--off", help="answer again")] = False,
     state_dir: StateDirOption = None,
     control: ControlOption = None,
 ) -> None:
     """Never answer protocol requests (a DbLedgerStorage bookie)."""
-    _do("make_silent", {"bookie": _ref(bookie), "silent": not off}, state_dir, control)
+    _do("make_silent", {"bookie": _bookie(bookie, index), "silent": not off}, state_dir, control)
 
 
 @app.command("make-slow")
 def make_slow(
-    bookie: BookieArgument,
     delay_s: Annotated[
         float, typer.Option("--delay-s", min=0, help="seconds before every answer (0: fast again)")
     ],
+    bookie: OneBookieArgument = None,
+    index: IndexOption = None,
     state_dir: StateDirOption = None,
     control: ControlOption = None,
 ) -> None:
     """Answer every request late."""
-    _do("make_slow", {"bookie": _ref(bookie), "delay_s": delay_s}, state_dir, control)
+    _do("make_slow", {"bookie": _bookie(bookie, index), "delay_s": delay_s}, state_dir, control)
 
 
 @app.command("heal-bookie")
 def heal_bookie(
-    bookie: BookieArgument, state_dir: StateDirOption = None, control: ControlOption = None
+    bookie: OneBookieArgument = None,
+    index: IndexOption = None,
+    state_dir: StateDirOption = None,
+    control: ControlOption = None,
 ) -> None:
     """Clear a bookie's protocol faults (silent, slow, ENOLEDGER, error status)."""
-    _do("heal_bookie", {"bookie": _ref(bookie)}, state_dir, control)
+    _do("heal_bookie", {"bookie": _bookie(bookie, index)}, state_dir, control)
 
 
 @app.command("lose-entries")
@@ -467,7 +509,7 @@ def lose_entries(
     control: ControlOption = None,
 ) -> None:
     """Make a bookie forget some entries of a ledger."""
-    _do("lose_entries", {"bookie": _ref(bookie), "ledger": ledger, "entries": entries}, state_dir, control)
+    _do("lose_entries", {"bookie": _bookie(bookie), "ledger": ledger, "entries": entries}, state_dir, control)
 
 
 @app.command("lose-ledger")
@@ -478,7 +520,7 @@ def lose_ledger(
     control: ControlOption = None,
 ) -> None:
     """Make a bookie forget a whole ledger."""
-    _do("lose_ledger", {"bookie": _ref(bookie), "ledger": ledger}, state_dir, control)
+    _do("lose_ledger", {"bookie": _bookie(bookie), "ledger": ledger}, state_dir, control)
 
 
 @app.command("answer-enoledger")
@@ -491,7 +533,10 @@ def answer_enoledger(
 ) -> None:
     """Answer ENOLEDGER for a ledger the bookie holds."""
     _do(
-        "answer_enoledger", {"bookie": _ref(bookie), "ledger": ledger, "enabled": not off}, state_dir, control
+        "answer_enoledger",
+        {"bookie": _bookie(bookie), "ledger": ledger, "enabled": not off},
+        state_dir,
+        control,
     )
 
 
@@ -503,7 +548,7 @@ def move_bookie_rack(
     control: ControlOption = None,
 ) -> None:
     """Put a bookie in another rack of Pulsar's /bookies rack map."""
-    _do("move_bookie_rack", {"bookie": _ref(bookie), "rack": rack}, state_dir, control)
+    _do("move_bookie_rack", {"bookie": _bookie(bookie), "rack": rack}, state_dir, control)
 
 
 @app.command("place-ledger-badly")
@@ -605,7 +650,7 @@ def hold_lock(
     state_dir: StateDirOption = None,
     control: ControlOption = None,
 ) -> None:
-    """Hold a ledger's replication lock (underreplication/locks/urL<id>) until release-lock."""
+    """Hold a ledger's replication lock (underreplication/locks/urL + its id) until release-lock."""
     _do("hold_lock", {"ledger": ledger, "holder": holder}, state_dir, control)
 
 
@@ -624,7 +669,9 @@ def release_lock(
 def add_bookie(
     bookie_id: Annotated[str | None, typer.Option("--bookie-id", help="BP-41 id (default bookie-NN)")] = None,
     rack: Annotated[str | None, typer.Option("--rack", help="rack (default: round robin)")] = None,
-    legacy_id: Annotated[bool, typer.Option("--legacy-id", help="name it 127.0.0.1:<port>")] = False,
+    legacy_id: Annotated[
+        bool, typer.Option("--legacy-id", help="name it by its address, 127.0.0.1:PORT")
+    ] = False,
     storage: Annotated[
         str, typer.Option("--storage", help="SortedLedgerStorage or DbLedgerStorage")
     ] = "SortedLedgerStorage",

@@ -12,16 +12,21 @@ from __future__ import annotations
 import typer
 
 from bkaudit.errors import BkauditError
-from bkaudit.logsetup import configure_logging, register_secrets
+from bkaudit.logsetup import configure_command_logging, register_secrets
 from bkaudit.settings import load_settings
 
 
 def stream(
     available_now: bool = typer.Option(False, "--available-now", help="process what is there, then exit"),
+    verbose: bool = typer.Option(
+        False, "--verbose", help="show the logs of Spark, py4j and the clients here, not in the log file"
+    ),
 ) -> None:
     """Consume the change stream, keep the Delta tables current, publish alerts."""
-    configure_logging("INFO")
     settings = load_settings()
+    configure_command_logging(
+        "stream", settings.log_dir, level="INFO", verbose=verbose, only_on_a_terminal=True
+    )
     register_secrets(settings)
     if available_now:
         from streaming.job import exclusive_checkpoint, query_failure, start

@@ -47,7 +47,9 @@ def watch(
         None, "--zookeeper", help="ZooKeeper connect string (chroot allowed)"
     ),
     ledgers_root: str | None = typer.Option(None, "--ledgers-root", help="BookKeeper's zkLedgersRootPath"),
-    bootstrap: str | None = typer.Option(None, "--bootstrap", help="Kafka bootstrap servers"),
+    bootstrap: str | None = typer.Option(
+        None, "--bootstrap-servers", "--bootstrap", help="Kafka bootstrap servers (kafka.bootstrap_servers)"
+    ),
     topic: str | None = typer.Option(None, "--topic", help="change topic (default bkaudit.changes)"),
     partitions: int | None = typer.Option(
         None, "--partitions", min=1, help="partitions if the topic is created"
@@ -71,11 +73,20 @@ def watch(
         False, "--exit-after-snapshot", help="publish the START snapshot, flush, exit"
     ),
     log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING, ERROR"),
+    verbose: bool = typer.Option(
+        False, "--verbose", help="show the logs of the Kafka and ZooKeeper clients here, not in the log file"
+    ),
 ) -> None:
     """Watch BookKeeper's ZooKeeper and publish every change to Kafka (protobuf, keyed by entity)."""
-    from bkaudit.logsetup import configure_logging, register_secrets
+    from bkaudit.logsetup import configure_command_logging, register_secrets
 
-    configure_logging(_log_level(log_level))
+    configure_command_logging(
+        "watch",
+        load_settings().log_dir,
+        level=_log_level(log_level),
+        verbose=verbose,
+        only_on_a_terminal=True,
+    )
     logging.getLogger("kazoo.client").setLevel(logging.WARNING)
     if dev:
         from connectors.devcluster import DevCluster

@@ -1,7 +1,7 @@
 """BookKeeper's ``AvailabilityOfEntriesOfLedger``: the entry ids a bookie holds for one ledger.
 
-Status: complete. Pure code (no I/O). A bookie answers ``GET_LIST_OF_ENTRIES_OF_LEDGER`` with these bytes
-(bookkeeper-facts.md §5.1), all integers big-endian::
+Pure code (no I/O). A bookie answers ``GET_LIST_OF_ENTRIES_OF_LEDGER`` with these bytes
+(BookKeeper's AvailabilityOfEntriesOfLedger), all integers big-endian::
 
     offset 0   int32 header version (0; versions above 0 are rejected, negative ones accepted like BookKeeper)
     offset 4   int32 number of sequence groups n

@@ -1,7 +1,5 @@
 """Bookie cookies (``<root>/cookies/<bookieId>`` and a bookie's ``current/VERSION`` file).
 
-Status: complete. Pure code: no I/O.
-
 Layout version >= 4 (current: 5) is the version line, then the protobuf *text format* of ``CookieFormat``;
 layout version 3 is four lines: version, bookie host, journal dirs, ledger dirs. ``ledgerDirs`` and
 ``indexDirs`` are encoded ``"<count>\\t<dir1>\\t<dir2>..."``, ``journalDir`` is comma-joined.

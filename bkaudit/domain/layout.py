@@ -1,6 +1,6 @@
 """Where BookKeeper keeps things in ZooKeeper: the LAYOUT znode, ledger znode paths, special znodes, URIs.
 
-Status: complete for the ZooKeeper-based ledger managers (flat, legacy hierarchical, long hierarchical and the
+Covers the ZooKeeper-based ledger managers (flat, legacy hierarchical, long hierarchical and the
 default hybrid hierarchical); the metastore manager (``MS``) is recognised but has no ZooKeeper ledger paths.
 Pure code: no I/O.
 

@@ -1,7 +1,5 @@
 """Ledger metadata znodes: BookKeeper's formats 1, 2 and 3, decoded into a typed model and encoded back.
 
-Status: complete for formats 1-3 (bookkeeper-facts.md §2); pure code, no I/O.
-
 A ledger znode starts with ``BookieMetadataFormatVersion\\t<n>\\n``; the body is line-oriented text (v1),
 protobuf text format (v2) or a varint32-length-prefixed binary ``LedgerMetadataFormat`` (v3).
 :func:`decode_ledger_metadata` turns the bytes into a :class:`LedgerMetadata` and

@@ -1,7 +1,5 @@
 """Bookie rack maps: Pulsar's ``/bookies`` JSON znode, a flat config-file form, and rack resolution.
 
-Status: complete. Pure code: no I/O, no DNS.
-
 Two accepted JSON shapes (top level must be an object):
 
 * **Pulsar** (``BookiesRackConfiguration``), the ``/bookies`` znode at the Pulsar metadata root::

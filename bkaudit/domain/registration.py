@@ -1,7 +1,5 @@
 """Bookie registration: bookie ids, registration znode paths and ``BookieServiceInfoFormat``.
 
-Status: complete. Pure code: no I/O.
-
 * Bookie ids follow ``BookieId.validateBookieId``: Java regex ``[a-zA-Z0-9:-_.\\-]+`` (``:-_`` is the *range*
   0x3A..0x5F, so ``;<=>?@[\\]^`` and upper case are allowed) and not ``readonly`` in any case.
 * A bookie registers an ephemeral ``<root>/available/<id>`` (writable) or ``<root>/available/readonly/<id>``

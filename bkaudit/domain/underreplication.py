@@ -1,6 +1,6 @@
 """BookKeeper's under-replication tree (``<root>/underreplication``): paths and every znode's format.
 
-Status: complete. Pure code: no I/O. Formats are byte-exact with what BookKeeper writes
+Pure code: no I/O. Formats are byte-exact with what BookKeeper writes
 (``ZkLedgerUnderreplicationManager``, ``ZkLedgerAuditorManager``):
 
 * ``ledgers/<h1>/<h2>/<h3>/<h4>/urL%010d``: one mark per under-replicated ledger, text format of

@@ -1,6 +1,6 @@
 """Cluster simulation: a BookKeeper cluster in a real ZooKeeper (bookies, ledgers, faults), ground truth.
 
-Status: complete (docs/simulator.md). Modules:
+Modules (docs/simulator.md):
 
 - :mod:`bkaudit.sim.cluster`: :class:`SimulatedCluster`: znodes, bookies, ledger lifecycle, faults;
 - :mod:`bkaudit.sim.bookie`: one bookie's server, store and ZooKeeper session (graceful and hard kills);

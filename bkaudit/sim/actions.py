@@ -1,7 +1,7 @@
 """Every simulator operation by name, with validated arguments: one table for scenarios, the control
 channel and the CLI.
 
-Status: complete. Pure validation plus one dispatch function that calls a
+Pure validation plus one dispatch function that calls a
 :class:`~bkaudit.sim.cluster.SimulatedCluster` method.
 
 An action is a name (``kill_bookie``) and a JSON object of arguments (``{"bookie": 0, "hard": true}``),
@@ -251,11 +251,12 @@ class ActionSpec:
 
     args_model: type[_Args]
     run: Callable[[SimulatedCluster, Any], Any]
+    help: str = ""  # for an argument model several actions share; otherwise its docstring says it
 
     @property
     def summary(self) -> str:
-        """First line of the argument model's docstring (the action's help)."""
-        return (self.args_model.__doc__ or "").strip().splitlines()[0]
+        """The action's help: its own, or the first line of its argument model's docstring."""
+        return self.help or (self.args_model.__doc__ or "").strip().splitlines()[0]
 
 
 def _create_ledgers(sim: SimulatedCluster, args: CreateLedgerArgs) -> dict[str, Any]:
@@ -286,7 +287,9 @@ ACTIONS: Mapping[str, ActionSpec] = {
         AddEntriesArgs,
         lambda sim, a: {"last_entry_id": sim.add_entries(a.ledger, a.count, entry_size=a.entry_size)},
     ),
-    "close_ledger": ActionSpec(LedgerArgs, lambda sim, a: sim.close_ledger(a.ledger)),
+    "close_ledger": ActionSpec(
+        LedgerArgs, lambda sim, a: sim.close_ledger(a.ledger), "Close an open ledger at its last entry."
+    ),
     "ensemble_change": ActionSpec(
         EnsembleChangeArgs,
         lambda sim, a: {"replacement": sim.ensemble_change(a.ledger, a.bookie, a.replacement)},
@@ -296,7 +299,11 @@ ACTIONS: Mapping[str, ActionSpec] = {
         DeleteLedgerArgs, lambda sim, a: sim.delete_ledger(a.ledger, garbage_collect=a.garbage_collect)
     ),
     "kill_bookie": ActionSpec(KillBookieArgs, lambda sim, a: sim.kill_bookie(a.bookie, hard=a.hard)),
-    "restart_bookie": ActionSpec(BookieArgs, lambda sim, a: sim.restart_bookie(a.bookie)),
+    "restart_bookie": ActionSpec(
+        BookieArgs,
+        lambda sim, a: sim.restart_bookie(a.bookie),
+        "Start a down bookie again (same port, same data).",
+    ),
     "flap_bookie": ActionSpec(
         FlapBookieArgs, lambda sim, a: sim.flap_bookie(a.bookie, a.down_s, hard=a.hard)
     ),
@@ -304,7 +311,11 @@ ACTIONS: Mapping[str, ActionSpec] = {
     "lose_entries": ActionSpec(
         LoseEntriesArgs, lambda sim, a: sim.lose_entries(a.bookie, a.ledger, a.entries)
     ),
-    "lose_ledger": ActionSpec(BookieLedgerArgs, lambda sim, a: sim.lose_ledger(a.bookie, a.ledger)),
+    "lose_ledger": ActionSpec(
+        BookieLedgerArgs,
+        lambda sim, a: sim.lose_ledger(a.bookie, a.ledger),
+        "Make a bookie forget every entry of a ledger.",
+    ),
     "answer_enoledger": ActionSpec(
         AnswerEnoledgerArgs, lambda sim, a: sim.answer_enoledger(a.bookie, a.ledger, a.enabled)
     ),
@@ -313,7 +324,11 @@ ACTIONS: Mapping[str, ActionSpec] = {
     "fail_with_status": ActionSpec(
         FailWithStatusArgs, lambda sim, a: sim.fail_with_status(a.bookie, a.status)
     ),
-    "heal_bookie": ActionSpec(BookieArgs, lambda sim, a: sim.heal_bookie(a.bookie)),
+    "heal_bookie": ActionSpec(
+        BookieArgs,
+        lambda sim, a: sim.heal_bookie(a.bookie),
+        "Clear a bookie's protocol faults (silent, slow, ENOLEDGER, error status).",
+    ),
     "move_bookie_rack": ActionSpec(MoveBookieRackArgs, lambda sim, a: sim.move_bookie_rack(a.bookie, a.rack)),
     "place_ledger_badly": ActionSpec(
         PlaceLedgerBadlyArgs, lambda sim, a: {"ledger_id": sim.place_ledger_badly(**a.model_dump())}
@@ -322,7 +337,11 @@ ACTIONS: Mapping[str, ActionSpec] = {
         CorruptLedgerArgs, lambda sim, a: sim.corrupt_ledger_znode(a.ledger, a.how)
     ),
     "mark_underreplicated": ActionSpec(MarkUnderreplicatedArgs, _mark),
-    "clear_underreplicated": ActionSpec(LedgerArgs, lambda sim, a: sim.clear_underreplicated(a.ledger)),
+    "clear_underreplicated": ActionSpec(
+        LedgerArgs,
+        lambda sim, a: sim.clear_underreplicated(a.ledger),
+        "Remove a ledger's urL mark (the repair is done).",
+    ),
     "set_lost_bookie_recovery_delay": ActionSpec(
         SetLostBookieRecoveryDelayArgs, lambda sim, a: sim.set_lost_bookie_recovery_delay(a.seconds)
     ),

@@ -1,7 +1,5 @@
 """One simulated bookie: its protocol server, its entry store, and its own ZooKeeper session.
 
-Status: complete. I/O (sockets, ZooKeeper). Used by :class:`bkaudit.sim.cluster.SimulatedCluster`.
-
 Each bookie holds a private kazoo session, as a real bookie process does, so its ephemeral registration
 znode lives and dies with that session:
 

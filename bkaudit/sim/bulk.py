@@ -1,10 +1,10 @@
 """Bulk loader: writes up to millions of closed ledgers into a real ZooKeeper, fast and deterministically.
 
-Status: complete. Used by the benchmarks (1,000,000 ledgers over 100 bookies in 10 racks) and by tests that
+Used by the benchmarks (1,000,000 ledgers over 100 bookies in 10 racks) and by tests that
 need a populated ledger tree; it writes ledger znodes and their tree directories only (plus, on request,
 ``<root>/LAYOUT``). Bookie registration, cookies and faults belong to the cluster simulator.
 
-What gets written (bookkeeper-facts.md §1.3, §2):
+What gets written (BookKeeper's ledger paths and metadata formats):
 
 - one znode per ledger at :func:`~bkaudit.domain.layout.ledger_path` for the chosen ledger manager, holding
   metadata format v3 as :func:`~bkaudit.domain.metadata.encode_ledger_metadata` writes it: CLOSED, E/WQ/AQ

@@ -1,9 +1,7 @@
 """A simulated BookKeeper cluster in a real ZooKeeper: znodes, bookies, ledger lifecycle and faults.
 
-Status: complete. I/O (ZooKeeper through kazoo, loopback TCP for the bookies).
-
 :class:`SimulatedCluster` writes exactly the znodes a BookKeeper cluster (and Pulsar) writes, through the
-domain library's formats (bookkeeper-facts.md §1, §2):
+domain library's formats (BookKeeper's znode layout and metadata formats):
 
 - ``init()``: ``<root>``, ``LAYOUT`` (hierarchical by default; flat, long-hierarchical and legacy
   selectable), ``INSTANCEID``, ``available/``, ``available/readonly``, ``cookies/``, the

@@ -1,7 +1,5 @@
 """The control channel of a running simulator: a tiny JSON-over-HTTP server on 127.0.0.1, and its client.
 
-Status: complete. I/O (loopback HTTP, one state file).
-
 ``bkaudit sim up`` runs a :class:`ControlServer` next to its :class:`~bkaudit.sim.cluster.SimulatedCluster`
 and records where it listens in a state file (``<state dir>/sim.json``, the dev state directory
 ``.bkaudit`` by default). ``bkaudit sim <fault> ...``, ``sim truth``, ``sim run --control`` and ``sim down``

@@ -1,6 +1,6 @@
 """Ensemble selection for the simulated writer: rack-aware like BookKeeper's client, or deliberately bad.
 
-Status: complete. Pure code (the randomness comes from the caller's ``random.Random``). Adherence is judged
+Pure code (the randomness comes from the caller's ``random.Random``). Adherence is judged
 with the project's one placement rule (``bkaudit.domain.rules.placement.check_placement``), so an
 ensemble this module calls good is one the auditor calls good.
 

@@ -1,7 +1,5 @@
 """Errors of the simulator; all are :class:`~bkaudit.errors.BkauditError`, so the CLI exits 2 with one line.
 
-Status: complete.
-
 Example:
     >>> from bkaudit.errors import BkauditError
     >>> issubclass(NotEnoughBookiesError, SimulatorError) and issubclass(SimulatorError, BkauditError)

@@ -1,6 +1,6 @@
 """Scenario files: a YAML timeline of simulator actions, validated up front, run against a cluster.
 
-Status: complete. Loading and validation are pure; :func:`run_timeline` sleeps and calls an executor (a
+Loading and validation are pure; :func:`run_timeline` sleeps and calls an executor (a
 local :class:`~bkaudit.sim.cluster.SimulatedCluster` or the control channel of a running one).
 
 A scenario has an optional ``cluster`` (how to build a new simulated cluster: bookies, racks, ledgers...),

@@ -1,6 +1,6 @@
 """Ground truth: which ledgers and bookies a correct auditor must flag at one moment, per alert kind.
 
-Status: complete. Pure code: no I/O, no clock. The simulator builds a :class:`ClusterSnapshot` of what it
+Pure code: no I/O, no clock. The simulator builds a :class:`ClusterSnapshot` of what it
 knows (it broke things on purpose) and :func:`ground_truth` applies the behaviour contract of
 ``architecture.md`` with the project's shared rules (``LedgerMetadata.is_recoverable``,
 ``bkaudit.domain.rules.placement.check_placement``,

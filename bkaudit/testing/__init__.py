@@ -5,8 +5,6 @@ can start the same embedded ZooKeeper and broker, isolate each test (a ZooKeeper
 inject faults: :meth:`ServiceHarness.expire_session`, :meth:`ServiceHarness.restart_zookeeper`,
 :meth:`ServiceHarness.stop_broker`. The pytest fixtures live in :mod:`bkaudit.testing.pytest_plugin`.
 
-Status: stable.
-
 Example:
     >>> from bkaudit.testing import ServiceHarness
     >>> ServiceHarness.__name__

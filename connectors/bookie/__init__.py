@@ -1,6 +1,4 @@
-"""Talking to bookies over BookKeeper's v3 wire protocol (bookkeeper-facts.md §5.3–§5.4).
-
-Status: complete for probing. Three modules:
+"""Talking to bookies over BookKeeper's v3 wire protocol, for probing. Three modules:
 
 - :mod:`connectors.bookie.frames`: pure codec, length-prefixed protobuf frames, request/response builders and
   strict parsers (bad bytes raise :class:`~bkaudit.errors.FormatError`, nothing else);

@@ -1,9 +1,9 @@
 """Asyncio client that asks bookies which entries they hold (BookKeeper's v3 wire protocol).
 
-Status: complete for probing: ``GET_LIST_OF_ENTRIES_OF_LEDGER`` and plain ``READ_ENTRY``. No auth plugin and
+Probing only: ``GET_LIST_OF_ENTRIES_OF_LEDGER`` and plain ``READ_ENTRY``. No auth plugin and
 no TLS (an ``EUA`` answer is reported as :class:`AuthRequired`); no writes, no fencing.
 
-How it talks (bookkeeper-facts.md §5.4): one TCP connection per bookie address, reused and pipelined; every
+How it talks (BookKeeper's v3 protocol): one TCP connection per bookie address, reused and pipelined; every
 request gets a fresh ``txnId`` and the answer is matched on ``(txnId, operation)`` as BookKeeper's
 ``PerChannelBookieClient`` does. An answer nobody waits for any more (late, or foreign) is logged and dropped.
 In-flight requests are bounded per bookie and globally; requests issued in the same loop iteration leave in

@@ -1,9 +1,9 @@
 """Frame codec for BookKeeper's v3 wire protocol: length-prefixed protobuf ``Request``/``Response`` messages.
 
-Status: complete for what the auditor and the simulator need (GET_LIST_OF_ENTRIES_OF_LEDGER, READ_ENTRY,
+Covers what the auditor and the simulator need (GET_LIST_OF_ENTRIES_OF_LEDGER, READ_ENTRY,
 AUTH and status-only answers). Pure code: no sockets, no event loop, no clock.
 
-On the wire (bookkeeper-facts.md §5.4) every message is a 4-byte big-endian length followed by that many bytes
+On the wire every message is a 4-byte big-endian length followed by that many bytes
 of serialized protobuf; there is no magic number and no version byte outside the protobuf. BookKeeper reads it
 with Netty's ``LengthFieldBasedFrameDecoder(maxFrameSize, 0, 4, 0, 4)``, whose limit applies to the length
 field *plus* the 4 prefix bytes, with ``nettyMaxFrameSizeBytes`` = 5 MB by default; :class:`FrameDecoder`

@@ -12,8 +12,6 @@ A bookie that does not answer (timeout, refused, error) counts as *unknown*, nev
 cannot be resolved to an address (not registered) is unknown too. The caller decides what unknown means
 (``BOOKIE_UNRESPONSIVE`` for a bookie that stays registered but never answers).
 
-Status: stable.
-
 Example:
     >>> target = LedgerProbeTarget(ledger_id=7, ensemble_size=2, write_quorum=2, ack_quorum=2,
     ...                            state="CLOSED", last_entry_id=1, segments=((0, ("b1", "b2")),))

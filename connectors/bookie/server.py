@@ -1,6 +1,6 @@
 """An asyncio bookie that speaks enough of BookKeeper's v3 wire protocol for the simulator and the tests.
 
-Status: complete for the simulator's needs. Answers ``GET_LIST_OF_ENTRIES_OF_LEDGER`` from a pluggable
+Answers ``GET_LIST_OF_ENTRIES_OF_LEDGER`` from a pluggable
 :class:`EntryStore` (byte-exact availability, one group per run as a real bookie sends) and plain
 ``READ_ENTRY``; optional auth gate (``EUA`` until an ``AUTH`` with the right plugin name); ``EBADVERSION``
 for a non-v3 header; ``EBADREQ`` for operations it does not implement. It does not speak the v2 binary

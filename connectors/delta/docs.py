@@ -1,7 +1,7 @@
-"""The README's table reference, generated from the table specs (so documentation never drifts).
+"""The Delta table reference in docs/reference.md, generated from the table specs (so it never drifts).
 
-``python -m connectors.delta.docs`` rewrites the section between the markers in README.md; a unit test
-fails when the README is out of date.
+``python -m connectors.delta.docs`` rewrites the section between the markers in docs/reference.md; a unit
+test fails when it is out of date.
 
 Example:
     >>> "| `ledger_id` |" in tables_markdown()
@@ -33,15 +33,18 @@ def tables_markdown() -> str:
     return "\n".join(parts).rstrip() + "\n"
 
 
-def render(readme: str) -> str:
-    """``readme`` with the generated section replaced."""
-    head, _, rest = readme.partition(BEGIN)
+REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference.md"
+
+
+def render(document: str) -> str:
+    """``document`` with the generated section replaced."""
+    head, _, rest = document.partition(BEGIN)
     _, _, tail = rest.partition(END)
     if not rest:
-        raise ValueError("README.md has no table markers")
+        raise ValueError("the document has no table markers")
     return f"{head}{BEGIN}\n{tables_markdown()}{END}{tail}"
 
 
 if __name__ == "__main__":
-    path = Path(sys.argv[1] if len(sys.argv) > 1 else "README.md")
+    path = Path(sys.argv[1]) if len(sys.argv) > 1 else REFERENCE
     path.write_text(render(path.read_text()))

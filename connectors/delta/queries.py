@@ -17,8 +17,6 @@ Conventions: a bookie without a rack in the rack map is in BookKeeper's default 
 ``persistent://tenant/namespace/topic``, ``property/cluster/namespace`` of a v1 name with four parts.
 No query reads ``custom_metadata`` or ``dead_letters.value``, and no table holds the ledger password.
 
-Status: first version (issue 7, SRE queries).
-
 Example:
     >>> import tempfile
     >>> lakehouse = Lakehouse(write_example_lakehouse(tempfile.mkdtemp()))
@@ -1189,8 +1187,15 @@ def write_example_lakehouse(root: str | Path) -> Path:
             "started_at": at,
             "detected_at": at,
             "detected_date": at.date(),
-            "detail": json.dumps({"lost_bookies": bookies} if kind.startswith("LEDGER") else {}),
+            "detail": json.dumps(detail_of(kind, bookies, at)),
         }
+
+    def detail_of(kind: str, bookies: list[str], at: datetime) -> dict[str, Any]:
+        if kind.startswith("LEDGER"):
+            return {"lost_bookies": bookies}
+        if kind == "BOOKIE_LOST":  # as the job writes it: epoch milliseconds (the alert stream's format)
+            return {"missing_since": int(at.timestamp() * 1000) - 60_000}
+        return {}
 
     ledgers = [ledger(1, "MEETS_STRICT", 0), ledger(2, "MEETS_STRICT", 0), ledger(3, "MEETS_STRICT", 0)]
     ledger_rows = pa.Table.from_pylist(ledgers, schema=TABLES["ledgers"].schema)

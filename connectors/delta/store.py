@@ -5,8 +5,6 @@ write here carries a Delta *app transaction* ``(app_id, batch_id)``; before writ
 last committed version for ``app_id`` and skip batches already applied, so a replay never duplicates rows.
 Never read these directories with ``spark.read.parquet``: it would include files Delta has removed.
 
-Status: first version (foundation issue); the streaming auditor issue adds merges and maintenance.
-
 Example:
     >>> import pyarrow as pa, tempfile
     >>> path = tempfile.mkdtemp()

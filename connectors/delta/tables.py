@@ -21,8 +21,6 @@ Every write of a micro-batch carries an app transaction ``(app_id, batch_id)`` a
 :func:`table_before_batch` reads a table as it was before a batch, so decisions on a replay see the same state
 as the first attempt. See docs/design.md.
 
-Status: first version (streaming auditor issue).
-
 Example:
     >>> import tempfile
     >>> root = tempfile.mkdtemp()

@@ -6,8 +6,6 @@ with its own data directory, a free port, the four-letter words ``ruok,srvr,mntr
 off and a log4j2 configuration that writes a readable ``zookeeper.log``. A system ZooKeeper can be used
 instead by pointing ``zookeeper_classpath`` at its jars.
 
-Status: stable. Production points at a real ensemble through ``ZooKeeperSettings.connect``.
-
 Example:
     >>> from pathlib import Path
     >>> zk = EmbeddedZooKeeper(Path("/tmp/bkaudit-doc-zk"))

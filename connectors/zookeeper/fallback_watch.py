@@ -19,8 +19,6 @@ one watch per ledger — acceptable for a fallback, and why AddWatch is preferre
 This module holds the watch callbacks and the set of directories currently under a child watch; the
 routing and reads live in :mod:`connectors.zookeeper.watcher`, shared with the persistent mode.
 
-Status: stable; tested by forcing ``watcher.watch_mode = "fallback"`` against the embedded ZooKeeper.
-
 Example:
     >>> items = []
     >>> fallback = FallbackWatches(items.append)

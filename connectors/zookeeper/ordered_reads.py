@@ -16,8 +16,6 @@ one request and one answer instead of hundreds, which is what makes a snapshot o
 Python (kazoo spends several system calls per request on its connection thread). Each znode still gets its
 own result (data and stat, or the error for that znode), delivered together in request order.
 
-Status: stable; used by the change watcher (``connectors.zookeeper.watcher``).
-
 Example:
     >>> # reads = OrderedReads(client, lambda token, value, error: queue.put((token, value, error)))
     >>> # reads.get("/ledgers/00/0000/L0001", token="ledger-1")   # -> (token, (data, stat), None) later

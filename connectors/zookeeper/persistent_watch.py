@@ -10,8 +10,6 @@ What kazoo does not do, the caller must: the server forgets the watch when the s
 does not restore persistent watches after a reconnect. Call :meth:`PersistentWatches.readd_all` on every
 ``CONNECTED`` transition and then reconcile (rescan), because events may have been missed in between.
 
-Status: stable; small on purpose. Tested against the embedded ZooKeeper 3.9.
-
 Example:
     >>> AddWatch("/ledgers", AddWatchMode.PERSISTENT_RECURSIVE).serialize().hex()
     '000000082f6c65646765727300000001'

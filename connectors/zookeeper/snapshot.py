@@ -10,8 +10,6 @@ entity the auditor needs. This module holds the pieces the watcher's controller 
   instead of piling reads up in memory), optionally paced by a :class:`RatePacer` (periodic scans).
 * :class:`ProgressLine` — one self-overwriting progress line on a terminal, nothing otherwise.
 
-Status: stable.
-
 Example:
     >>> pacer = RatePacer(0)          # 0 = unpaced
     >>> pacer.wait(lambda: False)

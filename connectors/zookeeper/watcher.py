@@ -19,8 +19,6 @@ How it works (details in ``docs/watcher.md``):
 * **Delivery.** :class:`~connectors.kafka.publisher.ChangePublisher`: keyed by entity, back-pressure instead
   of drops, full snapshot after a delivery failure, flush on shutdown.
 
-Status: complete (persistent and fallback modes, all ledger managers, rack map from a znode or a file).
-
 Example:
     >>> from bkaudit.settings import Settings
     >>> options = kazoo_client_options(Settings(zookeeper={"auth_scheme": "digest", "auth_username": "bk",

@@ -1,6 +1,6 @@
 """Benchmark: bulk-load closed ledgers into a fresh embedded ZooKeeper and report time and memory.
 
-Status: complete. Starts its own ZooKeeper (``EmbeddedZooKeeper``, default heap 3g) in a temporary
+Starts its own ZooKeeper (``EmbeddedZooKeeper``, default heap 3g) in a temporary
 directory, writes the ledgers with :func:`bkaudit.sim.bulk.bulk_load` (rack-aware ensembles over
 ``--bookies`` bookies in ``--racks`` racks, 2-4-4 hierarchical layout by default), then prints one JSON
 document:

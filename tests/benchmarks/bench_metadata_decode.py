@@ -1,6 +1,6 @@
 """Benchmark: ledger metadata v3 decodes per second on one core (target: at least 50,000/s).
 
-Status: complete. Builds realistic v3 znodes (what a Pulsar cluster's bookies hold: mostly closed ledgers,
+Builds realistic v3 znodes (what a Pulsar cluster's bookies hold: mostly closed ledgers,
 E=3/WQ=2/AQ=2 or E=5/WQ=3/AQ=2, one to three segments drawn from a pool of 30 bookies, an empty or short
 password, Pulsar's three custom-metadata entries, ``cToken``, sometimes a ``ctime``), then decodes them one
 after another in a single thread and prints the rate. 10,000 distinct blobs are cycled through so memory stays

@@ -1,6 +1,6 @@
 """Benchmark: the SRE queries (``bkaudit query ...``) over a synthetic 1 M-ledger lakehouse (target: < 1 s).
 
-Status: complete. Writes the auditor's tables with their real schemas through ``connectors.delta.tables``
+Writes the auditor's tables with their real schemas through ``connectors.delta.tables``
 (deltalake, no Spark) in a temporary directory, shaped like a cluster in the middle of an incident:
 
 - ``ledgers``: ``--ledgers`` Pulsar ledgers over ``--bookies`` bookies in ``--racks`` racks (rack-aware

@@ -1,6 +1,6 @@
 """Benchmark: ``bkaudit watch`` snapshot of N ledgers to the broker, and change → Kafka latency.
 
-Status: complete. Starts its own embedded ZooKeeper and broker (:class:`~bkaudit.testing.ServiceHarness`) in a
+Starts its own embedded ZooKeeper and broker (:class:`~bkaudit.testing.ServiceHarness`) in a
 temporary directory, bulk-loads N closed ledgers (:func:`bkaudit.sim.bulk.bulk_load`, hierarchical layout),
 then prints one JSON document:
 

@@ -1,16 +1,19 @@
 """Integration fixtures shared by several modules: one real ``bkaudit demo`` run.
 
-``demo_run`` (session) runs :func:`bkaudit.demo.run_demo` once in a temporary directory, with its own dev
-state directory (so its own embedded ZooKeeper and broker, stopped at the end of the run), lakehouse and
-checkpoint roots, on the suite's Spark session. The summary holds the simulator's ground truth by id; the
-Delta tables stay for the query and notebook tests. The simulated cluster's ledger password is fixed so
-tests can look for it in the tables.
+``demo_run`` (session) runs the ``bkaudit demo --json`` command once, in a process of its own as a user
+would (its own JVM, so its console is what a user sees), in a temporary directory with its own dev state
+directory (so its own embedded ZooKeeper and broker, stopped at the end of the run), lakehouse, checkpoint
+and log roots, all given with the global ``--set``. The summary holds the simulator's ground truth by id;
+the Delta tables stay for the query and notebook tests. The simulated cluster's ledger password is fixed
+(:mod:`tests.integration.demo_process`) so tests can look for it in the tables.
 """
 
 from __future__ import annotations
 
-import io
+import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,18 +29,36 @@ DEMO_PASSWORD = b"demo-ledger-password-9d2e"
 
 @dataclass(frozen=True)
 class DemoRun:
-    settings: Settings  # what run_demo was given
+    settings: Settings  # the settings the demo ran with
     summary: dict[str, Any]  # its summary: open alerts, ground truth by id, who played which part
     lakehouse: Path  # the demo's Delta tables
-    narration: str  # everything it printed
+    narration: str  # everything it printed on stdout before the summary
+    console: str  # everything it printed, stdout then stderr
+    log_file: Path  # where the logs of Spark, py4j and the clients went
     seconds: float
     clusters_with_known_password: int  # simulated clusters built with DEMO_PASSWORD (the demo builds one)
 
 
+def _as_set_options(settings: Settings, keys: list[str]) -> list[str]:
+    """``--set key=value`` for each dotted key, the value as its environment variable would carry it."""
+    options = []
+    for key in keys:
+        value: Any = settings
+        for part in key.split("."):
+            value = getattr(value, part)
+        text = (
+            json.dumps(value)
+            if isinstance(value, dict)
+            else str(value).lower()
+            if isinstance(value, bool)
+            else str(value)
+        )
+        options += ["--set", f"{key}={text}"]
+    return options
+
+
 @pytest.fixture(scope="session")
-def demo_run(tmp_path_factory: pytest.TempPathFactory, _spark_session: Any) -> Iterator[DemoRun]:
-    import bkaudit.sim.cluster
-    from bkaudit.demo import run_demo
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
     from connectors.devcluster import DevCluster
 
     root = tmp_path_factory.mktemp("demo")
@@ -45,36 +66,55 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory, _spark_session: Any) -> I
         dev={"state_dir": root / "state"},
         lakehouse_root=root / "lakehouse",
         checkpoint_root=root / "checkpoints",
-        # The suite's session (requested above) is reused; these keep its configuration as it was.
+        log_dir=root / "logs",
+        # A consumer property on every client: each producer logs one CONFWARN line at start, so the
+        # Kafka clients' logger has something to say (it goes to the log file, never to the console).
+        kafka={"extra_config": {"fetch.wait.max.ms": "500"}},
         spark={
             "master": os.environ.get("BKAUDIT_TEST_SPARK_MASTER", "local[2]"),
             "shuffle_partitions": 2,
             "ui_enabled": False,
+            "driver_memory": "1g",
             "extra_conf": {"spark.sql.adaptive.enabled": "false"},
         },
     )
-
-    built: list[bytes | None] = []
-
-    class KnownPasswordCluster(bkaudit.sim.cluster.SimulatedCluster):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            kwargs.setdefault("password", DEMO_PASSWORD)
-            built.append(kwargs["password"])
-            super().__init__(*args, **kwargs)
-
-    narration = io.StringIO()
+    keys = [
+        "dev.state_dir",
+        "lakehouse_root",
+        "checkpoint_root",
+        "log_dir",
+        "kafka.extra_config",
+        "spark.master",
+        "spark.shuffle_partitions",
+        "spark.ui_enabled",
+        "spark.driver_memory",
+        "spark.extra_conf",
+    ]
+    report = root / "demo-process.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BKAUDIT_")}
+    command = [sys.executable, "-m", "tests.integration.demo_process", DEMO_PASSWORD.decode(), str(report)]
     started = time.monotonic()
     try:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(bkaudit.sim.cluster, "SimulatedCluster", KnownPasswordCluster)
-            summary = run_demo(settings, out=narration)
+        done = subprocess.run(
+            [*command, *_as_set_options(settings, keys), "demo", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env=env,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        narration, _, summary_line = done.stdout.rstrip("\n").rpartition("\n")
+        summary = json.loads(summary_line)
         yield DemoRun(
             settings=settings,
             summary=summary,
             lakehouse=Path(summary["lakehouse"]),
-            narration=narration.getvalue(),
+            narration=narration,
+            console=done.stdout + done.stderr,
+            log_file=settings.log_dir / "demo.log",
             seconds=round(time.monotonic() - started, 1),
-            clusters_with_known_password=built.count(DEMO_PASSWORD),
+            clusters_with_known_password=json.loads(report.read_text())["clusters_with_known_password"],
         )
     finally:
-        DevCluster(settings.dev).down()  # run_demo stops them; this is for a run that failed half-way
+        DevCluster(settings.dev).down()  # the demo stops them; this is for a run that failed half-way

@@ -1,9 +1,11 @@
 """`bkaudit demo` end to end (one run, shared through the ``demo_run`` fixture): its open alerts against the
-simulator's ground truth, its services stopped, and no ledger password in any of its tables."""
+simulator's ground truth, its services stopped, no ledger password in any of its tables, and a console that
+tells the story while Spark, py4j and the clients write to the log file."""
 
 from __future__ import annotations
 
 import base64
+import re
 from collections import defaultdict
 
 import pytest
@@ -14,6 +16,44 @@ from connectors.devcluster import DevCluster
 from tests.integration.conftest import DEMO_PASSWORD, DemoRun
 
 pytestmark = pytest.mark.integration
+
+# What the libraries print, in the forms they print it: log4j's default layout ("26/11/26 08:55:51 WARN
+# Utils: ..."), the JVM's and Spark's own banners, the Python workers' chatter (copied to the JVM's stderr),
+# and the Python loggers of py4j and the Kafka and ZooKeeper clients.
+SPARK_LOG4J = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (TRACE|DEBUG|INFO|WARN|ERROR|FATAL) ")
+SPARK_BANNERS = ("log4j", "Setting default log level", "sc.setLogLevel", "Using incubator modules")
+PYTHON_WORKERS = "TransformWithStateInPandas Python worker"
+LIBRARY_LOGGERS = {
+    "py4j": re.compile(r" py4j[.:]"),
+    "Kafka client": re.compile(r" connectors\.kafka\.librdkafka: |rdkafka#"),
+    "ZooKeeper client": re.compile(r" kazoo[.:]"),
+}
+
+
+def library_lines(text: str) -> dict[str, list[str]]:
+    """The lines of ``text`` that a library wrote, by who wrote them."""
+    found: dict[str, list[str]] = defaultdict(list)
+    for line in text.splitlines():
+        if SPARK_LOG4J.match(line) or any(banner in line for banner in SPARK_BANNERS):
+            found["Spark"].append(line)
+        if PYTHON_WORKERS in line:
+            found["Spark Python workers"].append(line)
+        for name, pattern in LIBRARY_LOGGERS.items():
+            if pattern.search(line):
+                found[name].append(line)
+    return dict(found)
+
+
+def test_the_console_tells_the_story_and_the_libraries_write_to_the_log_file(demo_run: DemoRun):
+    assert library_lines(demo_run.console) == {}, demo_run.console[-3000:]
+    lines = demo_run.console.splitlines()
+    assert lines[0].endswith(f"{demo_run.log_file} (--verbose shows them)"), lines[0]  # said once, first
+    assert sum(str(demo_run.log_file) in line for line in lines) == 1
+    assert any("STEP 1: bookie" in line for line in lines) and any("SUMMARY" in line for line in lines)
+    logged = library_lines(demo_run.log_file.read_text(errors="replace"))
+    assert {"Spark", "Spark Python workers", "py4j", "Kafka client", "ZooKeeper client"} <= set(logged), {
+        name: len(found) for name, found in logged.items()
+    }
 
 
 def test_the_demos_open_alerts_match_its_ground_truth(demo_run: DemoRun):

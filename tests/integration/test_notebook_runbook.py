@@ -65,6 +65,14 @@ def test_the_runbook_runs_headless_and_draws_every_plot(demo_run: DemoRun, tmp_p
         pixels = matplotlib.image.imread(path)
         assert pixels.shape[0] >= 300 and pixels.shape[1] >= 600, (name, pixels.shape)
         assert pixels.std() > 0.05, f"{name} is blank"  # bars, steps or markers, not one colour
+    shown = [
+        output
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for output in cell.get("outputs", [])
+        if "image/png" in output.get("data", {})
+    ]
+    assert len(shown) == len(PLOTS), "every plot is shown inline in Jupyter, not only saved"
     text = printed(nb)
     dead = demo_run.summary["story"]["dead_bookie"]
     while_dead = demo_run.summary["ground_truth_ids"]["while_dead_bookie_was_lost"]

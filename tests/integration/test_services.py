@@ -156,7 +156,7 @@ def test_dev_up_status_down_twice_leaves_nothing_behind(tmp_path):
         again = _bkaudit(["dev", "up"], env, tmp_path)
         assert json.loads(again.stdout) == addresses
 
-        status = json.loads(_bkaudit(["dev", "status"], env, tmp_path).stdout)
+        status = json.loads(_bkaudit(["dev", "status", "--format", "json"], env, tmp_path).stdout)
         pids = [status["zookeeper"]["pid"], status["kafka"]["pid"]]
         assert status["zookeeper"]["running"] and status["kafka"]["running"]
         assert status["zookeeper"]["address"] == addresses["zookeeper"]
@@ -169,7 +169,7 @@ def test_dev_up_status_down_twice_leaves_nothing_behind(tmp_path):
         assert down.returncode == 0
         assert json.loads(down.stdout) == {"stopped": {"zookeeper": True, "kafka": True}}
         assert not any(pid_alive(pid) for pid in pids)
-        status = json.loads(_bkaudit(["dev", "status"], env, tmp_path).stdout)
+        status = json.loads(_bkaudit(["dev", "status", "--format", "json"], env, tmp_path).stdout)
         assert not status["zookeeper"]["running"] and not status["kafka"]["running"]
 
 

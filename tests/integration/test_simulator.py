@@ -432,17 +432,21 @@ def test_cli_up_fault_truth_down_round_trip(hosts: str, tmp_path: Path, cli: Cal
         state = ["--state-dir", str(state_dir)]
         second = cli("sim", "up", "--zookeeper", hosts, *state)
         assert second.exit_code == 2 and "already running" in second.stderr
-        killed = cli("sim", "kill-bookie", "1", *state)
+        by_place = cli("sim", "kill-bookie", "1", *state)  # a number is not an id: refused, with the way
+        assert by_place.exit_code == 2 and "use --index 1" in by_place.stderr, by_place.stderr
+        killed = cli("sim", "kill-bookie", "--index", "1", *state)
         assert killed.exit_code == 0, killed.stderr
-        truth = cli("sim", "truth", *state)
+        truth = cli("sim", "truth", "--format", "json", *state)
         assert truth.exit_code == 0, truth.stderr
         lost = summary["bookies"][1]["bookie_id"]
         assert truth.json()["alerts"]["BOOKIE_LOST"] == [lost]
-        bad = cli("sim", "kill-bookie", "1", *state)
+        bad = cli("sim", "kill-bookie", lost, *state)  # by its id
         assert bad.exit_code == 2 and bad.stderr == f"bkaudit: bookie {lost} is already down\n"
+        table = cli("sim", "truth", *state)  # the human view
+        assert table.exit_code == 0 and "BOOKIE_LOST" in table.text and lost in table.text, table.text
         for args in (("autorecovery", "off"), ("auditor", "off"), ("hold-lock", "#0", "--holder", "w9")):
             assert cli("sim", *args, *state).exit_code == 0, args
-        autorecovery = cli("sim", "status", *state).json()["autorecovery"]
+        autorecovery = cli("sim", "status", "--format", "json", *state).json()["autorecovery"]
         assert autorecovery == {
             "enabled": False,
             "auditor": None,

@@ -43,7 +43,7 @@ from connectors.bookie.frames import (
     status_response,
 )
 
-# The example bytes of bookkeeper-facts.md §5.4.
+# Example bytes of a v3 protocol frame.
 REQUEST_LEDGER5_TXN1 = bytes.fromhex("0a 06 08 03 10 0b 18 01 e2 06 02 08 05")
 FRAMED_REQUEST_LEDGER5_TXN1 = bytes.fromhex("00 00 00 0d 0a 06 08 03 10 0b 18 01 e2 06 02 08 05")
 ENOLEDGER_RESPONSE_LEDGER5_TXN1 = bytes.fromhex("0a 06 08 03 10 0b 18 01 10 92 03 e2 06 05 08 92 03 10 05")

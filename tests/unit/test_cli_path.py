@@ -78,7 +78,7 @@ def test_path_underreplicated(cli: Cli, args: tuple[str, ...], expected: str) ->
         (("ledger", "59", "--root", "ledgers"), "must start with '/'"),
         (("ledger", "59", "--root", "/ledgers/"), "must not end with '/'"),
         (("ledger", "59", "--root", "/"), "must not be '/'"),
-        (("ledger",), "Missing argument"),
+        (("ledger",), "give the ledger id"),
         (("underreplicated", "-1"), "negative"),
         (("underreplicated", "x"), "not a non-negative decimal integer"),
         (("underreplicated", "9223372036854775808"), "out of range"),

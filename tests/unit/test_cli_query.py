@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Callable
 
 import pytest
@@ -182,3 +183,28 @@ def test_placement_plan_moves_a_replica_of_the_badly_placed_ledger_to_a_writable
     assert row["ledger_id"] == 1 and row["ensemble"] == "bookie-1,bookie-2,bookie-3"
     assert row["moves"] in ("position 0: bookie-1 -> bookie-4", "position 1: bookie-2 -> bookie-4")
     assert row["reason"] is None and "bookie-4" in row["planned_ensemble"]
+
+
+def test_the_table_view_is_narrow_and_columns_chooses(cli, example):
+    table = query(cli, example, "alerts").text.splitlines()
+    assert table[0].split() == ["kind", "severity", "entity", "pulsar_topic", "since"]
+    assert max(map(len, table)) <= 120  # was ~270 with every column
+    every = query(cli, example, "alerts", "--columns", "all").text.splitlines()[0].split()
+    assert every == list(query(cli, example, "alerts", "-f", "json").json()[0])  # json: every column
+    assert query(cli, example, "alerts", "--columns", "entity, kind").text.splitlines()[0].split() == [
+        "entity",
+        "kind",
+    ]
+    (row,) = query(
+        cli, example, "alerts", "--kind", "BOOKIE_LOST", "--columns", "entity", "-f", "json"
+    ).json()
+    assert row == {"entity": "bookie/bookie-1"}
+    assert "no column nope" in one_error_line(query(cli, example, "alerts", "--columns", "kind,nope"))
+
+
+def test_times_inside_the_detail_are_rfc3339_in_the_table_and_as_the_stream_has_them_in_json(cli, example):
+    args = ("alerts", "--kind", "BOOKIE_LOST", "--columns", "entity,detail")
+    text = query(cli, example, *args).text.splitlines()[2]
+    assert '{"missing_since": "2024-05-01T12:09:00.000Z"}' in text, text
+    (row,) = query(cli, example, *args, "-f", "json").json()
+    assert json.loads(row["detail"]) == {"missing_since": 1714565340000}

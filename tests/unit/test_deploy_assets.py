@@ -251,6 +251,7 @@ def test_spark_submit_wrapper_is_valid_and_points_at_the_entry_file(tmp_path):
 
 OPERATIONS_DOCS = [
     REPO / "README.md",
+    REPO / "docs" / "reference.md",
     REPO / "infra" / "README.md",
     REPO / "docs" / "alerts.md",
     REPO / "docs" / "troubleshooting.md",

@@ -37,7 +37,7 @@ LEGACY = LedgerManagerType.LEGACY_HIERARCHICAL
 MS = LedgerManagerType.MS
 ZK_MANAGERS = (FLAT, HIER, LONG, LEGACY)
 
-# bookkeeper-facts.md §1.3 example table: id → (flat, hierarchical, long-hierarchical).
+# BookKeeper's ledger path examples: id → (flat, hierarchical, long-hierarchical).
 FACTS_PATHS = {
     0: ("/ledgers/L0000000000", "/ledgers/00/0000/L0000", "/ledgers/000/0000/0000/0000/L0000"),
     59: ("/ledgers/L0000000059", "/ledgers/00/0000/L0059", "/ledgers/000/0000/0000/0000/L0059"),

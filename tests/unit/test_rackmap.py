@@ -20,7 +20,7 @@ from bkaudit.domain.rackmap import (
 )
 from bkaudit.errors import FormatError
 
-# bookkeeper-facts.md §4.5
+# Pulsar's rack map znode (/bookies) in its JSON form
 FACTS_EXAMPLE = b"""
 {"group1": {"127.0.0.1:3181": {"rack": "/rack0", "hostname": "bookie1.example.com"},
             "127.0.0.2:3181": {"rack": "/rack1", "hostname": "bookie2.example.com"}},

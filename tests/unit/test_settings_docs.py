@@ -16,7 +16,6 @@ import bkaudit.settings_docs as settings_docs
 from bkaudit.settings import Settings
 from bkaudit.settings_docs import (
     DOC_PATH,
-    FALLBACK_DESCRIPTIONS,
     MASK,
     SettingDoc,
     configuration_markdown,
@@ -50,17 +49,16 @@ def test_every_leaf_setting_is_listed_once_with_a_meaning():
     assert not undocumented, f"give these settings a Field(description=...): {undocumented}"
 
 
-def test_fallback_descriptions_are_neither_stale_nor_shadowed():
-    keys = {row.key for row in ROWS}
-    assert set(FALLBACK_DESCRIPTIONS) <= keys, set(FALLBACK_DESCRIPTIONS) - keys
-    for key in FALLBACK_DESCRIPTIONS:
+def test_the_models_field_descriptions_are_the_only_source():
+    import bkaudit.settings_docs as module
+
+    assert not [name for name in vars(module) if "DESCRIPTION" in name.upper()]
+    for row in ROWS:
         model: Any = Settings
-        *sections, name = key.split(".")
+        *sections, name = row.key.split(".")
         for section in sections:
             model = model.model_fields[section].annotation
-        assert not model.model_fields[name].description, (
-            f"{key}: the model describes it now; drop the fallback"
-        )
+        assert row.description == model.model_fields[name].description, row.key
 
 
 # Settings validated as service addresses (host[:port] lists): a path is not one.

@@ -229,7 +229,7 @@ def test_cli_sim_run_rejects_a_bad_scenario_before_touching_zookeeper(
 def test_cli_sim_commands_without_a_simulator_exit_2_with_one_line(
     cli: Callable[..., Any], tmp_path: Path
 ) -> None:
-    for args in (("truth",), ("status",), ("kill-bookie", "0", "--hard"), ("down",)):
+    for args in (("truth",), ("status",), ("kill-bookie", "--index", "0", "--hard"), ("down",)):
         result = cli("sim", *args, "--state-dir", str(tmp_path))
         assert result.exit_code == 2, args
         assert result.stderr == "bkaudit: no simulator is running (start one with `bkaudit sim up`)\n"
@@ -244,7 +244,9 @@ def test_cli_sim_do_validates_before_connecting(cli: Callable[..., Any], tmp_pat
 
 
 def test_cli_sim_actions_lists_every_action(cli: Callable[..., Any]) -> None:
-    result = cli("sim", "actions")
+    table = cli("sim", "actions")
+    assert table.exit_code == 0 and all(name in table.text for name in ACTIONS)
+    result = cli("sim", "actions", "--format", "json")
     assert result.exit_code == 0
     listing = result.json()
     assert isinstance(listing, dict)

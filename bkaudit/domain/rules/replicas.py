@@ -1,4 +1,4 @@
-"""The replicas check (BP-34 "scrutiny", bookkeeper-facts.md §3.6) for one ledger, on correct set semantics.
+"""The replicas check of one ledger (BP-34 "scrutiny", classified as BookKeeper's Auditor does), on sets.
 
 Pure code: no I/O, no Spark; shared by the CLI (``bkaudit check replicas``), the streaming
 job and the simulator.

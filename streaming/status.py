@@ -1,0 +1,356 @@
+"""Is the auditor working? The facts behind `bkaudit status`, read from what the processes leave behind.
+
+Nothing here talks to the processes themselves (their ``/metrics`` endpoints are off by default):
+
+- **watcher**: it heartbeats every partition of the changes topic every ``watcher.heartbeat_interval_s``, so
+  the newest record on that topic says when it was last alive. Silent for longer than the heartbeat
+  timeout: ``down``.
+- **stream**: ``bkaudit stream`` holds an exclusive lock on ``<checkpoint>/bkaudit.lock`` while it runs
+  (:mod:`streaming.checkpoint_lock`); the kernel's lock table (``/proc/locks``) says whether anyone holds
+  it, without touching it. Its position is the newest batch of each lane's checkpoint (Spark's
+  ``offsets/`` and ``commits/`` for the ledger lane, ``membership/offsets/`` for the membership lane);
+  the records of the changes topic past that position are its lag, and the age of the oldest of them its
+  lag in seconds. Running but more than ``max_lag_s`` behind: ``lagging``.
+- **audit**: open alerts per kind and the lost and read-only bookies, from the Delta tables.
+
+Example:
+    >>> stream_state(holder_alive=True, lag_s=0.4, limits=StatusLimits(heartbeat_timeout_s=10, max_lag_s=60))
+    'up'
+    >>> stream_state(holder_alive=True, lag_s=75.0, limits=StatusLimits(heartbeat_timeout_s=10, max_lag_s=60))
+    'lagging'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bkaudit.errors import BkauditError, ServiceError
+from bkaudit.settings import Settings
+from connectors.kafka.positions import TopicPositions
+from connectors.process import pid_alive
+from streaming.checkpoint_lock import LOCK_FILE
+
+MEMBERSHIP_DIR = "membership"
+STATUS_KAFKA_TIMEOUT_S = 10.0  # a status answers in seconds, whatever kafka.request_timeout_ms says
+
+
+@dataclass(frozen=True)
+class StatusLimits:
+    """When a component counts as down or lagging."""
+
+    heartbeat_timeout_s: float  # the watcher is down when its topic has been silent this long
+    max_lag_s: float  # a running stream is lagging when its oldest unread record is older
+
+    @classmethod
+    def defaults(cls, settings: Settings) -> StatusLimits:
+        """Ten heartbeat intervals (at least 10 s), and a minute or five trigger intervals of lag.
+
+        Example:
+            >>> StatusLimits.defaults(Settings())
+            StatusLimits(heartbeat_timeout_s=10.0, max_lag_s=60.0)
+        """
+        return cls(
+            heartbeat_timeout_s=max(10.0, 10 * settings.watcher.heartbeat_interval_s),
+            max_lag_s=max(60.0, 5 * settings.stream.trigger_interval_s),
+        )
+
+
+@dataclass(frozen=True)
+class LanePosition:
+    """Where one lane of the job stands: its newest batch's end offsets (changes topic) and when it ran.
+
+    Example:
+        >>> LanePosition("ledgers", 7, 1764146400.0, {0: 812}).offsets
+        {0: 812}
+    """
+
+    lane: str
+    batch_id: int
+    batch_at_s: float  # epoch seconds
+    offsets: dict[int, int]  # partition -> next offset to read
+
+
+def stream_state(*, holder_alive: bool, lag_s: float | None, limits: StatusLimits) -> str:
+    """``down`` without a live job, ``lagging`` when its oldest unread record is too old, else ``up``.
+
+    Example:
+        >>> stream_state(holder_alive=False, lag_s=None, limits=StatusLimits(10, 60))
+        'down'
+    """
+    if not holder_alive:
+        return "down"
+    return "lagging" if lag_s is not None and lag_s > limits.max_lag_s else "up"
+
+
+def flock_holder(path: Path, locks_table: Path = Path("/proc/locks")) -> int | None:
+    """The pid holding a ``flock`` on ``path`` according to the kernel's lock table, or None.
+
+    Raises ``OSError`` when the table cannot be read (not Linux).
+
+    Example:
+        >>> import tempfile, fcntl
+        >>> lock = Path(tempfile.mkdtemp()) / "x.lock"
+        >>> with open(lock, "w") as handle:
+        ...     fcntl.flock(handle, fcntl.LOCK_EX)
+        ...     flock_holder(lock) == os.getpid()
+        True
+        >>> flock_holder(lock) is None  # closed: released
+        True
+    """
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    device = f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}"
+    for line in locks_table.read_text().splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == device:
+            return int(fields[4])
+    return None
+
+
+def job_holder(checkpoint: Path) -> dict[str, Any]:
+    """Who runs the job on ``checkpoint``: ``{"alive": bool, "pid", "host", "started_at"}``.
+
+    The kernel's lock table decides on this host. A lock file written by another host cannot be checked
+    here: ``alive`` is then None (the caller judges by the checkpoint's progress).
+
+    Example:
+        >>> import tempfile
+        >>> job_holder(Path(tempfile.mkdtemp()))["alive"]  # no lock file: nobody
+        False
+    """
+    lock = checkpoint / LOCK_FILE
+    try:
+        recorded = json.loads(lock.read_text())
+    except (OSError, ValueError):
+        recorded = {}
+    if not isinstance(recorded, dict):
+        recorded = {}
+    holder: dict[str, Any] = {k: recorded.get(k) for k in ("pid", "host", "started_at")}
+    if recorded.get("host") not in (None, socket.gethostname()):
+        return {**holder, "alive": None}
+    try:
+        pid = flock_holder(lock)
+        holder["alive"] = pid is not None
+        holder["pid"] = pid if pid is not None else holder["pid"]
+    except OSError:  # no lock table: the recorded pid is the best there is
+        holder["alive"] = isinstance(holder["pid"], int) and pid_alive(holder["pid"])
+    return holder
+
+
+def _source_offsets(lines: list[str], topic: str) -> dict[int, int]:
+    for line in lines:
+        try:
+            document = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(document, dict) and isinstance(document.get(topic), dict):
+            return {int(p): int(o) for p, o in document[topic].items()}
+    return {}
+
+
+def ledger_lane_position(checkpoint: Path, topic: str) -> LanePosition | None:
+    """The ledger lane's newest committed batch (Spark's ``commits/`` and ``offsets/`` files).
+
+    Example:
+        >>> import tempfile
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> for name in ("offsets", "commits"):
+        ...     (folder / name).mkdir()
+        >>> _ = (folder / "offsets" / "3").write_text('v1\\n{"batchTimestampMs": 1}\\n{"t": {"0": 7}}\\n')
+        >>> _ = (folder / "commits" / "3").write_text("v1\\n{}\\n")
+        >>> position = ledger_lane_position(folder, "t")
+        >>> position.batch_id, position.offsets
+        (3, {0: 7})
+    """
+    commits = checkpoint / "commits"
+    done = sorted(int(p.name) for p in commits.glob("*") if p.name.isdigit()) if commits.is_dir() else []
+    for batch_id in reversed(done):
+        offsets = checkpoint / "offsets" / str(batch_id)
+        if offsets.is_file():
+            lines = offsets.read_text().splitlines()
+            return LanePosition(
+                "ledgers",
+                batch_id,
+                (commits / str(batch_id)).stat().st_mtime,
+                _source_offsets(lines[2:], topic),
+            )
+    return None
+
+
+def membership_lane_position(checkpoint: Path, topic: str) -> LanePosition | None:
+    """The membership lane's newest planned batch (``membership/offsets/<id>.json``).
+
+    Example:
+        >>> import tempfile
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> (folder / "membership" / "offsets").mkdir(parents=True)
+        >>> _ = (folder / "membership" / "offsets" / "4.json").write_text('{"end": {"t": {"1": 9}}}')
+        >>> membership_lane_position(folder, "t").offsets
+        {1: 9}
+    """
+    folder = checkpoint / MEMBERSHIP_DIR / "offsets"
+    batches = (
+        sorted(int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit()) if folder.is_dir() else []
+    )
+    if not batches:
+        return None
+    path = folder / f"{batches[-1]}.json"
+    try:
+        end = json.loads(path.read_text()).get("end") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    return LanePosition(
+        "membership", batches[-1], path.stat().st_mtime, _source_offsets([json.dumps(end)], topic)
+    )
+
+
+def _lag(
+    positions: TopicPositions, topic: str, lane: LanePosition, ends: dict[int, int], now_s: float
+) -> tuple[int, float]:
+    """Records of ``topic`` past the lane's position (on the partitions it reads), and the age in seconds
+    of the oldest of them (0 when there are none)."""
+    behind = {p: ends[p] - o for p, o in lane.offsets.items() if p in ends and ends[p] > o}
+    if not behind:
+        return 0, 0.0
+    written = positions.record_times(topic, {p: lane.offsets[p] for p in behind})
+    oldest = min(written.values(), default=None)
+    age = max(0.0, now_s - oldest / 1000.0) if oldest is not None else now_s - lane.batch_at_s
+    return sum(behind.values()), round(age, 1)
+
+
+def watcher_status(
+    positions: TopicPositions, topic: str, ends: dict[int, int] | None, now_s: float, limits: StatusLimits
+) -> dict[str, Any]:
+    """The watcher's state from the newest record on its topic (its heartbeats).
+
+    Example:
+        >>> # watcher_status(positions, "bkaudit.changes", {0: 812}, time.time(), limits)["state"]  → 'up'
+    """
+    last = {p: end - 1 for p, end in (ends or {}).items() if end > 0}
+    written = positions.record_times(topic, last)
+    if not written:
+        detail = f"no topic {topic}" if ends is None else f"nothing published on {topic}"
+        return {"state": "down", "last_seen": None, "lag_s": None, "detail": detail}
+    newest_s = max(written.values()) / 1000.0
+    age = round(max(0.0, now_s - newest_s), 1)
+    state = "up" if age <= limits.heartbeat_timeout_s else "down"
+    return {"state": state, "last_seen": newest_s, "lag_s": age, "detail": f"last heartbeat on {topic}"}
+
+
+def stream_status(
+    settings: Settings,
+    positions: TopicPositions | None,
+    ends: dict[int, int] | None,
+    now_s: float,
+    limits: StatusLimits,
+) -> dict[str, Any]:
+    """The job's state: its lock holder, each lane's last batch and lag on the changes topic (``positions``
+    None: Kafka did not answer, the lag is unknown and the state rests on the lock alone).
+
+    Example:
+        >>> # stream_status(settings, positions, {0: 812}, time.time(), limits)["lag_records"]  → 0
+    """
+    topic = settings.kafka.changes_topic
+    checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
+    holder = job_holder(checkpoint)
+    lanes = [
+        lane
+        for lane in (ledger_lane_position(checkpoint, topic), membership_lane_position(checkpoint, topic))
+        if lane is not None
+    ]
+    lane_rows: list[dict[str, Any]] = []
+    for lane in lanes:
+        records, age = (None, None) if positions is None else _lag(positions, topic, lane, ends or {}, now_s)
+        lane_rows.append(
+            {
+                "lane": lane.lane,
+                "batch_id": lane.batch_id,
+                "last_batch": lane.batch_at_s,
+                "lag_records": records,
+                "lag_s": age,
+            }
+        )
+    last_batch = max((row["last_batch"] for row in lane_rows), default=None)
+    lag_s = max((row["lag_s"] for row in lane_rows if row["lag_s"] is not None), default=None)
+    alive = holder["alive"]
+    if alive is None:  # held from another host: alive while its batches keep coming
+        alive = last_batch is not None and now_s - last_batch <= limits.max_lag_s
+    state = stream_state(holder_alive=alive, lag_s=lag_s, limits=limits)
+    if holder.get("pid") is not None and holder["alive"] is not False:
+        who = f"pid {holder['pid']} on {holder.get('host') or '?'}"
+    else:
+        who = "no job holds the checkpoint"
+    records = None if positions is None else sum(row["lag_records"] for row in lane_rows)
+    if positions is None:
+        detail = f"{who}; lag unknown (Kafka did not answer)"
+    else:
+        detail = f"{who}; {records} records behind on {topic}" if lanes else f"{who}; no batch yet"
+    return {
+        "state": state,
+        "last_seen": last_batch,
+        "lag_s": lag_s,
+        "lag_records": records,
+        "detail": detail,
+        "checkpoint": str(checkpoint),
+        "holder": holder,
+        "lanes": lane_rows,
+    }
+
+
+def audit_summary(lakehouse_root: Path) -> dict[str, Any]:
+    """Open alerts per kind and the lost and read-only bookies, from the Delta tables (an ``error`` note
+    when there are none yet).
+
+    Example:
+        >>> audit_summary(Path("/nonexistent"))["error"]
+        'no lakehouse at /nonexistent'
+    """
+    from connectors.delta.queries import Lakehouse
+
+    try:
+        with Lakehouse(lakehouse_root) as lakehouse:
+            kinds = lakehouse.open_alerts(group_by=["kind"]).to_pylist()
+            bookies = lakehouse.bookies().select(["bookie_id", "status", "lost"]).to_pylist()
+    except BkauditError as err:
+        return {"open_alerts": {}, "lost_bookies": [], "read_only_bookies": [], "error": str(err)}
+    return {
+        "open_alerts": {row["kind"]: row["alerts"] for row in kinds},
+        "lost_bookies": sorted(row["bookie_id"] for row in bookies if row["lost"]),
+        "read_only_bookies": sorted(row["bookie_id"] for row in bookies if row["status"] == "READ_ONLY"),
+    }
+
+
+def gather_status(settings: Settings, limits: StatusLimits, now_s: float | None = None) -> dict[str, Any]:
+    """Everything `bkaudit status` reports, as one JSON-ready document (times as epoch seconds).
+
+    ``healthy`` is true when the watcher and the stream are up.
+
+    Example:
+        >>> # gather_status(load_settings(), StatusLimits.defaults(load_settings()))["healthy"]  → True
+    """
+    now_s = time.time() if now_s is None else now_s
+    topic = settings.kafka.changes_topic
+    with TopicPositions(settings.kafka, timeout_s=STATUS_KAFKA_TIMEOUT_S) as positions:
+        try:
+            ends = positions.end_offsets(topic)
+        except ServiceError as err:  # the tables and the lock still say something: report, do not fail
+            watcher = {"state": "unknown", "last_seen": None, "lag_s": None, "detail": str(err)}
+            stream = stream_status(settings, None, None, now_s, limits)
+        else:
+            watcher = watcher_status(positions, topic, ends, now_s, limits)
+            stream = stream_status(settings, positions, ends, now_s, limits)
+    return {
+        "healthy": watcher["state"] == "up" and stream["state"] == "up",
+        "watcher": watcher,
+        "stream": stream,
+        **audit_summary(Path(settings.lakehouse_root)),
+        "limits": {"heartbeat_timeout_s": limits.heartbeat_timeout_s, "max_lag_s": limits.max_lag_s},
+    }
