@@ -1,14 +1,17 @@
-"""bkaudit: a continuously running auditor for Apache BookKeeper clusters.
+"""bkaudit: a continuously running auditor for Apache BookKeeper clusters; this package is its top floor.
 
-Packages:
-
-- ``bkaudit.domain``: pure BookKeeper formats, schedules, alert vocabulary and, in ``bkaudit.domain.rules``,
-  the audit rules (no I/O, no Spark).
 - ``bkaudit.cli``: the ``bkaudit`` command.
-- ``bkaudit.settings``: typed configuration (``BKAUDIT_`` environment variables, optional file).
+- ``bkaudit.sim``: the cluster simulator with fault injection and ground truth.
 - ``bkaudit.testing``: the shipped test harness (embedded services, pytest fixtures, fault helpers).
-- ``connectors`` (top-level package): everything that talks to another system.
-- ``streaming`` (top-level package): the Spark job.
+- ``bkaudit.demo``, ``bkaudit.settings_docs``: the demo and the settings reference.
+
+Below it, each importing only what lies lower: ``streaming`` (the Spark job), ``connectors`` (everything
+that talks to another system) and ``core`` (pure formats, rules and vocabulary; configuration).
+
+Example:
+    >>> import bkaudit
+    >>> bkaudit.__version__
+    '0.1.0'
 """
 
 __version__ = "0.1.0"

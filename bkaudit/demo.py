@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from bkaudit.settings import Settings
+from core.settings import Settings
 
 STEP_TIMEOUT_S = 90.0
 

@@ -5,7 +5,7 @@ services are reused), ``down`` stops only the processes whose pid files and comm
 ``status`` reports what runs where.
 
 Example:
-    >>> from bkaudit.settings import DevSettings
+    >>> from core.settings import DevSettings
     >>> DevCluster(DevSettings(state_dir="/tmp/bkaudit-doc-dev")).status()["zookeeper"]["running"]
     False
 """
@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from bkaudit.settings import DevSettings
 from connectors.kafka.embedded import EmbeddedBroker
 from connectors.zookeeper.embedded import EmbeddedZooKeeper
+from core.settings import DevSettings
 
 
 @dataclass

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bkaudit.errors import ServiceError
+from core.errors import ServiceError
 
 LOOPBACK = "127.0.0.1"
 

@@ -109,7 +109,7 @@ case "$action" in
     exec python -m pytest tests/benchmarks -m benchmark -s -p no:cacheprovider -o addopts="" "$@"
     ;;
   lint)
-    ruff check . && ruff format --check . && mypy bkaudit connectors streaming
+    ruff check . && ruff format --check . && mypy core connectors streaming bkaudit
     ;;
   lock)
     # Resolve pyproject.toml afresh (no constraints) in a scratch venv and pin what it installed.
@@ -126,9 +126,9 @@ case "$action" in
     echo "lock: rewrote constraints.txt ($(grep -vc '^#' "$constraints") pins); review 'git diff constraints.txt', then make test" >&2
     ;;
   proto)
-    python -m grpc_tools.protoc -Iproto --python_out=bkaudit/pb --pyi_out=bkaudit/pb proto/*.proto
+    python -m grpc_tools.protoc -Iproto --python_out=core/pb --pyi_out=core/pb proto/*.proto
     # protoc writes absolute-package imports between generated files; ours are self-contained, so nothing to fix.
-    echo "generated: $(ls bkaudit/pb/*_pb2.py | tr '\n' ' ')"
+    echo "generated: $(ls core/pb/*_pb2.py | tr '\n' ' ')"
     ;;
   *)
     echo "bootstrap: unknown action '$action' (demo, test, bench, lint, proto, lock)" >&2

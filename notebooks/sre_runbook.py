@@ -44,8 +44,8 @@ import matplotlib.dates as mdates
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from bkaudit.settings import load_settings
 from connectors.delta.queries import LEDGER_RISK_KINDS, Lakehouse
+from core.settings import load_settings
 
 lakehouse_path = Path(lakehouse) if lakehouse is not None else load_settings().lakehouse_root / "demo"
 plots = Path(output_dir)

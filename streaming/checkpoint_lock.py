@@ -37,7 +37,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from bkaudit.errors import ConfigError
+from core.errors import ConfigError
 
 LOCK_FILE = "bkaudit.lock"
 

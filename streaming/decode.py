@@ -1,10 +1,10 @@
 """Stage 1 of the job: Kafka records → :data:`streaming.schemas.CHANGE_SCHEMA` rows (``mapInArrow``).
 
-Change events are decoded with :func:`bkaudit.events.decode_event` (the same code the watcher's tests use);
+Change events are decoded with :func:`core.events.decode_event` (the same code the watcher's tests use);
 feedback records (the job's own re-probe results) are JSON. A record that cannot be decoded becomes a
 ``dead_letter`` row carrying the reason and the record's key and value bytes (base64 in the payload), so one
 bad message never stops the query. So does an event dated too far ahead of the receiving clock
-(:mod:`bkaudit.domain.rules.event_time`): it would move the watermark past every later event.
+(:mod:`core.domain.rules.event_time`): it would move the watermark past every later event.
 
 Pure (no I/O); Arrow in, Arrow out. A batch is decoded into columns (no row dictionaries), and a ledger
 upsert's payload, the bulk of the stream, is written as JSON text directly (:func:`ledger_payload_json`,
@@ -29,11 +29,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from bkaudit import events as ev
-from bkaudit.domain.metadata import HEADER_KEY
-from bkaudit.domain.rules.event_time import future_event_reason, receiving_clock_ms
-from bkaudit.errors import FormatError
-from bkaudit.pb import change_events_pb2 as pb
+from core import events as ev
+from core.domain.metadata import HEADER_KEY
+from core.domain.rules.event_time import future_event_reason, receiving_clock_ms
+from core.errors import FormatError
+from core.pb import change_events_pb2 as pb
 from streaming.state_keys import (
     CLUSTER_STATE_KEY,
     DEAD_LETTER_STATE_KEY,
@@ -366,7 +366,7 @@ def decode_record(
     """One Kafka record → one change row (a ``dead_letter`` row when it cannot be decoded).
 
     With ``max_event_time_skew_s`` and a ``received_ms``
-    (:func:`~bkaudit.domain.rules.event_time.receiving_clock_ms`), an event dated further ahead than the skew
+    (:func:`~core.domain.rules.event_time.receiving_clock_ms`), an event dated further ahead than the skew
     is a dead letter too, stamped with the receiving clock.
 
     Example:

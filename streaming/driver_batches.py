@@ -42,9 +42,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from bkaudit.domain.alerts import rfc3339_ms
-from bkaudit.errors import ConfigError
 from connectors.kafka.spark_source import ARROW_RECORD_SCHEMA
+from core.domain.alerts import rfc3339_ms
+from core.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ The lanes share one :class:`~streaming.loss.LossAuditor` (the lost-bookie alerts
 producer; see docs/design.md for why state, timers and idempotency sit where they do.
 
 Example:
-    >>> from bkaudit.settings import Settings
+    >>> from core.settings import Settings
     >>> processor_config(Settings().stream).reprobe_rounds
     3
 """
@@ -28,10 +28,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bkaudit.domain.rules.autorecovery import AutoRecoveryGraces
-from bkaudit.errors import BkauditError, ConfigError, ServiceError
-from bkaudit.localfs import writable_directory
-from bkaudit.settings import Settings, StreamSettings
+from core.domain.rules.autorecovery import AutoRecoveryGraces
+from core.errors import BkauditError, ConfigError, ServiceError
+from core.localfs import writable_directory
+from core.settings import Settings, StreamSettings
 from streaming.decode import decode_batches
 from streaming.driver_batches import DriverMicroBatches, OffsetLog
 from streaming.membership import QUERY_NAME as MEMBERSHIP_QUERY_NAME
@@ -459,7 +459,7 @@ def query_failure(exception: Any) -> Exception:
     restarts the job, the batch is replayed).
 
     Example:
-        >>> query_failure("... bkaudit.errors.ServiceError: bkaudit_kafka: Kafka at k:9 failed\\n  at ...")
+        >>> query_failure("... core.errors.ServiceError: bkaudit_kafka: Kafka at k:9 failed\\n  at ...")
         ServiceError('bkaudit_kafka: Kafka at k:9 failed')
         >>> type(query_failure("java.lang.OutOfMemoryError"))
         <class 'RuntimeError'>

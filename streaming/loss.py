@@ -5,13 +5,13 @@ by :meth:`LossAuditor.apply`, from
 
 - membership decisions (the membership lane, :mod:`streaming.membership`): a bookie lost or returned sends
   the ledgers of its partition of the ``ledger_bookies`` index through the vectorised lost-bookie rule
-  (:func:`~bkaudit.domain.rules.lost_ledgers.lost_bookie_verdicts`), with no Spark state and no read of the
+  (:func:`~core.domain.rules.lost_ledgers.lost_bookie_verdicts`), with no Spark state and no read of the
   ``ledgers`` table;
 - changed ledgers (the ledger lane, :class:`streaming.sink.AuditSink`, *after* it wrote their index rows):
   their new versions against the lost set.
 
 The auditor keeps the lost set and the open alerts of its kinds in memory (loaded from Delta at the first
-call; the ledger kinds as Arrow columns, :mod:`bkaudit.domain.ledger_alerts`, so a loss goes from the rule's
+call; the ledger kinds as Arrow columns, :mod:`core.domain.ledger_alerts`, so a loss goes from the rule's
 verdicts to encoded Kafka records and table rows in bulk, with no object per ledger), publishes each call's
 transitions, then records them (``bookies`` membership columns, ``open_alerts``,
 ``violations``) with the caller's ``(app_id, batch_id)`` app transaction, so a replayed batch writes nothing
@@ -46,21 +46,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from bkaudit.domain.alert_book import AlertBook, alert_to_row
-from bkaudit.domain.alerts import Alert, AlertKind
-from bkaudit.domain.ledger_alerts import (
-    alert_records,
-    alert_rows,
-    condition_table,
-    empty_open,
-    ledger_transitions,
-    open_from_rows,
-    transition_counts,
-    verdict_conditions_table,
-)
-from bkaudit.domain.rules.autorecovery import AUTORECOVERY_KINDS
-from bkaudit.domain.rules.lost_ledgers import LOST_BOOKIE_INPUT_SCHEMA, lost_bookie_verdicts
-from bkaudit.settings import KafkaSettings
 from connectors.delta.ledger_log import LedgerLog
 from connectors.delta.scan import scan
 from connectors.delta.tables import (
@@ -72,6 +57,21 @@ from connectors.delta.tables import (
     table_before_batch,
     table_path,
 )
+from core.domain.alert_book import AlertBook, alert_to_row
+from core.domain.alerts import Alert, AlertKind
+from core.domain.ledger_alerts import (
+    alert_records,
+    alert_rows,
+    condition_table,
+    empty_open,
+    ledger_transitions,
+    open_from_rows,
+    transition_counts,
+    verdict_conditions_table,
+)
+from core.domain.rules.autorecovery import AUTORECOVERY_KINDS
+from core.domain.rules.lost_ledgers import LOST_BOOKIE_INPUT_SCHEMA, lost_bookie_verdicts
+from core.settings import KafkaSettings
 from streaming.publish import encoded_alerts, publish_records
 from streaming.reports import REPORTS_KEPT, LossReport, keep_recent
 
@@ -451,7 +451,7 @@ def record_transitions(
 ) -> tuple[bool, bool]:
     """``open_alerts`` (each transition's row while it is open, removed when resolved) and ``violations``
     (every transition, appended) for a book's transitions and, columnar, ledger transitions
-    (:func:`~bkaudit.domain.ledger_alerts.alert_rows`); per table, False when a replay found it written."""
+    (:func:`~core.domain.ledger_alerts.alert_rows`); per table, False when a replay found it written."""
     # Each transition's row once: an open alert with a transition's id is that transition (a re-fire is a
     # new object).
     rows = {id(a): alert_to_row(a) for a in book.transitions}

@@ -6,8 +6,8 @@
 1. decodes the records with the ledger lane's decoder (dead letters and future events are the ledger
    lane's to record: it reads every record too);
 2. applies bookie registrations, ``lostBookieRecoveryDelay``, AutoRecovery's znodes and heartbeats (the
-   event-time clock) to :class:`~bkaudit.domain.rules.lost_bookie.BookieMembership` and
-   :class:`~bkaudit.domain.rules.autorecovery.AutoRecoveryHealth` through the same
+   event-time clock) to :class:`~core.domain.rules.lost_bookie.BookieMembership` and
+   :class:`~core.domain.rules.autorecovery.AutoRecoveryHealth` through the same
    :class:`~streaming.processor.ClusterLogic` the stateful processor used: BookKeeper's debounce (the delay
    from ZooKeeper, no delay when more than one bookie is missing, a return within the delay is a flap);
 3. hands the resulting decisions to :class:`~streaming.loss.LossAuditor`, which reads only the lost bookie's

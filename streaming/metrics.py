@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from bkaudit.domain.alerts import AlertKind, AlertState
-from bkaudit.metrics_http import serve_metrics
 from connectors.kafka.spark_source import SourceStatusCollector
+from core.domain.alerts import AlertKind, AlertState
+from core.metrics_http import serve_metrics
 
 if TYPE_CHECKING:
     from streaming.reports import BatchReport, LossReport
@@ -362,7 +362,7 @@ class StreamMetrics:
     def serve(self, port: int) -> None:
         """Expose ``/metrics`` on ``port`` (all interfaces: Prometheus scrapes from elsewhere).
 
-        Raises :class:`~bkaudit.errors.ServiceError` (one line naming the port) when it cannot bind.
+        Raises :class:`~core.errors.ServiceError` (one line naming the port) when it cannot bind.
         """
         serve_metrics(self.registry, port, "0.0.0.0", setting="stream.metrics_port")
 

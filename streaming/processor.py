@@ -2,9 +2,9 @@
 
 Grouped by ``state_key``:
 
-- ``"cluster"``: one :class:`~bkaudit.domain.rules.lost_bookie.BookieMembership` (registrations, the recovery
+- ``"cluster"``: one :class:`~core.domain.rules.lost_bookie.BookieMembership` (registrations, the recovery
   delay, the several-missing rule), AutoRecovery's health
-  (:class:`~bkaudit.domain.rules.autorecovery.AutoRecoveryHealth`) and the rack map. An event-time timer at
+  (:class:`~core.domain.rules.autorecovery.AutoRecoveryHealth`) and the rack map. An event-time timer at
   the next deadline lets a delay or a grace period expire on an idle cluster: the watcher's heartbeats move
   the watermark.
 - ``"ledgers/<bucket>"`` (ledger id modulo ``stream.ledger_state_buckets``): in a map state, only the
@@ -20,7 +20,7 @@ is *missing* is governed by the lost-bookie delay: when it expires the registrat
 membership) and only a still-missing bookie raises alerts — that is the re-probe of BP-34 for missing bookies.
 Probe failures (timeouts, too few replicas) are re-probed ``reprobe_rounds`` times, ``reprobe_delay`` apart
 (doubling), before ``replicas_confirmed``: the rounds are counted per kind of failure
-(:mod:`bkaudit.domain.rules.rounds`), so a healthy round or a different failure starts the count again.
+(:mod:`core.domain.rules.rounds`), so a healthy round or a different failure starts the count again.
 
 The decision logic lives in :class:`ClusterLogic` and :class:`LedgerLogic` (plain Python, unit-tested
 without Spark); :class:`AuditProcessor` adapts them to Spark's state and timer API.
@@ -40,15 +40,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from bkaudit.domain.rules.autorecovery import (
+from core.domain.rules.autorecovery import (
     AutoRecoveryGraces,
     AutoRecoveryHealth,
     AutoRecoveryZnodes,
     HealthTransition,
     ReplicationLock,
 )
-from bkaudit.domain.rules.lost_bookie import BookieMembership, BookieStatus, Transition, TransitionKind
-from bkaudit.domain.rules.rounds import FailureRounds, confirms, count_round, failure_kind
+from core.domain.rules.lost_bookie import BookieMembership, BookieStatus, Transition, TransitionKind
+from core.domain.rules.rounds import FailureRounds, confirms, count_round, failure_kind
 from streaming.state_keys import DEAD_LETTER_STATE_KEY
 
 Decision = dict[str, Any]

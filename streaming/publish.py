@@ -18,9 +18,9 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bkaudit.domain.alerts import Alert, alert_bytes
-from bkaudit.errors import ServiceError
-from bkaudit.settings import KafkaSettings
+from core.domain.alerts import Alert, alert_bytes
+from core.errors import ServiceError
+from core.settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def publish(
 ) -> list[dict[str, Any]]:
     """Send alert transitions and feedback, wait for every acknowledgement; returns the alerts as published.
 
-    Raises :class:`~bkaudit.errors.ServiceError` when a record is not delivered: the caller's batch fails
+    Raises :class:`~core.errors.ServiceError` when a record is not delivered: the caller's batch fails
     and is replayed, and a replay publishes the same alert ids again.
     """
     if not alerts and not feedback:
@@ -71,10 +71,10 @@ def publish_records(
     counts: Mapping[tuple[str, str], int] | None = None,
 ) -> list[bytes]:
     """Send encoded alerts (``(key, value)``, e.g. from :func:`encoded_alerts` or the columnar
-    :func:`~bkaudit.domain.ledger_alerts.alert_records`) and feedback, and wait for every acknowledgement;
+    :func:`~core.domain.ledger_alerts.alert_records`) and feedback, and wait for every acknowledgement;
     returns the alert values sent. ``counts`` (``(kind, state) → alerts``) is for the log line.
 
-    Raises :class:`~bkaudit.errors.ServiceError` as :func:`publish` does.
+    Raises :class:`~core.errors.ServiceError` as :func:`publish` does.
     """
     if not alert_records and not feedback:
         return []

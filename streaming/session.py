@@ -6,7 +6,7 @@ updates kept for metrics, loopback-only driver in local mode, and ``PYSPARK_PYTH
 interpreter so executors import the same environment.
 
 Example:
-    >>> from bkaudit.settings import SparkSettings
+    >>> from core.settings import SparkSettings
     >>> spark_conf(SparkSettings(master="local[2]"), for_tests=True)["spark.ui.enabled"]
     'false'
 """
@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bkaudit.logsetup import library_log
-from bkaudit.settings import SparkSettings
+from core.logsetup import library_log
+from core.settings import SparkSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

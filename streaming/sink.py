@@ -27,12 +27,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from bkaudit.domain.alert_book import AlertBook
-from bkaudit.domain.alerts import AlertKind, AlertState
-from bkaudit.domain.rules.evaluate import (
-    PlacementPolicyConfig,
-)
-from bkaudit.settings import KafkaSettings
 from connectors.delta.ledger_log import LedgerLog
 from connectors.delta.placement_plans import PlacementPlanner
 from connectors.delta.scan import scan
@@ -48,6 +42,12 @@ from connectors.delta.tables import (
     table_before_batch,
     table_path,
 )
+from core.domain.alert_book import AlertBook
+from core.domain.alerts import AlertKind, AlertState
+from core.domain.rules.evaluate import (
+    PlacementPolicyConfig,
+)
+from core.settings import KafkaSettings
 from streaming.decode import ARROW_CHANGE_SCHEMA
 from streaming.loss import (
     OWNED_ALERT_KINDS,
@@ -95,7 +95,7 @@ class SinkConfig:
     placement: PlacementPolicyConfig = field(default_factory=PlacementPolicyConfig)
     probe_timeout_s: float = 5.0
     probe_concurrency: int = 64
-    entry_checks: str = "auto"  # auto, entry_lists or entry_reads (bkaudit.settings.StreamSettings)
+    entry_checks: str = "auto"  # auto, entry_lists or entry_reads (core.settings.StreamSettings)
     entry_checks_by_bookie: tuple[tuple[str, str], ...] = ()
     entry_read_sample_percent: float = 0.0
     entry_reads_per_s_per_bookie: float | None = None
@@ -106,7 +106,7 @@ class SinkConfig:
     ledger_fold_interval_s: float = 0.0  # fold ledger_changes into ledgers this often; 0 = only at close()
     ledger_changes_retention_hours: float = 168.0  # folded ledger_changes rows kept this long (maintenance)
     index_cleanup_bookies_per_batch: int = 1  # ledger_bookies partitions cleaned of old versions per batch
-    agents: AgentConfig | None = None  # bookie-side agents asked first (bkaudit.settings.AgentSettings)
+    agents: AgentConfig | None = None  # bookie-side agents asked first (core.settings.AgentSettings)
 
 
 #: What the sink receives per batch (:data:`streaming.schemas.DECISION_SCHEMA` as Arrow): the processor's

@@ -7,7 +7,7 @@ one small handler per decision kind; :func:`evaluate_ledgers` then evaluates the
 placement. The sink (:mod:`streaming.sink`) reads the state, runs the steps and writes the result.
 
 Example:
-    >>> from bkaudit.domain.alert_book import AlertBook
+    >>> from core.domain.alert_book import AlertBook
     >>> batch = SinkBatch(batch_id=0, cluster="c", book=AlertBook("c"), bookie_rows={}, changes_partitions=1)
     >>> apply_decisions(batch, [{"kind": "ledger_deleted", "ledger_id": 7, "payload": {}, "at_ms": 5}])
     >>> batch.ledgers[7]["deleted"], sorted(batch.changed_ledgers), batch.index_replace
@@ -26,16 +26,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bkaudit.domain.alert_book import AlertBook
-from bkaudit.domain.alerts import RACK_MAP_ENTITY, AlertKind
-from bkaudit.domain.rules.evaluate import (
+from connectors.delta.tables import LEDGER_BUCKETS
+from connectors.kafka.publisher import partition_for_key
+from core.domain.alert_book import AlertBook
+from core.domain.alerts import RACK_MAP_ENTITY, AlertKind
+from core.domain.rules.evaluate import (
     PlacementPolicyConfig,
     placement_column,
     placement_condition,
 )
-from bkaudit.domain.rules.placement_batch import rackaware_screen
-from connectors.delta.tables import LEDGER_BUCKETS
-from connectors.kafka.publisher import partition_for_key
+from core.domain.rules.placement_batch import rackaware_screen
 from streaming.loss import MEMBERSHIP_DECISIONS, utc_from_ms
 from streaming.sink_versions import adhering_versions
 

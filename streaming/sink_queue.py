@@ -37,7 +37,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from bkaudit.errors import ConfigError
+from core.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

@@ -28,10 +28,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
-from bkaudit.domain.rules.evaluate import PlacementPolicyConfig
-from bkaudit.domain.rules.placement_batch import DEFAULT_RACK_CODE, rack_codes, rackaware_screen_codes
 from connectors.delta.tables import LEDGER_BUCKETS, LEDGERS, SNAPSHOT_SEEN
 from connectors.kafka.publisher import partitions_for_keys
+from core.domain.rules.evaluate import PlacementPolicyConfig
+from core.domain.rules.placement_batch import DEFAULT_RACK_CODE, rack_codes, rackaware_screen_codes
 
 #: The fields of a ``ledger_state`` payload the rows need (:func:`streaming.decode.ledger_payload`, plus the
 #: snapshot id the processor adds); others are ignored.

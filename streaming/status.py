@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bkaudit.errors import BkauditError, ServiceError
-from bkaudit.settings import Settings
 from connectors.kafka.positions import TopicPositions
 from connectors.process import pid_alive
+from core.errors import BkauditError, ServiceError
+from core.settings import Settings
 from streaming.checkpoint_lock import LOCK_FILE
 
 MEMBERSHIP_DIR = "membership"

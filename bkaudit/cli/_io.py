@@ -1,7 +1,7 @@
 """Shared plumbing for commands: stdin readers, JSON output, and the bad-input contract.
 
 Every command exits 0 on success and 2 with a one-line message on stderr for bad input (never a
-traceback); JSON goes to stdout as one UTF-8 object. Commands raise :class:`bkaudit.errors.BkauditError`
+traceback); JSON goes to stdout as one UTF-8 object. Commands raise :class:`core.errors.BkauditError`
 (or ``FormatError``) for bad input and ``bkaudit.cli.main.run`` turns it into exit code 2.
 
 Example:
@@ -15,7 +15,7 @@ import json
 import sys
 from typing import IO, Any
 
-from bkaudit.errors import FormatError
+from core.errors import FormatError
 
 
 def read_stdin_bytes() -> bytes:

@@ -22,9 +22,9 @@ from typing import Any
 
 import typer
 
-from bkaudit.errors import InvalidArgumentError
-from bkaudit.logsetup import configure_logging, register_secrets
-from bkaudit.settings import AgentSettings, load_settings
+from core.errors import InvalidArgumentError
+from core.logsetup import configure_logging, register_secrets
+from core.settings import AgentSettings, load_settings
 
 
 def _agent_settings(**overrides: Any) -> AgentSettings:

@@ -45,8 +45,8 @@ def republish(
     import pyarrow as pa
 
     from bkaudit.cli._render import render
-    from bkaudit.settings import load_settings
     from connectors.kafka.republish import republish_open_alerts
+    from core.settings import load_settings
 
     settings = load_settings()
     report = republish_open_alerts(

@@ -1,7 +1,7 @@
 """`bkaudit availability encode | decode | missing` (shared interfaces §1).
 
-Thin wrappers over :mod:`bkaudit.domain.availability`; all input checking happens here or
-there and surfaces as :class:`bkaudit.errors.FormatError` (exit 2, one line on stderr).
+Thin wrappers over :mod:`core.domain.availability`; all input checking happens here or
+there and surfaces as :class:`core.errors.FormatError` (exit 2, one line on stderr).
 
 * ``encode``: stdin a JSON array of entry ids → the bytes a real bookie sends for that *set* (sorted,
   duplicates once, one group per run).
@@ -25,14 +25,14 @@ from typing import Any
 import typer
 
 from bkaudit.cli._io import emit_bytes, emit_json, read_stdin_bytes, read_stdin_json
-from bkaudit.domain.availability import (
+from core.domain.availability import (
     DEFAULT_ENTRY_LIMIT,
     MAX_ENTRY_ID,
     decode_availability,
     encode_availability,
     missing_entries,
 )
-from bkaudit.errors import FormatError
+from core.errors import FormatError
 
 app = typer.Typer(
     help="Encode, decode and compare AvailabilityOfEntriesOfLedger bytes.", no_args_is_help=True

@@ -1,8 +1,8 @@
 """`bkaudit check replicas | placement` (shared interfaces §1).
 
 Both commands read one JSON object on stdin, validate it here (bad input → exit 2 with one
-line on stderr) and apply the pure rules of :mod:`bkaudit.domain.rules.replicas` and
-:mod:`bkaudit.domain.rules.placement`. Unknown keys are ignored, so the output of ``bkaudit metadata decode``
+line on stderr) and apply the pure rules of :mod:`core.domain.rules.replicas` and
+:mod:`core.domain.rules.placement`. Unknown keys are ignored, so the output of ``bkaudit metadata decode``
 plus a ``"bookies"`` object is valid ``check replicas`` input.
 
 ``check replicas`` decisions: ``ack_quorum`` defaults to ``write_quorum`` (BookKeeper's reader rule) and
@@ -16,7 +16,7 @@ is answered with wrapped write sets (``ensemble[(i + j) % E]``, as BookKeeper co
 :data:`MAX_WINDOW_MEMBERS` window members in all; ``racks`` values may be ``null`` (= not mapped). Output adds
 ``soft_write_sets`` and ``reason``.
 
-``check placement --plan`` adds ``plan`` (:func:`bkaudit.domain.rules.relocation.plan_relocation`): the
+``check placement --plan`` adds ``plan`` (:func:`core.domain.rules.relocation.plan_relocation`): the
 moves (position, from, to) that make every write set meet the policy strictly, the planned ensemble, or the
 reason there is none; targets come from ``candidates`` (bookie → ledger count, the least loaded first), by
 default every bookie of ``racks`` outside the ensemble.
@@ -34,9 +34,9 @@ import typer
 
 from bkaudit.cli._io import emit_json, read_stdin_json
 from bkaudit.cli.availability import json_entry_ids, json_field, json_int, json_kind, json_object
-from bkaudit.domain.availability import MAX_ENTRY_ID, EntryAvailability
-from bkaudit.domain.rules.evaluate import PlacementPolicyConfig
-from bkaudit.domain.rules.placement import (
+from core.domain.availability import MAX_ENTRY_ID, EntryAvailability
+from core.domain.rules.evaluate import PlacementPolicyConfig
+from core.domain.rules.placement import (
     DEFAULT_DESIRED_ZONES_PER_WRITE_QUORUM,
     DEFAULT_ENFORCE_MIN_RACKS_PER_WRITE_QUORUM,
     DEFAULT_MIN_RACKS_PER_WRITE_QUORUM,
@@ -45,9 +45,9 @@ from bkaudit.domain.rules.placement import (
     POLICIES,
     check_placement,
 )
-from bkaudit.domain.rules.relocation import plan_relocation
-from bkaudit.domain.rules.replicas import LEDGER_STATES, BookieStatus, LedgerSegment, classify_replicas
-from bkaudit.errors import FormatError
+from core.domain.rules.relocation import plan_relocation
+from core.domain.rules.replicas import LEDGER_STATES, BookieStatus, LedgerSegment, classify_replicas
+from core.errors import FormatError
 
 app = typer.Typer(help="Audit one ledger: replicas held by bookies, placement policy.", no_args_is_help=True)
 

@@ -26,7 +26,7 @@ def effective_rows(settings: Any) -> list[tuple[str, str]]:
     """``(dotted key, value as text)`` for every setting, secrets masked.
 
     Example:
-        >>> from bkaudit.settings import Settings
+        >>> from core.settings import Settings
         >>> rows = dict(effective_rows(Settings(kafka={"sasl_password": "s3cret"})))
         >>> rows["kafka.sasl_password"], rows["stream.app_id"]
         ('**********', 'bkaudit-stream')
@@ -50,8 +50,8 @@ def show(fmt: StateFormatOption = StateFormat.table) -> None:
     import pyarrow as pa
 
     from bkaudit.cli._render import render
-    from bkaudit.settings import load_settings
     from bkaudit.settings_docs import effective_settings_json
+    from core.settings import load_settings
 
     settings = load_settings()
     if fmt is StateFormat.json:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import typer
 
 from bkaudit.cli._io import emit_json
-from bkaudit.settings import load_settings
+from core.settings import load_settings
 
 
 def demo(
@@ -21,7 +21,7 @@ def demo(
 ) -> None:
     """Embedded services + simulator + watcher + auditor, a scripted story, alerts as they arrive."""
     from bkaudit.demo import run_demo
-    from bkaudit.logsetup import configure_command_logging
+    from core.logsetup import configure_command_logging
 
     settings = load_settings()
     configure_command_logging("demo", settings.log_dir, level="WARNING", verbose=verbose)

@@ -14,7 +14,7 @@ import typer
 
 from bkaudit.cli._io import emit_json
 from bkaudit.cli.formats import StateFormat, StateFormatOption, emit_state
-from bkaudit.settings import load_settings
+from core.settings import load_settings
 
 if TYPE_CHECKING:
     from connectors.devcluster import DevCluster
@@ -40,7 +40,7 @@ def _cluster(state_dir: Path | None = None) -> DevCluster:
 @app.command("up")
 def up(state_dir: StateDirOption = None) -> None:
     """Start (or reuse) the embedded services; prints {"zookeeper": "host:port", "kafka": "host:port"}."""
-    from bkaudit.localfs import writable_directory
+    from core.localfs import writable_directory
 
     cluster = _cluster(state_dir)
     writable_directory(cluster.settings.state_dir, "dev.state_dir")

@@ -33,8 +33,8 @@ from bkaudit.cli import (
     watch,
 )
 from bkaudit.cli.helptext import tidy_help
-from bkaudit.errors import BkauditError, InvalidArgumentError
-from bkaudit.settings import CONFIG_FILE_ENV
+from core.errors import BkauditError, InvalidArgumentError
+from core.settings import CONFIG_FILE_ENV
 
 app = typer.Typer(
     name="bkaudit",

@@ -20,13 +20,13 @@ from typing import Annotated, Any
 import typer
 
 from bkaudit.cli._io import emit_bytes, emit_json, read_stdin_bytes
-from bkaudit.domain.metadata import (
+from core.domain.metadata import (
     decode_ledger_metadata,
     encode_ledger_metadata,
     metadata_from_json,
     metadata_to_json,
 )
-from bkaudit.errors import FormatError
+from core.errors import FormatError
 
 app = typer.Typer(help="Decode and encode ledger metadata znodes.", no_args_is_help=True)
 

@@ -8,7 +8,7 @@
     /ledgers/underreplication/ledgers/0000/0000/0000/003b/urL0000000059
 
 Bad input (non-numeric or negative id, an id the manager cannot address, a bad root or manager) exits 2
-with one line on stderr: the commands raise :class:`bkaudit.errors.FormatError` and ``bkaudit.cli.main.run``
+with one line on stderr: the commands raise :class:`core.errors.FormatError` and ``bkaudit.cli.main.run``
 reports it.
 """
 
@@ -17,9 +17,9 @@ from __future__ import annotations
 import typer
 
 from bkaudit.cli._io import positional_or_named
-from bkaudit.domain.layout import DEFAULT_LEDGERS_ROOT, LedgerManagerType, ledger_path
-from bkaudit.domain.underreplication import urledger_path
-from bkaudit.errors import FormatError
+from core.domain.layout import DEFAULT_LEDGERS_ROOT, LedgerManagerType, ledger_path
+from core.domain.underreplication import urledger_path
+from core.errors import FormatError
 
 app = typer.Typer(
     help="Print the znode path of a ledger's metadata or under-replication mark.", no_args_is_help=True

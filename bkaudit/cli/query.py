@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from bkaudit.cli._io import positional_or_named
-from bkaudit.errors import InvalidArgumentError
+from core.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -90,7 +90,7 @@ def _lakehouse(path: Path | None) -> Lakehouse:
     from connectors.delta.queries import Lakehouse
 
     if path is None:
-        from bkaudit.settings import load_settings
+        from core.settings import load_settings
 
         path = load_settings().lakehouse_root
     return Lakehouse(path)
@@ -266,7 +266,7 @@ def placement(
 
 def _placement_config() -> Any:
     """The placement policy the job audits against (the stream settings)."""
-    from bkaudit.settings import load_settings
+    from core.settings import load_settings
 
     return load_settings().stream.placement_policy_config()
 

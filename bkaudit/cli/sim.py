@@ -33,7 +33,7 @@ import typer
 
 from bkaudit.cli._io import emit_json
 from bkaudit.cli.formats import StateFormat, StateFormatOption, emit_state
-from bkaudit.errors import ConfigError, InvalidArgumentError
+from core.errors import ConfigError, InvalidArgumentError
 
 app = typer.Typer(
     help="The simulated BookKeeper cluster: up, faults, scenarios, ground truth.", no_args_is_help=True
@@ -63,7 +63,7 @@ LedgerArgument = Annotated[str, typer.Argument(help="ledger id, alias or creatio
 def _state_dir(state_dir: Path | None) -> Path:
     if state_dir is not None:
         return state_dir
-    from bkaudit.settings import load_settings
+    from core.settings import load_settings
 
     return load_settings().dev.state_dir
 
@@ -72,8 +72,8 @@ def _zookeeper(zookeeper: str | None) -> str:
     """The given hosts string, or the embedded dev cluster's ZooKeeper (started when needed)."""
     if zookeeper:
         return zookeeper
-    from bkaudit.settings import load_settings
     from connectors.devcluster import DevCluster
+    from core.settings import load_settings
 
     return DevCluster(load_settings().dev).up()["zookeeper"]
 
@@ -397,8 +397,8 @@ def do(
     control: ControlOption = None,
 ) -> None:
     """Run any action against the running simulator."""
-    from bkaudit.errors import FormatError
     from bkaudit.sim.actions import validate_action
+    from core.errors import FormatError
 
     try:
         parsed = json.loads(args)

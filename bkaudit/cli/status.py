@@ -103,8 +103,8 @@ def status(
     ),
 ) -> None:
     """Watcher and stream up or not, their lag and last batch, open alerts, lost and read-only bookies."""
-    from bkaudit.settings import load_settings
     from connectors.kafka.client_config import LIBRDKAFKA_LOGGER
+    from core.settings import load_settings
     from streaming.status import StatusLimits, gather_status
 
     settings = load_settings()

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import typer
 
-from bkaudit.errors import BkauditError
-from bkaudit.logsetup import configure_command_logging, register_secrets
-from bkaudit.settings import load_settings
+from core.errors import BkauditError
+from core.logsetup import configure_command_logging, register_secrets
+from core.settings import load_settings
 
 
 def stream(

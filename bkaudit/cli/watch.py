@@ -1,6 +1,6 @@
 """`bkaudit watch`: publish a BookKeeper cluster's ZooKeeper metadata changes to Kafka until SIGTERM/SIGINT.
 
-Settings come from ``BKAUDIT_*`` variables or ``BKAUDIT_CONFIG_FILE`` (see ``bkaudit.settings``); the options
+Settings come from ``BKAUDIT_*`` variables or ``BKAUDIT_CONFIG_FILE`` (see ``core.settings``); the options
 below override the most common ones. Logs go to stderr; credentials are never logged.
 
 Example:
@@ -17,8 +17,8 @@ from typing import Any
 
 import typer
 
-from bkaudit.errors import InvalidArgumentError
-from bkaudit.settings import load_settings
+from core.errors import InvalidArgumentError
+from core.settings import load_settings
 
 
 def _overrides(**options: Any) -> dict[str, Any]:
@@ -78,7 +78,7 @@ def watch(
     ),
 ) -> None:
     """Watch BookKeeper's ZooKeeper and publish every change to Kafka (protobuf, keyed by entity)."""
-    from bkaudit.logsetup import configure_command_logging, register_secrets
+    from core.logsetup import configure_command_logging, register_secrets
 
     configure_command_logging(
         "watch",

@@ -36,9 +36,9 @@ from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
 
-from bkaudit.domain.registration import BOOKIE_RPC_PROTOCOL, BookieServiceInfo, Endpoint
-from bkaudit.errors import ServiceError
 from connectors.bookie.server import BookieServer, InMemoryEntryStore
+from core.domain.registration import BOOKIE_RPC_PROTOCOL, BookieServiceInfo, Endpoint
+from core.errors import ServiceError
 
 __all__ = [
     "BookieMode",

@@ -6,8 +6,8 @@ need a populated ledger tree; it writes ledger znodes and their tree directories
 
 What gets written (BookKeeper's ledger paths and metadata formats):
 
-- one znode per ledger at :func:`~bkaudit.domain.layout.ledger_path` for the chosen ledger manager, holding
-  metadata format v3 as :func:`~bkaudit.domain.metadata.encode_ledger_metadata` writes it: CLOSED, E/WQ/AQ
+- one znode per ledger at :func:`~core.domain.layout.ledger_path` for the chosen ledger manager, holding
+  metadata format v3 as :func:`~core.domain.metadata.encode_ledger_metadata` writes it: CLOSED, E/WQ/AQ
   3/2/2 by default, CRC32C with a password, ``cToken`` 0, Pulsar's three custom-metadata entries
   (``application``, ``component``, ``pulsar/managed-ledger``); about 1 % empty ledgers, 30 % rolled over at
   50,000 entries, 10 % with a second segment (one bookie replaced by another of the same rack, as after
@@ -64,7 +64,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 
-from bkaudit.domain.layout import (
+from core.domain.layout import (
     DEFAULT_LEDGERS_ROOT,
     LedgerLayout,
     LedgerManagerType,
@@ -74,7 +74,7 @@ from bkaudit.domain.layout import (
     parse_layout,
     validate_root,
 )
-from bkaudit.domain.metadata import (
+from core.domain.metadata import (
     PULSAR_MANAGED_LEDGER_KEY,
     DigestType,
     LedgerMetadata,
@@ -83,8 +83,8 @@ from bkaudit.domain.metadata import (
     Segment,
     encode_ledger_metadata,
 )
-from bkaudit.domain.registration import validate_bookie_id
-from bkaudit.errors import ConfigError, ServiceError
+from core.domain.registration import validate_bookie_id
+from core.errors import ConfigError, ServiceError
 
 __all__ = [
     "BookiePlacement",

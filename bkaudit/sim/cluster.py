@@ -56,50 +56,6 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 
-from bkaudit.domain.cookie import Cookie, format_cookie
-from bkaudit.domain.layout import (
-    ID_GENERATOR_PREFIX,
-    IDGEN_NODE,
-    LedgerLayout,
-    LedgerManagerType,
-    available_path,
-    cookies_path,
-    format_layout,
-    instance_id_path,
-    layout_path,
-    ledger_path,
-    readonly_path,
-    validate_root,
-)
-from bkaudit.domain.metadata import (
-    DigestType,
-    LedgerMetadata,
-    LedgerPassword,
-    LedgerState,
-    Segment,
-    decode_ledger_metadata,
-    encode_ledger_metadata,
-)
-from bkaudit.domain.registration import (
-    cookie_path,
-    encode_bookie_service_info,
-    readonly_bookie_path,
-    validate_bookie_id,
-    writable_bookie_path,
-)
-from bkaudit.domain.rules.autorecovery import AutoRecoveryZnodes, ReplicationLock
-from bkaudit.domain.striping import write_set
-from bkaudit.domain.underreplication import (
-    UnderreplicatedLedger,
-    UnderreplicationPaths,
-    format_auditor_vote,
-    format_lock_data,
-    format_lost_bookie_recovery_delay,
-    format_rereplication_layout,
-    format_underreplicated_ledger,
-    parse_underreplicated_ledger,
-)
-from bkaudit.errors import FormatError
 from bkaudit.sim.bookie import (
     BookieMode,
     LoopThread,
@@ -121,6 +77,50 @@ from bkaudit.sim.truth import (
 )
 from connectors.agent.index import IndexedEntryStore
 from connectors.bookie.server import BookieServer, InMemoryEntryStore
+from core.domain.cookie import Cookie, format_cookie
+from core.domain.layout import (
+    ID_GENERATOR_PREFIX,
+    IDGEN_NODE,
+    LedgerLayout,
+    LedgerManagerType,
+    available_path,
+    cookies_path,
+    format_layout,
+    instance_id_path,
+    layout_path,
+    ledger_path,
+    readonly_path,
+    validate_root,
+)
+from core.domain.metadata import (
+    DigestType,
+    LedgerMetadata,
+    LedgerPassword,
+    LedgerState,
+    Segment,
+    decode_ledger_metadata,
+    encode_ledger_metadata,
+)
+from core.domain.registration import (
+    cookie_path,
+    encode_bookie_service_info,
+    readonly_bookie_path,
+    validate_bookie_id,
+    writable_bookie_path,
+)
+from core.domain.rules.autorecovery import AutoRecoveryZnodes, ReplicationLock
+from core.domain.striping import write_set
+from core.domain.underreplication import (
+    UnderreplicatedLedger,
+    UnderreplicationPaths,
+    format_auditor_vote,
+    format_lock_data,
+    format_lost_bookie_recovery_delay,
+    format_rereplication_layout,
+    format_underreplicated_ledger,
+    parse_underreplicated_ledger,
+)
+from core.errors import FormatError
 
 __all__ = ["CORRUPTIONS", "SIM_AUDITOR_ID", "SimLedger", "SimulatedCluster", "pulsar_custom_metadata"]
 

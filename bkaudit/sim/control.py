@@ -39,9 +39,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from bkaudit.errors import BkauditError, ConfigError
 from bkaudit.sim.actions import perform_action
 from bkaudit.sim.errors import SimulatorError
+from core.errors import BkauditError, ConfigError
 
 if TYPE_CHECKING:
     from bkaudit.sim.cluster import SimulatedCluster
@@ -280,7 +280,7 @@ class ControlClient:
         >>> ControlClient("nonsense")
         Traceback (most recent call last):
         ...
-        bkaudit.errors.ConfigError: control address must be host:port, not 'nonsense'
+        core.errors.ConfigError: control address must be host:port, not 'nonsense'
     """
 
     def __init__(self, address: str, *, timeout_s: float = 60.0) -> None:

@@ -1,7 +1,7 @@
 """Ensemble selection for the simulated writer: rack-aware like BookKeeper's client, or deliberately bad.
 
 Pure code (the randomness comes from the caller's ``random.Random``). Adherence is judged
-with the project's one placement rule (``bkaudit.domain.rules.placement.check_placement``), so an
+with the project's one placement rule (``core.domain.rules.placement.check_placement``), so an
 ensemble this module calls good is one the auditor calls good.
 
 - :func:`choose_ensemble`: ``E`` distinct bookies, interleaved across racks so that every write set spans
@@ -27,8 +27,8 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 
-from bkaudit.domain.rules.placement import PlacementAdherence, check_placement
 from bkaudit.sim.errors import NotEnoughBookiesError
+from core.domain.rules.placement import PlacementAdherence, check_placement
 
 __all__ = [
     "NotEnoughBookiesError",

@@ -1,14 +1,14 @@
-"""Errors of the simulator; all are :class:`~bkaudit.errors.BkauditError`, so the CLI exits 2 with one line.
+"""Errors of the simulator; all are :class:`~core.errors.BkauditError`, so the CLI exits 2 with one line.
 
 Example:
-    >>> from bkaudit.errors import BkauditError
+    >>> from core.errors import BkauditError
     >>> issubclass(NotEnoughBookiesError, SimulatorError) and issubclass(SimulatorError, BkauditError)
     True
 """
 
 from __future__ import annotations
 
-from bkaudit.errors import BkauditError
+from core.errors import BkauditError
 
 __all__ = ["NotEnoughBookiesError", "SimulatorError", "UnknownEntityError"]
 

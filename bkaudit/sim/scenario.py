@@ -17,7 +17,7 @@ optional ``truth`` parameters (the auditor configuration ground truth assumes), 
 Each step is ``at`` (seconds from the start), ``action`` (a name from :data:`bkaudit.sim.actions.ACTIONS`)
 and that action's arguments, inline. Steps run in ``at`` order (file order for equal times); the run then
 waits until ``end_at`` (if given) so that delays can elapse before the truth is taken. Any unknown key,
-unknown action or bad argument is reported as one :class:`~bkaudit.errors.ConfigError` line naming the
+unknown action or bad argument is reported as one :class:`~core.errors.ConfigError` line naming the
 step.
 
 Example:
@@ -32,7 +32,7 @@ Example:
     >>> parse_scenario("steps: [{at: 1, action: kill_bookie, bookie: 0, hardd: true}]")
     Traceback (most recent call last):
     ...
-    bkaudit.errors.ConfigError: scenario: step 1 (kill_bookie): hardd: extra inputs are not permitted
+    core.errors.ConfigError: scenario: step 1 (kill_bookie): hardd: extra inputs are not permitted
 """
 
 from __future__ import annotations
@@ -46,10 +46,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from bkaudit.domain.rules.autorecovery import AutoRecoveryGraces
-from bkaudit.errors import BkauditError, ConfigError
 from bkaudit.sim.actions import validate_action
 from bkaudit.sim.truth import TruthParameters
+from core.domain.rules.autorecovery import AutoRecoveryGraces
+from core.errors import BkauditError, ConfigError
 
 __all__ = [
     "ClusterSpec",
@@ -195,7 +195,7 @@ def parse_scenario(text: str, *, source: str = "scenario") -> Scenario:
         >>> parse_scenario("steps: [{at: 0, action: nope}]")
         Traceback (most recent call last):
         ...
-        bkaudit.errors.ConfigError: scenario: step 1 (nope): unknown action 'nope' (known: add_bookie, ...
+        core.errors.ConfigError: scenario: step 1 (nope): unknown action 'nope' (known: add_bookie, ...
     """
     try:
         document = yaml.safe_load(text)
@@ -236,7 +236,7 @@ def load_scenario(path: str | Path) -> Scenario:
         >>> load_scenario("/nonexistent.yaml")
         Traceback (most recent call last):
         ...
-        bkaudit.errors.ConfigError: scenario /nonexistent.yaml: cannot read it (No such file or directory)
+        core.errors.ConfigError: scenario /nonexistent.yaml: cannot read it (No such file or directory)
     """
     file = Path(path)
     try:

@@ -3,8 +3,8 @@
 Pure code: no I/O, no clock. The simulator builds a :class:`ClusterSnapshot` of what it
 knows (it broke things on purpose) and :func:`ground_truth` applies the behaviour contract of
 ``architecture.md`` with the project's shared rules (``LedgerMetadata.is_recoverable``,
-``bkaudit.domain.rules.placement.check_placement``,
-``bkaudit.domain.rules.replicas.classify_replicas``). End-to-end tests and benchmarks compare the auditor's
+``core.domain.rules.placement.check_placement``,
+``core.domain.rules.replicas.classify_replicas``). End-to-end tests and benchmarks compare the auditor's
 output with it.
 
 Rules, per kind (ledger kinds list ledger ids, bookie kinds list bookie ids; corrupt ledgers only ever
@@ -29,7 +29,7 @@ snapshot at all):
   or a ledger it does not hold) or unknown (not registered, not serving, silent, failing with a status, or
   slower than ``probe_timeout_s``). Unknown counts neither as holding nor as missing. A DbLedgerStorage
   bookie cannot list its entries, so an auditor reads each fragment's first and last entry from it
-  (:mod:`bkaudit.domain.rules.entry_reads`): where that sees another kind than the full holdings (a loss
+  (:mod:`core.domain.rules.entry_reads`): where that sees another kind than the full holdings (a loss
   inside a fragment, which only a sample may find), both kinds are ``may_alert`` and neither is required.
 - ``BOOKIE_UNRESPONSIVE``: a registered bookie that never answers (silent, or slower than the probe
   timeout) while it is expected to hold at least one entry of a closed ledger (otherwise nothing would ever
@@ -40,7 +40,7 @@ snapshot at all):
 - ``METADATA_CORRUPT``: ledger znodes that do not decode.
 - ``AUTORECOVERY_DISABLED`` / ``AUDITOR_MISSING`` (subjects ``autorecovery`` / ``auditor``) and
   ``REPLICATION_STALLED`` (ledger ids): AutoRecovery's conditions that have held for their grace
-  (:func:`bkaudit.domain.rules.autorecovery.due_conditions`, the job's rule); a condition within a second
+  (:func:`core.domain.rules.autorecovery.due_conditions`, the job's rule); a condition within a second
   of its deadline is only ``may_alert`` (the job dates it by the watcher's clock, the simulator by its own).
 
 ``may_alert`` lists what an auditor may flag without being wrong (transitional states); an auditor's
@@ -69,17 +69,17 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from bkaudit.domain.metadata import LedgerMetadata, LedgerState, Segment
-from bkaudit.domain.rules.autorecovery import (
+from core.domain.metadata import LedgerMetadata, LedgerState, Segment
+from core.domain.rules.autorecovery import (
     AutoRecoveryGraces,
     AutoRecoveryZnodes,
     due_conditions,
     holding_conditions,
 )
-from bkaudit.domain.rules.entry_reads import ReadAnswer, answers_from_reads, entries_to_read
-from bkaudit.domain.rules.lost_bookie import BookieMembership
-from bkaudit.domain.rules.lost_bookie import BookieStatus as Membership
-from bkaudit.domain.rules.placement import (
+from core.domain.rules.entry_reads import ReadAnswer, answers_from_reads, entries_to_read
+from core.domain.rules.lost_bookie import BookieMembership
+from core.domain.rules.lost_bookie import BookieStatus as Membership
+from core.domain.rules.placement import (
     DEFAULT_DESIRED_ZONES_PER_WRITE_QUORUM,
     DEFAULT_ENFORCE_MIN_RACKS_PER_WRITE_QUORUM,
     DEFAULT_MIN_RACKS_PER_WRITE_QUORUM,
@@ -89,7 +89,7 @@ from bkaudit.domain.rules.placement import (
     PlacementAdherence,
     check_placement,
 )
-from bkaudit.domain.rules.replicas import BookieAnswer, BookieStatus, ReplicasResult, classify_replicas
+from core.domain.rules.replicas import BookieAnswer, BookieStatus, ReplicasResult, classify_replicas
 
 __all__ = [
     "ALERT_KINDS",

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from kazoo.client import KazooClient, KazooState
 
-from bkaudit.errors import ServiceError
-from bkaudit.settings import DevSettings, KafkaSettings
 from connectors.devcluster import DevCluster
+from core.errors import ServiceError
+from core.settings import DevSettings, KafkaSettings
 
 
 class ServiceHarness:

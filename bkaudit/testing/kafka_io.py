@@ -15,13 +15,13 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from bkaudit.settings import KafkaSettings
 from connectors.kafka.client_config import (
     assign_from_beginning,
     consumer_config,
     partition_count,
     producer_config,
 )
+from core.settings import KafkaSettings
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ Fixtures:
 
 - ``bk_services`` (session): a started :class:`~bkaudit.testing.ServiceHarness` (ZooKeeper + broker).
 - ``zk_chroot`` / ``zk_client`` (test): a fresh chroot and a kazoo client inside it.
-- ``kafka_settings`` (test): :class:`~bkaudit.settings.KafkaSettings` on the broker with unique topics.
+- ``kafka_settings`` (test): :class:`~core.settings.KafkaSettings` on the broker with unique topics.
 - ``spark`` (module): the shared Spark session from ``streaming.session.build_spark_session``; streaming
   queries still active at the end of a module are stopped.
 - ``lakehouse`` (test): an empty directory for Delta tables.
@@ -68,7 +68,7 @@ def kafka_settings(bk_services: ServiceHarness) -> Any:
 
 @pytest.fixture(scope="session")
 def _spark_session() -> Iterator[Any]:
-    from bkaudit.settings import SparkSettings
+    from core.settings import SparkSettings
     from streaming.session import build_spark_session
 
     session = build_spark_session(

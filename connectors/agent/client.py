@@ -21,10 +21,10 @@ from pathlib import Path
 
 import grpc
 
-from bkaudit.domain.availability import EntryAvailability
-from bkaudit.errors import ServiceError
-from bkaudit.pb import bookie_agent_pb2 as pb
 from connectors.bookie.client import AgentEntryList, AgentNoLedger, ProbeResult
+from core.domain.availability import EntryAvailability
+from core.errors import ServiceError
+from core.pb import bookie_agent_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ class AgentClient:
 
 @dataclass(frozen=True)
 class AgentConfig:
-    """How the job reaches its agents (from ``bkaudit.settings.AgentSettings``); no secret in ``repr``."""
+    """How the job reaches its agents (from ``core.settings.AgentSettings``); no secret in ``repr``."""
 
     addresses: tuple[tuple[str, str], ...] = ()  # bookie id -> host:port
     token: str = ""

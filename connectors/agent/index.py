@@ -1,7 +1,7 @@
 """A DbLedgerStorage bookie's RocksDB indexes: read without disturbing the bookie, written by the simulator.
 
 Each ledger (or index) directory of a DbLedgerStorage bookie holds ``current/ledgers`` and
-``current/locations`` (layout: :mod:`bkaudit.domain.dbstorage`). :class:`DbStorageIndexReader` opens them
+``current/locations`` (layout: :mod:`core.domain.dbstorage`). :class:`DbStorageIndexReader` opens them
 read-only through a private *view*: a directory of its own with a symbolic link to each of the database's
 files (never ``LOCK`` or ``LOG``), so nothing is ever created, renamed or locked in the bookie's directory,
 which may even be mounted read-only. RocksDB's read-only mode sees what was flushed or written to the
@@ -47,7 +47,8 @@ from rocksdict import (
     WriteBatch,
 )
 
-from bkaudit.domain.dbstorage import (
+from connectors.bookie.server import InMemoryEntryStore
+from core.domain.dbstorage import (
     INT64_MAX,
     LEDGERS_DB,
     LOCATIONS_DB,
@@ -61,8 +62,7 @@ from bkaudit.domain.dbstorage import (
     location_value,
     stored_entries,
 )
-from bkaudit.errors import ServiceError
-from connectors.bookie.server import InMemoryEntryStore
+from core.errors import ServiceError
 
 logger = logging.getLogger(__name__)
 

@@ -36,10 +36,10 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError, Message
 
-from bkaudit.domain.dbstorage import checked_ledger_id, entry_runs
-from bkaudit.errors import FormatError, ServiceError
-from bkaudit.pb import bookie_agent_pb2 as pb
 from connectors.agent.index import DbStorageIndexReader
+from core.domain.dbstorage import checked_ledger_id, entry_runs
+from core.errors import FormatError, ServiceError
+from core.pb import bookie_agent_pb2 as pb
 
 logger = logging.getLogger(__name__)
 

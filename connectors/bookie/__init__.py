@@ -1,7 +1,7 @@
 """Talking to bookies over BookKeeper's v3 wire protocol, for probing. Three modules:
 
 - :mod:`connectors.bookie.frames`: pure codec, length-prefixed protobuf frames, request/response builders and
-  strict parsers (bad bytes raise :class:`~bkaudit.errors.FormatError`, nothing else);
+  strict parsers (bad bytes raise :class:`~core.errors.FormatError`, nothing else);
 - :mod:`connectors.bookie.client`: the asyncio :class:`~connectors.bookie.client.BookieClient` the streaming
   job uses to ask bookies for their entry lists (``GET_LIST_OF_ENTRIES_OF_LEDGER``) or single entries
   (``READ_ENTRY``), with typed results, plus blocking wrappers for Spark ``foreachBatch`` code;

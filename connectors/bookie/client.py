@@ -53,9 +53,6 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar, cast
 
-from bkaudit.domain.availability import EntryAvailability, decode_availability
-from bkaudit.errors import BkauditError, FormatError
-from bkaudit.pb import bookkeeper_protocol_pb2 as pb
 from connectors.bookie.frames import (
     DEFAULT_MAX_FRAME_SIZE,
     MAX_TXN_ID,
@@ -68,6 +65,9 @@ from connectors.bookie.frames import (
     read_entry_request,
     status_name,
 )
+from core.domain.availability import EntryAvailability, decode_availability
+from core.errors import BkauditError, FormatError
+from core.pb import bookkeeper_protocol_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
@@ -361,7 +361,7 @@ def parse_bookie_address(address: str) -> Address:
         >>> parse_bookie_address("bookie-1")
         Traceback (most recent call last):
         ...
-        bkaudit.errors.FormatError: bookie address 'bookie-1': expected host:port
+        core.errors.FormatError: bookie address 'bookie-1': expected host:port
     """
     host, sep, port_text = address.rpartition(":")
     if not sep or not host or not port_text.isdigit():

@@ -9,7 +9,7 @@ with Netty's ``LengthFieldBasedFrameDecoder(maxFrameSize, 0, 4, 0, 4)``, whose l
 field *plus* the 4 prefix bytes, with ``nettyMaxFrameSizeBytes`` = 5 MB by default; :class:`FrameDecoder`
 applies the same rule.
 
-Everything that reads bytes from a peer raises :class:`~bkaudit.errors.FormatError` (and nothing else) for
+Everything that reads bytes from a peer raises :class:`~core.errors.FormatError` (and nothing else) for
 bad input, with a one-line reason.
 
 Example:
@@ -30,8 +30,8 @@ from typing import TypeVar
 from google.protobuf import message as protobuf_message
 from google.protobuf import unknown_fields
 
-from bkaudit.errors import FormatError
-from bkaudit.pb import bookkeeper_protocol_pb2 as pb
+from core.errors import FormatError
+from core.pb import bookkeeper_protocol_pb2 as pb
 
 LENGTH_PREFIX_SIZE = 4
 """Bytes of the big-endian length field in front of every message."""
@@ -105,7 +105,7 @@ class FrameDecoder:
         >>> decoder.feed(b"\\x00\\x00\\x20")
         Traceback (most recent call last):
         ...
-        bkaudit.errors.FormatError: frame: length 32 (+4 prefix bytes) exceeds the maximum frame size 16
+        core.errors.FormatError: frame: length 32 (+4 prefix bytes) exceeds the maximum frame size 16
     """
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
@@ -345,11 +345,11 @@ def parse_response(frame: bytes) -> pb.Response:
         >>> parse_response(bytes.fromhex("0a060803100b1801"))
         Traceback (most recent call last):
         ...
-        bkaudit.errors.FormatError: response: missing required field status
+        core.errors.FormatError: response: missing required field status
         >>> parse_response(b"\\xff\\xff")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        bkaudit.errors.FormatError: response: undecodable protobuf (2 bytes): ... Wire format was corrupt
+        core.errors.FormatError: response: undecodable protobuf (2 bytes): ... Wire format was corrupt
     """
     return _parse(pb.Response, frame, "response")
 

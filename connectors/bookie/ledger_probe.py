@@ -2,9 +2,9 @@
 
 This is the I/O half of BookKeeper's replicas check (facts §3.6) and of BP-34's re-probe: one
 ``GET_LIST_OF_ENTRIES_OF_LEDGER`` per distinct bookie per ledger, all ledgers of a round in one bounded,
-concurrent wave, then the pure :func:`bkaudit.domain.rules.replicas.classify_replicas` on correct set
+concurrent wave, then the pure :func:`core.domain.rules.replicas.classify_replicas` on correct set
 semantics. Bookies that cannot list entries (DbLedgerStorage) are asked with ``READ_ENTRY`` instead, for
-the entries :func:`bkaudit.domain.rules.entry_reads.entries_to_read` picks (each fragment's first and last
+the entries :func:`core.domain.rules.entry_reads.entries_to_read` picks (each fragment's first and last
 entry, plus a sample), in the same wave; their answers reach the same rule. What a bookie-side agent
 already answered (``known``, see :mod:`connectors.agent.client`) is taken as that bookie's entry list and
 nothing is sent to the bookie for that ledger.
@@ -25,8 +25,6 @@ from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
-from bkaudit.domain.rules.entry_reads import ReadAnswer, answers_from_reads, entries_to_read
-from bkaudit.domain.rules.replicas import BookieStatus, ReplicasResult, ReplicasVerdict, classify_replicas
 from connectors.bookie.client import (
     AGENT_KINDS,
     BlockingBookieClient,
@@ -37,6 +35,8 @@ from connectors.bookie.client import (
     ProbeResult,
     availability_of,
 )
+from core.domain.rules.entry_reads import ReadAnswer, answers_from_reads, entries_to_read
+from core.domain.rules.replicas import BookieStatus, ReplicasResult, ReplicasVerdict, classify_replicas
 
 #: ``answers`` kind of a bookie asked with entry reads, when at least one read was answered.
 ENTRY_READS = "entry_reads"

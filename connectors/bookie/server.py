@@ -45,9 +45,6 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from bkaudit.domain.availability import encode_availability
-from bkaudit.errors import FormatError, ServiceError
-from bkaudit.pb import bookkeeper_protocol_pb2 as pb
 from connectors.bookie.frames import (
     DEFAULT_MAX_FRAME_SIZE,
     VERSION_THREE,
@@ -60,6 +57,9 @@ from connectors.bookie.frames import (
     read_entry_response,
     status_response,
 )
+from core.domain.availability import encode_availability
+from core.errors import FormatError, ServiceError
+from core.pb import bookkeeper_protocol_pb2 as pb
 
 logger = logging.getLogger(__name__)
 

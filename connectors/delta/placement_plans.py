@@ -3,7 +3,7 @@ open ``PLACEMENT_NOT_ADHERING`` alert, kept current by the job.
 
 - :func:`plan_rows` is the one computation of the table's rows, from the alerted ledgers, the bookies (rack
   map and status) and the ledger counts per bookie, with
-  :func:`~bkaudit.domain.rules.relocation.plan_relocation` (each plan verified by the placement rule). The
+  :func:`~core.domain.rules.relocation.plan_relocation` (each plan verified by the placement rule). The
   job's :class:`PlacementPlanner` and :meth:`connectors.delta.queries.Lakehouse.placement_plans` (on a
   lakehouse the job has not written the table in yet) both use it.
 - :class:`PlacementPlanner` runs in the job's fold thread after every ledger fold (and when the job stops):
@@ -11,7 +11,7 @@ open ``PLACEMENT_NOT_ADHERING`` alert, kept current by the job.
   otherwise it reads two small tables and writes nothing. A plan leaves the table with its alert.
 
 Example:
-    >>> from bkaudit.domain.rules.evaluate import PlacementPolicyConfig
+    >>> from core.domain.rules.evaluate import PlacementPolicyConfig
     >>> now = datetime(2026, 1, 1, tzinfo=UTC)
     >>> ledger = {"ledger_id": 7, "cluster": "c", "write_quorum": 2, "pulsar_topic": None,
     ...           "segments": [{"first_entry_id": 0, "ensemble": ["b1", "b2"]}]}
@@ -36,13 +36,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
-from bkaudit.domain.alerts import AlertKind
-from bkaudit.domain.rules.evaluate import PlacementPolicyConfig
-from bkaudit.domain.rules.placement import PlacementAdherence, check_placement
-from bkaudit.domain.rules.relocation import plan_relocation
 from connectors.delta.ledger_log import LedgerLog
 from connectors.delta.scan import scan
 from connectors.delta.tables import PLACEMENT_PLANS, table_path
+from core.domain.alerts import AlertKind
+from core.domain.rules.evaluate import PlacementPolicyConfig
+from core.domain.rules.placement import PlacementAdherence, check_placement
+from core.domain.rules.relocation import plan_relocation
 
 logger = logging.getLogger(__name__)
 

@@ -40,12 +40,12 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from bkaudit.domain.alerts import AlertKind
-from bkaudit.domain.rules.evaluate import PlacementPolicyConfig
-from bkaudit.errors import BkauditError, InvalidArgumentError, NotFoundError
 from connectors.delta.placement_plans import LEDGER_COLUMNS, plan_rows
 from connectors.delta.scan import view_typed_dataset
 from connectors.delta.tables import FOLD_METADATA_KEY, LEDGER_BUCKETS, TABLES, last_fold
+from core.domain.alerts import AlertKind
+from core.domain.rules.evaluate import PlacementPolicyConfig
+from core.errors import BkauditError, InvalidArgumentError, NotFoundError
 
 __all__ = [
     "ALERT_KINDS",
@@ -205,8 +205,8 @@ class Lakehouse:
     """Read-only queries over the Delta tables under one lakehouse root; each returns a ``pyarrow.Table``.
 
     Every call reads the tables' current versions (a notebook kept open sees the auditor's new commits).
-    Raises :class:`~bkaudit.errors.NotFoundError` for a missing root or table and
-    :class:`~bkaudit.errors.InvalidArgumentError` for an argument it does not accept.
+    Raises :class:`~core.errors.NotFoundError` for a missing root or table and
+    :class:`~core.errors.InvalidArgumentError` for an argument it does not accept.
 
     Example:
         >>> import tempfile
@@ -618,7 +618,7 @@ class Lakehouse:
 
         Example:
             >>> import tempfile
-            >>> from bkaudit.domain.rules.evaluate import PlacementPolicyConfig
+            >>> from core.domain.rules.evaluate import PlacementPolicyConfig
             >>> lakehouse = Lakehouse(write_example_lakehouse(tempfile.mkdtemp()))
             >>> row = lakehouse.placement_plans(PlacementPolicyConfig()).to_pylist()[0]
             >>> row["ensemble"], row["reason"]  # three bookies in all: nowhere to move a replica
@@ -907,7 +907,7 @@ class Lakehouse:
         from ``violations`` (``event`` ``firing`` / ``resolved``, ``kind``, ``change`` with the bookies and
         the detail). ``at`` is event time; ``committed_at`` the wall-clock time of the Delta commit. When old
         versions were vacuumed, a ``note`` row says from which version on the metadata history is complete
-        and the first row read is ``as_of`` that version. Raises :class:`~bkaudit.errors.NotFoundError` for a
+        and the first row read is ``as_of`` that version. Raises :class:`~core.errors.NotFoundError` for a
         ledger the lakehouse has never seen.
 
         Example:

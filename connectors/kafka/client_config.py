@@ -1,14 +1,14 @@
-"""The one place that turns :class:`bkaudit.settings.KafkaSettings` into librdkafka client configurations.
+"""The one place that turns :class:`core.settings.KafkaSettings` into librdkafka client configurations.
 
 Every producer, consumer and admin client in bkaudit (watcher, Spark data source, alert sink, CLI, tests) is
 a confluent-kafka (librdkafka) client built from these functions, so the embedded broker's work-arounds,
 the delivery guarantees and the production security settings are applied everywhere alike. Passwords are
 unwrapped from ``SecretStr`` only here, at the moment a client is built, and the configuration dict is never
 logged. librdkafka's own log lines go to the Python logger ``connectors.kafka.librdkafka`` (the ``logger``
-property), so the handlers' :class:`~bkaudit.logsetup.SecretFilter` sees them too.
+property), so the handlers' :class:`~core.logsetup.SecretFilter` sees them too.
 
 Example:
-    >>> from bkaudit.settings import KafkaSettings
+    >>> from core.settings import KafkaSettings
     >>> config = producer_config(KafkaSettings(bootstrap_servers="127.0.0.1:9092"))
     >>> config["acks"], config["batch.size"], config["max.in.flight.requests.per.connection"]
     ('all', 262144, 1)
@@ -26,8 +26,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from pydantic import SecretStr
 
-from bkaudit.errors import ConfigError, ServiceError
-from bkaudit.settings import KafkaSettings, is_secret_property
+from core.errors import ConfigError, ServiceError
+from core.settings import KafkaSettings, is_secret_property
 
 #: Where librdkafka's log lines go (through the handlers' secret filter like every other record).
 LIBRDKAFKA_LOGGER = logging.getLogger("connectors.kafka.librdkafka")
@@ -118,7 +118,7 @@ def common_config(settings: KafkaSettings) -> dict[str, Any]:
 def _guard_librdkafka_log(settings: KafkaSettings) -> None:
     """Redact this configuration's secrets from librdkafka's records even where no handler is guarded (a
     Spark worker that never configured logging)."""
-    from bkaudit.logsetup import SECRET_FILTER, register_secrets
+    from core.logsetup import SECRET_FILTER, register_secrets
 
     register_secrets(_secrets(settings))
     if SECRET_FILTER not in LIBRDKAFKA_LOGGER.filters:
@@ -316,7 +316,7 @@ def partition_count(client: Any, topic: str, timeout_s: float) -> int:
     producers) a broker that creates topics on first use creates it, as a first send would; a consumer's
     or admin client's request creates nothing. (The sink asks before each publish: after a broker lost its
     data, its alerts go to the recreated topic.) Raises :class:`KafkaException` when the broker does not
-    answer in time, and :class:`~bkaudit.errors.ServiceError` when the topic does not exist.
+    answer in time, and :class:`~core.errors.ServiceError` when the topic does not exist.
     """
     metadata = client.list_topics(topic, timeout=timeout_s)
     described = metadata.topics.get(topic)

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bkaudit.errors import ServiceError
 from connectors.process import LOOPBACK, ManagedProcess, ensure_port_free, free_port
 from connectors.process import port_is_free as _port_is_free
+from core.errors import ServiceError
 
 logger = logging.getLogger(__name__)
 

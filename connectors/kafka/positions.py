@@ -15,8 +15,8 @@ import time
 from types import TracebackType
 from typing import Any
 
-from bkaudit.errors import ServiceError
-from bkaudit.settings import KafkaSettings
+from core.errors import ServiceError
+from core.settings import KafkaSettings
 
 
 class TopicPositions:
@@ -35,7 +35,7 @@ class TopicPositions:
     def end_offsets(self, topic: str) -> dict[int, int] | None:
         """``{partition: end offset}`` of ``topic``; None when the topic does not exist.
 
-        Raises :class:`~bkaudit.errors.ServiceError` when no broker answers within the request timeout.
+        Raises :class:`~core.errors.ServiceError` when no broker answers within the request timeout.
 
         Example:
             >>> # TopicPositions(settings.kafka).end_offsets("bkaudit.changes")  → {0: 812, 1: 790}

@@ -1,4 +1,4 @@
-"""Publishes change events (:mod:`bkaudit.events`) to Kafka without losing any.
+"""Publishes change events (:mod:`core.events`) to Kafka without losing any.
 
 * One librdkafka producer built by :func:`connectors.kafka.client_config.producer_config` (acks=all,
   endless retries, one request in flight per connection so per-key order survives retries), behind a
@@ -39,9 +39,6 @@ from typing import Any
 
 from confluent_kafka import Producer, murmur2
 
-from bkaudit.events import encode_event, kafka_key, payload_type
-from bkaudit.pb import change_events_pb2 as pb
-from bkaudit.settings import KafkaSettings
 from connectors.kafka.client_config import (
     KafkaTimeout,
     error_text,
@@ -52,6 +49,9 @@ from connectors.kafka.client_config import (
 )
 from connectors.kafka.tail_sender import TailSender
 from connectors.kafka.topics import ensure_topic
+from core.events import encode_event, kafka_key, payload_type
+from core.pb import change_events_pb2 as pb
+from core.settings import KafkaSettings
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def partition_for_event(event: pb.ChangeEvent, partition_count: int) -> int:
     the job's membership lane reads that partition alone. Their key stays the entity (``bookie/<id>``).
 
     Example:
-        >>> from bkaudit import events
+        >>> from core import events
         >>> event = events.EventBuilder("c", "r").build(events.bookie_status("b1:3181", 1))
         >>> partition_for_event(event, 4) == partition_for_key(MEMBERSHIP_PARTITION_KEY, 4)
         True
@@ -113,7 +113,7 @@ def partition_for_event(event: pb.ChangeEvent, partition_count: int) -> int:
 
 
 class ChangePublisher:
-    """Sends :class:`~bkaudit.pb.change_events_pb2.ChangeEvent` records to one topic.
+    """Sends :class:`~core.pb.change_events_pb2.ChangeEvent` records to one topic.
 
     ``start()`` creates the topic if absent (``partitions``, default ``settings.topic_partitions``) and learns
     its partition count. ``publish`` is meant to be called from one thread (the watcher's worker).

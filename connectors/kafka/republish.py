@@ -3,7 +3,7 @@
 The alerts topic's history can be lost with the broker (a recreated topic, a broker without persistent
 storage); the ``open_alerts`` Delta table still knows what is firing. This re-sends each open alert as the
 job published it: same key, same stable ``alert_id``, state ``firing``, the same JSON (one encoder,
-:func:`bkaudit.domain.alerts.alert_bytes` over :meth:`~bkaudit.domain.alerts.Alert.to_json`) and the
+:func:`core.domain.alerts.alert_bytes` over :meth:`~core.domain.alerts.Alert.to_json`) and the
 same partition rule. Consumers already deduplicate by ``alert_id`` (a replayed batch publishes again
 too), so running it while the job runs, or twice, is harmless.
 
@@ -21,11 +21,11 @@ from pathlib import Path
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from bkaudit.domain.alert_book import alert_from_row
-from bkaudit.domain.alerts import Alert, alert_bytes
-from bkaudit.errors import FormatError, NotFoundError, ServiceError
-from bkaudit.settings import KafkaSettings
 from connectors.delta.tables import table_path
+from core.domain.alert_book import alert_from_row
+from core.domain.alerts import Alert, alert_bytes
+from core.errors import FormatError, NotFoundError, ServiceError
+from core.settings import KafkaSettings
 
 
 @dataclass(frozen=True)

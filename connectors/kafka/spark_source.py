@@ -70,7 +70,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from bkaudit.errors import ConfigError, ServiceError
+from core.errors import ConfigError, ServiceError
 
 KAFKA_SCHEMA = StructType(
     [
@@ -167,7 +167,7 @@ def record_fingerprint(offset: int, timestamp_ms: int, key: bytes | None, value:
 
 def kafka_settings_of(options: dict[str, str]) -> Any:
     """The Kafka settings a reader with these options uses (the settings, with the options' overrides)."""
-    from bkaudit.settings import load_settings
+    from core.settings import load_settings
 
     kafka = load_settings().kafka
     update: dict[str, Any] = {}

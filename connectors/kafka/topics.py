@@ -11,9 +11,9 @@ import time
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bkaudit.errors import ServiceError
-from bkaudit.settings import KafkaSettings
 from connectors.kafka.client_config import admin_config, error_code, kafka_errors
+from core.errors import ServiceError
+from core.settings import KafkaSettings
 
 
 def ensure_topic(

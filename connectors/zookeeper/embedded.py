@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bkaudit.errors import ServiceError
 from connectors.process import LOOPBACK, ManagedProcess, ensure_port_free, free_port, port_is_free
+from core.errors import ServiceError
 
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 

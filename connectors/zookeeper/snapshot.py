@@ -31,8 +31,8 @@ from typing import Any, TextIO
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from bkaudit.events import SnapshotCounts, SnapshotMode, SnapshotReason
-from bkaudit.pb import change_events_pb2 as pb
+from core.events import SnapshotCounts, SnapshotMode, SnapshotReason
+from core.pb import change_events_pb2 as pb
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ How it works (details in ``docs/watcher.md``):
   of drops, full snapshot after a delivery failure, flush on shutdown.
 
 Example:
-    >>> from bkaudit.settings import Settings
+    >>> from core.settings import Settings
     >>> options = kazoo_client_options(Settings(zookeeper={"auth_scheme": "digest", "auth_username": "bk",
     ...                                                    "auth_password": "pw"}).zookeeper)
     >>> options["auth_data"], options["logger"].name
@@ -46,47 +46,6 @@ from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from bkaudit import events
-from bkaudit.domain.layout import (
-    AVAILABLE_NODE,
-    COOKIES_NODE,
-    UNDERREPLICATION_NODE,
-    LedgerManagerType,
-    ZnodeKind,
-    available_path,
-    classify_path,
-    cookies_path,
-    instance_id_path,
-    layout_path,
-    managers_holding_path,
-    parse_layout,
-    readonly_path,
-    validate_root,
-)
-from bkaudit.domain.metadata import decode_ledger_metadata
-from bkaudit.domain.rackmap import parse_rack_map
-from bkaudit.domain.registration import (
-    BookieServiceInfo,
-    RegistrationKind,
-    decode_bookie_service_info,
-    is_valid_bookie_id,
-    parse_registration_path,
-)
-from bkaudit.domain.underreplication import (
-    UnderreplicationPaths,
-    ledger_id_from_urledger_path,
-    parse_auditor_vote,
-    parse_lock_data,
-    parse_lost_bookie_recovery_delay,
-    parse_underreplicated_ledger,
-    parse_urledger_path,
-    vote_sequence,
-)
-from bkaudit.errors import ConfigError, FormatError, ServiceError
-from bkaudit.logsetup import SECRET_FILTER
-from bkaudit.metrics_http import serve_metrics
-from bkaudit.pb import change_events_pb2 as pb
-from bkaudit.settings import Settings, ZooKeeperSettings
 from connectors.kafka.client_config import KafkaTimeout
 from connectors.kafka.publisher import ChangePublisher
 from connectors.zookeeper.fallback_watch import FALLBACK_EVENT, FallbackWatches
@@ -102,6 +61,47 @@ from connectors.zookeeper.snapshot import (
     Snapshot,
     TreeWalker,
 )
+from core import events
+from core.domain.layout import (
+    AVAILABLE_NODE,
+    COOKIES_NODE,
+    UNDERREPLICATION_NODE,
+    LedgerManagerType,
+    ZnodeKind,
+    available_path,
+    classify_path,
+    cookies_path,
+    instance_id_path,
+    layout_path,
+    managers_holding_path,
+    parse_layout,
+    readonly_path,
+    validate_root,
+)
+from core.domain.metadata import decode_ledger_metadata
+from core.domain.rackmap import parse_rack_map
+from core.domain.registration import (
+    BookieServiceInfo,
+    RegistrationKind,
+    decode_bookie_service_info,
+    is_valid_bookie_id,
+    parse_registration_path,
+)
+from core.domain.underreplication import (
+    UnderreplicationPaths,
+    ledger_id_from_urledger_path,
+    parse_auditor_vote,
+    parse_lock_data,
+    parse_lost_bookie_recovery_delay,
+    parse_underreplicated_ledger,
+    parse_urledger_path,
+    vote_sequence,
+)
+from core.errors import ConfigError, FormatError, ServiceError
+from core.logsetup import SECRET_FILTER
+from core.metrics_http import serve_metrics
+from core.pb import change_events_pb2 as pb
+from core.settings import Settings, ZooKeeperSettings
 
 logger = logging.getLogger(__name__)
 

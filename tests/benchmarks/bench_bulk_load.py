@@ -92,8 +92,8 @@ def _dir_bytes(path: Path) -> int:
 
 
 def _verify_sample(client: Any, spec: Any, manager: Any, root: str, count: int) -> int:
-    from bkaudit.domain.layout import ledger_path
-    from bkaudit.domain.metadata import LedgerState, decode_ledger_metadata
+    from core.domain.layout import ledger_path
+    from core.domain.metadata import LedgerState, decode_ledger_metadata
 
     ids = spec.ledger_ids()
     step = max(1, len(ids) // count)
@@ -109,9 +109,9 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     """Start ZooKeeper, load, measure; returns the figures (see the module docstring)."""
     from kazoo.client import KazooClient
 
-    from bkaudit.domain.layout import DEFAULT_LEDGERS_ROOT, LedgerManagerType
     from bkaudit.sim.bulk import BulkLoadSpec, bookie_ledger_index, bulk_load, synthetic_bookies
     from connectors.zookeeper.embedded import EmbeddedZooKeeper
+    from core.domain.layout import DEFAULT_LEDGERS_ROOT, LedgerManagerType
 
     manager = LedgerManagerType.from_name(args.manager)
     root = DEFAULT_LEDGERS_ROOT

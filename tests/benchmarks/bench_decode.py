@@ -39,9 +39,9 @@ def source_batch(records: int, bookies: int, racks: int) -> Any:
     """``records`` ledger upserts as the Kafka source hands them to the decoder (received now)."""
     import pyarrow as pa
 
-    from bkaudit import events as ev
-    from bkaudit.domain.layout import ledger_path
     from bkaudit.sim.bulk import BulkLoadSpec, plan_ledgers, planned_metadata, synthetic_bookies
+    from core import events as ev
+    from core.domain.layout import ledger_path
     from tests.benchmarks.replay import _Stat
 
     spec = BulkLoadSpec(bookies=synthetic_bookies(bookies, racks=racks), count=records, seed=1)
@@ -68,7 +68,7 @@ def per_record(batch: Any) -> Any:
     """The decoder one record at a time, rows to Arrow at the end (its form before the columnar one)."""
     import pyarrow as pa
 
-    from bkaudit.domain.rules.event_time import receiving_clock_ms
+    from core.domain.rules.event_time import receiving_clock_ms
     from streaming.decode import ARROW_CHANGE_SCHEMA, decode_record
 
     rows = []

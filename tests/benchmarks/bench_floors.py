@@ -57,7 +57,7 @@ def _summary(values: list[float]) -> dict[str, Any]:
 
 def _alert_record(index: int) -> tuple[bytes, bytes]:
     """A record shaped like a ``LEDGER_UNDER_REPLICATED`` alert (interfaces §2), ~420 bytes."""
-    from bkaudit.domain.alerts import Alert, AlertKind
+    from core.domain.alerts import Alert, AlertKind
 
     alert = Alert.ledger(
         cluster="bench-cluster",
@@ -139,8 +139,8 @@ def consume_floor(bootstrap: str, topic: str, expected: int) -> dict[str, Any]:
     """Records/s of one librdkafka consumer reading ``topic`` from the start."""
     from confluent_kafka import Consumer
 
-    from bkaudit.settings import KafkaSettings
     from connectors.kafka.client_config import assign_from_beginning, consumer_config
+    from core.settings import KafkaSettings
 
     consumer = Consumer(consumer_config(KafkaSettings(bootstrap_servers=bootstrap), None))
     assign_from_beginning(consumer, topic, 30)
@@ -237,8 +237,8 @@ def _send_and_wait(producer: Any, topic: str, key: bytes, value: bytes, **partit
 
 
 def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    from bkaudit.settings import KafkaSettings
     from connectors.kafka.topics import ensure_topic
+    from core.settings import KafkaSettings
 
     ensure_topic(KafkaSettings(bootstrap_servers=bootstrap), topic, partitions)
 
@@ -384,8 +384,8 @@ def delta_merge_floor(work: Path, ledgers: int, updates: list[int]) -> dict[str,
 def run(
     alerts: int, rounds: int, records: int, partitions: int = 16, ledgers: int = 1_000_000
 ) -> dict[str, Any]:
-    from bkaudit.settings import SparkSettings
     from connectors.kafka.embedded import EmbeddedBroker
+    from core.settings import SparkSettings
     from streaming.session import build_spark_session
 
     work = Path(tempfile.mkdtemp(prefix="bkaudit-bench-floors-"))

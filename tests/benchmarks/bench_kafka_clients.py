@@ -62,8 +62,8 @@ def _records(count: int, size: int, partitions: int) -> list[Placed]:
 
 
 def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    from bkaudit.settings import KafkaSettings
     from connectors.kafka.topics import ensure_topic
+    from core.settings import KafkaSettings
 
     ensure_topic(KafkaSettings(bootstrap_servers=bootstrap), topic, partitions)
 
@@ -74,8 +74,8 @@ def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
 def _confluent_producer(bootstrap: str) -> Any:
     from confluent_kafka import Producer
 
-    from bkaudit.settings import KafkaSettings
     from connectors.kafka.client_config import producer_config
+    from core.settings import KafkaSettings
 
     return Producer(producer_config(KafkaSettings(bootstrap_servers=bootstrap)))
 
@@ -106,8 +106,8 @@ def confluent_produce(bootstrap: str, topic: str, records: list[Placed]) -> floa
 
 def sink_path_produce(bootstrap: str, topic: str, records: list[Placed]) -> float:
     """The same records through the sink's own send loop (``send_records``: one-record tails included)."""
-    from bkaudit.settings import KafkaSettings
     from connectors.kafka.tail_sender import send_records
+    from core.settings import KafkaSettings
 
     producer = _confluent_producer(bootstrap)
     producer.list_topics(topic, timeout=30)

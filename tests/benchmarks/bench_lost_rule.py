@@ -6,9 +6,9 @@ loss reaches through the ``ledger_bookies`` index (~31,000 of 1 M on 100 bookies
 
 - ``per_ledger_s``: the rule as the sink applied it before, one ledger at a time (a password-less
   ``LedgerMetadata`` per row, ``is_recoverable``, the sample) over the index rows as Python dicts;
-- ``vectorised_s``: :func:`bkaudit.domain.rules.lost_ledgers.lost_bookie_verdicts` over the same rows as an
+- ``vectorised_s``: :func:`core.domain.rules.lost_ledgers.lost_bookie_verdicts` over the same rows as an
   Arrow table; ``vectorised_conditions_s`` adds turning the verdicts into the sink's alert conditions
-  (:func:`~bkaudit.domain.ledger_alerts.verdict_conditions_table`, columns);
+  (:func:`~core.domain.ledger_alerts.verdict_conditions_table`, columns);
 - ``identical``: every verdict is the same.
 
 Each form runs ``--repeats`` times; the median and the least are reported.
@@ -79,8 +79,8 @@ def compare(rows: list[dict[str, Any]], lost: set[str], repeats: int) -> dict[st
     import numpy as np
     import pyarrow as pa
 
-    from bkaudit.domain.ledger_alerts import verdict_conditions_table
-    from bkaudit.domain.rules.lost_ledgers import LOST_BOOKIE_INPUT_SCHEMA, lost_bookie_verdicts
+    from core.domain.ledger_alerts import verdict_conditions_table
+    from core.domain.rules.lost_ledgers import LOST_BOOKIE_INPUT_SCHEMA, lost_bookie_verdicts
     from tests.unit.test_lost_ledgers import per_ledger_condition
 
     table = pa.Table.from_pylist(rows, schema=LOST_BOOKIE_INPUT_SCHEMA)

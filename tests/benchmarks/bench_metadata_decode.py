@@ -26,7 +26,7 @@ import time
 
 import pytest
 
-from bkaudit.domain.metadata import (
+from core.domain.metadata import (
     DigestType,
     LedgerMetadata,
     LedgerPassword,

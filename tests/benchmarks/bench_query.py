@@ -199,7 +199,7 @@ def _ledger_rows(cluster: _Cluster) -> pa.Table:
 
 
 def _alert_id(kind: str, entity: str, started: int) -> str:
-    from bkaudit.domain.alerts import AlertKind, make_alert_id
+    from core.domain.alerts import AlertKind, make_alert_id
 
     return make_alert_id(CLUSTER, AlertKind(kind), entity, started)
 

@@ -531,8 +531,8 @@ def _ui_ms(text: str | None) -> int:
 
 def _write_cluster(admin: Any, spec: Any, root: str) -> None:
     """The znodes of a BookKeeper cluster around the bulk-loaded ledgers (``initnewcluster`` + Auditor)."""
-    from bkaudit.domain.layout import available_path, cookies_path, instance_id_path, readonly_path
-    from bkaudit.domain.underreplication import (
+    from core.domain.layout import available_path, cookies_path, instance_id_path, readonly_path
+    from core.domain.underreplication import (
         UnderreplicationPaths,
         format_lost_bookie_recovery_delay,
         format_rereplication_layout,
@@ -557,8 +557,8 @@ def _write_cluster(admin: Any, spec: Any, root: str) -> None:
 
 
 def _registration(bookie_id: str) -> bytes:
-    from bkaudit.domain.registration import encode_bookie_service_info
     from bkaudit.sim.bookie import service_info_for
+    from core.domain.registration import encode_bookie_service_info
 
     host, port = bookie_id.rsplit(":", 1)
     return encode_bookie_service_info(service_info_for(host, int(port)))
@@ -566,8 +566,8 @@ def _registration(bookie_id: str) -> bytes:
 
 def _register_bookies(admin: Any, session: Any, spec: Any, root: str) -> None:
     """A cookie per bookie (admin) and every ephemeral ``available/<id>`` on ``session``."""
-    from bkaudit.domain.cookie import Cookie, format_cookie
-    from bkaudit.domain.registration import cookie_path, writable_bookie_path
+    from core.domain.cookie import Cookie, format_cookie
+    from core.domain.registration import cookie_path, writable_bookie_path
 
     for placement in spec.bookies:
         bookie_id = placement.bookie_id
@@ -664,8 +664,8 @@ def writer_main(argv: list[str]) -> None:
     """Child: rewrite ledger znodes at a fixed rate; writes ``[[ledger, new version, wall time], ...]``."""
     from kazoo.client import KazooClient
 
-    from bkaudit.domain.layout import ledger_path
     from bkaudit.sim.bulk import BulkLoadSpec, synthetic_bookies
+    from core.domain.layout import ledger_path
 
     hosts, root, ledgers, bookies, racks, seed, rate, duration, in_flight, out_path = argv
     spec = BulkLoadSpec(
@@ -834,7 +834,7 @@ def _full_read(hosts: str, root: str, in_flight: int) -> dict[str, Any]:
     """BookieLedgerIndexer's work with kazoo: list the ledger tree, ``get`` every ledger znode."""
     from kazoo.client import KazooClient
 
-    from bkaudit.domain.layout import is_special_znode
+    from core.domain.layout import is_special_znode
 
     client = KazooClient(hosts=hosts, timeout=60.0)
     client.start(timeout=60)
@@ -1011,7 +1011,7 @@ def _lose_bookies(
     recorder: SinkRecorder,
     spark: Any,
 ) -> dict[str, Any]:
-    from bkaudit.domain.registration import writable_bookie_path
+    from core.domain.registration import writable_bookie_path
 
     bookies = [b.bookie_id for b in spec.bookies]
     chosen = [bookies[(i * 37 + 11) % len(bookies)] for i in range(min(args.losses, len(bookies)))]
@@ -1257,7 +1257,7 @@ class _Processor:
     """The job's stage 1 and 2 without Spark: decode (``streaming.decode``) and the processor's logic."""
 
     def __init__(self, cluster: str) -> None:
-        from bkaudit import events as ev
+        from core import events as ev
         from streaming.processor import ClusterLogic, LedgerLogic, ProcessorConfig
 
         self.cluster = cluster
@@ -1290,7 +1290,7 @@ def snapshot_end(
     snapshot: str, ledgers: int, partition: int, partitions: int, *, partition_events: int
 ) -> Any:
     """The complete FULL snapshot's end marker for one partition (all ``ledgers`` scanned and published)."""
-    from bkaudit import events as ev
+    from core import events as ev
 
     counts = ev.SnapshotCounts(ledgers_scanned=ledgers, ledgers_published=ledgers)
     return ev.snapshot_end(
@@ -1307,12 +1307,12 @@ def snapshot_end(
 
 def _snapshot_decisions(spec: Any, processor: _Processor, partitions: int, root: str) -> Any:
     """The decisions of the watcher's START snapshot of the bulk-loaded cluster, in the watcher's order."""
-    from bkaudit import events as ev
-    from bkaudit.domain.layout import ledger_path
-    from bkaudit.domain.metadata import encode_ledger_metadata
-    from bkaudit.domain.rackmap import parse_rack_map
-    from bkaudit.domain.registration import decode_bookie_service_info
     from bkaudit.sim.bulk import plan_ledgers, planned_metadata
+    from core import events as ev
+    from core.domain.layout import ledger_path
+    from core.domain.metadata import encode_ledger_metadata
+    from core.domain.rackmap import parse_rack_map
+    from core.domain.registration import decode_bookie_service_info
 
     snapshot = "bench-sink-only-snapshot"
     start, full = ev.SnapshotReason.START, ev.SnapshotMode.FULL
@@ -1363,12 +1363,12 @@ def run_sink_scale(args: argparse.Namespace) -> dict[str, Any]:
     as one batch, and each alert's broker ack is timed. What this leaves out is Spark's own
     per-batch cost (source, shuffle, transformWithStateInPandas), measured by the full benchmark.
     """
-    from bkaudit import events as ev
-    from bkaudit.domain.registration import decode_bookie_service_info
-    from bkaudit.settings import Settings
     from bkaudit.sim.bulk import BulkLoadSpec, bookie_ledger_index, synthetic_bookies
     from connectors.kafka.embedded import EmbeddedBroker
     from connectors.kafka.topics import ensure_topic
+    from core import events as ev
+    from core.domain.registration import decode_bookie_service_info
+    from core.settings import Settings
     from streaming.job import sink_config
     from streaming.sink import AuditSink
 
@@ -1542,7 +1542,7 @@ def _note(args: argparse.Namespace, text: str, figures: dict[str, Any] | None = 
 def job_session_and_settings(args: argparse.Namespace, kafka: Any, state_dir: Path) -> tuple[Any, Any]:
     """The Spark session and the job's settings the benchmark's options ask for (tables under
     ``state_dir``; no Delta maintenance during a measurement)."""
-    from bkaudit.settings import Settings, SparkSettings
+    from core.settings import Settings, SparkSettings
     from streaming.session import build_spark_session
 
     spark = build_spark_session(

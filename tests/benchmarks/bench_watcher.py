@@ -143,8 +143,8 @@ def _run_watch_once(
 
 
 def _read_topic(settings: Any, topic: str, password: bytes) -> dict[str, Any]:
-    from bkaudit.events import decode_event
     from bkaudit.testing.kafka_io import TopicTail
+    from core.events import decode_event
 
     tail = TopicTail(settings, topic)
     try:
@@ -248,9 +248,9 @@ def _latency(harness: Any, chroot: str, spec: Any, args: argparse.Namespace) -> 
     time each change from just before ``zk.set`` to a consumer receiving its upsert."""
     from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
-    from bkaudit.domain.layout import ledger_path
-    from bkaudit.events import decode_event
     from connectors.kafka.client_config import consumer_config, partition_count
+    from core.domain.layout import ledger_path
+    from core.events import decode_event
 
     topic = harness.unique_topic("latency")
     command, env = _watch_command(harness, chroot, topic, args)
@@ -389,9 +389,9 @@ def _latency(harness: Any, chroot: str, spec: Any, args: argparse.Namespace) -> 
 
 def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     """Start the services, load, measure; returns the figures (see the module docstring)."""
-    from bkaudit.domain.layout import instance_id_path
     from bkaudit.sim.bulk import BulkLoadSpec, bulk_load, synthetic_bookies
     from bkaudit.testing.harness import ServiceHarness
+    from core.domain.layout import instance_id_path
 
     state_dir = Path(tempfile.mkdtemp(prefix="bkaudit-bench-watch-"))
     harness = ServiceHarness(state_dir, zookeeper_heap=args.heap)

@@ -63,11 +63,11 @@ def _snapshot(
 ) -> tuple[int, dict[int, bytes]]:
     """Publish the START snapshot of ``spec``'s cluster; returns the last mzxid used and the encoded
     metadata of the ledgers in ``keep`` (the changes reuse it)."""
-    from bkaudit import events as ev
-    from bkaudit.domain.layout import ledger_path
-    from bkaudit.domain.rackmap import parse_rack_map
-    from bkaudit.domain.registration import decode_bookie_service_info
     from bkaudit.sim.bulk import plan_ledgers, planned_metadata
+    from core import events as ev
+    from core.domain.layout import ledger_path
+    from core.domain.rackmap import parse_rack_map
+    from core.domain.registration import decode_bookie_service_info
     from tests.benchmarks.bench_stream import RACK_MAP_PATH, _registration, snapshot_end
 
     partitions = publisher.partition_count
@@ -112,7 +112,7 @@ def _snapshot(
 
 
 def _heartbeats(publisher: Any, builder: Any) -> None:
-    from bkaudit import events as ev
+    from core import events as ev
 
     partitions = publisher.partition_count
     now_ms = builder.now_ms()
@@ -123,11 +123,11 @@ def _heartbeats(publisher: Any, builder: Any) -> None:
 
 def writer_main(argv: list[str]) -> None:
     """Child: the snapshot, ``READY``, then on ``go`` changes at a fixed rate; writes what it sent."""
-    from bkaudit import events as ev
-    from bkaudit.domain.layout import ledger_path
-    from bkaudit.settings import KafkaSettings
     from bkaudit.sim.bulk import BulkLoadSpec, synthetic_bookies
     from connectors.kafka.publisher import ChangePublisher
+    from core import events as ev
+    from core.domain.layout import ledger_path
+    from core.settings import KafkaSettings
 
     kafka_json, root, ledgers, bookies, racks, seed, rate, duration, out_path = argv
     spec = BulkLoadSpec(

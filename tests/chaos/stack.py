@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bkaudit.settings import KafkaSettings
 from bkaudit.sim.cluster import SimulatedCluster
 from bkaudit.sim.truth import ClusterSnapshot, TruthParameters, ground_truth
 from bkaudit.testing.harness import ServiceHarness
@@ -39,6 +38,7 @@ from bkaudit.testing.kafka_io import end_offsets
 from connectors.delta.tables import read_table
 from connectors.kafka.topics import ensure_topic
 from connectors.process import free_port
+from core.settings import KafkaSettings
 from tests.integration.event_fixtures import alerts_on
 from tests.integration.job_process import JobRun, kill_group, planned_offsets
 

@@ -23,9 +23,9 @@ import time
 
 import pytest
 
-from bkaudit import events as ev
 from bkaudit.testing.kafka_io import read_topic
 from connectors.process import free_port
+from core import events as ev
 from tests.chaos.recovery import after_future_heartbeat, second_job_on_same_checkpoint
 from tests.chaos.stack import PARTITIONS, JobProcess, wait_for
 from tests.integration.event_fixtures import Watcher

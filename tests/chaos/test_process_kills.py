@@ -22,8 +22,8 @@ import time
 
 import pytest
 
-from bkaudit import events as ev
 from bkaudit.testing.kafka_io import TopicTail, read_topic
+from core import events as ev
 from tests.chaos.recovery import after_job_kill, after_watcher_kill
 from tests.chaos.stack import wait_for
 from tests.integration.job_process import Kill, kill_during_batch

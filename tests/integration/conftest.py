@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from bkaudit.settings import Settings
+from core.settings import Settings
 
 DEMO_PASSWORD = b"demo-ledger-password-9d2e"
 

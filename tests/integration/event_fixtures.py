@@ -1,7 +1,7 @@
 """Hand-built watcher events on the real broker, shared by the streaming job's integration tests.
 
 :class:`Watcher` publishes change events the way ``bkaudit watch`` does (one
-:class:`~bkaudit.events.EventBuilder`, Kafka key = entity, heartbeats to every partition), so a test can
+:class:`~core.events.EventBuilder`, Kafka key = entity, heartbeats to every partition), so a test can
 script a cluster's history without ZooKeeper.
 :func:`alerts_on` reads back everything on an alerts topic. :func:`decision_table` builds what the sink
 receives from the processor, for tests of the sink alone.
@@ -16,15 +16,15 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from bkaudit import events as ev
-from bkaudit.domain.metadata import LedgerMetadata, LedgerState, Segment
-from bkaudit.domain.rackmap import RackMap
-from bkaudit.domain.registration import BookieServiceInfo, Endpoint
-from bkaudit.domain.underreplication import UnderreplicatedLedger
 from bkaudit.testing.kafka_io import read_topic
 from connectors.kafka.client_config import holds_tails, partition_count, producer_config
 from connectors.kafka.publisher import partition_for_event
 from connectors.kafka.tail_sender import TailSender
+from core import events as ev
+from core.domain.metadata import LedgerMetadata, LedgerState, Segment
+from core.domain.rackmap import RackMap
+from core.domain.registration import BookieServiceInfo, Endpoint
+from core.domain.underreplication import UnderreplicatedLedger
 
 # kazoo's ZnodeStat field names (what the event helpers read).
 Stat = namedtuple("Stat", "czxid mzxid ctime mtime version dataLength")

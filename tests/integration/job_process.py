@@ -26,8 +26,8 @@ from typing import Any
 
 from deltalake import DeltaTable
 
-from bkaudit.settings import KafkaSettings
 from connectors.delta.tables import TABLES, read_table, table_path
+from core.settings import KafkaSettings
 from tests.integration.event_fixtures import alerts_on
 
 DEFAULT_APP_ID = "bkaudit-crash-test"

@@ -10,11 +10,11 @@ import grpc
 import pytest
 from rocksdict import AccessType, Options, Rdict
 
-from bkaudit.domain.dbstorage import STORAGE_FLAGS_ID, encode_ledger_data, ledger_key
-from bkaudit.pb import bookie_agent_pb2 as pb
 from connectors.agent.client import AgentClient, AgentEntryList, AgentError, AgentNoLedger
 from connectors.agent.index import DbStorageIndexReader, IndexedEntryStore, sim_master_key
 from connectors.agent.server import RunningAgent, start_agent_server
+from core.domain.dbstorage import STORAGE_FLAGS_ID, encode_ledger_data, ledger_key
+from core.pb import bookie_agent_pb2 as pb
 from tests.integration.agent_tls import TlsMaterial, make_tls
 
 pytestmark = pytest.mark.integration

@@ -15,11 +15,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from bkaudit.domain.alert_book import alert_to_row
-from bkaudit.domain.alerts import Alert, AlertKind, alert_bytes
 from bkaudit.testing.kafka_io import TopicTail
 from connectors.delta.tables import OPEN_ALERTS, BatchWriter, ensure_tables
 from connectors.kafka.publisher import partitions_for_keys
+from core.domain.alert_book import alert_to_row
+from core.domain.alerts import Alert, AlertKind, alert_bytes
 
 pytestmark = pytest.mark.integration
 

@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 
 from bkaudit.cli.main import run as run_cli
-from bkaudit.domain.alerts import AlertKind
-from bkaudit.domain.rules.autorecovery import AutoRecoveryGraces
-from bkaudit.pb import change_events_pb2 as pb
-from bkaudit.settings import Settings
 from bkaudit.sim.cluster import SIM_AUDITOR_ID, SimulatedCluster
 from bkaudit.sim.truth import TruthParameters
 from connectors.kafka.topics import ensure_topic
 from connectors.zookeeper.watcher import ChangeWatcher
+from core.domain.alerts import AlertKind
+from core.domain.rules.autorecovery import AutoRecoveryGraces
+from core.pb import change_events_pb2 as pb
+from core.settings import Settings
 from streaming.job import start_membership_lane
 from streaming.sink import AuditSink, SinkConfig
 from tests.integration.event_fixtures import alerts_on

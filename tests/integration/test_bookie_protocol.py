@@ -17,8 +17,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from bkaudit.domain.availability import EntryAvailability, encode_availability
-from bkaudit.pb import bookkeeper_protocol_pb2 as pb
 from connectors.bookie.client import (
     AuthRequired,
     BadResponse,
@@ -45,6 +43,8 @@ from connectors.bookie.frames import (
 )
 from connectors.bookie.server import BookieServer, InMemoryEntryStore
 from connectors.process import free_port
+from core.domain.availability import EntryAvailability, encode_availability
+from core.pb import bookkeeper_protocol_pb2 as pb
 
 pytestmark = pytest.mark.integration
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from bkaudit.settings import Settings
 from connectors.delta.tables import read_table
 from connectors.kafka.topics import ensure_topic
+from core.settings import Settings
 from streaming import job
 from tests.integration.event_fixtures import Watcher, alerts_on
 

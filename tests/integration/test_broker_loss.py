@@ -23,11 +23,11 @@ from typing import Any
 
 import pytest
 
-from bkaudit.settings import Settings
 from bkaudit.testing.kafka_io import produce
 from connectors.delta.tables import read_table
 from connectors.kafka.spark_source import META, KafkaStreamReader, _KafkaOffsets
 from connectors.kafka.topics import ensure_topic
+from core.settings import Settings
 from streaming import job
 from tests.integration.event_fixtures import Watcher, alerts_on
 

@@ -10,9 +10,6 @@ from collections import defaultdict
 
 import pytest
 
-from bkaudit.domain.layout import LedgerManagerType, layout_path, ledger_path
-from bkaudit.domain.metadata import LedgerState, decode_ledger_metadata, encode_ledger_metadata
-from bkaudit.errors import ConfigError
 from bkaudit.sim import bulk
 from bkaudit.sim.bulk import (
     BulkLoadSpec,
@@ -22,6 +19,9 @@ from bkaudit.sim.bulk import (
     planned_metadata,
     synthetic_bookies,
 )
+from core.domain.layout import LedgerManagerType, layout_path, ledger_path
+from core.domain.metadata import LedgerState, decode_ledger_metadata, encode_ledger_metadata
+from core.errors import ConfigError
 
 pytestmark = pytest.mark.integration
 

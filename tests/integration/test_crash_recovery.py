@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from bkaudit.settings import KafkaSettings
 from connectors.delta.tables import TABLES, read_table
 from connectors.kafka.topics import ensure_topic
+from core.settings import KafkaSettings
 from streaming.loss import LOSS_ALERT_KINDS
 from tests.integration.event_fixtures import Watcher
 from tests.integration.job_process import (

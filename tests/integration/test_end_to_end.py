@@ -18,14 +18,14 @@ from typing import Any
 
 import pytest
 
-from bkaudit.domain.rules.entry_reads import entries_to_read
-from bkaudit.settings import Settings
 from bkaudit.sim.cluster import DB_STORAGE, SimulatedCluster
 from bkaudit.sim.truth import TruthParameters
 from bkaudit.testing.kafka_io import read_topic
 from connectors.delta.tables import read_table
 from connectors.kafka.topics import ensure_topic
 from connectors.zookeeper.watcher import ChangeWatcher
+from core.domain.rules.entry_reads import entries_to_read
+from core.settings import Settings
 from streaming import job
 
 pytestmark = pytest.mark.integration

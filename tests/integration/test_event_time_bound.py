@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from bkaudit import events as ev
-from bkaudit.settings import Settings
 from bkaudit.testing.kafka_io import produce
 from connectors.delta.tables import read_table
 from connectors.kafka.topics import ensure_topic
+from core import events as ev
+from core.settings import Settings
 from streaming import job
 from tests.integration.event_fixtures import Watcher
 

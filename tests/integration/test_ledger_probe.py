@@ -6,11 +6,11 @@ import time
 
 import pytest
 
-from bkaudit.domain.rules.replicas import ReplicasResult
-from bkaudit.domain.striping import entries_striped_to_bookie
 from connectors.bookie.client import BlockingBookieClient
 from connectors.bookie.ledger_probe import LedgerProbeTarget, probe_ledgers
 from connectors.bookie.server import BookieServer, InMemoryEntryStore
+from core.domain.rules.replicas import ReplicasResult
+from core.domain.striping import entries_striped_to_bookie
 
 pytestmark = pytest.mark.integration
 

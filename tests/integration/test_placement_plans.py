@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from bkaudit.domain.rules.placement import PlacementAdherence, check_placement
 from connectors.delta.queries import Lakehouse
 from connectors.delta.tables import read_table
 from connectors.kafka.topics import ensure_topic
+from core.domain.rules.placement import PlacementAdherence, check_placement
 from streaming.sink import AuditSink, SinkConfig
 from tests.integration.event_fixtures import closed_ledger_payload
 from tests.integration.event_fixtures import decision_table as decisions

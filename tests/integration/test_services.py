@@ -222,8 +222,8 @@ def test_change_publisher_sees_acknowledged_offsets_in_the_brokers_order(kafka_s
     # Regression: the publisher's poller thread and the sender's flush both ran delivery reports, so a later
     # batch's acknowledgements could be handled before an earlier one's; offsets then seemed to go backwards
     # and the watcher republished a FULL snapshot it did not need (a storm of them at 200 k ledgers).
-    from bkaudit import events
     from connectors.kafka.publisher import ChangePublisher
+    from core import events
 
     rng = random.Random(7)
 

@@ -20,23 +20,27 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from bkaudit.domain.cookie import parse_cookie
-from bkaudit.domain.layout import (
+from bkaudit.sim.cluster import SIM_AUDITOR_ID, SimulatedCluster
+from bkaudit.sim.errors import SimulatorError
+from bkaudit.testing.harness import ServiceHarness
+from connectors.bookie.client import BlockingBookieClient, EntryList, NoLedger, Timeout, availability_of
+from core.domain.cookie import parse_cookie
+from core.domain.layout import (
     LedgerLayout,
     LedgerManagerType,
     format_layout,
     ledger_path,
     parse_layout,
 )
-from bkaudit.domain.metadata import (
+from core.domain.metadata import (
     DigestType,
     LedgerState,
     decode_ledger_metadata,
     encode_ledger_metadata,
 )
-from bkaudit.domain.rackmap import parse_rack_map
-from bkaudit.domain.registration import bookie_rpc_address, decode_bookie_service_info
-from bkaudit.domain.underreplication import (
+from core.domain.rackmap import parse_rack_map
+from core.domain.registration import bookie_rpc_address, decode_bookie_service_info
+from core.domain.underreplication import (
     UnderreplicationPaths,
     parse_auditor_vote,
     parse_lost_bookie_recovery_delay,
@@ -44,11 +48,7 @@ from bkaudit.domain.underreplication import (
     parse_underreplicated_ledger,
     vote_sequence,
 )
-from bkaudit.errors import FormatError
-from bkaudit.sim.cluster import SIM_AUDITOR_ID, SimulatedCluster
-from bkaudit.sim.errors import SimulatorError
-from bkaudit.testing.harness import ServiceHarness
-from connectors.bookie.client import BlockingBookieClient, EntryList, NoLedger, Timeout, availability_of
+from core.errors import FormatError
 
 pytestmark = pytest.mark.integration
 

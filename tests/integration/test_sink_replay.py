@@ -152,8 +152,8 @@ def test_open_alerts_are_reread_only_when_the_table_moved_on(kafka_settings, tmp
     # table changed behind its back (compaction, another writer, a replayed batch) is read again. Commits of
     # the loss owner (streaming.loss, whose kinds the sink leaves out) do not count as changes; the loss
     # owner reads the table once, at its first call, and keeps its kinds in memory from then on.
-    from bkaudit.domain import alert_book
     from connectors.kafka.topics import ensure_topic
+    from core.domain import alert_book
 
     ensure_topic(kafka_settings, kafka_settings.alerts_topic, 1)
     reads = []

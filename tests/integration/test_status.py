@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 
 from bkaudit.cli.main import run
-from bkaudit.settings import Settings
 from bkaudit.sim.cluster import SimulatedCluster
 from connectors.delta.tables import read_table
 from connectors.kafka.topics import ensure_topic
 from connectors.zookeeper.watcher import ChangeWatcher
+from core.settings import Settings
 from streaming import job
 
 pytestmark = pytest.mark.integration

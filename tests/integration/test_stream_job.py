@@ -6,11 +6,11 @@ import time
 
 import pytest
 
-from bkaudit import events as ev
-from bkaudit.domain.rackmap import RackMap
-from bkaudit.settings import Settings
 from connectors.delta.tables import read_table
 from connectors.kafka.topics import ensure_topic
+from core import events as ev
+from core.domain.rackmap import RackMap
+from core.settings import Settings
 from streaming import job
 from tests.integration.event_fixtures import Stat, Watcher, alerts_on
 

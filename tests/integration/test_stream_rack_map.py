@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from bkaudit import events as ev
 from connectors.delta.tables import read_table
+from core import events as ev
 from tests.integration.event_fixtures import alerts_on
 from tests.integration.test_stream_job import BOOKIES, RACKS, job_with_watcher, run_once
 

@@ -29,45 +29,6 @@ from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import EventType
 from pydantic import SecretStr
 
-from bkaudit import events
-from bkaudit.domain.layout import (
-    LedgerLayout,
-    LedgerManagerType,
-    ZnodeKind,
-    available_path,
-    classify_path,
-    cookies_path,
-    format_layout,
-    instance_id_path,
-    layout_path,
-    ledger_path,
-    readonly_path,
-)
-from bkaudit.domain.metadata import (
-    DigestType,
-    LedgerMetadata,
-    LedgerPassword,
-    LedgerState,
-    Segment,
-    encode_ledger_metadata,
-)
-from bkaudit.domain.registration import (
-    BookieServiceInfo,
-    Endpoint,
-    cookie_path,
-    encode_bookie_service_info,
-    readonly_bookie_path,
-    writable_bookie_path,
-)
-from bkaudit.domain.underreplication import (
-    UnderreplicatedLedger,
-    UnderreplicationPaths,
-    format_underreplicated_ledger,
-    parse_urledger_path,
-)
-from bkaudit.events import ReplayedState
-from bkaudit.pb import change_events_pb2 as pb
-from bkaudit.settings import Settings
 from bkaudit.testing.kafka_io import TopicTail
 from connectors.zookeeper.ordered_reads import OrderedReads
 from connectors.zookeeper.persistent_watch import PersistentWatches
@@ -87,6 +48,45 @@ from connectors.zookeeper.watcher import (
     ChangeWatcher,
     _Router,
 )
+from core import events
+from core.domain.layout import (
+    LedgerLayout,
+    LedgerManagerType,
+    ZnodeKind,
+    available_path,
+    classify_path,
+    cookies_path,
+    format_layout,
+    instance_id_path,
+    layout_path,
+    ledger_path,
+    readonly_path,
+)
+from core.domain.metadata import (
+    DigestType,
+    LedgerMetadata,
+    LedgerPassword,
+    LedgerState,
+    Segment,
+    encode_ledger_metadata,
+)
+from core.domain.registration import (
+    BookieServiceInfo,
+    Endpoint,
+    cookie_path,
+    encode_bookie_service_info,
+    readonly_bookie_path,
+    writable_bookie_path,
+)
+from core.domain.underreplication import (
+    UnderreplicatedLedger,
+    UnderreplicationPaths,
+    format_underreplicated_ledger,
+    parse_urledger_path,
+)
+from core.events import ReplayedState
+from core.pb import change_events_pb2 as pb
+from core.settings import Settings
 
 PASSWORD = b"pw-7f3a-SECRET-91c2"
 INSTANCE_ID = "6b1c0e5e-0000-4000-8000-00000000beef"
@@ -229,7 +229,7 @@ class ClusterTree:
         return statuses
 
     def marks(self) -> dict[int, tuple[str, ...]]:
-        from bkaudit.domain.underreplication import parse_underreplicated_ledger
+        from core.domain.underreplication import parse_underreplicated_ledger
 
         found: dict[int, tuple[str, ...]] = {}
         base = UnderreplicationPaths(self.root).urledgers
@@ -1349,9 +1349,9 @@ class _Delivered:
 def test_publisher_blocks_on_a_full_buffer_instead_of_dropping_and_flags_failed_deliveries() -> None:
     from confluent_kafka import KafkaError
 
-    from bkaudit.settings import KafkaSettings
     from connectors.kafka.publisher import ChangePublisher, partition_for_key
     from connectors.kafka.tail_sender import TailSender
+    from core.settings import KafkaSettings
 
     delivered: list[tuple[str, int]] = []
     publisher = ChangePublisher(

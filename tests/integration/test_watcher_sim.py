@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from bkaudit.domain.registration import decode_bookie_service_info
-from bkaudit.pb import change_events_pb2 as pb
 from bkaudit.sim.cluster import CORRUPTIONS, SimulatedCluster
+from core.domain.registration import decode_bookie_service_info
+from core.pb import change_events_pb2 as pb
 from tests.integration.test_watcher import (
     ClusterTree,
     TopicReader,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bkaudit.errors import ConfigError
-from bkaudit.settings import Settings
+from core.errors import ConfigError
+from core.settings import Settings
 from streaming.job import agent_config
 
 

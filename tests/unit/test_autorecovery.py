@@ -7,16 +7,16 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bkaudit import events as ev
-from bkaudit.domain.alerts import Alert, AlertKind
-from bkaudit.domain.rules.autorecovery import (
+from bkaudit.sim.truth import ClusterSnapshot, TruthParameters, ground_truth
+from core import events as ev
+from core.domain.alerts import Alert, AlertKind
+from core.domain.rules.autorecovery import (
     AutoRecoveryGraces,
     AutoRecoveryHealth,
     AutoRecoveryZnodes,
     ReplicationLock,
     due_conditions,
 )
-from bkaudit.sim.truth import ClusterSnapshot, TruthParameters, ground_truth
 from streaming.decode import _auto_recovery_payload
 from streaming.processor import ClusterLogic, ProcessorConfig
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bkaudit.domain.availability import (
+from core.domain.availability import (
     HEADER_SIZE,
     MAX_ENTRY_ID,
     EntryAvailability,
@@ -19,8 +19,8 @@ from bkaudit.domain.availability import (
     encode_availability,
     missing_entries,
 )
-from bkaudit.domain.striping import entries_striped_to_bookie
-from bkaudit.errors import FormatError
+from core.domain.striping import entries_striped_to_bookie
+from core.errors import FormatError
 
 
 def raw(groups: list[tuple[int, int, int, int]], version: int = 0, count: int | None = None) -> bytes:

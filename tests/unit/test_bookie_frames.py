@@ -11,9 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bkaudit.domain.availability import EntryAvailability, encode_availability
-from bkaudit.errors import FormatError
-from bkaudit.pb import bookkeeper_protocol_pb2 as pb
 from connectors.bookie import frames
 from connectors.bookie.client import (
     AuthRequired,
@@ -42,6 +39,9 @@ from connectors.bookie.frames import (
     read_entry_response,
     status_response,
 )
+from core.domain.availability import EntryAvailability, encode_availability
+from core.errors import FormatError
+from core.pb import bookkeeper_protocol_pb2 as pb
 
 # Example bytes of a v3 protocol frame.
 REQUEST_LEDGER5_TXN1 = bytes.fromhex("0a 06 08 03 10 0b 18 01 e2 06 02 08 05")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bkaudit.domain.availability import encode_availability
+from core.domain.availability import encode_availability
 
 Cli = Callable[..., Any]
 

@@ -18,7 +18,7 @@ import pytest
 SCRIPT = """
 import logging, sys
 from pathlib import Path
-from bkaudit.logsetup import configure_command_logging
+from core.logsetup import configure_command_logging
 configure_command_logging("stream", Path(sys.argv[1]), level="INFO", verbose=sys.argv[2] == "verbose",
                           only_on_a_terminal=sys.argv[3] == "terminal-only")
 for name in ("streaming.job", "kazoo.client", "py4j.clientserver", "connectors.kafka.librdkafka"):

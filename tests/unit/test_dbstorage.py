@@ -1,4 +1,4 @@
-"""DbLedgerStorage's index layout (bkaudit.domain.dbstorage): round trips, sort order, columnar decoding."""
+"""DbLedgerStorage's index layout (core.domain.dbstorage): round trips, sort order, columnar decoding."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bkaudit.domain.dbstorage import (
+from core.domain.dbstorage import (
     INT64_MAX,
     INT64_MIN,
     STORAGE_FLAGS_ID,
@@ -28,8 +28,8 @@ from bkaudit.domain.dbstorage import (
     split_location,
     stored_entries,
 )
-from bkaudit.errors import FormatError
-from bkaudit.pb.db_ledger_storage_pb2 import LedgerData
+from core.errors import FormatError
+from core.pb.db_ledger_storage_pb2 import LedgerData
 
 longs = st.integers(INT64_MIN, INT64_MAX)
 ids = st.integers(0, INT64_MAX)

@@ -10,9 +10,9 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bkaudit import events as ev
-from bkaudit.pb import change_events_pb2 as pb
 from connectors.kafka.spark_source import ARROW_RECORD_SCHEMA
+from core import events as ev
+from core.pb import change_events_pb2 as pb
 from streaming.decode import (
     ARROW_CHANGE_SCHEMA,
     _encode_ledger_payload,

@@ -16,9 +16,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from bkaudit.errors import InvalidArgumentError, NotFoundError
 from connectors.delta.queries import HISTORY_SCHEMA, Lakehouse
 from connectors.delta.tables import LEDGER_BUCKETS, TABLES, BatchWriter, ensure_tables
+from core.errors import InvalidArgumentError, NotFoundError
 
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 SECRET = "pulsar-ledger-secret-5f1c"

@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from bkaudit.settings import KafkaSettings
 from connectors.delta.scan import filter_expression, scan, view_typed_dataset
 from connectors.delta.tables import LEDGERS, BatchWriter, ensure_tables, table_path
+from core.settings import KafkaSettings
 from streaming.sink import AuditSink, SinkConfig
 
 

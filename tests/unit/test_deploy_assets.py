@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from bkaudit.settings import CONFIG_FILE_ENV, Settings
 from bkaudit.settings_docs import setting_docs
+from core.settings import CONFIG_FILE_ENV, Settings
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "infra" / "k8s"

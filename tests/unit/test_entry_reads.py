@@ -7,10 +7,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bkaudit.domain.rules.entry_reads import ReadAnswer, answers_from_reads, entries_to_read
-from bkaudit.domain.rules.replicas import BookieStatus, ReplicasResult, classify_replicas, segment_ranges
-from bkaudit.domain.rules.replicas import LedgerSegment as Segment
-from bkaudit.domain.striping import has_entry
+from core.domain.rules.entry_reads import ReadAnswer, answers_from_reads, entries_to_read
+from core.domain.rules.replicas import BookieStatus, ReplicasResult, classify_replicas, segment_ranges
+from core.domain.rules.replicas import LedgerSegment as Segment
+from core.domain.striping import has_entry
 
 POOL = [f"b{i}" for i in range(7)]
 

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pytest
 
-from bkaudit import events as ev
-from bkaudit.domain.rules.event_time import format_utc, future_event_reason, receiving_clock_ms
+from core import events as ev
+from core.domain.rules.event_time import format_utc, future_event_reason, receiving_clock_ms
 from streaming.decode import decode_batches, decode_record
 
 NOW_MS = 1_800_000_000_000  # 2027-01-15T08:00:00Z
@@ -163,7 +163,7 @@ def test_a_future_ledger_event_is_kept_whole_and_holds_no_password():
     # Change events never carry the password (the watcher strips it), so keeping their bytes is safe.
     from collections import namedtuple
 
-    from bkaudit.domain.metadata import DigestType, LedgerMetadata, LedgerPassword, LedgerState, Segment
+    from core.domain.metadata import DigestType, LedgerMetadata, LedgerPassword, LedgerState, Segment
 
     stat = namedtuple("Stat", "czxid mzxid ctime mtime version dataLength")(5, 5, 0, 0, 0, 90)
     md = LedgerMetadata(

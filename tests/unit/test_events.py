@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bkaudit import events
-from bkaudit.domain.metadata import (
+from core import events
+from core.domain.metadata import (
     DigestType,
     LedgerMetadata,
     LedgerPassword,
@@ -19,11 +19,11 @@ from bkaudit.domain.metadata import (
     decode_ledger_metadata,
     encode_ledger_metadata,
 )
-from bkaudit.domain.rackmap import parse_rack_map
-from bkaudit.domain.registration import decode_bookie_service_info
-from bkaudit.domain.underreplication import UnderreplicatedLedger
-from bkaudit.errors import FormatError
-from bkaudit.pb import change_events_pb2 as pb
+from core.domain.rackmap import parse_rack_map
+from core.domain.registration import decode_bookie_service_info
+from core.domain.underreplication import UnderreplicatedLedger
+from core.errors import FormatError
+from core.pb import change_events_pb2 as pb
 
 Stat = namedtuple("Stat", "czxid mzxid ctime mtime version dataLength")
 PASSWORD = b"s3cret-ledger-password"

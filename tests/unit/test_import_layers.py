@@ -17,17 +17,17 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE_ROOTS = ("bkaudit", "connectors", "streaming", "notebooks", "infra")
+SOURCE_ROOTS = ("core", "connectors", "streaming", "bkaudit", "notebooks", "infra")
 
 #: Components from the bottom layer up. A component may import its own layer or a lower one, never a higher.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "ground: pure formats, rules and vocabulary (no I/O, no Spark)",
-        ("bkaudit", "bkaudit.errors", "bkaudit.pb", "bkaudit.domain", "bkaudit.events"),
+        ("core", "core.errors", "core.pb", "core.domain", "core.events"),
     ),
     (
         "process support: configuration, logging, local files, the metrics endpoint",
-        ("bkaudit.settings", "bkaudit.logsetup", "bkaudit.localfs", "bkaudit.metrics_http"),
+        ("core.settings", "core.logsetup", "core.localfs", "core.metrics_http"),
     ),
     (
         "connectors: everything that talks to another system",
@@ -46,6 +46,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "entry points: the simulator, the command, the demo, the test harness, notebooks, deployment",
         (
+            "bkaudit",
             "bkaudit.sim",
             "bkaudit.demo",
             "bkaudit.cli",
@@ -224,40 +225,40 @@ def test_every_layer_names_real_packages():
 
 def test_the_checker_catches_wrong_way_imports_loops_and_an_impure_ground(tmp_path: Path):
     files = {
-        "bkaudit/__init__.py": "",
-        "bkaudit/domain/__init__.py": "",
-        "bkaudit/domain/rules.py": "from streaming import job\n",
-        "bkaudit/domain/io.py": "def read():\n    import deltalake\n",
+        "core/__init__.py": "",
+        "core/domain/__init__.py": "",
+        "core/domain/rules.py": "from streaming import job\n",
+        "core/domain/io.py": "def read():\n    import deltalake\n",
         "connectors/__init__.py": "",
         "connectors/kafka/__init__.py": "",
         "connectors/kafka/a.py": "import connectors.delta.b\n",
         "connectors/delta/__init__.py": "",
         "connectors/delta/b.py": "from connectors.kafka import a\n",
         "streaming/__init__.py": "",
-        "streaming/job.py": "from bkaudit.domain import rules\n",
+        "streaming/job.py": "from core.domain import rules\n",
         "streaming/stray/__init__.py": "",
     }
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     layers = (
-        ("ground", ("bkaudit", "bkaudit.domain")),
+        ("ground", ("core", "core.domain")),
         ("connectors", ("connectors", "connectors.kafka", "connectors.delta")),
         ("streaming", ("streaming.job",)),
     )
 
-    problems = layering_problems(tmp_path, ("bkaudit", "connectors", "streaming"), layers)
+    problems = layering_problems(tmp_path, ("core", "connectors", "streaming"), layers)
 
     assert problems == [
-        "bkaudit/domain/io.py:2: the ground (bkaudit.domain) imports the I/O library deltalake",
-        "bkaudit/domain/rules.py:1: wrong-way import bkaudit.domain.rules -> streaming.job "
-        "(layer 0 bkaudit.domain imports layer 2 streaming.job)",
+        "core/domain/io.py:2: the ground (core.domain) imports the I/O library deltalake",
+        "core/domain/rules.py:1: wrong-way import core.domain.rules -> streaming.job "
+        "(layer 0 core.domain imports layer 2 streaming.job)",
         "streaming: in no layer; add its package to LAYERS and to CONTRIBUTING.md",
         "streaming.stray: in no layer; add its package to LAYERS and to CONTRIBUTING.md",
-        "packages import each other: bkaudit.domain <-> streaming.job",
         "packages import each other: connectors.delta <-> connectors.kafka",
-        "modules import each other: bkaudit.domain.rules <-> streaming.job",
+        "packages import each other: core.domain <-> streaming.job",
         "modules import each other: connectors.delta.b <-> connectors.kafka.a",
+        "modules import each other: core.domain.rules <-> streaming.job",
     ]
 
 

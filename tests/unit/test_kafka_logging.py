@@ -8,8 +8,8 @@ import time
 
 from confluent_kafka import Producer
 
-from bkaudit.settings import KafkaSettings
 from connectors.kafka.client_config import producer_config
+from core.settings import KafkaSettings
 
 LOGGER = "connectors.kafka.librdkafka"
 

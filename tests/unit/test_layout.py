@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bkaudit.domain.layout import (
+from core.domain.layout import (
     DEFAULT_LEDGERS_ROOT,
     JAVA_INT_MAX,
     MAX_LEDGER_ID,
@@ -28,7 +28,7 @@ from bkaudit.domain.layout import (
     parse_metadata_service_uri,
     validate_root,
 )
-from bkaudit.errors import FormatError
+from core.errors import FormatError
 
 FLAT = LedgerManagerType.FLAT
 HIER = LedgerManagerType.HIERARCHICAL

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bkaudit.domain.alert_book import AlertBook, alert_to_row
-from bkaudit.domain.alerts import AlertKind
-from bkaudit.domain.ledger_alerts import (
+from core.domain.alert_book import AlertBook, alert_to_row
+from core.domain.alerts import AlertKind
+from core.domain.ledger_alerts import (
     LEDGER_KINDS,
     OPEN_SCHEMA,
     alert_records,
@@ -27,7 +27,7 @@ from bkaudit.domain.ledger_alerts import (
     transition_counts,
     verdict_conditions_table,
 )
-from bkaudit.domain.rules.lost_ledgers import VERDICT_SCHEMA
+from core.domain.rules.lost_ledgers import VERDICT_SCHEMA
 
 CLUSTER = "c-ü"
 BOOKIES = ["b1:3181", "b2:3181", "b3:3181"]

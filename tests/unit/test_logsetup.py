@@ -8,7 +8,7 @@ import logging
 import os
 from collections import namedtuple
 
-from bkaudit.logsetup import SecretFilter, configure_logging
+from core.logsetup import SecretFilter, configure_logging
 
 KAZOO_FILE = os.path.join("site-packages", "kazoo", "protocol", "connection.py")
 GetData = namedtuple("GetData", "path watcher")
@@ -65,7 +65,7 @@ def test_configure_logging_guards_the_handlers_already_installed():
     root.addHandler(handler)
     try:
         configure_logging("DEBUG")
-        from bkaudit.logsetup import SECRET_FILTER
+        from core.logsetup import SECRET_FILTER
 
         assert SECRET_FILTER in handler.filters
     finally:

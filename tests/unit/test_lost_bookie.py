@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bkaudit.domain.rules.lost_bookie import BookieMembership, BookieStatus, TransitionKind
+from core.domain.rules.lost_bookie import BookieMembership, BookieStatus, TransitionKind
 
 W, R, G = BookieStatus.WRITABLE, BookieStatus.READ_ONLY, BookieStatus.GONE
 

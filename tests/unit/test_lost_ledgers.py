@@ -18,14 +18,14 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from bkaudit.domain.ledger_alerts import verdict_conditions_table
-from bkaudit.domain.metadata import LedgerMetadata, LedgerState, Segment
-from bkaudit.domain.rules.lost_ledgers import (
+from core.domain.ledger_alerts import verdict_conditions_table
+from core.domain.metadata import LedgerMetadata, LedgerState, Segment
+from core.domain.rules.lost_ledgers import (
     LOST_BOOKIE_INPUT_SCHEMA,
     VERDICT_SCHEMA,
     lost_bookie_verdicts,
 )
-from bkaudit.errors import FormatError
+from core.errors import FormatError
 
 POOL = ["b0:3181", "b1:3181", "b2:3181", "b3:3181", "b4:3181", "b5:3181"]
 

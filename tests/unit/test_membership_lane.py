@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 
 import streaming.driver_batches as batch_files_module
-from bkaudit import events as ev
-from bkaudit.domain.rules.lost_bookie import BookieMembership
+from core import events as ev
+from core.domain.rules.lost_bookie import BookieMembership
 from streaming.membership import MembershipLaneConfig, MembershipStateStore, membership_rows
 from streaming.processor import ClusterLogic, ProcessorConfig
 

@@ -1,4 +1,4 @@
-"""Ledger metadata codec (bkaudit.domain.metadata): BookKeeper's examples, error cases, properties, fuzzing.
+"""Ledger metadata codec (core.domain.metadata): BookKeeper's examples, error cases, properties, fuzzing.
 
 The byte-exactness tests compare against blobs built *by hand in this file* (protobuf wire bytes and text
 written field by field the way BookKeeper's Java writer lays them out), not against the module's own encoder.
@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bkaudit.domain import metadata as metadata_module
-from bkaudit.domain.metadata import (
+from core.domain import metadata as metadata_module
+from core.domain.metadata import (
     MAX_METADATA_BYTES,
     DigestType,
     LedgerMetadata,
@@ -33,9 +33,9 @@ from bkaudit.domain.metadata import (
     metadata_to_json,
     pulsar_topic_from_managed_ledger,
 )
-from bkaudit.domain.striping import write_set
-from bkaudit.errors import FormatError
-from bkaudit.pb.data_formats_pb2 import LedgerMetadataFormat
+from core.domain.striping import write_set
+from core.errors import FormatError
+from core.pb.data_formats_pb2 import LedgerMetadataFormat
 
 HEADER = b"BookieMetadataFormatVersion\t"
 BOOKIES = ("192.0.2.1:1234", "192.0.2.2:1234", "192.0.2.3:1234")
@@ -144,7 +144,7 @@ def java_v3(ledger: JavaLedger) -> bytes:
 
 
 def java_escape(data: bytes) -> str:
-    """TextFormat.escapeBytes, written independently of bkaudit.domain.textformat."""
+    """TextFormat.escapeBytes, written independently of core.domain.textformat."""
     named = {7: "a", 8: "b", 12: "f", 10: "n", 13: "r", 9: "t", 11: "v", 92: "\\", 39: "'", 34: '"'}
     return "".join(
         "\\" + named[b] if b in named else chr(b) if 0x20 <= b < 0x7F else f"\\{b:03o}" for b in data

@@ -22,8 +22,8 @@ import yaml
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
 
-from bkaudit.domain.alerts import AlertKind
 from connectors.zookeeper.watcher import WatcherMetrics
+from core.domain.alerts import AlertKind
 from streaming.metrics import AUDIT_GAUGES, StreamMetrics
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ("bkaudit", "connectors", "streaming")
+PRODUCT = ("core", "connectors", "streaming", "bkaudit")
 _IMPORTS_KAFKA_PYTHON = re.compile(
     r"^\s*(from\s+kafka(\.\w+)*\s+import|import\s+kafka(\.\w+)*)\b", re.MULTILINE
 )

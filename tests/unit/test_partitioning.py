@@ -89,6 +89,6 @@ def test_many_keys_at_once_in_the_input_order():
 
 def test_producers_partition_unplaced_keyed_records_the_same_way():
     # Records sent without an explicit partition go through librdkafka's partitioner: Java-compatible.
-    from bkaudit.settings import KafkaSettings
+    from core.settings import KafkaSettings
 
     assert producer_config(KafkaSettings())["partitioner"] == "murmur2_random"

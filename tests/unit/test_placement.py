@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bkaudit.domain.rules.placement import (
+from core.domain.rules.placement import (
     PlacementAdherence,
     PlacementVerdict,
     check_placement,

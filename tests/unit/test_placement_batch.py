@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bkaudit.domain.rules.evaluate import PlacementPolicyConfig, placement_condition
-from bkaudit.domain.rules.placement_batch import rackaware_screen
+from core.domain.rules.evaluate import PlacementPolicyConfig, placement_condition
+from core.domain.rules.placement_batch import rackaware_screen
 
 BOOKIES = [f"b{i}" for i in range(8)]
 LOCATIONS = [None, "/r1", "/r2", "r3", "/r1/", "/default-rack", "/", ""]

@@ -477,7 +477,7 @@ def test_a_bucket_fires_each_ledgers_timer_at_its_own_time():
 
 
 def test_decode_puts_every_ledger_row_in_its_bucket():
-    from bkaudit import events as ev
+    from core import events as ev
     from streaming.decode import decode_record
 
     builder = ev.EventBuilder(cluster="c1", run_id="r")

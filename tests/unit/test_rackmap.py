@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bkaudit.domain.rackmap import (
+from core.domain.rackmap import (
     DEFAULT_RACK,
     DEFAULT_REGION_AND_RACK,
     BookieRackInfo,
@@ -18,7 +18,7 @@ from bkaudit.domain.rackmap import (
     normalize_rack,
     parse_rack_map,
 )
-from bkaudit.errors import FormatError
+from core.errors import FormatError
 
 # Pulsar's rack map znode (/bookies) in its JSON form
 FACTS_EXAMPLE = b"""

@@ -8,14 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bkaudit.domain.cookie import (
+from core.domain.cookie import (
     Cookie,
     decode_dir_list,
     encode_dir_list,
     format_cookie,
     parse_cookie,
 )
-from bkaudit.domain.registration import (
+from core.domain.registration import (
     BookieAddress,
     BookieServiceInfo,
     Endpoint,
@@ -33,8 +33,8 @@ from bkaudit.domain.registration import (
     validate_bookie_id,
     writable_bookie_path,
 )
-from bkaudit.errors import FormatError
-from bkaudit.pb import data_formats_pb2 as pb
+from core.errors import FormatError
+from core.pb import data_formats_pb2 as pb
 
 # Independent statement of BookKeeper's class [a-zA-Z0-9:-_.\-]: ":-_" is the range 0x3A..0x5F.
 ALLOWED = set("abcdefghijklmnopqrstuvwxyz0123456789.-") | {chr(c) for c in range(0x3A, 0x60)}

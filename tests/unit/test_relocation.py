@@ -7,8 +7,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bkaudit.domain.rules.placement import PlacementAdherence, check_placement
-from bkaudit.domain.rules.relocation import plan_relocation
+from core.domain.rules.placement import PlacementAdherence, check_placement
+from core.domain.rules.relocation import plan_relocation
 
 LOCATIONS = {
     "rackaware": ["/r1", "/r2", "/r3", "/r4", None],

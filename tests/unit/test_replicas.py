@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bkaudit.domain.availability import EntryAvailability
-from bkaudit.domain.rules.replicas import (
+from core.domain.availability import EntryAvailability
+from core.domain.rules.replicas import (
     WORST_ENTRIES_LIMIT,
     BookieStatus,
     LedgerSegment,
@@ -18,7 +18,7 @@ from bkaudit.domain.rules.replicas import (
     ReplicasVerdict,
     classify_replicas,
 )
-from bkaudit.domain.striping import entries_striped_to_bookie, has_entry, write_set
+from core.domain.striping import entries_striped_to_bookie, has_entry, write_set
 
 B = [f"b{i}" for i in range(5)]
 

@@ -1,11 +1,11 @@
-"""BP-34's round counting (bkaudit.domain.rules.rounds): properties against a plain oracle."""
+"""BP-34's round counting (core.domain.rules.rounds): properties against a plain oracle."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bkaudit.domain.rules.rounds import FailureRounds, confirms, count_round, failure_kind
+from core.domain.rules.rounds import FailureRounds, confirms, count_round, failure_kind
 
 # A round's outcome: healthy (None) or one of a few failure kinds.
 outcomes = st.lists(

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from bkaudit.errors import ConfigError
-from bkaudit.settings import CONFIG_FILE_ENV, Settings, load_settings
 from connectors.kafka.client_config import admin_config, consumer_config, holds_tails, producer_config
+from core.errors import ConfigError
+from core.settings import CONFIG_FILE_ENV, Settings, load_settings
 from streaming.session import ROCKSDB_PROVIDER, spark_conf
 
 
@@ -200,7 +200,7 @@ def test_spark_conf_sets_what_the_job_needs():
 
 
 def test_publish_processes_is_deprecated_with_a_clear_message(caplog):
-    with caplog.at_level("WARNING", logger="bkaudit.settings"):
+    with caplog.at_level("WARNING", logger="core.settings"):
         settings = load_settings(stream={"publish_processes": 4})
     assert settings.stream.publish_processes == 4  # accepted (old config files still load), ignored
     assert (
@@ -208,7 +208,7 @@ def test_publish_processes_is_deprecated_with_a_clear_message(caplog):
         in caplog.text
     )
     caplog.clear()
-    with caplog.at_level("WARNING", logger="bkaudit.settings"):
+    with caplog.at_level("WARNING", logger="core.settings"):
         load_settings()
     assert "publish_processes" not in caplog.text
 

@@ -13,7 +13,6 @@ import pytest
 from pydantic import BaseModel, Field, SecretStr
 
 import bkaudit.settings_docs as settings_docs
-from bkaudit.settings import Settings
 from bkaudit.settings_docs import (
     DOC_PATH,
     MASK,
@@ -23,6 +22,7 @@ from bkaudit.settings_docs import (
     main,
     setting_docs,
 )
+from core.settings import Settings
 
 ROWS = setting_docs()
 

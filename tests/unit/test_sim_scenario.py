@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from bkaudit.errors import BkauditError, ConfigError
 from bkaudit.sim.actions import ACTIONS, validate_action
 from bkaudit.sim.errors import SimulatorError
 from bkaudit.sim.scenario import ClusterSpec, Scenario, load_scenario, parse_scenario, run_timeline
+from core.errors import BkauditError, ConfigError
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
 

@@ -8,8 +8,6 @@ from collections.abc import Iterable, Mapping
 
 import pytest
 
-from bkaudit.domain.metadata import DigestType, LedgerMetadata, LedgerPassword, LedgerState, Segment
-from bkaudit.domain.striping import entries_striped_to_bookie
 from bkaudit.sim.ensemble import (
     choose_ensemble,
     choose_replacement,
@@ -27,6 +25,8 @@ from bkaudit.sim.truth import (
     ground_truth,
     lost_bookies,
 )
+from core.domain.metadata import DigestType, LedgerMetadata, LedgerPassword, LedgerState, Segment
+from core.domain.striping import entries_striped_to_bookie
 
 NOW = 1_000_000
 RACKS = {"b1": "/r1", "b2": "/r2", "b3": "/r3", "b4": "/r1", "b5": "/r2", "b6": "/r3"}

@@ -8,7 +8,7 @@ import time
 import pyarrow as pa
 import pytest
 
-from bkaudit.errors import ConfigError
+from core.errors import ConfigError
 from streaming.sink import SinkStopping
 from streaming.sink_queue import SinkQueue
 

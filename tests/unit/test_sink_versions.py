@@ -15,9 +15,9 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bkaudit.domain.alert_book import AlertBook
-from bkaudit.domain.alerts import AlertKind
-from bkaudit.domain.rules.evaluate import PlacementPolicyConfig
+from core.domain.alert_book import AlertBook
+from core.domain.alerts import AlertKind
+from core.domain.rules.evaluate import PlacementPolicyConfig
 from streaming.loss import utc_from_ms
 from streaming.sink import ARROW_DECISION_SCHEMA
 from streaming.sink_batch import CARRIED_COLUMNS, SinkBatch, apply_decisions, evaluate_ledgers

@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from bkaudit.errors import ServiceError
 from connectors.kafka.client_config import KafkaTimeout
 from connectors.kafka.spark_source import (
     BACKOFF_MAX_S,
@@ -15,6 +14,7 @@ from connectors.kafka.spark_source import (
     record_fingerprint,
     with_backoff,
 )
+from core.errors import ServiceError
 from streaming.job import query_failure
 
 
@@ -115,7 +115,7 @@ def test_a_query_failed_by_the_source_becomes_its_one_line():
         "[STREAM_FAILED] Query terminated with exception: [PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] "
         "Failed when Python streaming data source perform latestOffset: Traceback (most recent call last):\n"
         '  File "spark_source.py", line 272, in latestOffset\n'
-        "bkaudit.errors.ServiceError: bkaudit_kafka: Kafka at k1:9092 failed reading the latest offsets "
+        "core.errors.ServiceError: bkaudit_kafka: Kafka at k1:9092 failed reading the latest offsets "
         "for 601 s, longer than stream.broker_outage_limit_s (600 s): _TRANSPORT: Failed to get metadata\n"
         " SQLSTATE: 38000"
     )
@@ -131,7 +131,7 @@ def test_a_query_failed_by_the_source_becomes_its_one_line():
 def test_a_refused_client_configuration_is_not_retried():
     from confluent_kafka import KafkaError, KafkaException
 
-    from bkaudit.errors import ConfigError
+    from core.errors import ConfigError
 
     fake = FakeTime()
 

@@ -24,9 +24,9 @@ from confluent_kafka import KafkaError, KafkaException
 from kazoo.exceptions import NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from bkaudit.errors import ServiceError
-from bkaudit.settings import KafkaSettings
 from connectors.kafka.client_config import kafka_errors
+from core.errors import ServiceError
+from core.settings import KafkaSettings
 
 REFUSED = "127.0.0.1:1"  # nothing listens on port 1: connections are refused at once
 ZK_PASSWORD = "zk-pw-8c1f"

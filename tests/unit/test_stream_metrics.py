@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pytest
 
-from bkaudit.domain.alerts import AlertKind, AlertState
-from bkaudit.settings import KafkaSettings
 from connectors.delta.tables import read_table
+from core.domain.alerts import AlertKind, AlertState
+from core.settings import KafkaSettings
 from streaming.metrics import DEAD_LETTER_SOURCES, PROBE_OUTCOMES, PROBE_REASONS, StreamMetrics
 from streaming.reports import BatchReport
 from streaming.sink import ARROW_DECISION_SCHEMA, AuditSink, SinkConfig

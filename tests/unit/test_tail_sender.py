@@ -135,7 +135,7 @@ def test_a_full_queue_is_waited_out_not_dropped():
 def test_send_records_counts_the_failures_and_names_the_first():
     from confluent_kafka import KafkaError
 
-    from bkaudit.settings import KafkaSettings
+    from core.settings import KafkaSettings
 
     class Failing(_Recorder):
         def flush(self, timeout: float = -1) -> int:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bkaudit.domain.underreplication import (
+from core.domain.underreplication import (
     REREPLICATION_LAYOUT,
     CtimeZnode,
     RereplicationLayout,
@@ -34,7 +34,7 @@ from bkaudit.domain.underreplication import (
     urledger_path,
     vote_sequence,
 )
-from bkaudit.errors import FormatError
+from core.errors import FormatError
 
 MAX_ID = 2**63 - 1
 ids = st.one_of(

@@ -3,12 +3,12 @@
 The watcher (``bkaudit watch``) builds events here and the streaming job decodes them with the same code, so
 both sides agree on keys, validation and meaning. Pure code: no I/O (the clock is injected).
 
-* Payload builders turn domain objects (:mod:`bkaudit.domain`) into protobuf payloads. The ledger password is
+* Payload builders turn domain objects (:mod:`core.domain`) into protobuf payloads. The ledger password is
   never copied: :func:`ledger_metadata_message` only sets ``has_password``.
 * :class:`EventBuilder` wraps a payload into the ``ChangeEvent`` envelope: cluster, run id, a strictly
   increasing sequence, a non-decreasing event time, and the entity key derived from the payload.
 * :func:`encode_event` / :func:`decode_event` are the Kafka value codec; :func:`kafka_key` the record key.
-  :func:`decode_event` raises :class:`~bkaudit.errors.FormatError` (and only that) for anything that is not a
+  :func:`decode_event` raises :class:`~core.errors.FormatError` (and only that) for anything that is not a
   valid event of a schema version this code knows.
 * :class:`ReplayedState` applies events the way a consumer must (highest ``mzxid`` wins, FULL snapshot
   brackets reveal what vanished) — the reference semantics for the streaming job and the tests.
@@ -34,12 +34,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from bkaudit.domain.metadata import DigestType, LedgerMetadata, LedgerState
-from bkaudit.domain.rackmap import RackMap
-from bkaudit.domain.registration import BookieServiceInfo, bookie_rpc_address
-from bkaudit.domain.underreplication import UnderreplicatedLedger
-from bkaudit.errors import FormatError
-from bkaudit.pb import change_events_pb2 as pb
+from core.domain.metadata import DigestType, LedgerMetadata, LedgerState
+from core.domain.rackmap import RackMap
+from core.domain.registration import BookieServiceInfo, bookie_rpc_address
+from core.domain.underreplication import UnderreplicatedLedger
+from core.errors import FormatError
+from core.pb import change_events_pb2 as pb
 
 __all__ = [
     "CLUSTER_KEY",
@@ -154,7 +154,7 @@ def parse_entity_key(key: str) -> tuple[EntityKind, int | str | None]:
         >>> parse_entity_key("ledger/059")
         Traceback (most recent call last):
         ...
-        bkaudit.errors.FormatError: entity key 'ledger/059' is not ledger/<id>, bookie/<id> or cluster
+        core.errors.FormatError: entity key 'ledger/059' is not ledger/<id>, bookie/<id> or cluster
     """
     if key == CLUSTER_KEY:
         return EntityKind.CLUSTER, None
@@ -208,7 +208,7 @@ def ledger_metadata_message(md: LedgerMetadata) -> pb.LedgerMetadata:
     """Decoded ledger metadata as an event message — everything but the password (only ``has_password``).
 
     Example:
-        >>> from bkaudit.domain.metadata import LedgerPassword, Segment
+        >>> from core.domain.metadata import LedgerPassword, Segment
         >>> md = LedgerMetadata(ensemble_size=2, write_quorum=2, ack_quorum=1, digest_type=DigestType.CRC32C,
         ...                     password=LedgerPassword(b"s3cret"), segments=(Segment(0, ("b1:1", "b2:1")),),
         ...                     znode_ctime=1700000000000)
@@ -250,7 +250,7 @@ def ledger_upserted(ledger_id: int, md: LedgerMetadata, stat: ZnodeStatLike, pat
 
     Example:
         >>> from collections import namedtuple
-        >>> from bkaudit.domain.metadata import Segment
+        >>> from core.domain.metadata import Segment
         >>> Stat = namedtuple("Stat", "czxid mzxid ctime mtime version dataLength")
         >>> md = LedgerMetadata(ensemble_size=1, write_quorum=1, ack_quorum=1,
         ...                     segments=(Segment(0, ("b:1",)),))
@@ -333,7 +333,7 @@ def bookie_status(
     """A bookie's membership: WRITABLE / READ_ONLY / GONE, with its registration (endpoints, stat) if any.
 
     Example:
-        >>> from bkaudit.domain.registration import decode_bookie_service_info
+        >>> from core.domain.registration import decode_bookie_service_info
         >>> info = decode_bookie_service_info("10.0.0.1:3181", b"")
         >>> message = bookie_status("10.0.0.1:3181", BookieStatusValue.WRITABLE, info=info, has_cookie=True)
         >>> message.rpc_address, message.endpoints[0].protocol
@@ -451,7 +451,7 @@ def rack_map_event(
     """The whole rack map after a change; ``rack_map`` None (entries empty) with an ``error`` when invalid.
 
     Example:
-        >>> from bkaudit.domain.rackmap import parse_rack_map
+        >>> from core.domain.rackmap import parse_rack_map
         >>> m = rack_map_event("file:/etc/racks.json", parse_rack_map('{"bk-1": "r1"}'), present=True)
         >>> m.entries[0].bookie_id, m.entries[0].rack, m.entries[0].HasField("group")
         ('bk-1', '/r1', False)
@@ -717,11 +717,11 @@ def decode_event(data: bytes) -> pb.ChangeEvent:
         >>> decode_event(b"\\x08\\x02")
         Traceback (most recent call last):
         ...
-        bkaudit.errors.FormatError: change event: schema version 2 is newer than this reader (1)
+        core.errors.FormatError: change event: schema version 2 is newer than this reader (1)
         >>> decode_event(b"\\xff")
         Traceback (most recent call last):
         ...
-        bkaudit.errors.FormatError: change event: not a valid protobuf message
+        core.errors.FormatError: change event: not a valid protobuf message
     """
     if not isinstance(data, bytes | bytearray | memoryview):
         raise FormatError(f"change event: expected bytes, got {type(data).__name__}")
@@ -743,7 +743,7 @@ def validate_event(event: pb.ChangeEvent) -> None:
         >>> validate_event(pb.ChangeEvent(schema_version=1, cluster="c", entity_key="cluster"))
         Traceback (most recent call last):
         ...
-        bkaudit.errors.FormatError: change event: no payload
+        core.errors.FormatError: change event: no payload
     """
     if event.schema_version == 0:
         raise FormatError("change event: no schema version")
@@ -804,7 +804,7 @@ class ReplayedState:
 
     Example:
         >>> from collections import namedtuple
-        >>> from bkaudit.domain.metadata import Segment
+        >>> from core.domain.metadata import Segment
         >>> Stat = namedtuple("Stat", "czxid mzxid ctime mtime version dataLength")
         >>> md = LedgerMetadata(ensemble_size=1, write_quorum=1, ack_quorum=1,
         ...                     segments=(Segment(0, ("b:1",)),))

@@ -4,7 +4,7 @@ Every decoder raises a subclass of :class:`FormatError` for bad input, and the C
 :class:`BkauditError` into exit code 2 with a one-line message. Nothing else should escape a parser.
 
 Example:
-    >>> from bkaudit.errors import FormatError
+    >>> from core.errors import FormatError
     >>> try:
     ...     raise FormatError("ledger metadata: empty input")
     ... except FormatError as err:

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import islice, pairwise
 
-from bkaudit.errors import FormatError
+from core.errors import FormatError
 
 HEADER_SIZE = 64
 """Bytes before the first group (BookKeeper's ``HEADER_SIZE``)."""
@@ -478,7 +478,7 @@ def decode_availability(data: bytes | bytearray | memoryview) -> EntryAvailabili
         >>> decode_availability(b"\\x00" * 10)
         Traceback (most recent call last):
         ...
-        bkaudit.errors.FormatError: availability: truncated header: 10 bytes, need 64
+        core.errors.FormatError: availability: truncated header: 10 bytes, need 64
     """
     data = bytes(data)
     if len(data) < HEADER_SIZE:

@@ -2,7 +2,7 @@
 
 A ledger whose metadata names a lost bookie in any segment, open or closed, is ``LEDGER_UNDER_REPLICATED``,
 or ``LEDGER_UNRECOVERABLE`` when losing those bookies loses data. The rule is exactly
-:meth:`LedgerMetadata.is_recoverable <bkaudit.domain.metadata.LedgerMetadata.is_recoverable>` (the form a
+:meth:`LedgerMetadata.is_recoverable <core.domain.metadata.LedgerMetadata.is_recoverable>` (the form a
 single decoded ledger is asked with, by the simulator) and the property test in
 ``tests/unit/test_lost_ledgers.py`` holds the two forms to the same answers:
 
@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bkaudit.domain.metadata import is_valid_bookie_id
+from core.domain.metadata import is_valid_bookie_id
 
 UNDER_REPLICATED = "LEDGER_UNDER_REPLICATED"
 UNRECOVERABLE = "LEDGER_UNRECOVERABLE"

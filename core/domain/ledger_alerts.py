@@ -1,18 +1,18 @@
 """Ledger alerts as Arrow columns: the open set, the transitions of a call, their Kafka records and rows.
 
 A lost bookie fires tens of thousands of ``LEDGER_UNDER_REPLICATED`` alerts at once. Building an
-:class:`~bkaudit.domain.alerts.Alert` object and a JSON document per ledger cost more than the rule itself,
+:class:`~core.domain.alerts.Alert` object and a JSON document per ledger cost more than the rule itself,
 so the loss owner keeps its ledger alerts here as columns and goes from verdicts to encoded records in bulk:
 
 - :data:`OPEN_SCHEMA`: the open ledger alerts, one row each (a ledger has at most one of the ledger kinds
-  open; the same rules as :class:`~bkaudit.domain.alert_book.AlertBook`: a condition that keeps holding keeps
+  open; the same rules as :class:`~core.domain.alert_book.AlertBook`: a condition that keeps holding keeps
   its alert and id, one that stops holding resolves, and one that starts holding fires under a new id);
 - :data:`CONDITION_SCHEMA`: what one call decided per ledger (a kind, or null when nothing holds);
 - :func:`ledger_transitions`: conditions against the open set → the transitions (:data:`TRANSITION_SCHEMA`,
   ordered like the book's: by ledger, then kind) and the open set after them;
 - :func:`alert_records` and :func:`alert_rows`: the transitions as the ``(key, value)`` records of
   interfaces §2 and as ``open_alerts`` / ``violations`` rows. The values parse to exactly what
-  :meth:`Alert.to_json <bkaudit.domain.alerts.Alert.to_json>` gives for the same alert (a property test
+  :meth:`Alert.to_json <core.domain.alerts.Alert.to_json>` gives for the same alert (a property test
   holds the two to it); ``detail`` keys are sorted, as the tables store them.
 
 Pure: Arrow, numpy, hashlib and json; no I/O, no Spark.
@@ -44,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bkaudit.domain.alerts import AlertKind, AlertState, alert_id_of, rfc3339_ms
+from core.domain.alerts import AlertKind, AlertState, alert_id_of, rfc3339_ms
 
 #: The ledger kinds, in the order a ledger's transitions are listed (the book's order).
 LEDGER_KINDS = (AlertKind.LEDGER_UNDER_REPLICATED.value, AlertKind.LEDGER_UNRECOVERABLE.value)
@@ -165,11 +165,11 @@ def condition_table(
 
 
 def verdict_conditions_table(verdicts: pa.Table, at_ms: np.ndarray, topics: pa.Array) -> pa.Table:
-    """The lost-bookie rule's verdicts (:data:`~bkaudit.domain.rules.lost_ledgers.VERDICT_SCHEMA`) as
+    """The lost-bookie rule's verdicts (:data:`~core.domain.rules.lost_ledgers.VERDICT_SCHEMA`) as
     conditions: the detail ``{"lost_bookies": [...]}``, plus the sample for ``LEDGER_UNRECOVERABLE``.
 
     Example:
-        >>> from bkaudit.domain.rules.lost_ledgers import VERDICT_SCHEMA
+        >>> from core.domain.rules.lost_ledgers import VERDICT_SCHEMA
         >>> verdicts = pa.Table.from_pylist([
         ...     {"ledger_id": 1, "kind": None, "lost_bookies": []},
         ...     {"ledger_id": 2, "kind": "LEDGER_UNRECOVERABLE", "lost_bookies": ["b1"],
@@ -333,7 +333,7 @@ def alert_records(cluster: str, transitions: pa.Table) -> list[tuple[bytes, byte
 
 def alert_rows(cluster: str, transitions: pa.Table) -> pa.Table:
     """The transitions as ``open_alerts`` / ``violations`` rows (the columns of
-    :func:`~bkaudit.domain.alert_book.alert_to_row`; timestamps in UTC, milliseconds).
+    :func:`~core.domain.alert_book.alert_to_row`; timestamps in UTC, milliseconds).
 
     Example:
         >>> alert_rows("c1", TRANSITION_SCHEMA.empty_table()).column_names[:4]

@@ -2,7 +2,7 @@
 
 A taken port is the usual reason a metrics server cannot start (a second watcher on the host, a restart
 while the old process lingers); ``prometheus_client`` raises a bare ``OSError`` then. This turns it into a
-:class:`~bkaudit.errors.ServiceError` that names the address and the setting to change, so the CLI prints
+:class:`~core.errors.ServiceError` that names the address and the setting to change, so the CLI prints
 one line and exits 2.
 
 Example:
@@ -25,7 +25,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 
-from bkaudit.errors import ServiceError
+from core.errors import ServiceError
 
 
 def _env_var(setting: str) -> str:

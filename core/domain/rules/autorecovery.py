@@ -1,7 +1,7 @@
 """Is anything repairing? AutoRecovery's health from its own znodes, with grace periods in event time.
 
 BookKeeper's AutoRecovery keeps its state under ``<root>/underreplication``
-(:mod:`bkaudit.domain.underreplication`): the ``disable`` znode switches re-replication off, the
+(:mod:`core.domain.underreplication`): the ``disable`` znode switches re-replication off, the
 ``auditorelection`` votes elect the Auditor (the lowest sequence number wins), and every ReplicationWorker
 holds a ``locks/urL<id>`` znode while it re-replicates a ledger. Three conditions mean nothing is being
 repaired, whatever else the auditor alerts:
@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bkaudit.domain.alerts import AlertKind
+from core.domain.alerts import AlertKind
 
 AUTORECOVERY_KINDS = frozenset(
     {AlertKind.AUTORECOVERY_DISABLED, AlertKind.AUDITOR_MISSING, AlertKind.REPLICATION_STALLED}

@@ -5,7 +5,7 @@ DbLedgerStorage bookies (Pulsar's default) never answer ``GET_LIST_OF_ENTRIES_OF
 one ensemble position), the fragment's first and last entry from the bookie at that position, plus a
 sample of the others (``auditorLedgerVerificationPercentage``). This module decides which entries to read
 (:func:`entries_to_read`) and turns what the bookies answered into the per-bookie answers of
-:func:`~bkaudit.domain.rules.replicas.classify_replicas` (:func:`answers_from_reads`), so both ways of
+:func:`~core.domain.rules.replicas.classify_replicas` (:func:`answers_from_reads`), so both ways of
 asking end in the same rule:
 
 - a bookie that answered ``ENOENTRY`` for an entry misses it; every entry it was not asked about, or that
@@ -34,9 +34,9 @@ import random
 from collections.abc import Mapping, Sequence
 from enum import Enum
 
-from bkaudit.domain.availability import EntryAvailability
-from bkaudit.domain.rules.replicas import BookieStatus, LedgerSegment, segment_ranges
-from bkaudit.domain.striping import has_entry
+from core.domain.availability import EntryAvailability
+from core.domain.rules.replicas import BookieStatus, LedgerSegment, segment_ranges
+from core.domain.striping import has_entry
 
 
 class ReadAnswer(Enum):

@@ -2,7 +2,7 @@
 
 A batch of changed ledgers is almost always placed well. :func:`rackaware_screen` finds, for many ledgers in
 one pass, which ones meet the rack-aware policy in every write set of every segment (BookKeeper's rule, as
-:func:`~bkaudit.domain.rules.placement.rackaware_adherence` states it: a window fails when it spans fewer
+:func:`~core.domain.rules.placement.rackaware_adherence` states it: a window fails when it spans fewer
 than ``min(WQ, min_racks_per_write_quorum)`` racks, or, enforced, holds a bookie in the default rack). Those
 need nothing more; the others go through the per-ledger rule, which also says which write sets fail. One
 rule, two forms: ``tests/unit/test_placement_batch.py`` holds them equal.
@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from bkaudit.domain.rackmap import DEFAULT_RACK
-from bkaudit.domain.rules.placement import (
+from core.domain.rackmap import DEFAULT_RACK
+from core.domain.rules.placement import (
     DEFAULT_ENFORCE_MIN_RACKS_PER_WRITE_QUORUM,
     DEFAULT_MIN_RACKS_PER_WRITE_QUORUM,
     normalize_location,

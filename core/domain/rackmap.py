@@ -39,9 +39,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bkaudit.domain.registration import is_valid_bookie_id, parse_host_port
-from bkaudit.domain.textformat import java_trim
-from bkaudit.errors import FormatError
+from core.domain.registration import is_valid_bookie_id, parse_host_port
+from core.domain.textformat import java_trim
+from core.errors import FormatError
 
 # net/NetworkTopology.java
 DEFAULT_RACK = "/default-rack"
@@ -237,7 +237,7 @@ def parse_rack_map(data: bytes | str) -> RackMap:
         >>> parse_rack_map('[1]')
         Traceback (most recent call last):
         ...
-        bkaudit.errors.FormatError: rack map: top level must be a JSON object, got list
+        core.errors.FormatError: rack map: top level must be a JSON object, got list
     """
     document = _load_json(data)
     if not isinstance(document, dict):

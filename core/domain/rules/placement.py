@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from bkaudit.domain.rackmap import (
+from core.domain.rackmap import (
     DEFAULT_RACK,
     DEFAULT_REGION_AND_RACK,
     DEFAULT_UPGRADEDOMAIN,
@@ -110,7 +110,7 @@ def normalize_location(location: str | None) -> str | None:
         >>> [normalize_location(raw) for raw in ("rack0", "/r/a/", "/", " / ", "")]
         ['/rack0', '/r/a', None, None, None]
     """
-    # Pulsar's rule (bkaudit.domain.rackmap.normalize_rack), then NodeBase drops a trailing "/".
+    # Pulsar's rule (core.domain.rackmap.normalize_rack), then NodeBase drops a trailing "/".
     rack = normalize_rack(location)
     return rack.rstrip("/") or None if rack is not None else None
 

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from bkaudit.errors import FormatError
-from bkaudit.pb.db_ledger_storage_pb2 import LedgerData
+from core.errors import FormatError
+from core.pb.db_ledger_storage_pb2 import LedgerData
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1

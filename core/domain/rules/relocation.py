@@ -4,7 +4,7 @@ BookKeeper can repair placement itself (BP-54, ``repairedPlacementPolicyNotAdher
 default); an operator who keeps it off, or runs a version without it, needs a plan. For one ensemble that
 does not adhere, :func:`plan_relocation` proposes replacements: which ensemble position (always a member of
 a failing write set) to give to which bookie, so that every write set meets the policy strictly
-(:func:`~bkaudit.domain.rules.placement.check_placement` on the planned ensemble is ``MEETS_STRICT``; each
+(:func:`~core.domain.rules.placement.check_placement` on the planned ensemble is ``MEETS_STRICT``; each
 plan is verified that way before it is returned). Fewest moves first; among candidate bookies of the same
 location (rack, zone or region: the policy only sees locations), the one holding the fewest ledgers, and
 the counts are raised as plans are made, so a batch of plans spreads its targets.
@@ -27,7 +27,7 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bkaudit.domain.rules.placement import PlacementAdherence, check_placement, normalize_location
+from core.domain.rules.placement import PlacementAdherence, check_placement, normalize_location
 
 #: Plans of more moves than this are not searched (a badly placed ensemble usually needs one or two).
 DEFAULT_MAX_MOVES = 3
@@ -114,7 +114,7 @@ def plan_relocation(
 
     ``ledger_counts`` names the bookies that may receive a replica (writable ones) with how many ledgers
     each holds; when it is mutable, a valid plan's targets are counted in it. ``policy_options`` are
-    :func:`~bkaudit.domain.rules.placement.check_placement`'s (``min_racks_per_write_quorum``, ...). An
+    :func:`~core.domain.rules.placement.check_placement`'s (``min_racks_per_write_quorum``, ...). An
     ensemble that already meets the policy strictly gets an empty plan.
 
     Example:

@@ -34,15 +34,15 @@ from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
 
-from bkaudit.domain.layout import (
+from core.domain.layout import (
     AVAILABLE_NODE,
     COOKIES_NODE,
     DEFAULT_LEDGERS_ROOT,
     READONLY_NODE,
     validate_root,
 )
-from bkaudit.errors import FormatError
-from bkaudit.pb import data_formats_pb2 as pb
+from core.errors import FormatError
+from core.pb import data_formats_pb2 as pb
 
 BOOKIE_RPC_PROTOCOL = "bookie-rpc"
 INT32_MIN = -(2**31)
@@ -77,7 +77,7 @@ def validate_bookie_id(bookie_id: str) -> str:
         >>> validate_bookie_id("readonly")
         Traceback (most recent call last):
         ...
-        bkaudit.errors.FormatError: bookie id 'readonly' is reserved
+        core.errors.FormatError: bookie id 'readonly' is reserved
     """
     if not isinstance(bookie_id, str):
         raise FormatError(f"bookie id must be a string, got {type(bookie_id).__name__}")

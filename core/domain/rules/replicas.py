@@ -45,8 +45,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from bkaudit.domain.availability import EntryAvailability
-from bkaudit.domain.striping import entries_striped_to_bookie
+from core.domain.availability import EntryAvailability
+from core.domain.striping import entries_striped_to_bookie
 
 WORST_ENTRIES_LIMIT = 1000
 """At most this many ids are listed in ``worst_entries`` (``worst_entry_count`` has the full number)."""

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError, Message
 
-from bkaudit.domain.layout import DEFAULT_LEDGERS_ROOT, UNDERREPLICATION_NODE, check_ledger_id, validate_root
-from bkaudit.domain.textformat import parse_message, print_message
-from bkaudit.errors import FormatError
-from bkaudit.pb import data_formats_pb2 as pb
+from core.domain.layout import DEFAULT_LEDGERS_ROOT, UNDERREPLICATION_NODE, check_ledger_id, validate_root
+from core.domain.textformat import parse_message, print_message
+from core.errors import FormatError
+from core.pb import data_formats_pb2 as pb
 
 URLEDGERS_NODE = "ledgers"
 LOCKS_NODE = "locks"
@@ -305,7 +305,7 @@ def parse_rereplication_layout(data: bytes | str, *, require_compatible: bool = 
         >>> parse_rereplication_layout('type: "BASIC"\\nversion: 2\\n')
         Traceback (most recent call last):
         ...
-        bkaudit.errors.FormatError: rereplication LAYOUT: incompatible layout BASIC:2 (expected BASIC:1)
+        core.errors.FormatError: rereplication LAYOUT: incompatible layout BASIC:2 (expected BASIC:1)
     """
     message = parse_message(data, pb.LedgerRereplicationLayoutFormat, what="rereplication LAYOUT")
     layout = RereplicationLayout(message.type, message.version)
@@ -348,7 +348,7 @@ def parse_lost_bookie_recovery_delay(data: bytes | str) -> int:
         >>> parse_lost_bookie_recovery_delay(b"-5")
         Traceback (most recent call last):
         ...
-        bkaudit.errors.FormatError: lostBookieRecoveryDelay: -5 is negative
+        core.errors.FormatError: lostBookieRecoveryDelay: -5 is negative
     """
     if isinstance(data, bytes | bytearray | memoryview):
         try:

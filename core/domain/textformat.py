@@ -10,7 +10,7 @@ Java's printer: fields in field-number order, ``name: value`` per line, nested m
 every field.
 
 Example:
-    >>> from bkaudit.pb import data_formats_pb2 as pb
+    >>> from core.pb import data_formats_pb2 as pb
     >>> mark = pb.UnderreplicatedLedgerFormat(replica=["10.0.0.5:3181"], ctime=1718000000000)
     >>> print_message(mark)
     'replica: "10.0.0.5:3181"\\nctime: 1718000000000\\n'
@@ -27,7 +27,7 @@ from google.protobuf import text_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
-from bkaudit.errors import FormatError
+from core.errors import FormatError
 
 M = TypeVar("M", bound=Message)
 
@@ -121,7 +121,7 @@ def print_message(message: Message) -> str:
     """Text format of ``message`` exactly as Java's ``TextFormat.printToString`` writes it.
 
     Example:
-        >>> from bkaudit.pb import data_formats_pb2 as pb
+        >>> from core.pb import data_formats_pb2 as pb
         >>> print_message(pb.LockDataFormat(bookieId="host-1"))
         'bookieId: "host-1"\\n'
     """
@@ -136,7 +136,7 @@ def parse_message(text: str | bytes, message_type: type[M], *, what: str | None 
     Required fields must be present (Java's builder refuses to build otherwise).
 
     Example:
-        >>> from bkaudit.pb import data_formats_pb2 as pb
+        >>> from core.pb import data_formats_pb2 as pb
         >>> parse_message('bookieId: "b1"\\n', pb.AuditorVoteFormat).bookieId
         'b1'
     """

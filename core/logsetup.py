@@ -117,7 +117,7 @@ def secret_values(model: BaseModel) -> list[str]:
     """Every ``SecretStr`` value in ``model`` and its nested sections.
 
     Example:
-        >>> from bkaudit.settings import Settings
+        >>> from core.settings import Settings
         >>> secret_values(Settings(kafka={"sasl_password": "k"}, zookeeper={"auth_password": "z"}))
         ['z', 'k']
         >>> secret_values(Settings(kafka={"extra_config": {"sasl.oauthbearer.client.secret": "o",
@@ -159,7 +159,7 @@ def configure_logging(level: str | int = "INFO") -> None:
 
 
 #: Top-level packages whose records tell a command's story; everything else is a library's.
-OWN_PACKAGES = frozenset({"bkaudit", "connectors", "streaming", "__main__"})
+OWN_PACKAGES = frozenset({"bkaudit", "connectors", "core", "streaming", "__main__"})
 #: librdkafka's lines come through a logger inside ``connectors`` but are a Kafka client's.
 CLIENT_LOGGERS = ("connectors.kafka.librdkafka",)
 
@@ -220,8 +220,8 @@ def configure_command_logging(
     if root.handlers or verbose or (only_on_a_terminal and not sys.stderr.isatty()):
         configure_logging(numeric)
         return None
-    from bkaudit.errors import ConfigError
-    from bkaudit.localfs import writable_directory
+    from core.errors import ConfigError
+    from core.localfs import writable_directory
 
     try:
         writable_directory(log_dir, "log_dir")

@@ -29,9 +29,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bkaudit.domain.textformat import java_trim, parse_message, print_message
-from bkaudit.errors import FormatError
-from bkaudit.pb import data_formats_pb2 as pb
+from core.domain.textformat import java_trim, parse_message, print_message
+from core.errors import FormatError
+from core.pb import data_formats_pb2 as pb
 
 CURRENT_COOKIE_LAYOUT_VERSION = 5
 TEXT_FORMAT_MIN_VERSION = 4
@@ -164,7 +164,7 @@ def parse_cookie(data: bytes | str) -> Cookie:
         >>> parse_cookie("2\\nx\\n")
         Traceback (most recent call last):
         ...
-        bkaudit.errors.FormatError: cookie: layout version 2 not supported (>= 3)
+        core.errors.FormatError: cookie: layout version 2 not supported (>= 3)
     """
     text = _decode_text(data)
     if text == "":

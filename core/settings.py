@@ -34,9 +34,9 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from bkaudit.domain.addresses import parse_bootstrap_servers, parse_zookeeper_connect
-from bkaudit.domain.rules.evaluate import PlacementPolicyConfig
-from bkaudit.errors import ConfigError
+from core.domain.addresses import parse_bootstrap_servers, parse_zookeeper_connect
+from core.domain.rules.evaluate import PlacementPolicyConfig
+from core.errors import ConfigError
 
 CONFIG_FILE_ENV = "BKAUDIT_CONFIG_FILE"
 

@@ -47,7 +47,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from bkaudit.errors import FormatError
+from core.errors import FormatError
 
 DEFAULT_LEDGERS_ROOT = "/ledgers"
 LEDGER_NODE_PREFIX = "L"
@@ -287,7 +287,7 @@ def parse_layout(data: bytes | str) -> LedgerLayout:
         >>> parse_layout(b"3\\nflat:1")
         Traceback (most recent call last):
         ...
-        bkaudit.errors.FormatError: LAYOUT: format version 3 not supported (1..2)
+        core.errors.FormatError: LAYOUT: format version 3 not supported (1..2)
     """
     text = _decode_utf8(data, "LAYOUT")
     lines = _java_split(text, "\n")
@@ -338,7 +338,7 @@ def validate_root(root: str) -> str:
         >>> validate_root("ledgers")
         Traceback (most recent call last):
         ...
-        bkaudit.errors.FormatError: ledgers root 'ledgers' must start with '/'
+        core.errors.FormatError: ledgers root 'ledgers' must start with '/'
     """
     if not isinstance(root, str):
         raise FormatError(f"ledgers root must be a string, got {type(root).__name__}")
@@ -494,7 +494,7 @@ def check_ledger_id(ledger_id: int) -> int:
         >>> check_ledger_id(-1)
         Traceback (most recent call last):
         ...
-        bkaudit.domain.layout.LedgerIdRangeError: ledger id -1 is out of range (0..9223372036854775807)
+        core.domain.layout.LedgerIdRangeError: ledger id -1 is out of range (0..9223372036854775807)
     """
     if isinstance(ledger_id, bool) or not isinstance(ledger_id, int):
         raise LedgerIdRangeError(f"ledger id must be an integer, got {type(ledger_id).__name__}")
@@ -753,7 +753,7 @@ def parse_metadata_service_uri(uri: str) -> MetadataServiceUri:
         >>> parse_metadata_service_uri("zk+flat://h:2181").ledgers_root
         Traceback (most recent call last):
         ...
-        bkaudit.errors.FormatError: metadataServiceUri 'zk+flat://h:2181' has no ledgers root path
+        core.errors.FormatError: metadataServiceUri 'zk+flat://h:2181' has no ledgers root path
     """
     shown = uri[:200]
     match = _URI.fullmatch(uri.strip())

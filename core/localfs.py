@@ -9,7 +9,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from bkaudit.errors import ConfigError
+from core.errors import ConfigError
 
 
 def writable_directory(path: Path, setting: str) -> None:

@@ -1,6 +1,6 @@
 """Which placement conditions hold for a ledger right now: pure functions over its metadata and the rack
 map. The sink calls them for exactly the ledgers a batch touched (the lost-bookie conditions of those
-ledgers come from :mod:`bkaudit.domain.rules.lost_ledgers`, all at once).
+ledgers come from :mod:`core.domain.rules.lost_ledgers`, all at once).
 
 Example:
     >>> ledger = {"state": "CLOSED", "ensemble_size": 3, "write_quorum": 2, "ack_quorum": 2,
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bkaudit.domain.rules.placement import PlacementAdherence, check_placement
+from core.domain.rules.placement import PlacementAdherence, check_placement
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class PlacementPolicyConfig:
     min_regions_for_durability: int = 2
 
     def options(self) -> dict[str, Any]:
-        """The policy parameters as :func:`~bkaudit.domain.rules.placement.check_placement`'s keywords.
+        """The policy parameters as :func:`~core.domain.rules.placement.check_placement`'s keywords.
 
         Example:
             >>> PlacementPolicyConfig().options()["min_racks_per_write_quorum"]

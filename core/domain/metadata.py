@@ -4,7 +4,7 @@ A ledger znode starts with ``BookieMetadataFormatVersion\\t<n>\\n``; the body is
 protobuf text format (v2) or a varint32-length-prefixed binary ``LedgerMetadataFormat`` (v3).
 :func:`decode_ledger_metadata` turns the bytes into a :class:`LedgerMetadata` and
 :func:`encode_ledger_metadata` writes it back exactly the way BookKeeper's writer does, so anything BookKeeper
-wrote re-encodes byte for byte. Bad input of any kind raises :class:`~bkaudit.errors.FormatError` and nothing
+wrote re-encodes byte for byte. Bad input of any kind raises :class:`~core.errors.FormatError` and nothing
 else.
 
 What the model holds:
@@ -62,10 +62,10 @@ from urllib.parse import unquote_to_bytes
 
 from google.protobuf.message import DecodeError, EncodeError
 
-from bkaudit.domain.striping import entries_striped_to_bookie, write_set
-from bkaudit.domain.textformat import parse_message, print_message
-from bkaudit.errors import FormatError
-from bkaudit.pb.data_formats_pb2 import LedgerMetadataFormat as _Proto
+from core.domain.striping import entries_striped_to_bookie, write_set
+from core.domain.textformat import parse_message, print_message
+from core.errors import FormatError
+from core.pb.data_formats_pb2 import LedgerMetadataFormat as _Proto
 
 __all__ = [
     "MAX_METADATA_BYTES",
@@ -338,7 +338,7 @@ class LedgerMetadata:
         ...                segments=(Segment(0, ("b1:3181", "b2:3181")),))
         Traceback (most recent call last):
         ...
-        bkaudit.errors.FormatError: ledger metadata: quorums must satisfy ack (1) <= write (3) <= ensemble (2)
+        core.errors.FormatError: ledger metadata: quorums must satisfy ack (1) <= write (3) <= ensemble (2)
     """
 
     format_version: int
@@ -1014,7 +1014,7 @@ def decode_ledger_metadata(
         >>> decode_ledger_metadata(b"BookieMetadataFormatVersion\\tfoobar\\nblahblah")
         Traceback (most recent call last):
         ...
-        bkaudit.errors.FormatError: ledger metadata: format version is not a number: 'foobar'
+        core.errors.FormatError: ledger metadata: format version is not a number: 'foobar'
     """
     if type(data) is not bytes:
         if isinstance(data, bytes | bytearray | memoryview):
@@ -1630,7 +1630,7 @@ def metadata_from_json(doc: object) -> LedgerMetadata:
         >>> metadata_from_json({"format_version": 3})
         Traceback (most recent call last):
         ...
-        bkaudit.errors.FormatError: ledger metadata JSON: missing key(s): ensemble_size, write_quorum, ...
+        core.errors.FormatError: ledger metadata JSON: missing key(s): ensemble_size, write_quorum, ...
     """
     if not isinstance(doc, dict):
         raise FormatError("ledger metadata JSON: expected an object")

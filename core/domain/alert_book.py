@@ -5,7 +5,7 @@ condition it evaluated, and publishes :attr:`AlertBook.transitions` in order. On
 ``(entity, kind)`` is open at a time; a condition that keeps holding keeps its alert (and its id).
 
 Example:
-    >>> from bkaudit.domain.alerts import AlertKind
+    >>> from core.domain.alerts import AlertKind
     >>> book = AlertBook("c1")
     >>> _ = book.set_ledger_condition(AlertKind.PLACEMENT_SOFT, 7, True, at_ms=10)
     >>> _ = book.set_ledger_condition(AlertKind.PLACEMENT_SOFT, 7, True, at_ms=20)  # still the same alert
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from bkaudit.domain.alerts import Alert, AlertKind, AlertState
+from core.domain.alerts import Alert, AlertKind, AlertState
 
 
 def _ms(value: Any) -> int:
