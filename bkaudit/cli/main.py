@@ -20,6 +20,7 @@ from bkaudit.cli import (
     agent,
     alerts,
     availability,
+    bookies,
     check,
     config,
     demo,
@@ -109,6 +110,7 @@ app.add_typer(metadata.app, name="metadata")
 app.add_typer(availability.app, name="availability")
 app.add_typer(check.app, name="check")
 app.add_typer(path.app, name="path")
+app.add_typer(bookies.app, name="bookies")
 app.add_typer(dev.app, name="dev")
 app.add_typer(sim.app, name="sim")
 app.add_typer(query.app, name="query")

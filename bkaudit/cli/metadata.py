@@ -1,26 +1,35 @@
-"""`bkaudit metadata decode|encode`: ledger metadata znode bytes to JSON and back (shared interfaces §1).
+"""`bkaudit metadata decode|encode|show`: ledger metadata znode bytes to JSON and back (shared interfaces §1),
+and one ledger's metadata read live from ZooKeeper.
 
 ``decode`` reads the raw znode bytes (format 1, 2 or 3) on stdin and prints one JSON object;
 ``encode`` reads that object and writes the znode bytes exactly as BookKeeper's writer would, so
 ``decode --include-password | encode`` reproduces the input byte for byte. Bad input raises ``FormatError``,
-which ``bkaudit.cli.main.run`` turns into exit code 2 and one line on stderr. The password is printed only
-with ``--include-password``.
+which ``bkaudit.cli.main.run`` turns into exit code 2 and one line on stderr. ``show`` prints the same
+object for the ledger's znode in a running cluster (plus its path and ledger manager), as a table by default.
+The password is printed only with ``--include-password``.
 
 Example:
     $ bkaudit metadata decode --ledger-id 7 < znode.bin
     {"format_version": 3, "ensemble_size": 3, ..., "has_password": true, "ledger_id": 7}
     $ bkaudit metadata decode --include-password < znode.bin | bkaudit metadata encode | cmp - znode.bin
+    $ bkaudit metadata show 7 --zookeeper zk1:2181 --format json
+    {"ledger_id": 7, "path": "/ledgers/00/0000/L0007", "ledger_manager": "hierarchical", ...}
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Annotated, Any
 
 import typer
 
-from bkaudit.cli._io import emit_bytes, emit_json, read_stdin_bytes
+from bkaudit.cli._io import emit_bytes, emit_json, positional_or_named, read_stdin_bytes
+from bkaudit.cli.formats import StateFormat, StateFormatOption, emit_state
+from bkaudit.cli.live import LedgersRootOption, ZooKeeperOption, admin_reader
+from bkaudit.cli.path import ID_ARGUMENT_SETTINGS, parse_ledger_id, parse_manager
 from core.domain.metadata import (
+    LedgerMetadata,
     decode_ledger_metadata,
     encode_ledger_metadata,
     metadata_from_json,
@@ -32,15 +41,37 @@ app = typer.Typer(help="Decode and encode ledger metadata znodes.", no_args_is_h
 
 _MAX_LEDGER_ID = 2**63 - 1
 
+IncludePasswordOption = Annotated[
+    bool, typer.Option("--include-password", help="Also print the password (password_b64).")
+]
+
+
+def ledger_document(
+    metadata: LedgerMetadata, ledger_id: int | None, include_password: bool
+) -> dict[str, Any]:
+    """The ``decode`` object of ``metadata``, with ``ledger_id`` and the Pulsar topic when the id is known.
+
+    Example:
+        >>> from core.domain.metadata import _doc_example
+        >>> document = ledger_document(_doc_example(), 7, include_password=False)
+        >>> document["ledger_id"], "password_b64" in document
+        (7, False)
+    """
+    document = metadata_to_json(metadata, include_password=include_password)
+    if ledger_id is not None:
+        document["ledger_id"] = ledger_id
+        topic = metadata.pulsar_topic
+        if topic is not None:
+            document["pulsar_topic"] = topic
+    return document
+
 
 @app.command("decode")
 def decode_command(
     ledger_id: Annotated[
         int | None, typer.Option("--ledger-id", help="Ledger id, added to the output as ledger_id.")
     ] = None,
-    include_password: Annotated[
-        bool, typer.Option("--include-password", help="Also print the password (password_b64).")
-    ] = False,
+    include_password: IncludePasswordOption = False,
 ) -> None:
     """Raw ledger metadata znode on stdin → one JSON object on stdout.
 
@@ -50,13 +81,66 @@ def decode_command(
     if ledger_id is not None and not 0 <= ledger_id <= _MAX_LEDGER_ID:
         raise FormatError(f"--ledger-id must be in [0, {_MAX_LEDGER_ID}], got {ledger_id}")
     metadata = decode_ledger_metadata(read_stdin_bytes(), ledger_id=ledger_id)
-    document = metadata_to_json(metadata, include_password=include_password)
-    if ledger_id is not None:
-        document["ledger_id"] = ledger_id
-        topic = metadata.pulsar_topic
-        if topic is not None:
-            document["pulsar_topic"] = topic
-    emit_json(document)
+    emit_json(ledger_document(metadata, ledger_id, include_password))
+
+
+@app.command("show", context_settings=ID_ARGUMENT_SETTINGS)
+def show_command(
+    ledger_id: Annotated[
+        str | None, typer.Argument(metavar="LEDGER_ID", help="Ledger id, 0..2^63-1; or give --ledger-id.")
+    ] = None,
+    named_id: Annotated[
+        str | None, typer.Option("--ledger-id", help="the ledger id, as a named option")
+    ] = None,
+    fmt: StateFormatOption = StateFormat.table,
+    include_password: IncludePasswordOption = False,
+    zookeeper: ZooKeeperOption = None,
+    ledgers_root: LedgersRootOption = None,
+    manager: Annotated[
+        str | None,
+        typer.Option("--manager", help="Ledger manager (default: the cluster's LAYOUT), e.g. flat."),
+    ] = None,
+) -> None:
+    """Print one ledger's metadata, read now from the cluster's ZooKeeper (like `bookkeeper shell
+    ledgermetadata`): ensembles, quorums, state, last entry, custom metadata; never the password unless
+    --include-password.
+
+    Example:
+        $ bkaudit metadata show 7
+    """
+    chosen = parse_ledger_id(positional_or_named(ledger_id, named_id, "--ledger-id"))
+    reader = admin_reader(zookeeper, ledgers_root, None if manager is None else parse_manager(manager))
+    with reader:
+        znode = reader.read_ledger(chosen)
+    try:
+        metadata = decode_ledger_metadata(znode.data, znode_ctime=znode.ctime, ledger_id=chosen)
+    except FormatError as err:
+        raise FormatError(f"ledger {chosen} at {znode.path}: undecodable metadata ({err})") from None
+    document = {
+        "ledger_id": chosen,
+        "path": znode.path,
+        "ledger_manager": znode.manager.value,
+        **ledger_document(metadata, chosen, include_password),
+    }
+    emit_state(document if fmt is StateFormat.json else _readable(document), fmt)
+
+
+def _readable(document: dict[str, Any]) -> dict[str, Any]:
+    """The table view: custom metadata values as text where they are printable UTF-8, else ``base64:...``.
+
+    Example:
+        >>> _readable({"custom_metadata": [{"key": "k", "value_b64": "/w=="}]})["custom_metadata"]
+        [{'key': 'k', 'value': 'base64:/w=='}]
+    """
+    rows = []
+    for item in document["custom_metadata"]:
+        try:
+            text = base64.b64decode(item["value_b64"]).decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        readable = text if text is not None and text.isprintable() else f"base64:{item['value_b64']}"
+        rows.append({"key": item["key"], "value": readable})
+    return {**document, "custom_metadata": rows}
 
 
 @app.command("encode")

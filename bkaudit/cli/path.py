@@ -29,8 +29,13 @@ app = typer.Typer(
 _PATH_MANAGERS = ("hierarchical", "longhierarchical", "legacyhierarchical", "flat")
 
 
-def _parse_ledger_id(text: str) -> int:
-    # Strict ASCII decimal: int() would also accept "1_000", " 5" and non-ASCII digits.
+def parse_ledger_id(text: str) -> int:
+    """A ledger id argument, strict ASCII decimal (``int()`` would also take "1_000", " 5", other digits).
+
+    Example:
+        >>> parse_ledger_id("59")
+        59
+    """
     if text.startswith("-") and text[1:].isascii() and text[1:].isdigit():
         raise FormatError(f"ledger id {text[:40]} is negative (ledger ids are 0..2^63-1)")
     if not (text.isascii() and text.isdigit()):
@@ -38,7 +43,13 @@ def _parse_ledger_id(text: str) -> int:
     return int(text)
 
 
-def _parse_manager(name: str) -> LedgerManagerType:
+def parse_manager(name: str) -> LedgerManagerType:
+    """A ``--manager`` value (case-insensitive) among the managers with ZooKeeper ledger paths.
+
+    Example:
+        >>> parse_manager("flat")
+        <LedgerManagerType.FLAT: 'flat'>
+    """
     if name.lower() not in _PATH_MANAGERS:
         raise FormatError(f"unknown ledger manager {name!r} (choose from {', '.join(_PATH_MANAGERS)})")
     return LedgerManagerType.from_name(name)
@@ -49,10 +60,10 @@ _ROOT_FLAGS = ("--ledgers-root", "--root")
 _ROOT_HELP = "Ledgers root path (zkLedgersRootPath)."
 
 # A negative id such as "-5" would otherwise be rejected as an unknown option; let our parser explain it.
-_ID_ARGUMENT_SETTINGS = {"ignore_unknown_options": True}
+ID_ARGUMENT_SETTINGS = {"ignore_unknown_options": True}
 
 
-@app.command("ledger", context_settings=_ID_ARGUMENT_SETTINGS)
+@app.command("ledger", context_settings=ID_ARGUMENT_SETTINGS)
 def ledger(
     ledger_id: str | None = typer.Argument(
         None,
@@ -69,10 +80,10 @@ def ledger(
 ) -> None:
     """Print the metadata znode path of ledger LEDGER_ID."""
     chosen = positional_or_named(ledger_id, named_id, "--ledger-id")
-    typer.echo(ledger_path(_parse_ledger_id(chosen), _parse_manager(manager), root))
+    typer.echo(ledger_path(parse_ledger_id(chosen), parse_manager(manager), root))
 
 
-@app.command("underreplicated", context_settings=_ID_ARGUMENT_SETTINGS)
+@app.command("underreplicated", context_settings=ID_ARGUMENT_SETTINGS)
 def underreplicated(
     ledger_id: str | None = typer.Argument(
         None, metavar="LEDGER_ID", help="Ledger id, 0..2^63-1; or give --ledger-id."
@@ -81,4 +92,4 @@ def underreplicated(
     named_id: str | None = typer.Option(None, "--ledger-id", help="the ledger id, as a named option"),
 ) -> None:
     """Print the under-replication mark znode path (urL...) of ledger LEDGER_ID."""
-    typer.echo(urledger_path(_parse_ledger_id(positional_or_named(ledger_id, named_id, "--ledger-id")), root))
+    typer.echo(urledger_path(parse_ledger_id(positional_or_named(ledger_id, named_id, "--ledger-id")), root))

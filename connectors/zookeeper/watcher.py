@@ -158,6 +158,42 @@ def kazoo_client_options(
     return options
 
 
+def start_client(
+    client: KazooClient, settings: ZooKeeperSettings, hosts: str, setting: str, timeout_s: float
+) -> None:
+    """Start ``client``, waiting at most ``timeout_s``; no answer becomes one :class:`ServiceError` line
+    naming the address and ``setting`` (the hosts string carries no credentials, so it is safe to print).
+
+    Example:
+        >>> # start_client(KazooClient(**kazoo_client_options(zk)), zk, zk.connect, "zookeeper.connect", 10)
+    """
+    try:
+        client.start(timeout=timeout_s)
+    except (client.handler.timeout_exception, KazooException) as err:
+        # kazoo's own text ("Connection time-out") names neither the address nor what to do.
+        what = "no connection" if isinstance(err, client.handler.timeout_exception) else type(err).__name__
+        auth = "" if settings.auth_scheme == "none" else f" and the {settings.auth_scheme} credentials"
+        raise ServiceError(
+            f"ZooKeeper at {hosts}: {what} within {timeout_s:g} s; check {setting} "
+            f"(BKAUDIT_{setting.upper().replace('.', '__')}), that ZooKeeper is up and reachable from "
+            f"this host{auth}"
+        ) from None
+
+
+def unreadable_znode(settings: ZooKeeperSettings, path: str, err: KazooException) -> ServiceError:
+    """The error for a znode ZooKeeper refused to read (NoAuth, usually: creator-only ACLs).
+
+    Example:
+        >>> from kazoo.exceptions import NoAuthError
+        >>> str(unreadable_znode(ZooKeeperSettings(), "/ledgers/LAYOUT", NoAuthError()))[:60]
+        'ZooKeeper at 127.0.0.1:2181: cannot read /ledgers/LAYOUT (No'
+    """
+    return ServiceError(
+        f"ZooKeeper at {settings.connect}: cannot read {path} ({type(err).__name__}); "
+        "check zookeeper.auth_scheme and its credentials (BKAUDIT_ZOOKEEPER__AUTH_*) and the znode's ACL"
+    )
+
+
 # ------------------------------------------------------------------------------------------------ metrics
 
 #: Why a znode in the ledger tree is ignored: a path another ledger manager would read as its own (the
@@ -746,20 +782,7 @@ class ChangeWatcher:
         """Start ``client``; a ZooKeeper that does not answer in time becomes one ServiceError line."""
         zookeeper = self.settings.zookeeper
         timeout_s = zookeeper.connect_timeout_s or max(10.0, zookeeper.session_timeout_s)
-        try:
-            client.start(timeout=timeout_s)
-        except (client.handler.timeout_exception, KazooException) as err:
-            # kazoo's own text ("Connection time-out") names neither the address nor what to do. The hosts
-            # string carries no credentials (those are in zookeeper.auth_*), so it is safe to print.
-            what = (
-                "no connection" if isinstance(err, client.handler.timeout_exception) else type(err).__name__
-            )
-            auth = "" if zookeeper.auth_scheme == "none" else f" and the {zookeeper.auth_scheme} credentials"
-            raise ServiceError(
-                f"ZooKeeper at {hosts}: {what} within {timeout_s:g} s; check {setting} "
-                f"(BKAUDIT_{setting.upper().replace('.', '__')}), that ZooKeeper is up and reachable from "
-                f"this host{auth}"
-            ) from None
+        start_client(client, zookeeper, hosts, setting, timeout_s)
 
     def _start_thread(self, name: str, target: Callable[[], None]) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -802,11 +825,7 @@ class ChangeWatcher:
             self.cluster = self.settings.cluster
 
     def _unreadable(self, path: str, err: KazooException) -> ServiceError:
-        # NoAuthError is the usual one: BookKeeper with zkEnableSecurity writes creator-only ACLs.
-        return ServiceError(
-            f"ZooKeeper at {self.settings.zookeeper.connect}: cannot read {path} ({type(err).__name__}); "
-            "check zookeeper.auth_scheme and its credentials (BKAUDIT_ZOOKEEPER__AUTH_*) and the znode's ACL"
-        )
+        return unreadable_znode(self.settings.zookeeper, path, err)
 
     def _choose_watch_mode(self) -> None:
         mode = self.config.watch_mode
@@ -1893,4 +1912,6 @@ __all__ = [
     "WatcherMetrics",
     "WatcherStatus",
     "kazoo_client_options",
+    "start_client",
+    "unreadable_znode",
 ]

@@ -1,0 +1,218 @@
+"""Live admin reads from a running BookKeeper's ZooKeeper: a ledger's metadata znode, the registered bookies.
+
+The ZooKeeper side of ``bkaudit metadata show`` and ``bkaudit bookies list`` (what ``bookkeeper shell
+ledgermetadata`` and ``listbookies`` read). One short session, reads only, every wait bounded: the connect by
+``timeout_s`` and each read by the same bound. Decoding stays with the caller (:mod:`core.domain`).
+
+Errors are one line each: no answer from ZooKeeper or a refused read is a :class:`ServiceError`, an absent
+ledger or an absent ledgers root a :class:`NotFoundError`, an undecodable LAYOUT a :class:`FormatError`.
+
+Example:
+    >>> from core.settings import ZooKeeperSettings
+    >>> reader = AdminReader(ZooKeeperSettings(connect="127.0.0.1:2181/pulsar"), timeout_s=3)
+    >>> reader.timeout_s, reader.root
+    (3, '/ledgers')
+    >>> # with reader: reader.read_ledger(7).data, reader.registered_bookies()
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
+
+from connectors.zookeeper.watcher import kazoo_client_options, start_client, unreadable_znode
+from core.domain.layout import (
+    READONLY_NODE,
+    LedgerManagerType,
+    available_path,
+    layout_path,
+    ledger_path,
+    parse_layout,
+    readonly_path,
+    validate_root,
+)
+from core.errors import FormatError, NotFoundError, ServiceError
+from core.settings import ZooKeeperSettings
+
+#: How long an admin read waits for ZooKeeper when ``zookeeper.connect_timeout_s`` is not set.
+DEFAULT_TIMEOUT_S = 10.0
+
+# kazoo warns on every failed connection attempt; a one-shot command reports the failure once, itself.
+_KAZOO_LOGGER = logging.getLogger(f"{__name__}.kazoo")
+_KAZOO_LOGGER.setLevel(logging.CRITICAL)
+
+
+@dataclass(frozen=True)
+class LedgerZnode:
+    """A ledger's metadata znode as read: where it is, its bytes and its ``stat`` times (epoch ms).
+
+    Example:
+        >>> LedgerZnode(7, "/ledgers/00/0000/L0007", LedgerManagerType.HIERARCHICAL, b"", 1, 1, 0).path
+        '/ledgers/00/0000/L0007'
+    """
+
+    ledger_id: int
+    path: str
+    manager: LedgerManagerType
+    data: bytes
+    ctime: int
+    mtime: int
+    version: int
+
+
+@dataclass(frozen=True)
+class RegisteredBookie:
+    """One registration znode under ``available/`` (writable) or ``available/readonly/``, with its data.
+
+    Example:
+        >>> RegisteredBookie("bookie-01", read_only=True, data=b"").read_only
+        True
+    """
+
+    bookie_id: str
+    read_only: bool
+    data: bytes
+
+
+class AdminReader:
+    """A read-only ZooKeeper session for admin commands; use it as a context manager.
+
+    ``manager`` (None: from the cluster's LAYOUT, hierarchical when there is none, as the watcher does) says
+    where ledger znodes are. Credentials come from ``settings`` (``zookeeper.auth_*``) and are never printed.
+
+    Example:
+        >>> AdminReader(ZooKeeperSettings(ledgers_root="/bk")).root
+        '/bk'
+    """
+
+    def __init__(
+        self,
+        settings: ZooKeeperSettings,
+        *,
+        timeout_s: float | None = None,
+        manager: LedgerManagerType | None = None,
+    ) -> None:
+        self.settings = settings
+        self.root = validate_root(settings.ledgers_root)
+        self.timeout_s = timeout_s or settings.connect_timeout_s or DEFAULT_TIMEOUT_S
+        self._manager = manager
+        self._client: KazooClient | None = None
+
+    def __enter__(self) -> AdminReader:
+        options = kazoo_client_options(self.settings)
+        options["logger"] = _KAZOO_LOGGER
+        client = KazooClient(**options)
+        start_client(client, self.settings, self.settings.connect, "zookeeper.connect", self.timeout_s)
+        self._client = client
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if self._client is not None:
+            self._client.stop()
+            self._client.close()
+            self._client = None
+
+    # ------------------------------------------------------------------------------------------- reads
+
+    def ledger_manager(self) -> LedgerManagerType:
+        """The ledger manager: the one given, else the LAYOUT's (hierarchical without a LAYOUT).
+
+        Example:
+            >>> # with AdminReader(settings) as reader: reader.ledger_manager()  → LedgerManagerType.FLAT
+        """
+        if self._manager is None:
+            path = layout_path(self.root)
+            try:
+                data, _ = self._get(path)
+            except NoNodeError:
+                self._manager = LedgerManagerType.HIERARCHICAL
+            else:
+                try:
+                    self._manager = parse_layout(data).manager
+                except FormatError as err:
+                    raise FormatError(f"{path}: {err}") from None
+        return self._manager
+
+    def read_ledger(self, ledger_id: int) -> LedgerZnode:
+        """The metadata znode of ``ledger_id``; :class:`NotFoundError` when the cluster has no such ledger.
+
+        Example:
+            >>> # with AdminReader(settings) as reader: reader.read_ledger(7).data[:27]
+            >>> # b'BookieMetadataFormatVersion'
+        """
+        manager = self.ledger_manager()
+        path = ledger_path(ledger_id, manager, self.root)
+        try:
+            data, stat = self._get(path)
+        except NoNodeError:
+            raise NotFoundError(
+                f"no ledger {ledger_id} in ZooKeeper at {self.settings.connect} "
+                f"({path} does not exist; {manager.value} ledger manager)"
+            ) from None
+        return LedgerZnode(ledger_id, path, manager, data or b"", stat.ctime, stat.mtime, stat.version)
+
+    def registered_bookies(self) -> list[RegisteredBookie]:
+        """Every bookie registered now, writable ones first, each group sorted by id.
+
+        Example:
+            >>> # with AdminReader(settings) as reader: [b.bookie_id for b in reader.registered_bookies()]
+            >>> # ['bookie-01', 'bookie-02']
+        """
+        writable_root, readonly_root = available_path(self.root), readonly_path(self.root)
+        try:
+            writable = sorted(set(self._children(writable_root)) - {READONLY_NODE})
+        except NoNodeError:
+            raise NotFoundError(
+                f"no {writable_root} in ZooKeeper at {self.settings.connect}: "
+                f"is {self.root} a BookKeeper ledgers root (zookeeper.ledgers_root)?"
+            ) from None
+        try:
+            readonly = sorted(self._children(readonly_root))
+        except NoNodeError:  # created with the first read-only bookie
+            readonly = []
+        found = [(bookie, False, f"{writable_root}/{bookie}") for bookie in writable]
+        found += [(bookie, True, f"{readonly_root}/{bookie}") for bookie in readonly]
+        bookies = []
+        for bookie_id, read_only, path in found:
+            try:
+                data, _ = self._get(path)
+            except NoNodeError:  # unregistered between the listing and this read
+                continue
+            bookies.append(RegisteredBookie(bookie_id, read_only, data or b""))
+        return bookies
+
+    # -------------------------------------------------------------------------------------- plumbing
+
+    def _get(self, path: str) -> tuple[bytes, Any]:
+        return self._wait(self._session().get_async(path), path)  # type: ignore[no-any-return]
+
+    def _children(self, path: str) -> list[str]:
+        return self._wait(self._session().get_children_async(path), path)  # type: ignore[no-any-return]
+
+    def _session(self) -> KazooClient:
+        if self._client is None:
+            raise ServiceError("AdminReader used outside its `with` block")
+        return self._client
+
+    def _wait(self, pending: Any, path: str) -> Any:
+        client = self._session()
+        try:
+            return pending.get(timeout=self.timeout_s)
+        except NoNodeError:
+            raise
+        except client.handler.timeout_exception:
+            raise ServiceError(
+                f"ZooKeeper at {self.settings.connect}: no answer for {path} within {self.timeout_s:g} s"
+            ) from None
+        except KazooException as err:
+            raise unreadable_znode(self.settings, path, err) from None
+
+
+__all__ = ["DEFAULT_TIMEOUT_S", "AdminReader", "LedgerZnode", "RegisteredBookie"]
