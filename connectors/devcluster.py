@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from connectors.kafka.embedded import EmbeddedBroker
+from connectors.kafka.embedded import EmbeddedBroker, tansu_binary
 from connectors.zookeeper.embedded import EmbeddedZooKeeper
 from core.settings import DevSettings
 
@@ -40,8 +40,13 @@ class DevCluster:
         self.broker = EmbeddedBroker(root / "broker", port=self.settings.kafka_port)
 
     def up(self) -> dict[str, str]:
-        """Start whatever is not running and wait for readiness; returns the two addresses."""
+        """Start whatever is not running and wait for readiness; returns the two addresses.
+
+        A missing broker package is reported before anything starts (one line, which extra to install).
+        """
         timeout = self.settings.start_timeout_s
+        if not self.broker.is_running():
+            tansu_binary()
         self.zookeeper.start(timeout)
         try:
             self.broker.start(timeout)

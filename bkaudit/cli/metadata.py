@@ -126,21 +126,29 @@ def show_command(
 
 
 def _readable(document: dict[str, Any]) -> dict[str, Any]:
-    """The table view: custom metadata values as text where they are printable UTF-8, else ``base64:...``.
+    """The table view: one column per ensemble position (so that no cell is cut), custom metadata values as
+    text where they are printable UTF-8, else ``base64:...``.
 
     Example:
-        >>> _readable({"custom_metadata": [{"key": "k", "value_b64": "/w=="}]})["custom_metadata"]
-        [{'key': 'k', 'value': 'base64:/w=='}]
+        >>> doc = _readable({"segments": [{"first_entry_id": 0, "ensemble": ["b1", "b2"]}],
+        ...                  "custom_metadata": [{"key": "k", "value_b64": "/w=="}]})
+        >>> doc["segments"], doc["custom_metadata"]
+        ([{'first_entry_id': 0, 'bookie_0': 'b1', 'bookie_1': 'b2'}], [{'key': 'k', 'value': 'base64:/w=='}])
     """
-    rows = []
+    segments = [
+        {"first_entry_id": segment["first_entry_id"]}
+        | {f"bookie_{position}": bookie for position, bookie in enumerate(segment["ensemble"])}
+        for segment in document["segments"]
+    ]
+    custom = []
     for item in document["custom_metadata"]:
         try:
             text = base64.b64decode(item["value_b64"]).decode("utf-8")
         except UnicodeDecodeError:
             text = None
         readable = text if text is not None and text.isprintable() else f"base64:{item['value_b64']}"
-        rows.append({"key": item["key"], "value": readable})
-    return {**document, "custom_metadata": rows}
+        custom.append({"key": item["key"], "value": readable})
+    return {**document, "segments": segments, "custom_metadata": custom}
 
 
 @app.command("encode")

