@@ -85,7 +85,8 @@ class ZooKeeperSettings(BaseModel):
         None,
         gt=0,
         description="how long `bkaudit watch` waits for its first ZooKeeper connection before it exits with "
-        "an error; default: session_timeout_s, at least 10 s",
+        "an error (default: session_timeout_s, at least 10 s); also the bound of each live admin read "
+        "(`metadata show`, `bookies list`; default 10 s)",
     )
     auth_scheme: Literal["none", "digest", "sasl"] = Field(
         "none",

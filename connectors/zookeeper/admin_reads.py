@@ -191,10 +191,10 @@ class AdminReader:
     # -------------------------------------------------------------------------------------- plumbing
 
     def _get(self, path: str) -> tuple[bytes, Any]:
-        return self._wait(self._session().get_async(path), path)  # type: ignore[no-any-return]
+        return self._wait(self._session().get_async(path), path)
 
     def _children(self, path: str) -> list[str]:
-        return self._wait(self._session().get_children_async(path), path)  # type: ignore[no-any-return]
+        return self._wait(self._session().get_children_async(path), path)
 
     def _session(self) -> KazooClient:
         if self._client is None:

@@ -142,7 +142,7 @@ def test_undecodable_metadata_is_one_line_and_exit_2(cli: Cli, sim: SimulatedClu
 def _bookies(cli: Cli, sim: SimulatedCluster, *args: str) -> dict[str, Any]:
     result = cli("bookies", "list", *args, "--format", "json", "--zookeeper", sim.zk_hosts)
     assert result.exit_code == 0, result.stderr
-    return json.loads(result.stdout)  # type: ignore[no-any-return]
+    return json.loads(result.stdout)
 
 
 def test_bookies_list_follows_a_bookie_going_read_only(cli: Cli, sim: SimulatedCluster):
