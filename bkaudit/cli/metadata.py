@@ -37,7 +37,7 @@ from core.domain.metadata import (
 )
 from core.errors import FormatError
 
-app = typer.Typer(help="Decode and encode ledger metadata znodes.", no_args_is_help=True)
+app = typer.Typer(help="Decode, encode, or show live ledger metadata znodes.", no_args_is_help=True)
 
 _MAX_LEDGER_ID = 2**63 - 1
 
