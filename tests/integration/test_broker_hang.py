@@ -30,8 +30,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.chaos]  # also part of `pytes
 BOOKIES = [f"10.0.3.{i}:3181" for i in range(1, 7)]
 RACKS = {b: f"/rack{i % 3}" for i, b in enumerate(BOOKIES)}
 LOST = BOOKIES[0]
-OLD_LIMIT_S = 30.0  # the client's default request timeout: where the job used to die
-HANG_S = OLD_LIMIT_S + 10
+REQUEST_TIMEOUT_MS = 5_000  # the client gives up on a request after this (30 s by default)
+HANG_S = 3 * REQUEST_TIMEOUT_MS / 1000  # where the job used to die: well past one request's timeout
 
 
 def ring(first: int) -> list[str]:
@@ -81,7 +81,9 @@ def publish_healthy_cluster(kafka, clock_start_ms: int) -> Watcher:
 def test_a_broker_hang_longer_than_the_request_timeout_is_ridden_out(
     spark, bk_services, kafka_settings, tmp_path
 ):
-    kafka = kafka_settings.model_copy(update={"topic_partitions": 2})
+    kafka = kafka_settings.model_copy(
+        update={"topic_partitions": 2, "request_timeout_ms": REQUEST_TIMEOUT_MS}
+    )
     settings = Settings(
         kafka=kafka,
         lakehouse_root=tmp_path / "lh",
