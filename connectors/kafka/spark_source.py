@@ -386,7 +386,7 @@ class _KafkaOffsets:
         """The end offsets, from fresh metadata (a recreated topic may have another partition count)."""
         return self._retrying("reading the latest offsets", lambda: self._lookup(topics, low=False))
 
-    def _lookup(self, topics: Sequence[str], *, low: bool) -> Offsets:
+    def _lookup(self, topics: Sequence[str], *, low: bool, every_partition: bool = False) -> Offsets:
         """One ``ListOffsets`` request for every partition of ``topics``: the first (``low``) or the end
         offsets. (``get_watermark_offsets`` asks for both, per partition: four times the requests, and the
         embedded broker's cost of each grows with the partition's batches.)"""
@@ -397,7 +397,7 @@ class _KafkaOffsets:
             TopicPartition(topic, partition, OFFSET_BEGINNING if low else OFFSET_END)
             for topic in topics
             if (metadata := described.get(topic)) is not None and metadata.error is None
-            for partition in self._partitions(sorted(metadata.partitions))
+            for partition in self._partitions(sorted(metadata.partitions), every=every_partition)
         ]
         result: Offsets = {topic: {} for topic in topics}
         if not wanted:
@@ -408,10 +408,10 @@ class _KafkaOffsets:
             result[found.topic][str(found.partition)] = int(found.offset)
         return result
 
-    def _partitions(self, ids: list[int]) -> list[int]:
+    def _partitions(self, ids: list[int], *, every: bool = False) -> list[int]:
         """The partitions to plan: all, or the one of ``bkaudit.partitionOfKey`` (murmur2, as Java's and our
-        producers place keyed records)."""
-        if self._only_key is None or not ids:
+        producers place keyed records) unless ``every``."""
+        if self._only_key is None or not ids or every:
             return ids
         from connectors.kafka.publisher import partition_for_key
 
@@ -470,9 +470,11 @@ class _KafkaOffsets:
         return found
 
     def ending_at_or_before(self, wanted: dict[tuple[str, int], int]) -> list[tuple[str, int]]:
-        """The partitions whose log now ends at or before the wanted offset: no record is there to wait
-        for (the broker came back without its data after the ends were read). A broker that does not
-        answer says nothing here.
+        """The partitions whose log now ends at or before the wanted offset, or that are gone from a topic
+        that is there: no record is there to wait for (the broker came back without its data, perhaps
+        with another partition count, after the ends were read). Every partition is looked up, not only
+        the one a key-filtered reader plans (a key may map to another partition now). A broker that does
+        not answer, or a topic absent right now, says nothing here.
 
         Example:
             >>> # offsets.ending_at_or_before({("changes", 0): 175})  → [("changes", 0)] after a data loss
@@ -480,13 +482,13 @@ class _KafkaOffsets:
         from confluent_kafka import KafkaException
 
         try:
-            ends = self._lookup(sorted({topic for topic, _ in wanted}), low=False)
+            ends = self._lookup(sorted({topic for topic, _ in wanted}), low=False, every_partition=True)
         except KafkaException:
             return []
         return [
             (topic, partition)
             for (topic, partition), offset in wanted.items()
-            if (end := ends.get(topic, {}).get(str(partition))) is not None and end <= offset
+            if ends.get(topic) and ends[topic].get(str(partition), offset) <= offset
         ]
 
     def close(self) -> None:

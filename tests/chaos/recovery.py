@@ -115,7 +115,7 @@ def after_broker_data_loss(stack: ChaosStack) -> str:
 
 
 def after_broker_hang(stack: ChaosStack) -> None:
-    """A broker frozen for ~45 s: the job and the watcher ride it out (back-off), nothing to do."""
+    """A broker frozen past the request timeout: the job and the watcher ride it out (back-off)."""
     stack.require_alive()
 
 

@@ -216,6 +216,7 @@ class ChaosStack:
                 "BKAUDIT_KAFKA__ALERTS_TOPIC": self.kafka.alerts_topic,
                 "BKAUDIT_KAFKA__FEEDBACK_TOPIC": self.kafka.feedback_topic,
                 "BKAUDIT_KAFKA__TOPIC_PARTITIONS": str(PARTITIONS),
+                "BKAUDIT_KAFKA__REQUEST_TIMEOUT_MS": str(self.kafka.request_timeout_ms),
             }
         )
         return env
@@ -511,11 +512,14 @@ def chaos_stack(
     ledgers: int = 200,
     watcher_settings: Mapping[str, str] | None = None,
     stream_settings: Mapping[str, str] | None = None,
+    kafka_request_timeout_ms: int | None = None,
 ) -> Iterator[ChaosStack]:
     """Build the stack, start the watcher and the job, wait until the job has ingested the snapshot."""
     chroot = services.new_chroot()
     cluster = build_cluster(services.zookeeper_hosts(chroot), seed, ledgers)
     kafka = services.kafka_settings(topic_partitions=PARTITIONS)
+    if kafka_request_timeout_ms is not None:  # both processes give up on a request this soon
+        kafka = kafka.model_copy(update={"request_timeout_ms": kafka_request_timeout_ms})
     ensure_topic(kafka, kafka.changes_topic, partitions=PARTITIONS)
     metrics_port = free_port()
     root.mkdir(parents=True, exist_ok=True)
@@ -535,7 +539,11 @@ def chaos_stack(
         {**STREAM_SETTINGS, "METRICS_PORT": str(metrics_port), **(stream_settings or {})},
         "bkaudit-chaos",
         PARTITIONS,
-        extra_env={k: v for k, v in env.items() if k.startswith("BKAUDIT_ZOOKEEPER")},
+        extra_env={
+            k: v
+            for k, v in env.items()
+            if k.startswith(("BKAUDIT_ZOOKEEPER", "BKAUDIT_KAFKA__REQUEST_TIMEOUT_MS"))
+        },
     )
     stack.watcher = WatcherProcess(
         root,

@@ -317,3 +317,32 @@ def test_ends_read_before_a_data_loss_are_planned_again_not_read_from_the_new_to
         assert planned[META]["fingerprints"][topic]["0"].startswith("2:")
     finally:
         reader.stop()
+
+
+def test_a_fingerprint_in_a_partition_the_key_left_is_no_record_for_a_key_filtered_reader(
+    bk_services, kafka_settings
+):
+    """The membership lane plans only the partition of its key. The broker came back without its data and
+    the topic with another partition count, where the key maps elsewhere: the partition it read is shorter
+    now, and the answer is "no record" at once. Looking up only the key's new partition, it waited for
+    that record through every retry (two minutes in the chaos test)."""
+    topic = "t.key-moved"
+    key = "k0"  # murmur2: partition 1 of 4, partition 2 of 3
+    ensure_topic(kafka_settings, topic, partitions=4)
+    produce(kafka_settings, topic, [(key.encode(), b"old-%d" % i, 1) for i in range(8)])
+    lose_the_broker(bk_services)
+    ensure_topic(kafka_settings, topic, partitions=3)
+    produce(kafka_settings, topic, [(key.encode(), b"new-%d" % i, i % 3) for i in range(6)])
+    offsets = _KafkaOffsets(
+        {
+            "kafka.bootstrap.servers": kafka_settings.bootstrap_servers,
+            "kafka.request.timeout.ms": "20000",
+            "bkaudit.brokeroutagelimits": "1",  # an outage fails this lookup: no retries hide it
+            "bkaudit.partitionofkey": key,
+        }
+    )
+    try:
+        assert offsets.latest([topic]) == {topic: {"2": 2}}  # the key's partition now
+        assert offsets.fingerprints({(topic, "1"): 7}) == {(topic, "1"): None}
+    finally:
+        offsets.close()
