@@ -12,14 +12,15 @@ open ``PLACEMENT_NOT_ADHERING`` alert, kept current by the job.
 
 Example:
     >>> from core.domain.rules.evaluate import PlacementPolicyConfig
-    >>> now = datetime(2026, 1, 1, tzinfo=UTC)
-    >>> ledger = {"ledger_id": 7, "cluster": "c", "write_quorum": 2, "pulsar_topic": None,
+    >>> from datetime import UTC
+    >>> at = datetime(2026, 1, 1, tzinfo=UTC)
+    >>> ledger = {"ledger_id": 7, "cluster": "c", "write_quorum": 2, "pulsar_topic": None, "updated_at": at,
     ...           "segments": [{"first_entry_id": 0, "ensemble": ["b1", "b2"]}]}
-    >>> bookies = [{"bookie_id": b, "rack": r, "status": "WRITABLE", "lost": False}
+    >>> bookies = [{"bookie_id": b, "rack": r, "status": "WRITABLE", "lost": False, "updated_at": None}
     ...            for b, r in (("b1", "/r1"), ("b2", "/r1"), ("b3", "/r2"))]
-    >>> row = plan_rows([ledger], bookies, {}, PlacementPolicyConfig(), now).to_pylist()[0]
-    >>> row["from_bookie"], row["to_bookie"], row["to_rack"], row["planned_ensemble"]
-    ('b1', 'b3', '/r2', ['b3', 'b2'])
+    >>> row = plan_rows([ledger], bookies, {}, PlacementPolicyConfig()).to_pylist()[0]
+    >>> row["from_bookie"], row["to_bookie"], row["to_rack"], row["planned_ensemble"], row["as_of"].year
+    ('b1', 'b3', '/r2', ['b3', 'b2'], 2026)
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Iterable, Iterator, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,9 @@ from core.domain.rules.relocation import plan_relocation
 logger = logging.getLogger(__name__)
 
 #: The ``ledgers`` columns a plan reads.
-LEDGER_COLUMNS = ("ledger_id", "cluster", "write_quorum", "segments", "pulsar_topic")
+LEDGER_COLUMNS = ("ledger_id", "cluster", "write_quorum", "segments", "pulsar_topic", "updated_at")
+#: The ``bookies`` columns a plan depends on.
+BOOKIE_COLUMNS = ["bookie_id", "rack", "status", "lost", "updated_at"]
 
 
 def plan_targets(bookies: Iterable[Mapping[str, Any]], ledger_counts: Mapping[str, int]) -> dict[str, int]:
@@ -70,20 +73,35 @@ def plan_rows(
     bookies: Iterable[Mapping[str, Any]],
     ledger_counts: Mapping[str, int],
     config: PlacementPolicyConfig,
-    computed_at: datetime,
 ) -> pa.Table:
     """The ``placement_plans`` rows of ``ledgers`` (rows with :data:`LEDGER_COLUMNS`): one per move of the
     plan of every segment that fails the policy, one with the reason where a segment has no plan. Targets
-    are spread by ``ledger_counts`` (raised as plans are made). See the module docstring for an example."""
+    are spread by ``ledger_counts`` (raised as plans are made). A row's ``as_of`` is the event time of the
+    newest input of its plan (the ledger's version, the last change of the bookies), so the same state
+    gives the same rows, whenever and however often it is computed. See the module docstring for an
+    example."""
     bookies = list(bookies)
     racks = {b["bookie_id"]: b["rack"] for b in bookies}
     targets = plan_targets(bookies, ledger_counts)
+    bookies_as_of = _newest(b.get("updated_at") for b in bookies)
     rows = [
-        {**row, "policy": config.policy, "computed_at": computed_at}
+        {**row, "policy": config.policy, "as_of": _newest((ledger.get("updated_at"), bookies_as_of))}
         for ledger in ledgers
         for row in _segment_rows(ledger, racks, targets, config)
     ]
     return pa.Table.from_pylist(rows, schema=PLACEMENT_PLANS.schema)
+
+
+def _newest(times: Iterable[datetime | None]) -> datetime | None:
+    """The latest of ``times`` that are known (None when none is).
+
+    Example:
+        >>> from datetime import UTC
+        >>> _newest([None, datetime(2026, 1, 2, tzinfo=UTC), datetime(2026, 1, 1, tzinfo=UTC)]).day
+        2
+    """
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
 
 
 def _segment_rows(
@@ -145,7 +163,7 @@ class PlacementPlanner:
         self.ledger_log = ledger_log
         self._written_for: str | None = None  # the inputs' fingerprint the table was last written for
 
-    def refresh(self, now: datetime | None = None) -> bool:
+    def refresh(self) -> bool:
         """Rewrite the table when its inputs changed since the last write; returns whether it wrote (never
         before the job has opened its ledger state: the table keeps the last job's plans until then)."""
         if not self.ledger_log.opened:
@@ -158,10 +176,9 @@ class PlacementPlanner:
             return False
         rows = plan_rows(
             ledgers.sort_by("ledger_id").to_pylist(),
-            scan(bookies, columns=["bookie_id", "rack", "status", "lost"]).to_pylist(),
+            scan(bookies, columns=BOOKIE_COLUMNS).to_pylist(),
             self._ledger_counts(),
             self.config,
-            now or datetime.now(UTC),
         )
         write_deltalake(table_path(self.root, "placement_plans"), rows, mode="overwrite")
         self._written_for = fingerprint

@@ -40,7 +40,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from connectors.delta.placement_plans import LEDGER_COLUMNS, plan_rows
+from connectors.delta.placement_plans import BOOKIE_COLUMNS, LEDGER_COLUMNS, plan_rows
 from connectors.delta.scan import view_typed_dataset
 from connectors.delta.tables import FOLD_METADATA_KEY, LEDGER_BUCKETS, TABLES, last_fold
 from core.domain.alerts import AlertKind
@@ -613,7 +613,7 @@ class Lakehouse:
         (:mod:`connectors.delta.placement_plans`).
 
         Columns: ``ledger_id, segment, first_entry_id, ensemble, moves`` (``position N: from -> to``, ``;``
-        between moves), ``planned_ensemble, reason`` (why there is no plan), ``pulsar_topic, computed_at``;
+        between moves), ``planned_ensemble, reason`` (why there is no plan), ``pulsar_topic, as_of``;
         ensembles are comma-separated.
 
         Example:
@@ -640,7 +640,7 @@ class Lakehouse:
                               ORDER BY move) AS moves,
                    array_to_string(any_value(planned_ensemble), ',') AS planned_ensemble,
                    any_value(reason) AS reason, any_value(pulsar_topic) AS pulsar_topic,
-                   max(computed_at) AS computed_at
+                   max(as_of) AS as_of
             FROM placement_plans {filters.where()}
             GROUP BY ledger_id, segment ORDER BY ledger_id, segment {self._limit_sql(limit, filters)}"""
         return self._query((), sql, filters.params).cast(PLAN_SCHEMA)
@@ -660,12 +660,12 @@ class Lakehouse:
                     SELECT ledger_id FROM open_alerts WHERE kind = 'PLACEMENT_NOT_ADHERING')
                 ORDER BY l.ledger_id""",
         ).to_pylist()
-        bookies = self._query(("bookies",), "SELECT bookie_id, rack, status, lost FROM bookies").to_pylist()
+        bookies = self._query(("bookies",), f"SELECT {', '.join(BOOKIE_COLUMNS)} FROM bookies").to_pylist()
         held = self._query(
             ("ledger_bookies",), "SELECT bookie, count(*) AS n FROM ledger_bookies GROUP BY bookie"
         ).to_pylist()
         counts = {r["bookie"]: int(r["n"]) for r in held}
-        return plan_rows(ledgers, bookies, counts, config, datetime.now(UTC))
+        return plan_rows(ledgers, bookies, counts, config)
 
     # -- ledgers and bookies --------------------------------------------------------------------------------
 
@@ -1239,6 +1239,6 @@ PLAN_SCHEMA = pa.schema(
         ("planned_ensemble", pa.string()),
         ("reason", pa.string()),
         ("pulsar_topic", pa.string()),
-        ("computed_at", pa.timestamp("us", tz="UTC")),
+        ("as_of", pa.timestamp("us", tz="UTC")),
     ]
 )

@@ -316,7 +316,12 @@ PLACEMENT_PLANS = TableSpec(
             _f("reason", pa.string(), "why the segment has no valid plan, else null"),
             _f("policy", pa.string(), "placement policy the plan meets (stream.placement_policy)"),
             _f("pulsar_topic", pa.string(), "Pulsar topic of the ledger, when known"),
-            _f("computed_at", _TS, "when the job computed the plan"),
+            _f(
+                "as_of",
+                _TS,
+                "event time of the newest input of the plan: the ledger's version or the last change of "
+                "the bookies (rack map, membership)",
+            ),
         ]
     ),
     "BP-54 relocation plans: one row per replica move that makes a failing segment of a ledger with an "

@@ -68,7 +68,7 @@ def test_a_badly_placed_ledger_gets_a_verified_plan_that_leaves_with_its_alert(
     assert (move["ledger_id"], move["segment"], move["first_entry_id"]) == (2, 0, 0)
     assert move["ensemble"] == ["b1", "b2"] and move["from_bookie"] == move["ensemble"][move["position"]]
     assert move["to_bookie"] in ("b3", "b4", "b5") and move["to_rack"] == RACKS[move["to_bookie"]]
-    assert move["reason"] is None and move["policy"] == "rackaware" and move["computed_at"] is not None
+    assert move["reason"] is None and move["policy"] == "rackaware" and move["as_of"] is not None
     verdict = check_placement("rackaware", move["planned_ensemble"], 2, 2, RACKS)
     assert verdict.adherence is PlacementAdherence.MEETS_STRICT
 
@@ -76,7 +76,7 @@ def test_a_badly_placed_ledger_gets_a_verified_plan_that_leaves_with_its_alert(
     with Lakehouse(root) as lakehouse:
         (shown,) = lakehouse.placement_plans(sink.config.placement).to_pylist()
     assert shown["moves"] == f"position {move['position']}: {move['from_bookie']} -> {move['to_bookie']}"
-    assert shown["computed_at"] == move["computed_at"]
+    assert shown["as_of"] == move["as_of"]
 
     # The operator carries the plan out: the new ensemble adheres, the alert resolves, the plan goes.
     fixed = sink.process(
