@@ -110,6 +110,22 @@ def _read_holder(fd: int) -> dict[str, Any]:
         return {}
 
 
+def recorded_holder(checkpoint: Path) -> dict[str, Any]:
+    """What the lock file of ``checkpoint`` says of its last holder (``pid``, ``host``, ``started_at``); an
+    empty dict when there is no file or it says nothing readable. Whether that holder still runs is the
+    kernel's lock table's to say, not the file's.
+
+    Example:
+        >>> import tempfile
+        >>> recorded_holder(Path(tempfile.mkdtemp()))
+        {}
+    """
+    try:
+        return _parse_holder((checkpoint / LOCK_FILE).read_bytes())
+    except OSError:
+        return {}
+
+
 def _parse_holder(data: bytes) -> dict[str, Any]:
     try:
         parsed = json.loads(data.decode("utf-8"))

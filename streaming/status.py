@@ -32,9 +32,10 @@ from typing import Any
 
 from connectors.kafka.positions import TopicPositions
 from connectors.process import pid_alive
-from core.errors import BkauditError, ServiceError
+from core.errors import BkauditError, ConfigError, ServiceError
 from core.settings import Settings
-from streaming.checkpoint_lock import LOCK_FILE
+from streaming.checkpoint_lock import LOCK_FILE, recorded_holder
+from streaming.driver_batches import OffsetLog
 
 MEMBERSHIP_DIR = "membership"
 STATUS_KAFKA_TIMEOUT_S = 10.0  # a status answers in seconds, whatever kafka.request_timeout_ms says
@@ -127,12 +128,7 @@ def job_holder(checkpoint: Path) -> dict[str, Any]:
         False
     """
     lock = checkpoint / LOCK_FILE
-    try:
-        recorded = json.loads(lock.read_text())
-    except (OSError, ValueError):
-        recorded = {}
-    if not isinstance(recorded, dict):
-        recorded = {}
+    recorded = recorded_holder(checkpoint)
     holder: dict[str, Any] = {k: recorded.get(k) for k in ("pid", "host", "started_at")}
     if recorded.get("host") not in (None, socket.gethostname()):
         return {**holder, "alive": None}
@@ -196,19 +192,17 @@ def membership_lane_position(checkpoint: Path, topic: str) -> LanePosition | Non
         >>> membership_lane_position(folder, "t").offsets
         {1: 9}
     """
-    folder = checkpoint / MEMBERSHIP_DIR / "offsets"
-    batches = (
-        sorted(int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit()) if folder.is_dir() else []
-    )
-    if not batches:
-        return None
-    path = folder / f"{batches[-1]}.json"
     try:
-        end = json.loads(path.read_text()).get("end") or {}
-    except (OSError, ValueError, AttributeError):
+        latest = OffsetLog(checkpoint / MEMBERSHIP_DIR / "offsets").latest()
+    except (OSError, ConfigError):  # unreadable or damaged: no position to report
         return None
+    if latest is None:
+        return None
+    batch_id, entry = latest
+    end = entry.get("end") if isinstance(entry.get("end"), dict) else {}
+    path = checkpoint / MEMBERSHIP_DIR / "offsets" / f"{batch_id}.json"
     return LanePosition(
-        "membership", batches[-1], path.stat().st_mtime, _source_offsets([json.dumps(end)], topic)
+        "membership", batch_id, path.stat().st_mtime, _source_offsets([json.dumps(end)], topic)
     )
 
 
