@@ -1,7 +1,7 @@
 """`bkaudit status`: is the auditor working? Watcher and stream up or not, their lag, open alerts, bookies.
 
 Reads what the processes leave behind (the changes topic's heartbeats, the job's checkpoint and lock, the
-Delta tables; see :mod:`streaming.status`), so it needs no metrics port. A table by default, one JSON
+Delta tables; see :mod:`bkaudit.cli._status_facts`), so it needs no metrics port. A table by default, one JSON
 object with ``--format json``; exit 0 whatever the state (``healthy`` in the JSON says it).
 
 Example:
@@ -103,9 +103,9 @@ def status(
     ),
 ) -> None:
     """Watcher and stream up or not, their lag and last batch, open alerts, lost and read-only bookies."""
+    from bkaudit.cli._status_facts import StatusLimits, gather_status
     from connectors.kafka.client_config import LIBRDKAFKA_LOGGER
     from core.settings import load_settings
-    from streaming.status import StatusLimits, gather_status
 
     settings = load_settings()
     defaults = StatusLimits.defaults(settings)
