@@ -523,6 +523,7 @@ def _read_range(options: dict[str, str], kafka_range: KafkaRange) -> Iterator[pa
         position = kafka_range.start
         pending: list[Any] = []
         idle_since: float | None = None
+        next_end_check = time.monotonic() + END_CHECK_EVERY_S
         while position < kafka_range.end:
             # consume() waits for num_messages or the timeout: ask for no more than the range still holds.
             messages = consumer.consume(num_messages=min(5000, kafka_range.end - position), timeout=1.0)
@@ -532,6 +533,11 @@ def _read_range(options: dict[str, str], kafka_range: KafkaRange) -> Iterator[pa
             records = [m for m in messages if m.error() is None]
             if not records:
                 idle_since = idle_since or time.monotonic()
+                if time.monotonic() >= next_end_check:
+                    next_end_check = time.monotonic() + END_CHECK_EVERY_S
+                    if _range_vanished(consumer, kafka_range, settings.request_timeout_ms / 1000.0):
+                        _warn_range_gone(kafka_range, position)
+                        break
                 if time.monotonic() - idle_since > kafka_range.outage_limit_s:
                     raise ServiceError(
                         f"bkaudit_kafka: no records from {kafka_range.topic}/{kafka_range.partition} at "
@@ -587,6 +593,29 @@ def _offsets_gone(message: Any, kafka_error: Any) -> bool:
         kafka_error._AUTO_OFFSET_RESET,
         kafka_error.OFFSET_OUT_OF_RANGE,
     )
+
+
+def _range_vanished(consumer: Any, kafka_range: KafkaRange, timeout_s: float) -> bool:
+    """Whether the range's partition is gone or now ends before the range does: its records were lost (a
+    broker back without its data, the topic recreated) and will not come. A planned range never ends past
+    the partition's end, which only grows while the topic keeps its data. The embedded broker answers a
+    fetch past the end with no records instead of ``OFFSET_OUT_OF_RANGE``, so without this the task waited
+    for the new topic to grow that far. A broker that does not answer, or a topic absent right now, says
+    nothing here."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    try:
+        described = consumer.list_topics(kafka_range.topic, timeout=timeout_s).topics.get(kafka_range.topic)
+        if described is None or described.error is not None:
+            return False
+        if kafka_range.partition not in described.partitions:
+            return True
+        _, end = consumer.get_watermark_offsets(
+            TopicPartition(kafka_range.topic, kafka_range.partition), timeout=timeout_s, cached=False
+        )
+    except KafkaException:
+        return False
+    return end is not None and 0 <= end < kafka_range.end
 
 
 def _warn_range_gone(kafka_range: KafkaRange, position: int) -> None:

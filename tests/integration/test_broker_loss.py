@@ -25,7 +25,7 @@ import pytest
 
 from bkaudit.testing.kafka_io import produce
 from connectors.delta.tables import read_table
-from connectors.kafka.spark_source import META, KafkaStreamReader, _KafkaOffsets
+from connectors.kafka.spark_source import META, KafkaRange, KafkaStreamReader, _KafkaOffsets, _read_range
 from connectors.kafka.topics import ensure_topic
 from core.settings import Settings
 from streaming import job
@@ -346,3 +346,22 @@ def test_a_fingerprint_in_a_partition_the_key_left_is_no_record_for_a_key_filter
         assert offsets.fingerprints({(topic, "1"): 7}) == {(topic, "1"): None}
     finally:
         offsets.close()
+
+
+def test_a_range_whose_records_were_lost_while_a_task_read_it_ends_at_once(bk_services, kafka_settings):
+    """A batch was planned on the old topic, then the broker came back without its data while the task read
+    the range. The embedded broker answers a fetch past the new topic's end with no records (not
+    OFFSET_OUT_OF_RANGE), so the task waited, silently, until the new topic grew past the planned end: 50 s
+    in the chaos test. It now sees the partition ends before the range and stops at once; the next
+    planning finds the fingerprint changed and reads the new topic from its beginning."""
+    topic = "t.range-lost"
+    ensure_topic(kafka_settings, topic, partitions=1)
+    produce(kafka_settings, topic, [(b"k", b"old-%d" % i, 0) for i in range(8)])
+    lose_the_broker(bk_services)
+    ensure_topic(kafka_settings, topic, partitions=1)
+    produce(kafka_settings, topic, [(b"k", b"new-%d" % i, 0) for i in range(3)])
+    options = {"kafka.bootstrap.servers": kafka_settings.bootstrap_servers}
+    started = time.monotonic()
+    batches = list(_read_range(options, KafkaRange(topic, 0, 5, 8, outage_limit_s=60.0)))
+    assert time.monotonic() - started < 15
+    assert sum(b.num_rows for b in batches) == 0
