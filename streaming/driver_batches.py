@@ -81,6 +81,11 @@ class BatchFiles:
             )
         return document
 
+    def before(self, batch_id: int) -> dict[str, Any] | None:
+        """The document of the newest batch before ``batch_id`` (None: there is none)."""
+        earlier = [b for b in self.batches() if b < batch_id]
+        return self.read(earlier[-1]) if earlier else None
+
     def saved(self, batch_id: int) -> bool:
         return (self.directory / f"{batch_id}.json").is_file()
 

@@ -242,6 +242,10 @@ class AuditSink:
             )
         return self._probe_client
 
+    def kafka_producer(self) -> Any:
+        """The job's one producer (alerts, feedback, and the driver-run ledger lane's forwarding)."""
+        return self._kafka()
+
     def start_producer(self) -> None:
         """Open the alert producer now (it connects in the background), not at the first burst."""
         self._kafka()

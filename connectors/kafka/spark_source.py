@@ -27,9 +27,11 @@ metrics in the driver's registry.
 Options (Spark's names): ``kafka.bootstrap.servers``, ``subscribe`` (comma-separated topics),
 ``startingOffsets`` (``earliest`` | ``latest`` | JSON ``{"topic": {"0": 42}}``), ``maxOffsetsPerTrigger``,
 ``failOnDataLoss``, ``kafka.request.timeout.ms`` (default: the setting), and bkaudit's own
-``bkaudit.brokerOutageLimitS``, ``bkaudit.statusFile``, ``bkaudit.skipKeyPrefixes`` and
+``bkaudit.brokerOutageLimitS``, ``bkaudit.statusFile``, ``bkaudit.skipKeyPrefixes``,
 ``bkaudit.partitionOfKey`` (read only the partition Kafka's default partitioner gives this key, in each
-topic, as the partition count is now; the membership lane reads the one partition its events share).
+topic, as the partition count is now; the membership lane reads the one partition its events share) and
+``bkaudit.availableNowTopics`` (under an available-now trigger, only these topics stop at their ends as of
+the start; the others are read as they grow).
 Security settings
 are not options (they would show in query plans): they come from the same ``BKAUDIT_KAFKA__*`` settings
 every other client uses.
@@ -693,6 +695,19 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now_target = self._offsets.latest(self._topics)
 
+    def _latest(self) -> Offsets:
+        """The ends to plan up to: the available-now target, or the topics' ends now. With
+        ``bkaudit.availableNowTopics`` the target holds only for those topics; the others are read to their
+        ends now (the driver-run ledger lane: the changes available at its start, and every decision the
+        timers query relays until the run settles)."""
+        target = self._available_now_target
+        if target is None:
+            return self._offsets.latest(self._topics)
+        only = [t for t in self._options.get("bkaudit.availablenowtopics", "").split(",") if t]
+        if not only:
+            return target
+        return {**self._offsets.latest(self._topics), **{t: target[t] for t in only if t in target}}
+
     def _recreated_topics(
         self, positions: Offsets, fingerprints: Fingerprints, latest: Offsets, earliest: Offsets
     ) -> dict[str, str]:
@@ -784,7 +799,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _plan(self, start: dict, limit: ReadLimit) -> dict:
         positions = positions_of(start)
-        latest = self._available_now_target or self._offsets.latest(self._topics)
+        latest = self._latest()
         earliest = self._offsets.earliest(self._topics)
         if partition_of_key(self._options) is not None:
             # One partition is read; positions of others (another partition count before) are not ours.

@@ -72,6 +72,8 @@ class JobRun:
                 "BKAUDIT_KAFKA__CHANGES_TOPIC": self.kafka.changes_topic,
                 "BKAUDIT_KAFKA__ALERTS_TOPIC": self.kafka.alerts_topic,
                 "BKAUDIT_KAFKA__FEEDBACK_TOPIC": self.kafka.feedback_topic,
+                "BKAUDIT_KAFKA__TRACKED_TOPIC": self.kafka.tracked_topic,
+                "BKAUDIT_KAFKA__DECISIONS_TOPIC": self.kafka.decisions_topic,
                 "BKAUDIT_KAFKA__TOPIC_PARTITIONS": str(self.partitions),
                 "BKAUDIT_SPARK__MASTER": "local[2]",
                 "BKAUDIT_SPARK__SHUFFLE_PARTITIONS": "2",
