@@ -131,8 +131,10 @@ class DriverMicroBatches:
         *,
         interval_s: float,
         available_now: bool = False,
+        on_progress: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.name = name
+        self._on_progress = on_progress
         self._reader = reader
         self._process = process
         self._committed = committed
@@ -264,7 +266,7 @@ class DriverMicroBatches:
             finished = time.monotonic()
         finally:
             self._trigger_active = False
-        self.recentProgress.append(
+        self._report(
             {
                 "name": self.name,
                 "batchId": batch_id,
@@ -278,6 +280,11 @@ class DriverMicroBatches:
                 },
             }
         )
+
+    def _report(self, progress: dict[str, Any]) -> None:
+        self.recentProgress.append(progress)
+        if self._on_progress is not None:
+            self._on_progress(progress)
 
     def _read(self, start: dict[str, Any], end: dict[str, Any], batch_time_ms: int) -> pa.Table:
         """Every range of the batch, read concurrently (librdkafka waits outside the GIL)."""

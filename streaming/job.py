@@ -599,6 +599,7 @@ def start_ledger_lane(
         store.saved,
         OffsetLog(checkpoint / "offsets"),
         interval_s=stream.ledger_lane_interval_s,
+        on_progress=sink.metrics.on_progress if sink.metrics is not None else None,
     ).start()
 
 

@@ -144,7 +144,7 @@ class LedgerLane:
                 relayed_decisions(records.filter(pc.equal(topics, self.config.decisions_topic))),
             ]
         )
-        self._forward(changes, decoded.filter(forwarded))
+        self._forward(changes.filter(forwarded))
         self.put(decisions.sort_by([("event_time", "ascending")]), batch_id)
         deleted = _ledger_ids(decoded.filter(pc.equal(decoded.column("kind"), "ledger_deleted")))
         self.store.save(
@@ -184,29 +184,18 @@ class LedgerLane:
         new_state, out, _ = self.cluster_logic.apply(state, rows_from_frames(iter([rows.to_pandas()])))
         return new_state, decisions_from_dicts(out, cluster)
 
-    def _forward(self, changes: pa.Table, forwarded: pa.Table) -> None:
-        """The forwarded changes' Kafka records, unchanged, to the tracked topic (per-ledger order kept:
-        same keys, so the same partition for every change of a ledger)."""
-        if not forwarded.num_rows:
-            return
-        wanted = _positions(forwarded.column("partition"), forwarded.column("offset"))
-        chosen = changes.filter(
-            pa.array(np.isin(_positions(changes.column("partition"), changes.column("offset")), wanted))
-        )
-        self.forward(
-            self.config.tracked_topic,
-            list(zip(chosen.column("key").to_pylist(), chosen.column("value").to_pylist(), strict=True)),
-        )
+    def _forward(self, chosen: pa.Table) -> None:
+        """Kafka records, unchanged, to the tracked topic (per-ledger order kept: same keys, so the same
+        partition for every change of a ledger). The decoder gives one row per record, in order, so the
+        decoded rows' mask picks the records."""
+        if chosen.num_rows:
+            self.forward(
+                self.config.tracked_topic,
+                list(zip(chosen.column("key").to_pylist(), chosen.column("value").to_pylist(), strict=True)),
+            )
 
 
 # ----------------------------------------------------------------------------------------- columns
-
-
-def _positions(partitions: Any, offsets: Any) -> np.ndarray:
-    """One int64 per record of one topic: its partition and offset together."""
-    p = np.asarray(pc.fill_null(partitions, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
-    o = np.asarray(pc.fill_null(offsets, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
-    return (p << 48) | o
 
 
 def _ledger_ids(rows: pa.Table) -> np.ndarray:
