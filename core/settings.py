@@ -280,7 +280,8 @@ class StreamSettings(BaseModel):
     ledger_lane_interval_s: float = Field(
         0.25,
         ge=0,
-        description="with ledger_lane = driver: how often the ledger lane looks for new records",
+        description="with ledger_lane = driver: how long the ledger lane waits for a first record, and then "
+        "gathers records into one batch (a full planning of the topics' offsets every 5 s)",
     )
     timers_trigger_interval_s: float = Field(
         5.0,

@@ -273,6 +273,13 @@ def source_status_file(settings: Settings) -> Path:
 
 
 SOURCE_STATUS_FILE = "bkaudit-source-status.json"
+#: Records per batch of the driver-run ledger lane when stream.max_offsets_per_trigger is unset.
+LEDGER_LANE_MAX_RECORDS = 100_000
+#: The driver-run ledger lane's full planning (offsets, fingerprints: what tells a recreated topic) runs at
+#: least this often while records flow; on the embedded broker it costs seconds on a topic of a million
+#: records. A consumer error (offsets gone, a broker error) or a partition ending before the lane's
+#: position sends it to the full planning at once.
+LEDGER_LANE_VERIFY_EVERY_S = 30.0
 STATE_LAYOUT_FILE = "bkaudit-state-layout.json"
 STATE_LAYOUT_VERSION = 2  # 1: one state group per ledger; 2: ledger buckets with a map state
 
@@ -590,8 +597,16 @@ def start_ledger_lane(
     if available_now:  # the changes as of now; the decisions until the loop settles (LoopSettler)
         reader = ledger_lane_reader(settings, available_now_topics=[kafka.changes_topic])
         reader.prepareForTriggerAvailableNow()
-    else:
-        reader = ledger_lane_reader(settings)
+    else:  # one consumer stays on every partition; a full planning every few seconds
+        from connectors.kafka.tail_reader import TailingReader
+
+        reader = TailingReader(
+            ledger_lane_reader(settings),
+            wait_s=stream.ledger_lane_interval_s,
+            verify_every_s=LEDGER_LANE_VERIFY_EVERY_S,
+            gather_s=stream.ledger_lane_interval_s,
+            max_records=stream.max_offsets_per_trigger or LEDGER_LANE_MAX_RECORDS,
+        )
     return DriverMicroBatches(
         LANE_NAME,
         reader,
