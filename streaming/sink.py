@@ -17,7 +17,7 @@ import math
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -197,9 +197,16 @@ class SinkStopping(RuntimeError):
 class AuditSink:
     """The ``foreachBatch`` function (``sink(batch_df, batch_id)``); keeps its Kafka and bookie clients."""
 
-    def __init__(self, config: SinkConfig, metrics: StreamMetrics | None = None) -> None:
+    def __init__(
+        self,
+        config: SinkConfig,
+        metrics: StreamMetrics | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.config = config
         self.metrics = metrics
+        self._clock = clock  # seconds, for work done at most every so often rather than every batch
         # Held while a batch runs; a graceful stop takes it so the query is never interrupted mid-call.
         self.busy = threading.Lock()
         self.stopping = threading.Event()
@@ -532,7 +539,7 @@ class AuditSink:
         """Remove old versions' rows from a few ``ledger_bookies`` partitions (readers skip them anyway), at
         most every ``index_cleanup_interval_s``: one partition rewrite costs a small batch more than the
         batch's own work, and skipping it is safe (idempotent maintenance, nothing reads those rows)."""
-        now = time.monotonic()
+        now = self._clock()
         if now - self._index_cleaned_at < self.config.index_cleanup_interval_s:
             return
         self._index_cleaned_at = now
