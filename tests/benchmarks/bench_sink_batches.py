@@ -142,7 +142,36 @@ def _changes(payloads: Any, size: int, mzxid: int, rng: Any) -> tuple[Any, int]:
     return _decision_table(decisions, INSTANCE_ID), mzxid
 
 
-def measure(state_dir: Path, sizes: list[int], batches: int, profile: bool, seed: int) -> dict[str, Any]:
+def _time_appends_per_table(timers: Any) -> None:
+    """A timer per table around ``BatchWriter.append`` (on top of ``_instrument``'s total)."""
+    from connectors.delta import tables
+
+    original = tables.BatchWriter.append
+
+    def append(writer: Any, name: str, rows: Any) -> bool:
+        started = time.perf_counter()
+        try:
+            return original(writer, name, rows)
+        finally:
+            timers.seconds[f"delta.append.{name}"] += time.perf_counter() - started
+            timers.calls[f"delta.append.{name}"] += 1
+
+    tables.BatchWriter.append = append  # type: ignore[method-assign]
+
+
+def _set_properties(lakehouse: Path, properties: list[str]) -> None:
+    """``table:key=value`` Delta table properties set on the copied lakehouse (options compared)."""
+    from deltalake import DeltaTable
+
+    for item in properties:
+        name, setting = item.split(":", 1)
+        key, value = setting.split("=", 1)
+        DeltaTable(str(lakehouse / name)).alter.set_table_properties({key: value})
+
+
+def measure(
+    state_dir: Path, sizes: list[int], batches: int, profile: bool, seed: int, properties: list[str]
+) -> dict[str, Any]:
     """Seconds per batch of each size, the sink's stages and (``profile``) a cProfile's top lines."""
     import numpy as np
     import pyarrow.feather as feather
@@ -152,6 +181,7 @@ def measure(state_dir: Path, sizes: list[int], batches: int, profile: bool, seed
 
     work = Path(tempfile.mkdtemp(prefix="bkaudit-sinkbatches-"))
     shutil.copytree(state_dir / "lakehouse", work / "lakehouse")
+    _set_properties(work / "lakehouse", properties)
     broker = EmbeddedBroker(work / "broker")
     broker.start()
     figures: dict[str, Any] = {
@@ -172,6 +202,7 @@ def measure(state_dir: Path, sizes: list[int], batches: int, profile: bool, seed
         figures["open_s"] = round(time.monotonic() - opened, 2)
         timers = Timers()
         _instrument(timers)
+        _time_appends_per_table(timers)
         for size in sizes:
             seconds = []
             before = timers.snapshot()
@@ -212,12 +243,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batches", type=int, default=30)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--table-property", action="append", default=[], help="table:key=value, repeatable")
     args = parser.parse_args(argv)
     if args.prepare:
         print(json.dumps(prepare(args.prepare, args.ledgers, args.bookies, args.racks)))
     if args.measure:
         sizes = [int(s) for s in args.sizes.split(",") if s]
-        print(json.dumps(measure(args.measure, sizes, args.batches, args.profile, args.seed)))
+        print(json.dumps(measure(args.measure, sizes, args.batches, args.profile, args.seed, args.table_property)))
 
 
 if __name__ == "__main__":
