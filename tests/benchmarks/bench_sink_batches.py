@@ -8,7 +8,8 @@ Two steps, so that two versions of the code can be measured on the same state si
   fold, and keep the lakehouse and the ``ledger_state`` payloads of the ledgers under ``DIR``;
 - ``--measure DIR``: copy the lakehouse, then send the sink ``--batches`` batches of each size in
   ``--sizes`` (new versions of random ledgers, one ``mzxid`` higher each time), back to back, and report the
-  seconds per batch (p50, mean, max) with the time in the sink's stages; ``--profile`` adds the top of a
+  seconds per batch (p50, mean, max; wall and CPU of the whole process, which a shared machine disturbs
+  less) with the time in the sink's stages; ``--profile`` adds the top of a
   cProfile of the batches of each size. ``--code-root`` imports bkaudit from another checkout (the
   "before" of a change), so one driver script can alternate the two on one machine state.
 
@@ -204,21 +205,23 @@ def measure(
         _instrument(timers)
         _time_appends_per_table(timers)
         for size in sizes:
-            seconds = []
+            seconds, cpu_seconds = [], []
             before = timers.snapshot()
             profiler = cProfile.Profile() if profile else None
             for _ in range(batches):
                 table, mzxid = _changes(payloads, size, mzxid, rng)
                 if profiler is not None:
                     profiler.enable()
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 sink.process(table, batch_id)
                 seconds.append(time.perf_counter() - started)
+                cpu_seconds.append(time.process_time() - cpu_started)  # every thread of the process
                 if profiler is not None:
                     profiler.disable()
                 batch_id += 1
             figures[f"batches_of_{size}"] = {
                 "seconds": _summary(seconds),
+                "cpu_seconds": _summary(cpu_seconds),
                 "stages": Timers.delta(timers.snapshot(), before),
                 **({"profile": _profile_lines(profiler, 45)} if profiler is not None else {}),
             }
@@ -249,7 +252,11 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(prepare(args.prepare, args.ledgers, args.bookies, args.racks)))
     if args.measure:
         sizes = [int(s) for s in args.sizes.split(",") if s]
-        print(json.dumps(measure(args.measure, sizes, args.batches, args.profile, args.seed, args.table_property)))
+        print(
+            json.dumps(
+                measure(args.measure, sizes, args.batches, args.profile, args.seed, args.table_property)
+            )
+        )
 
 
 if __name__ == "__main__":
