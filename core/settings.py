@@ -419,7 +419,14 @@ class StreamSettings(BaseModel):
     index_cleanup_bookies_per_batch: int = Field(
         1,
         ge=0,
-        description="ledger_bookies partitions cleaned of old metadata versions' rows per micro-batch",
+        description="ledger_bookies partitions cleaned of old metadata versions' rows per cleanup run "
+        "(a run at most every index_cleanup_interval_s)",
+    )
+    index_cleanup_interval_s: float = Field(
+        5.0,
+        ge=0,
+        description="seconds at least between two cleanups of old versions' ledger_bookies rows (readers "
+        "skip those rows anyway), so that a small micro-batch does not pay for one; 0 = every micro-batch",
     )
     publish_processes: int | None = Field(
         None,
