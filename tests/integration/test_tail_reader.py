@@ -161,7 +161,9 @@ def test_every_partition_of_every_topic_is_tailed_as_the_full_planning_would(kaf
     try:
         first, values = _batch(tail, tail.initialOffset())
         assert sorted(values) == [b"a", b"b"] and tail.full_plannings == 1
-        produce(kafka_settings, name, [(b"ledger/3", b"c", 1), (b"ledger/4", b"d", 2), (b"ledger/5", b"e", 3)])
+        produce(
+            kafka_settings, name, [(b"ledger/3", b"c", 1), (b"ledger/4", b"d", 2), (b"ledger/5", b"e", 3)]
+        )
         produce(kafka_settings, other, [(b"ledger/6", b"f", 1)])
         second, values = _batch(tail, first)
         assert tail.tail_plannings == 1 and tail.full_plannings == 1
