@@ -212,3 +212,38 @@ def test_driver_lane_sends_a_marked_ledger_through_the_timers_query_to_its_stuck
     assert b"ledger/1" in forwarded and b"ledger/2" not in forwarded
     ledgers = {r["ledger_id"] for r in read_table(settings.lakehouse_root, "ledgers").to_pylist()}
     assert ledgers == {1, 2}
+
+
+def test_a_running_driver_lane_tails_its_topics_and_its_timers_fire(spark, kafka_settings, tmp_path):
+    """The long-running job with the driver-run ledger lane: changes published while it runs are planned from
+    its tailing consumer and applied, and a mark's grace timer fires through the timers query."""
+    settings, watcher, t0 = job_with_watcher(
+        kafka_settings, tmp_path, clock_offset_ms=-60_000, ledger_lane="driver", under_replication_grace_s=2
+    )
+    kafka = settings.kafka
+    query, sink = job.start(spark, settings)
+    try:
+        watcher.send(ev.rack_map_event("file:/racks.json", RackMap.from_racks(RACKS), present=True))
+        for bookie in BOOKIES:
+            watcher.bookie(bookie, "WRITABLE")
+        for ledger_id in range(1, 21):
+            watcher.ledger(ledger_id, BOOKIES[ledger_id % 4 : ledger_id % 4 + 3])
+        watcher.mark_under_replicated(3, [BOOKIES[3]], ctime_ms=t0 + 1_000)
+        watcher.heartbeat(t0 + 2_000)
+        watcher.flush()
+        deadline = time.monotonic() + 120
+        stuck: list = []
+        while time.monotonic() < deadline and not stuck:
+            watcher.heartbeat(t0 + 10_000)  # the watermark passes the grace
+            watcher.flush()
+            time.sleep(1.0)
+            assert query.exception() is None, query.exception()
+            stuck = [a for _, a in alerts_on(kafka, 5) if a["kind"] == "UNDER_REPLICATION_STUCK"]
+        assert [(a["ledger_id"], a["state"]) for a in stuck] == [(3, "firing")]
+        query.processAllAvailable()
+        ledgers = {r["ledger_id"] for r in read_table(settings.lakehouse_root, "ledgers").to_pylist()}
+        assert ledgers == set(range(1, 21))
+        assert query.ledgers.recentProgress, "the lane ran batches"
+    finally:
+        job.stop_gracefully(query, sink)
+        sink.close()
