@@ -135,6 +135,8 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
         "after the other, the first's figures on the summary line and every one's under by_lane",
     )
     add("--timers-trigger-s", type=float, default=5.0, help="stream.timers_trigger_interval_s (driver lane)")
+    add("--lane-interval-s", type=float, default=0.25, help="stream.ledger_lane_interval_s (driver lane)")
+    add("--fold-interval-s", type=float, default=30.0, help="stream.ledger_fold_interval_s")
     add(
         "--sink-queue-depth",
         type=int,
@@ -1574,6 +1576,8 @@ def job_session_and_settings(args: argparse.Namespace, kafka: Any, state_dir: Pa
             "sink_queue_depth": args.sink_queue_depth,
             "ledger_lane": args.ledger_lane,
             "timers_trigger_interval_s": args.timers_trigger_s,
+            "ledger_lane_interval_s": args.lane_interval_s,
+            "ledger_fold_interval_s": args.fold_interval_s,
         },
     )
     return spark, settings

@@ -281,6 +281,16 @@ def alerts_by_id(kafka: KafkaSettings) -> tuple[dict[str, set[str]], Counter[str
     return dict(contents), copies
 
 
+def assert_same_alert_transitions(expected: dict[str, set[str]], kafka: KafkaSettings) -> Counter[str]:
+    """Every alert id of ``expected`` (:func:`alerts_by_id`) and no other on ``kafka``'s alerts topic, each
+    with the same transitions (a replayed batch may only add copies); returns the copies per content."""
+    actual, copies = alerts_by_id(kafka)
+    assert set(actual) == set(expected)  # no alert id lost, none invented
+    for alert_id, contents in expected.items():
+        assert actual[alert_id] == contents, alert_id
+    return copies
+
+
 def planned_offsets(run: JobRun) -> dict[int, dict[str, int] | None]:
     """batch id → the changes-topic end offsets it planned (``{"partition": offset}``), from ``offsets/``."""
     plans: dict[int, dict[str, int] | None] = {}
