@@ -208,10 +208,12 @@ class ChangePublisher:
         return self.partition_count
 
     def _note_acknowledged(self, message: Any) -> None:
+        """Count one acknowledged record and check its offset against the partition's last one."""
         partition, offset = message.partition(), message.offset()
-        if partition is None or offset is None or offset < 0:  # acks=0: no offset to compare
-            return
         with self._lock:
+            self.delivered += 1
+            if partition is None or offset is None or offset < 0:  # acks=0: no offset to compare
+                return
             previous = self._acked.get(partition, -1)
             if offset > previous:
                 self._acked[partition] = offset
@@ -293,8 +295,6 @@ class ChangePublisher:
     def _delivered(self, kind: str, event_time_ms: int, change_time_ms: int | None, message: Any) -> None:
         self._unacked.release()
         self._note_acknowledged(message)
-        with self._lock:
-            self.delivered += 1
         if self._on_delivered is not None:
             self._on_delivered(kind, event_time_ms, change_time_ms)
 

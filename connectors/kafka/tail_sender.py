@@ -36,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -98,6 +99,10 @@ class TailSender:
         # more comes: a caller that sends records one by one (the watcher) makes fewer, larger batches.
         self.hold_records = max(1, hold_records)
         self._held: dict[tuple[str, int], list[_Held]] = {}
+        # Records handed to the producer whose delivery report has not run yet, and a condition the report
+        # of the last one notifies: a flush waits on it (reports served elsewhere) instead of polling.
+        self._outstanding = 0
+        self._drained = threading.Condition(threading.Lock())
 
     @property
     def holding(self) -> int:
@@ -194,14 +199,25 @@ class TailSender:
             raise KafkaTimeout(f"{pending} records still unacknowledged after {timeout_s} s")
 
     def _wait_drained(self, timeout_s: float | None) -> int:
-        """Wait until the producer holds nothing (sent, acknowledged, reports served); returns what is left.
+        """Wait until every record handed to the producer had its delivery report run (acknowledged or
+        failed); returns how many had not when ``timeout_s`` ran out (one wake-up, no polling)."""
+        with self._drained:
+            self._drained.wait_for(lambda: self._outstanding <= 0, timeout_s)
+            return max(self._outstanding, 0)
 
-        ``len(producer)`` counts records queued or in flight and delivery reports not yet served.
-        """
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while (pending := len(self.producer)) and (deadline is None or time.monotonic() < deadline):
-            time.sleep(_DRAIN_POLL_S)
-        return pending
+    def _counted(self, callback: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+        """``callback``, then one record fewer outstanding (waking a flush when it was the last)."""
+
+        def report(error: Any, message: Any) -> None:
+            try:
+                callback(error, message)
+            finally:
+                with self._drained:
+                    self._outstanding -= 1
+                    if self._outstanding <= 0:
+                        self._drained.notify_all()
+
+        return report
 
     def _send_now(self, topic: str, partition: int, record: _Held) -> None:
         callback = record.on_delivery or _delivery_report(record.on_success, record.on_error)
@@ -218,9 +234,15 @@ class TailSender:
         """Hand one record to the producer. A full local queue is waited out, for up to ``max_block_s``:
         delivery reports free it (served here, unless another thread serves them)."""
         deadline: float | None = None
+        counted = self.reports_polled_elsewhere
+        if counted:
+            callback = self._counted(callback)
         while True:
             try:
                 self.producer.produce(topic, value=value, key=key, partition=partition, on_delivery=callback)
+                if counted:
+                    with self._drained:
+                        self._outstanding += 1
                 return
             except BufferError:
                 now = time.monotonic()

@@ -474,6 +474,8 @@ TAIL_RELEASE_IDLE_S = 0.002
 #: every few records left the topic with hundreds of thousands of batches, and the embedded broker's offset
 #: lookups and fetches cost time in proportion to a partition's batches.
 TAIL_RELEASE_MIN_INTERVAL_S = 0.02
+#: Queue items the worker takes at once (a chunk): the ledger reads its notifications trigger go out together.
+MAX_CHUNK_ITEMS = 1000
 
 # The index packs mzxid << 16 | scan epoch. Epochs wrap at 65536; a stale stamp could only match again after
 # 65536 consecutive *incomplete* scans, since every complete scan re-stamps or removes every entry.
@@ -599,6 +601,10 @@ class ChangeWatcher:
         self._persistent: PersistentWatches | None = None
         self.fallback_mode = False
         self._multi_read = False
+        # Live ledger reads of one chunk of notifications (path -> ledger id), sent as one multiRead.
+        self._pending_ledger_reads: dict[str, int] = {}
+        self._live_batch_size = self.config.snapshot_batch_size
+        self._change_batch_s = self.config.change_batch_ms / 1000
         self.manager = LedgerManagerType.HIERARCHICAL
         self.cluster = ""
         self._router: _Router | None = None
@@ -1203,25 +1209,40 @@ class ChangeWatcher:
                 if self.publisher.holding:
                     since = time.monotonic() - self._tails_released_at
                     idle_s = max(TAIL_RELEASE_IDLE_S, TAIL_RELEASE_MIN_INTERVAL_S - since)
-                    token, value, error = self._queue.get(timeout=idle_s)
+                    first = self._queue.get(timeout=idle_s)
                 else:
-                    token, value, error = self._queue.get()
+                    first = self._queue.get()
             except queue.Empty:
                 # Nothing more to publish for now: end each partition with a one-record batch.
                 self._release_tails()
                 continue
-            try:
-                if token in (WATCH_EVENT, FALLBACK_EVENT):
-                    self._on_watch_event(value, rack=error == "rack")
-                    continue
-                op = token[0]
-                if op == OP_STOP:
-                    return
-                self._on_item(op, token, value, error)
-            except Exception:
-                # Never let one bad item stop the stream; a reconciliation repairs whatever it missed.
-                logger.exception("watcher worker failed on an item; scheduling a reconciliation")
-                self.request_snapshot(pb.SnapshotBegin.RECONNECT)
+            if first[0] == WATCH_EVENT and self._change_batch_s and self._queue.empty():
+                # A live change after a quiet spell: let its burst gather (one sleep, no wake-up per
+                # notification), so its reads go out as one multiRead and its events as one batch.
+                time.sleep(self._change_batch_s)
+            for token, value, error in self._take_chunk(first):
+                try:
+                    if token in (WATCH_EVENT, FALLBACK_EVENT):
+                        self._on_watch_event(value, rack=error == "rack")
+                        continue
+                    op = token[0]
+                    if op == OP_STOP:
+                        return
+                    self._on_item(op, token, value, error)
+                except Exception:
+                    # Never let one bad item stop the stream; a reconciliation repairs whatever it missed.
+                    logger.exception("watcher worker failed on an item; scheduling a reconciliation")
+                    self.request_snapshot(pb.SnapshotBegin.RECONNECT)
+            self._flush_ledger_reads()
+
+    def _take_chunk(self, first: tuple[Any, Any, Any]) -> list[tuple[Any, Any, Any]]:
+        """``first`` and what waits behind it in the queue (at most ``MAX_CHUNK_ITEMS``), in order."""
+        chunk = [first]
+        get = self._queue.get_nowait
+        with contextlib.suppress(queue.Empty):
+            while len(chunk) < MAX_CHUNK_ITEMS:
+                chunk.append(get())
+        return chunk
 
     def _release_tails(self) -> None:
         self._tails_released_at = time.monotonic()
@@ -1290,7 +1311,7 @@ class ChangeWatcher:
                 packed = self._ledgers.get(info)
                 if packed is not None:  # seen since the current scan began: no inferred delete for it
                     self._ledgers[info] = (packed & ~_EPOCH_MASK) | self._epoch
-                self._read(OP_LEDGER, path, info, watch)
+                self._read_ledger(path, info, watch)
             elif route == R_MARK:
                 packed = self._marks.get(info)
                 if packed is not None:
@@ -1335,6 +1356,35 @@ class ChangeWatcher:
     def _read(self, op: int, path: str, extra: Any, watch: Callable[..., Any] | None) -> None:
         self._read_counter[op].inc()
         self._reads.get(path, (op, path, None, extra), watch=watch)
+
+    def _read_ledger(self, path: str, ledger_id: int, watch: Callable[..., Any] | None) -> None:
+        """Read a changed ledger znode: at once (fallback mode, no multiRead), or with the other ledgers of
+        this chunk of notifications in one multiRead (:meth:`_flush_ledger_reads`).
+
+        Either way the answer reaches the queue behind the notification, so it is at least as new as the
+        change; a path changed twice in one chunk is read once (the answer holds the newest version).
+        """
+        if watch is not None or not self._multi_read:
+            self._read(OP_LEDGER, path, ledger_id, watch)
+            return
+        pending = self._pending_ledger_reads
+        pending[path] = ledger_id
+        if len(pending) >= self._live_batch_size:
+            self._flush_ledger_reads()
+
+    def _flush_ledger_reads(self) -> None:
+        """Send the ledger reads gathered by :meth:`_read_ledger` (one getData, or one multiRead)."""
+        pending = self._pending_ledger_reads
+        if not pending:
+            return
+        if len(pending) == 1:
+            path, ledger_id = pending.popitem()
+            self._read(OP_LEDGER, path, ledger_id, None)
+            return
+        paths, ids = list(pending), list(pending.values())
+        pending.clear()
+        self._read_counter[OP_BATCH].inc()
+        self._reads.get_many(paths, (OP_BATCH, "", None, (OP_LEDGER, paths, ids)))
 
     def _relist(self, route: int, path: str, info: Any) -> None:
         """Fallback mode: a child watch fired; list again with a new watch (the completion does the rest)."""

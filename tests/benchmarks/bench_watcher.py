@@ -66,8 +66,20 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
         "(0:0 is the embedded broker's default; e.g. 65536:5 as on real Kafka)",
     )
     parser.add_argument("--changes", type=int, default=2_000, help="znode changes for the latency figure")
-    parser.add_argument("--latency-producer", default="0:0", help="batch_size:linger_ms for the latency run")
+    parser.add_argument(
+        "--latency-producer",
+        default="default",
+        help="batch_size:linger_ms for the latency run; default: the settings' (batching, one-record tails)",
+    )
     parser.add_argument("--rate", type=float, default=200.0, help="changes per second")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE[,NAME=VALUE...]",
+        help="measure the latency run once per variant, on the same services one after the other, with "
+        "these environment settings for the watcher (e.g. BKAUDIT_WATCHER__CHANGE_BATCH_MS=0); repeatable",
+    )
     parser.add_argument("--idle-s", type=float, default=3.0, help="watcher CPU measured idle this long first")
     parser.add_argument("--heap", default="3g", help="ZooKeeper JVM heap")
     parser.add_argument("--skip-snapshot", action="store_true")
@@ -243,7 +255,19 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _latency(harness: Any, chroot: str, spec: Any, args: argparse.Namespace) -> dict[str, Any]:
+def _variant_env(text: str) -> dict[str, str]:
+    """``NAME=VALUE,NAME=VALUE`` as a dict.
+
+    Example:
+        >>> _variant_env("A=1,B=x")
+        {'A': '1', 'B': 'x'}
+    """
+    return dict(item.split("=", 1) for item in text.split(",") if item)
+
+
+def _latency(
+    harness: Any, chroot: str, spec: Any, args: argparse.Namespace, variant: str = ""
+) -> dict[str, Any]:
     """Rewrite ledger znodes at a fixed rate under a running watcher (a child process, as in production);
     time each change from just before ``zk.set`` to a consumer receiving its upsert."""
     from confluent_kafka import OFFSET_END, Consumer, TopicPartition
@@ -254,10 +278,12 @@ def _latency(harness: Any, chroot: str, spec: Any, args: argparse.Namespace) -> 
 
     topic = harness.unique_topic("latency")
     command, env = _watch_command(harness, chroot, topic, args)
+    env.update(_variant_env(variant))
     command.remove("--exit-after-snapshot")
-    batch_size, linger_ms = _producer_configs(args.latency_producer)[0]
-    env["BKAUDIT_KAFKA__PRODUCER_BATCH_SIZE"] = str(batch_size)
-    env["BKAUDIT_KAFKA__PRODUCER_LINGER_MS"] = str(linger_ms)
+    if args.latency_producer != "default":
+        batch_size, linger_ms = _producer_configs(args.latency_producer)[0]
+        env["BKAUDIT_KAFKA__PRODUCER_BATCH_SIZE"] = str(batch_size)
+        env["BKAUDIT_KAFKA__PRODUCER_LINGER_MS"] = str(linger_ms)
     port = _free_port()
     command += ["--metrics-port", str(port)]
     env["BKAUDIT_WATCHER__METRICS_HOST"] = "127.0.0.1"
@@ -288,6 +314,7 @@ def _latency(harness: Any, chroot: str, spec: Any, args: argparse.Namespace) -> 
         idle_started, idle_cpu = time.monotonic(), process_cpu_s(watcher.pid)
         time.sleep(args.idle_s)
         idle_rate = (process_cpu_s(watcher.pid) - idle_cpu) / (time.monotonic() - idle_started)
+        load_before = [round(x, 2) for x in os.getloadavg()]
         changes_started, changes_cpu = time.monotonic(), process_cpu_s(watcher.pid)
         lag_before = _scrape(port, "bkaudit_watcher_publish_lag_seconds")
         change_before = _scrape(port, "bkaudit_watcher_change_to_kafka_seconds")
@@ -347,6 +374,7 @@ def _latency(harness: Any, chroot: str, spec: Any, args: argparse.Namespace) -> 
         to_emit = [(emitted[k] - sent[k]) * 1000 for k in sent if k in emitted]
         to_consumer = [(received[k] - emitted[k]) * 1000 for k in sent if k in emitted]
         return {
+            "variant": variant,
             "changes": len(sent),
             "rate_per_s": args.rate,
             # The watcher process's CPU per change (user + system, /proc), and net of its idle rate over the
@@ -356,6 +384,7 @@ def _latency(harness: Any, chroot: str, spec: Any, args: argparse.Namespace) -> 
                 max(changes_cpu_s - idle_rate * changes_window_s, 0.0) * 1e6 / max(len(sent), 1)
             ),
             "watcher_idle_cpu_percent": round(idle_rate * 100, 2),
+            "load_average_before_changes": load_before,
             "producer": args.latency_producer,
             # Primary figure: znode mtime (ZooKeeper's clock) -> Kafka ack, measured by the watcher for every
             # live ledger change; percentiles are bucket upper bounds of its histogram.
@@ -457,7 +486,10 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                     }
                 )
         if not args.skip_latency and args.changes:
-            figures["latency"] = _latency(harness, chroot, spec, args)
+            runs = [_latency(harness, chroot, spec, args, variant) for variant in args.variant or [""]]
+            figures["latency"] = runs[0]
+            if len(runs) > 1:
+                figures["latency_variants"] = [summary_line({"latency": run}) for run in runs]
         return figures
     finally:
         harness.stop()
@@ -507,6 +539,8 @@ def summary_line(figures: dict[str, Any]) -> dict[str, Any]:
         "watcher_cpu_us_per_change": latency.get("watcher_cpu_us_per_change"),
         "watcher_cpu_us_per_change_net_of_idle": latency.get("watcher_cpu_us_per_change_net_of_idle"),
         "changes_per_s": latency.get("rate_per_s"),
+        "variant": latency.get("variant"),
+        "load_avg_before_changes": latency.get("load_average_before_changes"),
         "load_avg": [round(x, 2) for x in os.getloadavg()],
     }
 
