@@ -474,6 +474,8 @@ TAIL_RELEASE_IDLE_S = 0.002
 #: every few records left the topic with hundreds of thousands of batches, and the embedded broker's offset
 #: lookups and fetches cost time in proportion to a partition's batches.
 TAIL_RELEASE_MIN_INTERVAL_S = 0.02
+#: ... and at least this often while records are held, pause or not (the delay holding adds to a change).
+TAIL_RELEASE_MAX_INTERVAL_S = 0.05
 #: Queue items the worker takes at once (a chunk): the ledger reads its notifications trigger go out together.
 MAX_CHUNK_ITEMS = 1000
 
@@ -1234,6 +1236,15 @@ class ChangeWatcher:
                     logger.exception("watcher worker failed on an item; scheduling a reconciliation")
                     self.request_snapshot(pb.SnapshotBegin.RECONNECT)
             self._flush_ledger_reads()
+            if (
+                self._current is None
+                and time.monotonic() - self._tails_released_at >= TAIL_RELEASE_MAX_INTERVAL_S
+                and self.publisher.holding
+            ):
+                # Live changes keep coming without a pause: end the partitions' batches now and then
+                # anyway, or the held records would wait for a pause (or a full hold) to become visible.
+                # Not during a scan, whose stream must not be cut into small batches.
+                self._release_tails()
 
     def _take_chunk(self, first: tuple[Any, Any, Any]) -> list[tuple[Any, Any, Any]]:
         """``first`` and what waits behind it in the queue (at most ``MAX_CHUNK_ITEMS``), in order."""
