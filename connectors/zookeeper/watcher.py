@@ -1218,23 +1218,16 @@ class ChangeWatcher:
                 # Nothing more to publish for now: end each partition with a one-record batch.
                 self._release_tails()
                 continue
-            if first[0] == WATCH_EVENT and self._change_batch_s and self._queue.empty():
-                # A live change after a quiet spell: let its burst gather (one sleep, no wake-up per
-                # notification), so its reads go out as one multiRead and its events as one batch.
+            if self._process(first):
+                return
+            if self._pending_ledger_reads and self._change_batch_s and self._queue.empty():
+                # A ledger changed after a quiet spell: let the rest of its burst gather (one sleep, no
+                # wake-up per notification), so their reads go out as one multiRead and their events as
+                # one batch. Other notifications (bookies, the recovery delay) are read at once.
                 time.sleep(self._change_batch_s)
-            for token, value, error in self._take_chunk(first):
-                try:
-                    if token in (WATCH_EVENT, FALLBACK_EVENT):
-                        self._on_watch_event(value, rack=error == "rack")
-                        continue
-                    op = token[0]
-                    if op == OP_STOP:
-                        return
-                    self._on_item(op, token, value, error)
-                except Exception:
-                    # Never let one bad item stop the stream; a reconciliation repairs whatever it missed.
-                    logger.exception("watcher worker failed on an item; scheduling a reconciliation")
-                    self.request_snapshot(pb.SnapshotBegin.RECONNECT)
+            for item in self._take_chunk():
+                if self._process(item):
+                    return
             self._flush_ledger_reads()
             if (
                 self._current is None
@@ -1246,14 +1239,31 @@ class ChangeWatcher:
                 # Not during a scan, whose stream must not be cut into small batches.
                 self._release_tails()
 
-    def _take_chunk(self, first: tuple[Any, Any, Any]) -> list[tuple[Any, Any, Any]]:
-        """``first`` and what waits behind it in the queue (at most ``MAX_CHUNK_ITEMS``), in order."""
-        chunk = [first]
+    def _take_chunk(self) -> list[tuple[Any, Any, Any]]:
+        """What waits in the queue now (at most ``MAX_CHUNK_ITEMS``), in order."""
+        chunk: list[tuple[Any, Any, Any]] = []
         get = self._queue.get_nowait
         with contextlib.suppress(queue.Empty):
             while len(chunk) < MAX_CHUNK_ITEMS:
                 chunk.append(get())
         return chunk
+
+    def _process(self, item: tuple[Any, Any, Any]) -> bool:
+        """Turn one queue item into events (or reads); True when it is the stop marker."""
+        token, value, error = item
+        try:
+            if token in (WATCH_EVENT, FALLBACK_EVENT):
+                self._on_watch_event(value, rack=error == "rack")
+                return False
+            op = token[0]
+            if op == OP_STOP:
+                return True
+            self._on_item(op, token, value, error)
+        except Exception:
+            # Never let one bad item stop the stream; a reconciliation repairs whatever it missed.
+            logger.exception("watcher worker failed on an item; scheduling a reconciliation")
+            self.request_snapshot(pb.SnapshotBegin.RECONNECT)
+        return False
 
     def _release_tails(self) -> None:
         self._tails_released_at = time.monotonic()
