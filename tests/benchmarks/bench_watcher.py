@@ -247,6 +247,40 @@ def process_cpu_s(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds of a live process's threads so far, summed per thread name (``comm``: librdkafka names
+    its threads ``rdk:...``; Python's threads carry the process's name).
+
+    Example:
+        >>> sum(thread_cpu_s(os.getpid()).values()) > 0
+        True
+    """
+    totals: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            name, fields = task.joinpath("stat").read_text().split(" (", 1)[1].rsplit(") ", 1)
+            values = fields.split()
+            ticks = int(values[11]) + int(values[12])
+            totals[name] = totals.get(name, 0.0) + ticks / os.sysconf("SC_CLK_TCK")
+    return totals
+
+
+def context_switches(pid: int) -> int:
+    """Context switches (voluntary and not) of all a live process's threads so far: about its wake-ups.
+
+    Example:
+        >>> context_switches(os.getpid()) > 0
+        True
+    """
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            for line in task.joinpath("status").read_text().splitlines():
+                if "ctxt_switches:" in line:
+                    total += int(line.split()[-1])
+    return total
+
+
 def _free_port() -> int:
     import socket
 
@@ -316,6 +350,8 @@ def _latency(
         idle_rate = (process_cpu_s(watcher.pid) - idle_cpu) / (time.monotonic() - idle_started)
         load_before = [round(x, 2) for x in os.getloadavg()]
         changes_started, changes_cpu = time.monotonic(), process_cpu_s(watcher.pid)
+        threads_before = thread_cpu_s(watcher.pid)
+        switches_before = context_switches(watcher.pid)
         lag_before = _scrape(port, "bkaudit_watcher_publish_lag_seconds")
         change_before = _scrape(port, "bkaudit_watcher_change_to_kafka_seconds")
         sent: dict[tuple[int, int], float] = {}
@@ -357,6 +393,8 @@ def _latency(
         while _scrape_value(port, "bkaudit_watcher_unacked_events") > 0 and time.monotonic() < wait_until:
             time.sleep(0.05)
         changes_cpu_s = process_cpu_s(watcher.pid) - changes_cpu
+        threads_after = thread_cpu_s(watcher.pid)
+        switches = context_switches(watcher.pid) - switches_before
         changes_window_s = time.monotonic() - changes_started
         while (
             not args.skip_consumer
@@ -384,6 +422,12 @@ def _latency(
                 max(changes_cpu_s - idle_rate * changes_window_s, 0.0) * 1e6 / max(len(sent), 1)
             ),
             "watcher_idle_cpu_percent": round(idle_rate * 100, 2),
+            "watcher_context_switches_per_change": round(switches / max(len(sent), 1), 1),
+            # The same per thread name (Python's threads vs librdkafka's rdk:*), µs per change.
+            "watcher_cpu_us_per_change_by_thread": {
+                name: round((seconds - threads_before.get(name, 0.0)) * 1e6 / max(len(sent), 1))
+                for name, seconds in sorted(threads_after.items())
+            },
             "load_average_before_changes": load_before,
             "producer": args.latency_producer,
             # Primary figure: znode mtime (ZooKeeper's clock) -> Kafka ack, measured by the watcher for every
@@ -540,6 +584,8 @@ def summary_line(figures: dict[str, Any]) -> dict[str, Any]:
         "consumer_p99_ms": latency.get("p99_ms"),
         "watcher_cpu_us_per_change": latency.get("watcher_cpu_us_per_change"),
         "watcher_cpu_us_per_change_net_of_idle": latency.get("watcher_cpu_us_per_change_net_of_idle"),
+        "watcher_cpu_us_per_change_by_thread": latency.get("watcher_cpu_us_per_change_by_thread"),
+        "watcher_context_switches_per_change": latency.get("watcher_context_switches_per_change"),
         "changes_per_s": latency.get("rate_per_s"),
         "variant": latency.get("variant"),
         "load_avg_before_changes": latency.get("load_average_before_changes"),
