@@ -606,7 +606,6 @@ class ChangeWatcher:
         # Live ledger reads of one chunk of notifications (path -> ledger id), sent as one multiRead.
         self._pending_ledger_reads: dict[str, int] = {}
         self._live_batch_size = self.config.snapshot_batch_size
-        self._live_reads = 0  # live ledger read requests whose answers the worker has not taken yet
         self._change_batch_s = self.config.change_batch_ms / 1000
         self.manager = LedgerManagerType.HIERARCHICAL
         self.cluster = ""
@@ -1230,21 +1229,15 @@ class ChangeWatcher:
                 if self._process(item):
                     return
             self._flush_ledger_reads()
-            if self._current is None and self.publisher.holding and self._live_burst_over():
+            if (
+                self._current is None
+                and self.publisher.holding
+                and time.monotonic() - self._tails_released_at >= TAIL_RELEASE_MAX_INTERVAL_S
+            ):
+                # Live changes keep coming without a pause: end the partitions' batches now and then
+                # anyway, or the held records would wait for a pause (or a full hold) to become visible.
+                # Not during a scan, whose stream must not be cut into small batches.
                 self._release_tails()
-
-    def _live_burst_over(self) -> bool:
-        """Whether to end the partitions' batches now, outside scans (not waiting for the queue to idle).
-
-        Yes when nothing more is on its way (the queue is empty and no live read is in flight: one
-        wake-up saved per quiet change) and the last release is ``TAIL_RELEASE_MIN_INTERVAL_S`` old; and
-        at least every ``TAIL_RELEASE_MAX_INTERVAL_S`` while changes keep coming without a pause, or the
-        held records would wait for one (or for a full hold) to become visible.
-        """
-        since = time.monotonic() - self._tails_released_at
-        if since >= TAIL_RELEASE_MAX_INTERVAL_S:
-            return True
-        return since >= TAIL_RELEASE_MIN_INTERVAL_S and not self._live_reads and self._queue.empty()
 
     def _take_chunk(self) -> list[tuple[Any, Any, Any]]:
         """What waits in the queue now (at most ``MAX_CHUNK_ITEMS``), in order."""
@@ -1315,8 +1308,6 @@ class ChangeWatcher:
         finally:
             if token[2] is not None:
                 self._slots.release(len(extra[1]) if op == OP_BATCH else 1)
-            elif op in (OP_LEDGER, OP_BATCH) and self._live_reads > 0:
-                self._live_reads -= 1
 
     # -------------------------------------------------------------------------------------- notifications
 
@@ -1384,8 +1375,6 @@ class ChangeWatcher:
             self._ignored.note(path)
 
     def _read(self, op: int, path: str, extra: Any, watch: Callable[..., Any] | None) -> None:
-        if op == OP_LEDGER:
-            self._live_reads += 1
         self._read_counter[op].inc()
         self._reads.get(path, (op, path, None, extra), watch=watch)
 
@@ -1415,7 +1404,6 @@ class ChangeWatcher:
             return
         paths, ids = list(pending), list(pending.values())
         pending.clear()
-        self._live_reads += 1
         self._read_counter[OP_BATCH].inc()
         self._reads.get_many(paths, (OP_BATCH, "", None, (OP_LEDGER, paths, ids)))
 
