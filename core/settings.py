@@ -459,11 +459,12 @@ class WatcherSettings(BaseModel):
         description="znodes per multiRead during a snapshot (ZooKeeper >= 3.6); 1 = single reads",
     )
     change_batch_ms: float = Field(
-        5.0,
+        20.0,
         ge=0,
         le=1000,
-        description="after a quiet spell, how long a live change waits for the rest of its burst, so "
-        "their reads go out as one multiRead and their events as one Kafka batch; 0 = no wait",
+        description="how long a changed ledger's read waits for the rest of its burst (at most this much "
+        "latency added), so the burst is read with one multiRead and published as one Kafka batch; "
+        "0 = read at once",
     )
     reconciliation_interval_s: float = Field(
         3600.0, ge=0, description="periodic low-rate reconciliation scan; 0 disables it"
