@@ -52,6 +52,7 @@ from connectors.kafka.topics import ensure_topic
 from core.events import encode_event, kafka_key, payload_type
 from core.pb import change_events_pb2 as pb
 from core.settings import KafkaSettings
+from core.threadnames import named_target
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +168,10 @@ class ChangePublisher:
             hold_records=HELD_RECORDS_PER_PARTITION,
         )
         self._poller = threading.Thread(
-            target=self._serve_delivery_reports, args=(self._producer,), name="kafka-delivery", daemon=True
+            target=named_target("kafka-delivery", self._serve_delivery_reports),
+            args=(self._producer,),
+            name="kafka-delivery",
+            daemon=True,
         )
         self._poller.start()
         logger.info("publishing change events to %s (%d partitions)", self.topic, self.partition_count)

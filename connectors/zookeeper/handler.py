@@ -38,6 +38,8 @@ from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.handlers.utils import fileobj_to_fd
 from kazoo.protocol.states import Callback
 
+from core.threadnames import named_target
+
 logger = logging.getLogger(__name__)
 
 _READ = select.POLLIN
@@ -125,6 +127,10 @@ class PollingHandler(SequentialThreadingHandler):
             callback.func(*callback.args)
         except Exception:
             logger.exception("a ZooKeeper %s callback failed", callback.type)
+
+    def spawn(self, func: Any, *args: Any, **kwargs: Any) -> Any:
+        """kazoo's daemon thread for ``func``, named for the OS (``kazoo-zk_loop``: its connection)."""
+        return super().spawn(named_target("kazoo-" + func.__name__.strip("_"), func), *args, **kwargs)
 
     def create_connection(self, *args: Any, **kwargs: Any) -> ReadAheadSocket:
         """kazoo's connection (TCP or TLS, same arguments), reading ahead (:class:`ReadAheadSocket`)."""

@@ -102,6 +102,7 @@ from core.logsetup import SECRET_FILTER
 from core.metrics_http import serve_metrics
 from core.pb import change_events_pb2 as pb
 from core.settings import Settings, ZooKeeperSettings
+from core.threadnames import named_target
 
 logger = logging.getLogger(__name__)
 
@@ -793,7 +794,8 @@ class ChangeWatcher:
         start_client(client, zookeeper, hosts, setting, timeout_s)
 
     def _start_thread(self, name: str, target: Callable[[], None]) -> None:
-        thread = threading.Thread(target=target, name=name, daemon=True)
+        os_name = name.removeprefix("bkaudit-")  # "watch-worker": top -H and /proc show it
+        thread = threading.Thread(target=named_target(os_name, target), name=name, daemon=True)
         self._threads.append(thread)
         thread.start()
 

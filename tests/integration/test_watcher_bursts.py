@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -106,6 +107,8 @@ def test_a_burst_across_many_ledgers_loses_none_and_is_read_with_multireads(
         state = assert_replay_matches(reader, cluster)  # every ledger at its final version, none lost
         assert len(state.ledger_versions()) == 400 - 10 + 20
         requests = _reads(watcher, "ledger") + _reads(watcher, "multi_read") - before
+        names = {task.joinpath("comm").read_text().strip() for task in Path("/proc/self/task").iterdir()}
+        assert {"watch-worker", "kazoo-zk_loop", "kafka-delivery"} <= names  # top -H tells them apart
         # 420 changed ledgers, read in far fewer requests (one multiRead per gathered burst).
         assert _reads(watcher, "multi_read") > 0
         assert requests < 100, requests
