@@ -296,6 +296,24 @@ class ChangePublisher:
                     raise
                 logger.debug("waiting for Kafka before sending the held records")
 
+    def start_release_tails(self, on_ready: Callable[[], None]) -> bool:
+        """Send the held records but each partition's newest, without waiting; ``on_ready`` runs (on the
+        delivery-report thread) when :meth:`finish_release_tails` can send the newest alone. True when the
+        release finished at once. May raise like :meth:`publish` (the records then stay held).
+        """
+        assert self._sender is not None, "start() first"
+        self._sender.on_drained = on_ready
+        return self._sender.start_release()
+
+    def finish_release_tails(self) -> bool:
+        """Send the held newest records alone if the release started earlier is ready (see above)."""
+        return self._sender is not None and self._sender.finish_release()
+
+    @property
+    def release_pending(self) -> bool:
+        """True while a started release waits for earlier records to be acknowledged."""
+        return self._sender is not None and self._sender.release_pending
+
     def _delivered(self, kind: str, event_time_ms: int, change_time_ms: int | None, message: Any) -> None:
         self._unacked.release()
         self._note_acknowledged(message)

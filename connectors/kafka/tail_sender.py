@@ -103,6 +103,10 @@ class TailSender:
         # of the last one notifies: a flush waits on it (reports served elsewhere) instead of polling.
         self._outstanding = 0
         self._drained = threading.Condition(threading.Lock())
+        self._release_pending = False  # start_release sent all but the tails; finish_release sends them
+        #: Called on the report thread when the last outstanding record's report ran during a pending
+        #: release (must not block: e.g. queue a marker for the thread that calls finish_release).
+        self.on_drained: Callable[[], None] | None = None
 
     @property
     def holding(self) -> int:
@@ -174,9 +178,55 @@ class TailSender:
         for (topic, partition), held in self._held.items():
             self._send_held(topic, partition, held, keep=1)  # all but each partition's newest, together
         self._flush(timeout_s)
+        self._release_pending = False  # this release sends every tail
         for (topic, partition), held in self._held.items():
             self._send_held(topic, partition, held, keep=0)  # the newest, alone in its batch
         self._held = {slot: held for slot, held in self._held.items() if held}
+
+    def start_release(self) -> bool:
+        """:meth:`release` without waiting (reports served elsewhere only): send the held records but each
+        partition's newest now; :meth:`finish_release` sends the newest once every earlier record's report
+        has run. ``on_drained`` (when set) is called, on the report thread, when that moment comes.
+
+        Returns True when the release finished at once (nothing was in flight).
+
+        Example:
+            >>> # sender.on_drained = lambda: queue.put("tails")   # then, on the sender's thread:
+            >>> # sender.start_release() or ...; later: sender.finish_release()
+        """
+        if not self.holding:
+            return False
+        if not self.reports_polled_elsewhere:  # nothing counts the reports: wait here instead
+            self.release()
+            return True
+        for (topic, partition), held in self._held.items():
+            self._send_held(topic, partition, held, keep=1)
+        with self._drained:
+            self._release_pending = True
+            drained = self._outstanding <= 0
+        return drained and self.finish_release()
+
+    def finish_release(self) -> bool:
+        """Send each partition's held record alone, if a release is pending and nothing is in flight.
+
+        A partition that received more records since :meth:`start_release` keeps holding them (sent
+        together they would not end with a one-record batch); the next release takes them. Returns True
+        when the pending release was finished.
+        """
+        with self._drained:
+            if not self._release_pending or self._outstanding > 0:
+                return False
+            self._release_pending = False
+        for (topic, partition), held in self._held.items():
+            if len(held) == 1:
+                self._send_held(topic, partition, held, keep=0)  # alone in its batch: nothing in flight
+        self._held = {slot: held for slot, held in self._held.items() if held}
+        return True
+
+    @property
+    def release_pending(self) -> bool:
+        """True between :meth:`start_release` and the :meth:`finish_release` that sent the tails."""
+        return self._release_pending
 
     def _send_held(self, topic: str, partition: int, held: list[_Held], *, keep: int) -> None:
         """Send the oldest held records of a partition, in order, until ``keep`` remain; a record leaves the
@@ -214,8 +264,12 @@ class TailSender:
             finally:
                 with self._drained:
                     self._outstanding -= 1
-                    if self._outstanding <= 0:
+                    drained = self._outstanding <= 0
+                    if drained:
                         self._drained.notify_all()
+                    ready = drained and self._release_pending
+                if ready and self.on_drained is not None:
+                    self.on_drained()
 
         return report
 

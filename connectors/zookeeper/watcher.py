@@ -466,6 +466,7 @@ OP_BATCH = 14  # a multiRead of ledgers or marks: extra = (leaf op, paths, ids)
 # before it, so the delete is applied in ZooKeeper's order relative to them. extra = the delete to apply.
 OP_DELETE_BARRIER = 15
 OP_AUTORECOVERY = 16  # a marker: read AutoRecovery's znodes now (extra = the snapshot, or None)
+OP_TAILS = 17  # a marker from the delivery-report thread: the held tails can go out alone now
 WATCH_EVENT = "watch-event"
 #: The worker sends the publisher's held records once its queue has been empty this long: short enough to
 #: add nothing visible to a live change's latency, long enough not to interrupt a snapshot's read stream.
@@ -1210,7 +1211,7 @@ class ChangeWatcher:
     def _worker_loop(self) -> None:
         while True:
             try:
-                if self.publisher.holding:
+                if self.publisher.holding and not self.publisher.release_pending:
                     since = time.monotonic() - self._tails_released_at
                     idle_s = max(TAIL_RELEASE_IDLE_S, TAIL_RELEASE_MIN_INTERVAL_S - since)
                     first = self._queue.get(timeout=idle_s)
@@ -1234,6 +1235,7 @@ class ChangeWatcher:
             if (
                 self._current is None
                 and self.publisher.holding
+                and not self.publisher.release_pending
                 and time.monotonic() - self._tails_released_at >= TAIL_RELEASE_MAX_INTERVAL_S
             ):
                 # Live changes keep coming without a pause: end the partitions' batches now and then
@@ -1267,10 +1269,16 @@ class ChangeWatcher:
             self.request_snapshot(pb.SnapshotBegin.RECONNECT)
         return False
 
-    def _release_tails(self) -> None:
-        self._tails_released_at = time.monotonic()
+    def _release_tails(self, *, finish: bool = False) -> None:
+        """End each partition with a one-record batch without waiting here: the records before the tails
+        go now, the tails when the delivery-report thread queues OP_TAILS (every earlier record acked)."""
+        if not finish:
+            self._tails_released_at = time.monotonic()
         try:
-            self.publisher.release_tails()
+            if finish:
+                self.publisher.finish_release_tails()
+            else:
+                self.publisher.start_release_tails(self._on_tails_ready)
         except KafkaTimeout:
             logger.debug("stopping with held records; stop() flushes what it can")
         except Exception:
@@ -1278,8 +1286,15 @@ class ChangeWatcher:
             logger.exception("sending the held change events failed; retrying")
             self._stopping.wait(1.0)
 
+    def _on_tails_ready(self) -> None:
+        # On the delivery-report thread: must not block.
+        self._put(((OP_TAILS, "", None, None), None, None))
+
     def _on_item(self, op: int, token: tuple[Any, ...], value: Any, error: Any) -> None:
         _, path, snapshot, extra = token
+        if op == OP_TAILS:
+            self._release_tails(finish=True)
+            return
         if op == OP_HEARTBEAT:
             self._emit_heartbeats()
             return

@@ -293,3 +293,46 @@ def test_a_failed_send_of_held_records_keeps_the_rest_held_in_order():
     sender.send("t", key=b"k", value=b"v2", partition=0)
     sender.flush()
     assert _sends(producer.log) == [("t", 0, b"v0"), ("t", 0, b"v1"), ("t", 0, b"v2")]
+
+
+def test_a_release_started_without_waiting_sends_the_tails_once_the_reports_ran() -> None:
+    producer = _ServedElsewhere(report_delay_s=0.2)
+    sender = TailSender(producer, hold_tails=True, reports_polled_elsewhere=True, hold_records=4)
+    ready = threading.Event()
+    sender.on_drained = ready.set
+    for i in range(3):
+        sender.send("t", key=b"k", value=b"a%d" % i, partition=0)
+    sender.send("t", key=b"k", value=b"b0", partition=1)
+    assert sender.start_release() is False  # a0, a1 in flight: the tails wait, the caller does not
+    assert _sends(producer.log) == [("t", 0, b"a0"), ("t", 0, b"a1")]
+    assert sender.finish_release() is False and sender.release_pending
+    assert ready.wait(5)  # the report thread says when
+    assert sender.finish_release() is True
+    assert _sends(producer.log)[2:] == [("t", 0, b"a2"), ("t", 1, b"b0")]
+    assert sender.holding == 0 and not sender.release_pending
+
+
+def test_a_partition_that_got_records_during_a_started_release_keeps_holding_them() -> None:
+    producer = _ServedElsewhere(report_delay_s=0.2)
+    sender = TailSender(producer, hold_tails=True, reports_polled_elsewhere=True, hold_records=4)
+    ready = threading.Event()
+    sender.on_drained = ready.set
+    sender.send("t", key=b"k", value=b"a0", partition=0)
+    sender.send("t", key=b"k", value=b"a1", partition=0)
+    sender.send("t", key=b"k", value=b"b0", partition=1)
+    assert sender.start_release() is False
+    sender.send("t", key=b"k", value=b"a2", partition=0)  # partition 0 now holds a1 and a2
+    assert ready.wait(5) and sender.finish_release()
+    # b0 went alone; a1 and a2 together would not end partition 0 with a one-record batch: still held.
+    assert _sends(producer.log) == [("t", 0, b"a0"), ("t", 1, b"b0")]
+    assert sender.holding == 2
+    sender.flush(timeout_s=5)
+    assert _sends(producer.log)[2:] == [("t", 0, b"a1"), ("t", 0, b"a2")]
+
+
+def test_a_started_release_with_nothing_in_flight_finishes_at_once() -> None:
+    producer = _ServedElsewhere()
+    sender = TailSender(producer, hold_tails=True, reports_polled_elsewhere=True)
+    sender.send("t", key=b"k", value=b"a0", partition=0)
+    assert sender.start_release() is True
+    assert _sends(producer.log) == [("t", 0, b"a0")] and sender.holding == 0
