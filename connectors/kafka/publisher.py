@@ -3,9 +3,10 @@
 * One librdkafka producer built by :func:`connectors.kafka.client_config.producer_config` (acks=all,
   endless retries, one request in flight per connection so per-key order survives retries), behind a
   :class:`~connectors.kafka.tail_sender.TailSender`: records go out in batches, and the newest record of
-  each partition is held until :meth:`ChangePublisher.release_tails` (the watcher calls it when its queue
-  runs dry), so every partition ends with a one-record batch and the embedded broker's high watermark is
-  right.
+  each partition is held until :meth:`ChangePublisher.release_tails`, or the non-blocking
+  :meth:`ChangePublisher.start_release_tails` / :meth:`ChangePublisher.finish_release_tails` the watcher
+  uses when its queue runs dry, so every partition ends with a one-record batch and the embedded broker's
+  high watermark is right.
 * The partition is chosen here, with Kafka's default rule for keyed records (murmur2 of the key modulo the
   partition count, as the Java client does), so the watcher knows where each event lands: heartbeats and
   snapshot markers go to every partition explicitly, and each SnapshotEnd carries how many snapshot events
