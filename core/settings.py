@@ -164,6 +164,17 @@ class KafkaSettings(BaseModel):
         "bkaudit.feedback",
         description="the job's re-probe results, read back by the job",
     )
+    tracked_topic: str = Field(
+        "bkaudit.tracked",
+        description="with stream.ledger_lane = driver: the change events of ledgers that need timers "
+        "(suspects, under-replication marks) and heartbeats, forwarded by the ledger lane to the timers "
+        "query",
+    )
+    decisions_topic: str = Field(
+        "bkaudit.decisions",
+        description="with stream.ledger_lane = driver: the timers query's decisions (re-probes, confirmed "
+        "failures, stuck marks), read back by the ledger lane",
+    )
     topic_partitions: int = Field(4, ge=1, description="partitions of topics we create when absent")
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
         "PLAINTEXT",
@@ -259,6 +270,25 @@ class StreamSettings(BaseModel):
         "bkaudit_kafka", description="the Python Kafka source, or Spark's JVM kafka source (needs its jars)"
     )
     trigger_interval_s: float = Field(1.0, ge=0, description="micro-batch interval (processing time)")
+    ledger_lane: Literal["spark", "driver"] = Field(
+        "spark",
+        description="where ledger changes are applied: spark = one Structured Streaming query with the "
+        "stateful operator over every change; driver = a driver thread applies them (librdkafka, columnar) "
+        "and only the changes of ledgers that need timers go through the stateful operator (a second "
+        "query); fixed for a checkpoint's life",
+    )
+    ledger_lane_interval_s: float = Field(
+        0.25,
+        ge=0,
+        description="with ledger_lane = driver: how long the ledger lane waits for a first record, and then "
+        "gathers records into one batch (a full planning of the topics' offsets every 5 s)",
+    )
+    timers_trigger_interval_s: float = Field(
+        5.0,
+        ge=0,
+        description="with ledger_lane = driver: micro-batch interval of the timers query (re-probe rounds "
+        "and grace periods are tens of seconds or more; each of its batches costs ~1 CPU-second)",
+    )
     membership_trigger_interval_s: float = Field(
         0.1,
         ge=0,
@@ -389,7 +419,14 @@ class StreamSettings(BaseModel):
     index_cleanup_bookies_per_batch: int = Field(
         1,
         ge=0,
-        description="ledger_bookies partitions cleaned of old metadata versions' rows per micro-batch",
+        description="ledger_bookies partitions cleaned of old metadata versions' rows per cleanup run "
+        "(a run at most every index_cleanup_interval_s)",
+    )
+    index_cleanup_interval_s: float = Field(
+        5.0,
+        ge=0,
+        description="seconds at least between two cleanups of old versions' ledger_bookies rows (readers "
+        "skip those rows anyway), so that a small micro-batch does not pay for one; 0 = every micro-batch",
     )
     publish_processes: int | None = Field(
         None,

@@ -81,6 +81,11 @@ class BatchFiles:
             )
         return document
 
+    def before(self, batch_id: int) -> dict[str, Any] | None:
+        """The document of the newest batch before ``batch_id`` (None: there is none)."""
+        earlier = [b for b in self.batches() if b < batch_id]
+        return self.read(earlier[-1]) if earlier else None
+
     def saved(self, batch_id: int) -> bool:
         return (self.directory / f"{batch_id}.json").is_file()
 
@@ -126,8 +131,10 @@ class DriverMicroBatches:
         *,
         interval_s: float,
         available_now: bool = False,
+        on_progress: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.name = name
+        self._on_progress = on_progress
         self._reader = reader
         self._process = process
         self._committed = committed
@@ -259,7 +266,7 @@ class DriverMicroBatches:
             finished = time.monotonic()
         finally:
             self._trigger_active = False
-        self.recentProgress.append(
+        self._report(
             {
                 "name": self.name,
                 "batchId": batch_id,
@@ -273,6 +280,11 @@ class DriverMicroBatches:
                 },
             }
         )
+
+    def _report(self, progress: dict[str, Any]) -> None:
+        self.recentProgress.append(progress)
+        if self._on_progress is not None:
+            self._on_progress(progress)
 
     def _read(self, start: dict[str, Any], end: dict[str, Any], batch_time_ms: int) -> pa.Table:
         """Every range of the batch, read concurrently (librdkafka waits outside the GIL)."""

@@ -92,6 +92,7 @@ def sink_config(settings: Settings, changes_partitions: int) -> SinkConfig:
         ledger_fold_interval_s=stream.ledger_fold_interval_s,
         ledger_changes_retention_hours=stream.ledger_changes_retention_hours,
         index_cleanup_bookies_per_batch=stream.index_cleanup_bookies_per_batch,
+        index_cleanup_interval_s=stream.index_cleanup_interval_s,
         agents=agent_config(settings),
     )
 
@@ -123,6 +124,9 @@ def ensure_topics(settings: Settings) -> int:
     partitions = ensure_topic(kafka, kafka.changes_topic)
     ensure_topic(kafka, kafka.feedback_topic)
     ensure_topic(kafka, kafka.alerts_topic)
+    if settings.stream.ledger_lane == "driver":
+        ensure_topic(kafka, kafka.tracked_topic)
+        ensure_topic(kafka, kafka.decisions_topic)
     return partitions
 
 
@@ -158,13 +162,26 @@ def _kafka_reader(spark: Any, settings: Settings, topics: list[str], status_file
 
 
 def decisions_frame(spark: Any, settings: Settings) -> Any:
-    """The streaming DataFrame of decisions (the processor's output, dead letters passed through)."""
+    """The streaming DataFrame of decisions (the processor's output, dead letters passed through).
+
+    With ``stream.ledger_lane = spark`` it reads every change and the feedback; with ``driver`` it is the
+    timers query, reading only what the ledger lane forwards (tracked ledgers' changes, marks, heartbeats)
+    and the feedback.
+    """
+    kafka = settings.kafka
+    if settings.stream.ledger_lane == "driver":
+        return _decided(
+            spark, settings, [kafka.tracked_topic, kafka.feedback_topic], timers_checkpoint(settings)
+        )
+    return _decided(spark, settings, [kafka.changes_topic, kafka.feedback_topic], None)
+
+
+def _decided(spark: Any, settings: Settings, topics: list[str], checkpoint: Path | None) -> Any:
     from pyspark.sql.functions import current_timestamp
 
     kafka, stream = settings.kafka, settings.stream
-    reader = _kafka_reader(
-        spark, settings, [kafka.changes_topic, kafka.feedback_topic], source_status_file(settings)
-    )
+    status = checkpoint / SOURCE_STATUS_FILE if checkpoint is not None else source_status_file(settings)
+    reader = _kafka_reader(spark, settings, topics, status)
     if stream.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(stream.max_offsets_per_trigger))
     raw = reader.load()
@@ -219,6 +236,33 @@ def membership_reader(settings: Settings) -> Any:
     return tailing
 
 
+def ledger_lane_reader(settings: Settings, available_now_topics: list[str] | None = None) -> Any:
+    """The driver-run ledger lane's planner and reader: the changes, feedback and decisions topics."""
+    from connectors.kafka.spark_source import KafkaStreamReader
+
+    kafka = settings.kafka
+    options = kafka_source_options(
+        settings,
+        [kafka.changes_topic, kafka.feedback_topic, kafka.decisions_topic],
+        ledger_lane_checkpoint(settings) / SOURCE_STATUS_FILE,
+    )
+    if settings.stream.max_offsets_per_trigger:
+        options["maxOffsetsPerTrigger"] = str(settings.stream.max_offsets_per_trigger)
+    if available_now_topics:
+        options["bkaudit.availableNowTopics"] = ",".join(available_now_topics)
+    return KafkaStreamReader({key.lower(): value for key, value in options.items()})
+
+
+def ledger_lane_checkpoint(settings: Settings) -> Path:
+    """The driver-run ledger lane's checkpoint (offset log and state), inside the job's."""
+    return Path(settings.checkpoint_root) / settings.stream.app_id / "ledger-lane"
+
+
+def timers_checkpoint(settings: Settings) -> Path:
+    """The timers query's Spark checkpoint (with ``stream.ledger_lane = driver``), inside the job's."""
+    return Path(settings.checkpoint_root) / settings.stream.app_id / "timers"
+
+
 def membership_checkpoint(settings: Settings) -> Path:
     """The membership lane's checkpoint: inside the job's, so a checkpoint reset resets both lanes."""
     return Path(settings.checkpoint_root) / settings.stream.app_id / "membership"
@@ -230,6 +274,13 @@ def source_status_file(settings: Settings) -> Path:
 
 
 SOURCE_STATUS_FILE = "bkaudit-source-status.json"
+#: Records per batch of the driver-run ledger lane when stream.max_offsets_per_trigger is unset.
+LEDGER_LANE_MAX_RECORDS = 100_000
+#: The driver-run ledger lane's full planning (offsets, fingerprints: what tells a recreated topic) runs at
+#: least this often while records flow; on the embedded broker it costs seconds on a topic of a million
+#: records. A consumer error (offsets gone, a broker error) or a partition ending before the lane's
+#: position sends it to the full planning at once.
+LEDGER_LANE_VERIFY_EVERY_S = 30.0
 STATE_LAYOUT_FILE = "bkaudit-state-layout.json"
 STATE_LAYOUT_VERSION = 2  # 1: one state group per ledger; 2: ledger buckets with a map state
 
@@ -249,7 +300,11 @@ def check_state_layout(checkpoint: Path, stream: StreamSettings) -> None:
         ...         print("refused:", "keeps ledger state in 8 buckets" in str(err))
         refused: True
     """
-    wanted = {"state_layout": STATE_LAYOUT_VERSION, "ledger_state_buckets": stream.ledger_state_buckets}
+    wanted = {
+        "state_layout": STATE_LAYOUT_VERSION,
+        "ledger_state_buckets": stream.ledger_state_buckets,
+        "ledger_lane": stream.ledger_lane,
+    }
     marker = checkpoint / STATE_LAYOUT_FILE
     if marker.exists():
         try:
@@ -259,7 +314,7 @@ def check_state_layout(checkpoint: Path, stream: StreamSettings) -> None:
         if found.get("state_layout") != STATE_LAYOUT_VERSION:
             raise ConfigError(
                 f"checkpoint {checkpoint} has state layout {found.get('state_layout')}, this version "
-                f"needs {STATE_LAYOUT_VERSION}: reset the checkpoint (docs/deployment.md)"
+                f"needs {STATE_LAYOUT_VERSION}: reset the checkpoint (infra/README.md, 'Checkpoint reset')"
             )
         if found.get("ledger_state_buckets") != stream.ledger_state_buckets:
             raise ConfigError(
@@ -267,11 +322,17 @@ def check_state_layout(checkpoint: Path, stream: StreamSettings) -> None:
                 f"buckets; stream.ledger_state_buckets is {stream.ledger_state_buckets}: set it back or "
                 "reset the checkpoint"
             )
+        if found.get("ledger_lane", "spark") != stream.ledger_lane:
+            raise ConfigError(
+                f"checkpoint {checkpoint} was written with stream.ledger_lane = "
+                f"{found.get('ledger_lane', 'spark')}; it is {stream.ledger_lane}: set it back, or reset the "
+                "checkpoint (infra/README.md, 'Checkpoint reset')"
+            )
         return
     if (checkpoint / "offsets").exists():
         raise ConfigError(
             f"checkpoint {checkpoint} was written before state layout {STATE_LAYOUT_VERSION} "
-            "(one state group per ledger): reset the checkpoint (docs/deployment.md)"
+            "(one state group per ledger): reset the checkpoint (infra/README.md, 'Checkpoint reset')"
         )
     checkpoint.mkdir(parents=True, exist_ok=True)
     marker.write_text(json.dumps(wanted, sort_keys=True) + "\n")
@@ -304,16 +365,24 @@ class AuditQueries:
     """
 
     def __init__(
-        self, ledgers: Any, membership: DriverMicroBatches, sink: AuditSink, queue: SinkQueue | None = None
+        self,
+        ledgers: Any,
+        membership: DriverMicroBatches,
+        sink: AuditSink,
+        queue: SinkQueue | None = None,
+        timers: Any = None,
+        relay: Any = None,
     ) -> None:
         self.ledgers = ledgers
         self.membership = membership
         self.sink = sink
         self.queue = queue  # the ledger lane's pipelined sink (None: the sink runs inside each batch)
+        self.timers = timers  # with stream.ledger_lane = driver: the stateful timers query
+        self.relay = relay  # and its foreachBatch (streaming.ledger_lane.DecisionRelay)
 
     @property
     def queries(self) -> list[Any]:
-        return [self.ledgers, self.membership]
+        return [q for q in (self.ledgers, self.membership, self.timers) if q is not None]
 
     @property
     def isActive(self) -> bool:
@@ -409,6 +478,8 @@ def start(spark: Any, settings: Settings, *, available_now: bool = False) -> tup
         queue = SinkQueue(sink, checkpoint / "sink-queue", depth=settings.stream.sink_queue_depth)
         queue.recover()  # batches the last run queued and did not apply, before anything new
     membership = start_membership_lane(settings, sink, available_now=available_now)
+    if settings.stream.ledger_lane == "driver":
+        return _start_driver_lanes(spark, settings, sink, queue, membership, available_now), sink
     writer = (
         decisions_frame(spark, settings)
         .writeStream.queryName(QUERY_NAME)
@@ -423,6 +494,131 @@ def start(spark: Any, settings: Settings, *, available_now: bool = False) -> tup
     return AuditQueries(ledgers, membership, sink, queue), sink
 
 
+def _start_driver_lanes(
+    spark: Any,
+    settings: Settings,
+    sink: AuditSink,
+    queue: SinkQueue | None,
+    membership: DriverMicroBatches,
+    available_now: bool,
+) -> AuditQueries:
+    """``stream.ledger_lane = driver``: the ledger lane in a driver thread, and the timers query (the
+    stateful operator over what the lane forwards) as the application's Structured Streaming query."""
+    from streaming.ledger_lane import TIMERS_QUERY_NAME, DecisionRelay
+
+    kafka = settings.kafka
+
+    def send(topic: str, records: Any) -> None:
+        from streaming.publish import send_keyed
+
+        send_keyed(sink.kafka_producer(), kafka, topic, records)
+
+    relay = DecisionRelay(send, kafka.decisions_topic)
+    writer = (
+        decisions_frame(spark, settings)
+        .writeStream.queryName(TIMERS_QUERY_NAME)
+        .foreachBatch(relay)
+        .option("checkpointLocation", str(timers_checkpoint(settings)))
+    )
+    try:
+        # Under --available-now both run on processing-time triggers until the loop between them settles
+        # (LoopSettler): one available-now pass each would leave the relayed decisions unread.
+        timers = _trigger(writer, settings.stream.timers_trigger_interval_s, False).start()
+        ledgers = start_ledger_lane(settings, sink, queue, send, available_now=available_now)
+    except BaseException:
+        membership.stop()
+        raise
+    queries = AuditQueries(ledgers, membership, sink, queue, timers=timers, relay=relay)
+    if available_now:
+        LoopSettler(queries, settings).start()
+    return queries
+
+
+class LoopSettler(threading.Thread):
+    """``--available-now`` with the driver-run ledger lane: the lane reads the changes available at its
+    start, but a tracked ledger's timer decision takes a loop (lane → tracked topic → timers query →
+    decisions topic → lane), and the probe results the sink publishes go round it too. Rounds of "each side
+    processes all it has" repeat until a round leaves the ends of the tracked, decisions and feedback topics
+    where they were; then both stop, as an available-now query would."""
+
+    def __init__(self, queries: AuditQueries, settings: Settings) -> None:
+        super().__init__(name="bkaudit-settle", daemon=True)
+        self.queries = queries
+        kafka = settings.kafka
+        self.loop_topics = [kafka.tracked_topic, kafka.decisions_topic, kafka.feedback_topic]
+        status = ledger_lane_checkpoint(settings) / SOURCE_STATUS_FILE
+        self.options = kafka_source_options(settings, self.loop_topics, status)
+
+    def run(self) -> None:
+        from connectors.kafka.spark_source import KafkaStreamReader
+
+        reader = KafkaStreamReader({key.lower(): value for key, value in self.options.items()})
+        lane, timers = self.queries.ledgers, self.queries.timers
+        try:
+            while lane.isActive and timers.isActive:
+                before = reader.reportLatestOffset()
+                for step in (lane.processAllAvailable, self.queries.drain, timers.processAllAvailable):
+                    step()
+                lane.processAllAvailable()
+                self.queries.drain()
+                if reader.reportLatestOffset() == before:
+                    return
+        except Exception as error:  # the query's own error is what the job reports
+            logger.debug("settling the ledger lane's loop stopped: %s", error)
+        finally:
+            reader.stop()
+            lane.stop()
+            _stop_lane(timers, self.queries.relay, 60.0)
+
+
+def start_ledger_lane(
+    settings: Settings, sink: AuditSink, queue: SinkQueue | None, send: Any, *, available_now: bool
+) -> DriverMicroBatches:
+    """Start the driver-run ledger lane (:mod:`streaming.ledger_lane`) with its own checkpoint directory."""
+    from streaming.ledger_lane import LANE_NAME, LedgerLane, LedgerLaneConfig, LedgerLaneStore
+
+    kafka, stream = settings.kafka, settings.stream
+    checkpoint = ledger_lane_checkpoint(settings)
+    store = LedgerLaneStore(checkpoint / "state")
+    lane = LedgerLane(
+        LedgerLaneConfig(
+            changes_topic=kafka.changes_topic,
+            feedback_topic=kafka.feedback_topic,
+            tracked_topic=kafka.tracked_topic,
+            decisions_topic=kafka.decisions_topic,
+            processor=processor_config(stream, membership=False),
+            ledger_buckets=stream.ledger_state_buckets,
+            max_event_time_skew_s=stream.max_event_time_skew_s,
+            cluster_default=settings.cluster or "unknown",
+        ),
+        queue.put if queue is not None else sink.process,
+        send,
+        store,
+    )
+    if available_now:  # the changes as of now; the decisions until the loop settles (LoopSettler)
+        reader = ledger_lane_reader(settings, available_now_topics=[kafka.changes_topic])
+        reader.prepareForTriggerAvailableNow()
+    else:  # one consumer stays on every partition; a full planning every few seconds
+        from connectors.kafka.tail_reader import TailingReader
+
+        reader = TailingReader(
+            ledger_lane_reader(settings),
+            wait_s=stream.ledger_lane_interval_s,
+            verify_every_s=LEDGER_LANE_VERIFY_EVERY_S,
+            gather_s=stream.ledger_lane_interval_s,
+            max_records=stream.max_offsets_per_trigger or LEDGER_LANE_MAX_RECORDS,
+        )
+    return DriverMicroBatches(
+        LANE_NAME,
+        reader,
+        lane.process,
+        store.saved,
+        OffsetLog(checkpoint / "offsets"),
+        interval_s=stream.ledger_lane_interval_s,
+        on_progress=sink.metrics.on_progress if sink.metrics is not None else None,
+    ).start()
+
+
 def stop_gracefully(query: Any, sink: AuditSink | None = None, timeout_s: float = 60.0) -> None:
     """Stop between sink calls: the running batch's sink work finishes, later batches are not started.
 
@@ -432,6 +628,9 @@ def stop_gracefully(query: Any, sink: AuditSink | None = None, timeout_s: float 
     """
     if isinstance(query, AuditQueries):
         query.membership.stop(timeout_s)  # its thread stops after the running batch
+        if query.timers is not None:  # the driver-run ledger lane: it stops after its running batch
+            query.ledgers.stop(timeout_s)
+            _stop_lane(query.timers, query.relay, timeout_s)
         query.sink.stopping.set()  # no new batch is queued; the queued ones are applied first
         with contextlib.suppress(Exception):  # a failed sink: its batch stays queued for the restart
             query.drain(timeout_s)

@@ -54,8 +54,8 @@ from connectors.delta.tables import (
     OPEN_ALERTS,
     VIOLATIONS,
     BatchWriter,
+    OpenTables,
     table_before_batch,
-    table_path,
 )
 from core.domain.alert_book import AlertBook, alert_to_row
 from core.domain.alerts import Alert, AlertKind
@@ -181,22 +181,14 @@ class LossAuditor:
         self._open: dict[tuple[str, AlertKind], Alert] | None = None  # MEMBERSHIP_ALERT_KINDS
         self._open_ledgers: pa.Table = empty_open()  # the ledger kinds, columnar
         self._lost: frozenset[str] = frozenset()
-        self._tables: dict[str, DeltaTable] = {}
+        self._tables = OpenTables(lakehouse_root)
         self.reports: list[LossReport] = []
 
     # -- state --------------------------------------------------------------------------------------------
     def _table(self, name: str) -> DeltaTable:
         """The table at its newest version. Kept open between calls and brought up to date with only the
         commits since (opening ``ledger_bookies`` afresh reads its whole log: a cost on every loss)."""
-        table = self._tables.get(name)
-        if table is not None:
-            try:
-                table.update_incremental()
-                return table
-            except Exception:  # a table replaced under us (a reset): open it afresh
-                logger.debug("reopening the %s table", name, exc_info=True)
-        table = self._tables[name] = DeltaTable(table_path(self.lakehouse_root, name))
-        return table
+        return self._tables.get(name)
 
     def _load(self, open_alerts: DeltaTable, bookies: DeltaTable, cluster: str) -> None:
         kept = sorted(kind.value for kind in MEMBERSHIP_ALERT_KINDS)

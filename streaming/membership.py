@@ -61,11 +61,6 @@ class MembershipStateStore(BatchFiles):
     def __init__(self, directory: Path, keep: int = 20) -> None:
         super().__init__(directory, keep)
 
-    def before(self, batch_id: int) -> dict[str, Any] | None:
-        """The state saved by the newest batch before ``batch_id`` (None: the lane's first batch)."""
-        earlier = [b for b in self.batches() if b < batch_id]
-        return self.read(earlier[-1]) if earlier else None
-
 
 @dataclass(frozen=True)
 class MembershipLaneConfig:

@@ -42,6 +42,10 @@ if TYPE_CHECKING:
 
 #: The ledger lane's query name: its progress feeds the stream gauges (the membership lane's does not).
 LEDGER_LANE_QUERY = "bkaudit"
+#: With ``stream.ledger_lane = driver``: the lane's batches feed the batch gauges, and the timers query
+#: (the stateful operator, which holds the watermark) the watermark gauges.
+DRIVER_LEDGER_LANE = "bkaudit-ledgers"
+TIMERS_QUERY = "bkaudit-timers"
 #: Kinds whose open count the loss owner reports (streaming.loss.OWNED_ALERT_KINDS' values).
 _LOSS_KINDS = frozenset(
     {
@@ -337,24 +341,33 @@ class StreamMetrics:
     def on_progress(self, progress: Mapping[str, Any]) -> None:
         """Record one ``StreamingQueryProgress`` (as its JSON dict) of the ledger lane (others are ignored:
         the membership lane's tiny batches would hide the ledger lane's lag)."""
-        if progress.get("name") not in (None, LEDGER_LANE_QUERY):
+        name = progress.get("name")
+        if name not in (None, LEDGER_LANE_QUERY, DRIVER_LEDGER_LANE, TIMERS_QUERY):
             return
+        if name != TIMERS_QUERY:
+            self._batch_progress(progress)
+        if name != DRIVER_LEDGER_LANE:
+            self._watermark_progress(progress)
+
+    def _batch_progress(self, progress: Mapping[str, Any]) -> None:
         duration_ms = (progress.get("durationMs") or {}).get("triggerExecution")
         if duration_ms is not None:
             self.batch_duration.observe(duration_ms / 1000)
         self.input_rows.set(progress.get("numInputRows") or 0)
         self.rows_per_second.set(progress.get("processedRowsPerSecond") or 0)
         self.batch_id.set(progress.get("batchId") or 0)
+        self.source_backlog.set(source_backlog(progress.get("sources") or []))
+        self.last_batch.set(time.time())
+
+    def _watermark_progress(self, progress: Mapping[str, Any]) -> None:
         watermark = _iso_to_epoch((progress.get("eventTime") or {}).get("watermark"))
         if watermark is not None and watermark > 0:
             self.watermark.set(watermark)
             self.watermark_lag.set(max(0.0, time.time() - watermark))
             self._watermark_s = watermark  # the ahead gauge is computed when scraped
-        self.source_backlog.set(source_backlog(progress.get("sources") or []))
         operators = progress.get("stateOperators") or []
         self.state_rows.set(sum(op.get("numRowsTotal") or 0 for op in operators))
         self.rows_dropped_late.inc(rows_dropped_late(operators))
-        self.last_batch.set(time.time())
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -364,7 +364,10 @@ class LedgerLogic:
     # -- under-replication marks ------------------------------------------------------------------------
     def _on_under_replication_mark(self, state: dict[str, Any], row: dict[str, Any]) -> list[Decision]:
         payload, at_ms, ledger_id = row["payload"], row["event_time_ms"], row["ledger_id"]
-        out = [_decision("under_replication", at_ms, ledger_id=ledger_id, payload=payload)]
+        # A grace period that ended before this event ended first, whatever the batches: its timer would
+        # have fired had the event come in a later batch.
+        out = self._overdue_mark(state, ledger_id, at_ms)
+        out.append(_decision("under_replication", at_ms, ledger_id=ledger_id, payload=payload))
         if payload["state"] == "CLEARED":
             state["mark"] = None
             return out
@@ -383,6 +386,12 @@ class LedgerLogic:
         if due is not None and due <= at_ms:
             out.extend(self._fire_mark(state, ledger_id, at_ms))
         return out
+
+    def _overdue_mark(self, state: dict[str, Any], ledger_id: int, at_ms: int) -> list[Decision]:
+        mark = state.get("mark")
+        if mark and not mark.get("fired") and mark.get("due_ms") is not None and mark["due_ms"] <= at_ms:
+            return self._fire_mark(state, ledger_id, mark["due_ms"])
+        return []
 
     def _fire_mark(self, state: dict[str, Any], ledger_id: int, at_ms: int) -> list[Decision]:
         mark = state["mark"]

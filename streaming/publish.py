@@ -78,33 +78,53 @@ def publish_records(
     """
     if not alert_records and not feedback:
         return []
-    from connectors.kafka.client_config import partition_count
-    from connectors.kafka.publisher import partitions_for_keys
-    from connectors.kafka.tail_sender import send_records
-
-    metadata_timeout_s = kafka.producer_max_block_ms / 1000
-    records: list[tuple[str, int, bytes | None, bytes]] = []
-
-    def place(topic: str, keyed: Sequence[tuple[bytes, bytes]]) -> None:
-        if keyed:
-            count = partition_count(producer, topic, metadata_timeout_s)
-            partitions = partitions_for_keys([k for k, _ in keyed], count)
-            for (key, value), partition in zip(keyed, partitions, strict=True):
-                records.append((topic, partition, key, value))
-
-    place(kafka.alerts_topic, alert_records)
-    place(
+    records = placed(producer, kafka, kafka.alerts_topic, alert_records)
+    records += placed(
+        producer,
+        kafka,
         kafka.feedback_topic,
         [(f"ledger/{message['ledger_id']}".encode(), _compact_json(message)) for message in feedback],
     )
+    _send_or_fail(producer, kafka, records, "alert or feedback")
+    _log_published(len(alert_records), counts or {})
+    return [value for _, value in alert_records]
+
+
+def placed(
+    producer: Any, kafka: KafkaSettings, topic: str, keyed: Sequence[tuple[bytes | None, bytes | None]]
+) -> list[tuple[str, int, bytes | None, bytes | None]]:
+    """``(key, value)`` records with the partition Kafka's default partitioner gives their key."""
+    if not keyed:
+        return []
+    from connectors.kafka.client_config import partition_count
+    from connectors.kafka.publisher import partitions_for_keys
+
+    count = partition_count(producer, topic, kafka.producer_max_block_ms / 1000)
+    partitions = partitions_for_keys([k or b"" for k, _ in keyed], count)
+    return [(topic, p, key, value) for (key, value), p in zip(keyed, partitions, strict=True)]
+
+
+def send_keyed(
+    producer: Any, kafka: KafkaSettings, topic: str, keyed: Sequence[tuple[bytes | None, bytes | None]]
+) -> None:
+    """Send ``(key, value)`` records to ``topic`` (partitioned by key) and wait for every acknowledgement.
+
+    Raises :class:`~core.errors.ServiceError` as :func:`publish` does.
+    """
+    _send_or_fail(producer, kafka, placed(producer, kafka, topic, keyed), topic)
+
+
+def _send_or_fail(producer: Any, kafka: KafkaSettings, records: list[Any], what: str) -> None:
+    from connectors.kafka.tail_sender import send_records
+
+    if not records:
+        return
     failed, first_failure = send_records(producer, kafka, records)
     if failed:
         raise ServiceError(
-            f"{failed} alert or feedback records were not delivered to Kafka ({first_failure}); "
+            f"{failed} {what} records were not delivered to Kafka ({first_failure}); "
             "the batch fails and is replayed when the job restarts"
         )
-    _log_published(len(alert_records), counts or {})
-    return [value for _, value in alert_records]
 
 
 def _log_published(published: int, counts: Mapping[tuple[str, str], int]) -> None:
@@ -118,4 +138,4 @@ def _log_published(published: int, counts: Mapping[tuple[str, str], int]) -> Non
         )
 
 
-__all__ = ["encoded_alerts", "publish", "publish_records"]
+__all__ = ["encoded_alerts", "placed", "publish", "publish_records", "send_keyed"]

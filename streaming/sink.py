@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -37,10 +38,9 @@ from connectors.delta.tables import (
     LEDGERS,
     SNAPSHOT_SEEN,
     BatchWriter,
+    OpenTables,
     ensure_tables,
-    latest_version,
     table_before_batch,
-    table_path,
 )
 from core.domain.alert_book import AlertBook
 from core.domain.alerts import AlertKind, AlertState
@@ -105,7 +105,8 @@ class SinkConfig:
     changes_partitions: int = 1  # partitions of the changes topic (snapshot reconciliation per partition)
     ledger_fold_interval_s: float = 0.0  # fold ledger_changes into ledgers this often; 0 = only at close()
     ledger_changes_retention_hours: float = 168.0  # folded ledger_changes rows kept this long (maintenance)
-    index_cleanup_bookies_per_batch: int = 1  # ledger_bookies partitions cleaned of old versions per batch
+    index_cleanup_bookies_per_batch: int = 1  # ledger_bookies partitions cleaned of old versions per run
+    index_cleanup_interval_s: float = 5.0  # at least this long between two index cleanups; 0 = every batch
     agents: AgentConfig | None = None  # bookie-side agents asked first (core.settings.AgentSettings)
 
 
@@ -196,9 +197,16 @@ class SinkStopping(RuntimeError):
 class AuditSink:
     """The ``foreachBatch`` function (``sink(batch_df, batch_id)``); keeps its Kafka and bookie clients."""
 
-    def __init__(self, config: SinkConfig, metrics: StreamMetrics | None = None) -> None:
+    def __init__(
+        self,
+        config: SinkConfig,
+        metrics: StreamMetrics | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.config = config
         self.metrics = metrics
+        self._clock = clock  # seconds, for work done at most every so often rather than every batch
         # Held while a batch runs; a graceful stop takes it so the query is never interrupted mid-call.
         self.busy = threading.Lock()
         self.stopping = threading.Event()
@@ -212,7 +220,14 @@ class AuditSink:
         # reuses them when the table is still at that version instead of re-reading every open alert (a lost
         # bookie leaves thousands open, and every later batch would pay for them).
         self._open_alerts_cache: tuple[int, dict[Any, Any]] | None = None
+        # The bookies table's rows at the version they were read (a new version is read again).
+        self._bookie_rows_cache: tuple[int, dict[str, dict[str, Any]]] | None = None
+        # When the index cleanup last ran (monotonic seconds): it runs at most every interval, not per batch.
+        self._index_cleaned_at = -math.inf
         ensure_tables(config.lakehouse_root)
+        # Delta tables kept open between batches, brought up to date with the commits since (opening one
+        # afresh reads its log from the last checkpoint: a cost on every batch, growing with the table).
+        self.tables = OpenTables(config.lakehouse_root)
         # The ledgers' state: appended per batch, folded into ``ledgers`` in the background, held in memory.
         self.ledger_log = LedgerLog(config.lakehouse_root, config.app_id)
         # After every fold: the relocation plans of the ledgers with an open placement alert.
@@ -241,6 +256,10 @@ class AuditSink:
                 max_reads_per_s_per_bookie=self.config.entry_reads_per_s_per_bookie,
             )
         return self._probe_client
+
+    def kafka_producer(self) -> Any:
+        """The job's one producer (alerts, feedback, and the driver-run ledger lane's forwarding)."""
+        return self._kafka()
 
     def start_producer(self) -> None:
         """Open the alert producer now (it connects in the background), not at the first burst."""
@@ -312,11 +331,8 @@ class AuditSink:
         returns the batch and the ``open_alerts`` version its alerts were read at."""
         root, app = self.config.lakehouse_root, self.config.app_id
         cluster = next((r["cluster"] for r in rows if r.get("cluster")), None) or self.config.cluster_default
-        bookie_rows = {
-            r["bookie_id"]: r
-            for r in table_before_batch(root, "bookies", app, batch_id).to_pyarrow_table().to_pylist()
-        }
-        open_table = table_before_batch(root, "open_alerts", app, batch_id)
+        bookie_rows = self._bookie_rows(table_before_batch(root, "bookies", app, batch_id, self.tables))
+        open_table = table_before_batch(root, "open_alerts", app, batch_id, self.tables)
         cached, self._open_alerts_cache = self._open_alerts_cache, None  # valid again only if all goes well
         if cached is not None and _only_loss_owner_committed(open_table, cached[0], app):
             book = AlertBook(cluster, open=dict(cached[1]))
@@ -348,6 +364,16 @@ class AuditSink:
         batch.known = _known_versions(log, [r["ledger_id"] for r in rows if r["kind"] in VERSION_ONLY_KINDS])
         return batch, open_table.version()
 
+    def _bookie_rows(self, table: DeltaTable) -> dict[str, dict[str, Any]]:
+        """The ``bookies`` rows by id at ``table``'s version, read once per version (the batch replaces
+        rows in the dict it gets, never changes one in place)."""
+        cached = self._bookie_rows_cache
+        version = table.version()
+        if cached is None or cached[0] != version:
+            rows = {r["bookie_id"]: r for r in table.to_pyarrow_table().to_pylist()}
+            cached = self._bookie_rows_cache = (version, rows)
+        return dict(cached[1])
+
     def _apply_versions(self, batch: SinkBatch, decisions: pa.Table, parsed: pa.Table) -> None:
         """Stage 2a: the new versions of ledgers nothing else in the batch names, column by column
         (:mod:`streaming.sink_versions`; the same result as the ``ledger_state`` handler's)."""
@@ -371,7 +397,7 @@ class AuditSink:
         if not batch.moved:
             return
         moved = batch.moved
-        index_table = DeltaTable(table_path(self.config.lakehouse_root, "ledger_bookies"))
+        index_table = self.tables.get("ledger_bookies")
         on_moved = [("bookie", "in", sorted(moved))]
         indexed = self.ledger_log.current_index(
             scan(index_table, on_moved, ["bookie", "ledger_id", "mzxid"], prune_partitions=True)
@@ -417,7 +443,7 @@ class AuditSink:
     def _write_tables(self, batch: SinkBatch, open_version: int, report: BatchReport) -> None:
         """Stage 8: every table, each with the batch's app transaction (skipped when a replay finds it)."""
         root = self.config.lakehouse_root
-        writer = BatchWriter(root, self.config.app_id, batch.batch_id)
+        writer = BatchWriter(root, self.config.app_id, batch.batch_id, self.tables)
         written = []
         versions = batch.versions if batch.versions is not None and batch.versions.num_rows else None
         if batch.changed_ledgers or versions is not None:
@@ -440,7 +466,7 @@ class AuditSink:
                 open_written, violations_written = record_transitions(writer, book)
                 written.extend([open_written, violations_written])
                 # Written now: the table's new version. Skipped (a replay found it done): unknown, no cache.
-                open_alerts_version = latest_version(root, "open_alerts") if open_written else None
+                open_alerts_version = self.tables.get("open_alerts").version() if open_written else None
         if batch.dead_letters:
             table = pa.Table.from_pylist(batch.dead_letters, schema=DEAD_LETTERS.schema)
             written.append(writer.append("dead_letters", table))
@@ -510,7 +536,13 @@ class AuditSink:
             logger.info("Delta maintenance took %.1f s", time.monotonic() - started)
 
     def _clean_index(self, batch_id: int) -> None:
-        """Remove old versions' rows from a few ``ledger_bookies`` partitions (readers skip them anyway)."""
+        """Remove old versions' rows from a few ``ledger_bookies`` partitions (readers skip them anyway), at
+        most every ``index_cleanup_interval_s``: one partition rewrite costs a small batch more than the
+        batch's own work, and skipping it is safe (idempotent maintenance, nothing reads those rows)."""
+        now = self._clock()
+        if now - self._index_cleaned_at < self.config.index_cleanup_interval_s:
+            return
+        self._index_cleaned_at = now
         try:
             self.ledger_log.clean_index(self.config.index_cleanup_bookies_per_batch)
         except Exception:  # an optimisation, like maintenance: never fail a batch for it

@@ -8,7 +8,8 @@ Nothing here talks to the processes themselves (their ``/metrics`` endpoints are
 - **stream**: ``bkaudit stream`` holds an exclusive lock on ``<checkpoint>/bkaudit.lock`` while it runs
   (:mod:`streaming.checkpoint_lock`); the kernel's lock table (``/proc/locks``) says whether anyone holds
   it, without touching it. Its position is the newest batch of each lane's checkpoint (Spark's
-  ``offsets/`` and ``commits/`` for the ledger lane, ``membership/offsets/`` for the membership lane);
+  ``offsets/`` and ``commits/`` for the ledger lane, or ``ledger-lane/offsets/`` when it runs in the
+  driver; ``membership/offsets/`` for the membership lane);
   the records of the changes topic past that position are its lag, and the age of the oldest of them its
   lag in seconds. Running but more than ``max_lag_s`` behind: ``lagging``.
 - **audit**: open alerts per kind and the lost and read-only bookies, from the Delta tables.
@@ -38,6 +39,7 @@ from streaming.checkpoint_lock import LOCK_FILE, recorded_holder
 from streaming.driver_batches import OffsetLog
 
 MEMBERSHIP_DIR = "membership"
+LEDGER_LANE_DIR = "ledger-lane"  # the driver-run ledger lane (stream.ledger_lane = driver)
 STATUS_KAFKA_TIMEOUT_S = 10.0  # a status answers in seconds, whatever kafka.request_timeout_ms says
 
 
@@ -166,6 +168,8 @@ def ledger_lane_position(checkpoint: Path, topic: str) -> LanePosition | None:
         >>> position.batch_id, position.offsets
         (3, {0: 7})
     """
+    if (checkpoint / LEDGER_LANE_DIR / "offsets").is_dir():  # stream.ledger_lane = driver
+        return _driver_lane_position(checkpoint / LEDGER_LANE_DIR, "ledgers", topic)
     commits = checkpoint / "commits"
     done = sorted(int(p.name) for p in commits.glob("*") if p.name.isdigit()) if commits.is_dir() else []
     for batch_id in reversed(done):
@@ -192,18 +196,21 @@ def membership_lane_position(checkpoint: Path, topic: str) -> LanePosition | Non
         >>> membership_lane_position(folder, "t").offsets
         {1: 9}
     """
+    return _driver_lane_position(checkpoint / MEMBERSHIP_DIR, "membership", topic)
+
+
+def _driver_lane_position(directory: Path, lane: str, topic: str) -> LanePosition | None:
+    """A driver-run lane's newest planned batch (``<directory>/offsets/<id>.json``)."""
     try:
-        latest = OffsetLog(checkpoint / MEMBERSHIP_DIR / "offsets").latest()
+        latest = OffsetLog(directory / "offsets").latest()
     except (OSError, ConfigError):  # unreadable or damaged: no position to report
         return None
     if latest is None:
         return None
     batch_id, entry = latest
     end = entry.get("end") if isinstance(entry.get("end"), dict) else {}
-    path = checkpoint / MEMBERSHIP_DIR / "offsets" / f"{batch_id}.json"
-    return LanePosition(
-        "membership", batch_id, path.stat().st_mtime, _source_offsets([json.dumps(end)], topic)
-    )
+    path = directory / "offsets" / f"{batch_id}.json"
+    return LanePosition(lane, batch_id, path.stat().st_mtime, _source_offsets([json.dumps(end)], topic))
 
 
 def _lag(

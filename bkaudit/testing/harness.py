@@ -64,6 +64,8 @@ class ServiceHarness:
             "changes_topic": f"bkaudit.changes.{suffix}",
             "alerts_topic": f"bkaudit.alerts.{suffix}",
             "feedback_topic": f"bkaudit.feedback.{suffix}",
+            "tracked_topic": f"bkaudit.tracked.{suffix}",
+            "decisions_topic": f"bkaudit.decisions.{suffix}",
         }
         values.update(overrides)
         return KafkaSettings.model_validate(values)

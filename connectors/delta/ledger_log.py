@@ -182,8 +182,9 @@ class LedgerLog:
         the changes of ``batch_id`` and later (a replayed batch's first attempt) are forgotten."""
         with self._lock:
             if self._opened and self._folded_through < batch_id:
-                self._overlay = [(b, rows) for b, rows in self._overlay if b < batch_id]
-                self._latest = _OverlayIndex.of(self._overlay)
+                if any(b >= batch_id for b, _ in self._overlay):  # a replay: forget its first attempt
+                    self._overlay = [(b, rows) for b, rows in self._overlay if b < batch_id]
+                    self._latest = _OverlayIndex.of(self._overlay)
                 self._foldable_through = batch_id - 1
                 return
         ledgers = DeltaTable(table_path(self.root, "ledgers"))

@@ -1,7 +1,8 @@
 """Where a topic's partitions end and when given records were written: the facts `bkaudit status` needs.
 
 One short-lived librdkafka consumer, no group, no retries beyond the request timeout: a status command
-answers quickly or says the broker did not answer.
+answers quickly or says the broker did not answer. The lookups are :mod:`connectors.kafka.offsets`', the
+same the Kafka source plans with (there with back-off).
 
 Example:
     >>> # with TopicPositions(settings.kafka) as positions:
@@ -11,10 +12,10 @@ Example:
 
 from __future__ import annotations
 
-import time
 from types import TracebackType
 from typing import Any
 
+from connectors.kafka.offsets import list_offsets, records_at
 from core.errors import ServiceError
 from core.settings import KafkaSettings
 
@@ -40,43 +41,32 @@ class TopicPositions:
         Example:
             >>> # TopicPositions(settings.kafka).end_offsets("bkaudit.changes")  → {0: 812, 1: 790}
         """
-        from confluent_kafka import OFFSET_END, KafkaException, TopicPartition
+        from confluent_kafka import KafkaException
 
         try:
-            described = self._consumer.list_topics(topic, timeout=self.timeout_s).topics.get(topic)
-            if described is None or described.error is not None or not described.partitions:
-                return None
-            wanted = [TopicPartition(topic, p, OFFSET_END) for p in sorted(described.partitions)]
-            found = self._consumer.offsets_for_times(wanted, timeout=self.timeout_s)
+            ends = list_offsets(
+                self._consumer, [topic], low=False, timeout_s=self.timeout_s, skip_failed=True
+            )
         except KafkaException as err:
             raise ServiceError(
                 f"Kafka at {self.settings.bootstrap_servers} did not answer: {err.args[0]}"
             ) from None
-        return {item.partition: int(item.offset) for item in found if item.error is None}
+        return ends.get(topic)
 
     def record_times(self, topic: str, offsets: dict[int, int]) -> dict[int, int]:
-        """``{partition: timestamp ms}`` of the record at each ``{partition: offset}``; partitions whose
-        record could not be fetched within the request timeout are left out.
+        """``{partition: timestamp ms}`` of the record at each ``{partition: offset}`` (or the first one
+        after it); partitions whose record could not be fetched within the request timeout are left out.
 
         Example:
             >>> # positions.record_times("bkaudit.changes", {0: 811})  → {0: 1764146400123}
         """
-        from confluent_kafka import TopicPartition
-
-        if not offsets:
-            return {}
-        self._consumer.assign([TopicPartition(topic, p, o) for p, o in offsets.items()])
-        found: dict[int, int] = {}
-        deadline = time.monotonic() + self.timeout_s
-        try:
-            while len(found) < len(offsets) and time.monotonic() < deadline:
-                for message in self._consumer.consume(num_messages=len(offsets), timeout=0.2):
-                    partition = message.partition()
-                    if message.error() is None and partition not in found:
-                        found[partition] = message.timestamp()[1]
-        finally:
-            self._consumer.unassign()
-        return found
+        wanted = {(topic, partition): offset for partition, offset in offsets.items()}
+        found = records_at(self._consumer, wanted, timeout_s=self.timeout_s)
+        return {
+            partition: message.timestamp()[1]
+            for (_, partition), message in found.items()
+            if message is not None
+        }
 
     def close(self) -> None:
         self._consumer.close()

@@ -27,9 +27,11 @@ metrics in the driver's registry.
 Options (Spark's names): ``kafka.bootstrap.servers``, ``subscribe`` (comma-separated topics),
 ``startingOffsets`` (``earliest`` | ``latest`` | JSON ``{"topic": {"0": 42}}``), ``maxOffsetsPerTrigger``,
 ``failOnDataLoss``, ``kafka.request.timeout.ms`` (default: the setting), and bkaudit's own
-``bkaudit.brokerOutageLimitS``, ``bkaudit.statusFile``, ``bkaudit.skipKeyPrefixes`` and
+``bkaudit.brokerOutageLimitS``, ``bkaudit.statusFile``, ``bkaudit.skipKeyPrefixes``,
 ``bkaudit.partitionOfKey`` (read only the partition Kafka's default partitioner gives this key, in each
-topic, as the partition count is now; the membership lane reads the one partition its events share).
+topic, as the partition count is now; the membership lane reads the one partition its events share) and
+``bkaudit.availableNowTopics`` (under an available-now trigger, only these topics stop at their ends as of
+the start; the others are read as they grow).
 Security settings
 are not options (they would show in query plans): they come from the same ``BKAUDIT_KAFKA__*`` settings
 every other client uses.
@@ -70,6 +72,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from connectors.kafka.offsets import list_offsets, records_at
 from core.errors import ConfigError, ServiceError
 
 KAFKA_SCHEMA = StructType(
@@ -387,26 +390,16 @@ class _KafkaOffsets:
         return self._retrying("reading the latest offsets", lambda: self._lookup(topics, low=False))
 
     def _lookup(self, topics: Sequence[str], *, low: bool, every_partition: bool = False) -> Offsets:
-        """One ``ListOffsets`` request for every partition of ``topics``: the first (``low``) or the end
-        offsets. (``get_watermark_offsets`` asks for both, per partition: four times the requests, and the
-        embedded broker's cost of each grows with the partition's batches.)"""
-        from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicPartition
-
-        described = self._consumer.list_topics(timeout=self._timeout_s).topics  # fresh, every topic
-        wanted = [
-            TopicPartition(topic, partition, OFFSET_BEGINNING if low else OFFSET_END)
-            for topic in topics
-            if (metadata := described.get(topic)) is not None and metadata.error is None
-            for partition in self._partitions(sorted(metadata.partitions), every=every_partition)
-        ]
-        result: Offsets = {topic: {} for topic in topics}
-        if not wanted:
-            return result
-        for found in self._consumer.offsets_for_times(wanted, timeout=self._timeout_s):
-            if found.error is not None:
-                raise KafkaException(found.error)
-            result[found.topic][str(found.partition)] = int(found.offset)
-        return result
+        """The first (``low``) or the end offsets of the planned partitions of ``topics`` (every partition
+        with ``every_partition``), from one ``ListOffsets`` request; ``{}`` for a topic that is not there."""
+        found = list_offsets(
+            self._consumer,
+            topics,
+            low=low,
+            timeout_s=self._timeout_s,
+            partitions=lambda ids: self._partitions(ids, every=every_partition),
+        )
+        return {topic: {str(p): offset for p, offset in found.get(topic, {}).items()} for topic in topics}
 
     def _partitions(self, ids: list[int], *, every: bool = False) -> list[int]:
         """The partitions to plan: all, or the one of ``bkaudit.partitionOfKey`` (murmur2, as Java's and our
@@ -428,46 +421,32 @@ class _KafkaOffsets:
         return self._retrying("reading record fingerprints", lambda: self._fetch_fingerprints(wanted))
 
     def _fetch_fingerprints(self, wanted: dict[tuple[str, str], int]) -> dict[tuple[str, str], str | None]:
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import Consumer
 
         from connectors.kafka.client_config import KafkaTimeout, consumer_config
 
         by_key = {(topic, int(partition)): offset for (topic, partition), offset in wanted.items()}
-        found: dict[tuple[str, str], str | None] = {}
-        assigned = [TopicPartition(t, p, offset) for (t, p), offset in by_key.items()]
         fetcher: Any = Consumer(consumer_config(self._settings, None))
-        fetcher.assign(assigned)
         try:
-            deadline = time.monotonic() + self._timeout_s
-            pending = set(by_key)
-            next_end_check = time.monotonic() + END_CHECK_EVERY_S
-            while pending and time.monotonic() < deadline:
-                # consume() waits for num_messages or the timeout: one record per partition will do.
-                for message in fetcher.consume(num_messages=len(pending), timeout=0.2):
-                    if message.error() is not None:
-                        continue  # a partition's end or a transient fetch error: the deadline decides
-                    key = (message.topic(), message.partition())
-                    if key not in pending or message.offset() < by_key[key]:
-                        continue
-                    pending.discard(key)
-                    fetcher.pause([TopicPartition(*key)])
-                    found[(key[0], str(key[1]))] = (
-                        record_fingerprint(
-                            message.offset(), message.timestamp()[1], message.key(), message.value()
-                        )
-                        if message.offset() == by_key[key]
-                        else None  # the broker's next record is later: none at that offset
-                    )
-                if pending and time.monotonic() >= next_end_check:
-                    next_end_check = time.monotonic() + END_CHECK_EVERY_S
-                    for key in self.ending_at_or_before({k: by_key[k] for k in pending}):
-                        pending.discard(key)
-                        found[(key[0], str(key[1]))] = None
-            if pending:
-                raise KafkaTimeout(f"no record fetched from {len(pending)} partitions")
+            found = records_at(
+                fetcher,
+                by_key,
+                timeout_s=self._timeout_s,
+                on_idle=self.ending_at_or_before,  # no record to wait for past a partition's end
+                idle_every_s=END_CHECK_EVERY_S,
+            )
         finally:
             fetcher.close()
-        return found
+        if len(found) < len(by_key):
+            raise KafkaTimeout(f"no record fetched from {len(by_key) - len(found)} partitions")
+        return {
+            (topic, str(partition)): (
+                record_fingerprint(message.offset(), message.timestamp()[1], message.key(), message.value())
+                if message is not None and message.offset() == by_key[(topic, partition)]
+                else None  # the broker's next record is later: none at that offset
+            )
+            for (topic, partition), message in found.items()
+        }
 
     def ending_at_or_before(self, wanted: dict[tuple[str, int], int]) -> list[tuple[str, int]]:
         """The partitions whose log now ends at or before the wanted offset, or that are gone from a topic
@@ -693,6 +672,19 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now_target = self._offsets.latest(self._topics)
 
+    def _latest(self) -> Offsets:
+        """The ends to plan up to: the available-now target, or the topics' ends now. With
+        ``bkaudit.availableNowTopics`` the target holds only for those topics; the others are read to their
+        ends now (the driver-run ledger lane: the changes available at its start, and every decision the
+        timers query relays until the run settles)."""
+        target = self._available_now_target
+        if target is None:
+            return self._offsets.latest(self._topics)
+        only = [t for t in self._options.get("bkaudit.availablenowtopics", "").split(",") if t]
+        if not only:
+            return target
+        return {**self._offsets.latest(self._topics), **{t: target[t] for t in only if t in target}}
+
     def _recreated_topics(
         self, positions: Offsets, fingerprints: Fingerprints, latest: Offsets, earliest: Offsets
     ) -> dict[str, str]:
@@ -784,7 +776,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _plan(self, start: dict, limit: ReadLimit) -> dict:
         positions = positions_of(start)
-        latest = self._available_now_target or self._offsets.latest(self._topics)
+        latest = self._latest()
         earliest = self._offsets.earliest(self._topics)
         if partition_of_key(self._options) is not None:
             # One partition is read; positions of others (another partition count before) are not ours.

@@ -1,13 +1,17 @@
-"""The membership lane's planner: one consumer that stays on the lane's partition.
+"""The driver-run lanes' planner: one consumer that stays on the lane's partitions.
 
 A planning of :class:`~connectors.kafka.spark_source.KafkaStreamReader` asks the broker for the
-partition's first and end offsets and checks fingerprints, and its batch then reads the range with a new
-consumer: four round trips or more before a loss's record reaches the lane (85-240 ms at a million ledgers
-on the embedded broker under load, against 15 ms on a quiet machine). :class:`TailingReader` keeps one
-consumer at the lane's position instead. Its fetch waits at the broker until a record arrives (a record
-reaches it within a millisecond of its acknowledgement), and a planning takes the records the consumer
-already holds: the batch ends after the last of them, that record's fingerprint goes into the offset
-(computed here, nothing fetched) and the batch reads those very records from memory.
+partitions' first and end offsets and checks fingerprints, and its batch then reads the ranges with new
+consumers: four round trips or more before a loss's record reaches the membership lane (85-240 ms at a
+million ledgers on the embedded broker under load, against 15 ms on a quiet machine), and seconds per
+planning for the ledger lane, whose fingerprints come from deep in partitions of a million records.
+:class:`TailingReader` keeps one consumer at the lane's positions (every partition it reads) instead. Its
+fetch waits at the broker until a record arrives (a record reaches it within a millisecond of its
+acknowledgement), and a planning takes the records the consumer already holds: the batch ends after the
+last of them in each partition, those records' fingerprints go into the offset (computed here, nothing
+fetched) and the batch reads those very records from memory. With ``gather_s``, a planning that got a
+first record keeps taking records for that long (up to ``max_records``): fewer, larger batches for a lane
+whose cost is per batch.
 
 The full planning still runs: first, every ``verify_every_s`` (when the consumer holds no record, so a
 loss does not wait for it; at the latest three intervals after the last), for ``Trigger.AvailableNow``,
@@ -45,6 +49,8 @@ from connectors.kafka.spark_source import (
 #: answers as soon as one arrives, so this bounds only idle round trips (two a second).
 FETCH_WAIT_MS = 500
 
+Positions = dict[tuple[str, int], int]
+
 
 class TailingReader:
     """A :class:`KafkaStreamReader` whose plannings between full ones come from a tailing consumer."""
@@ -56,14 +62,16 @@ class TailingReader:
         wait_s: float,
         verify_every_s: float = 5.0,
         max_records: int = 5000,
+        gather_s: float = 0.0,
     ) -> None:
         self._reader = reader
         self._wait_s = wait_s
         self._verify_every_s = verify_every_s
         self._max_records = max_records
+        self._gather_s = gather_s
         self._skipped = skipped_key_prefixes(reader.options)
         self._consumer: Any = None
-        self._at: tuple[str, int, int] | None = None  # where the consumer is: (topic, partition, offset)
+        self._at: Positions | None = None  # where the consumer is: (topic, partition) → offset
         self._verified_at = float("-inf")
         self._available_now = False
         self.enabled = True  # False: every planning is the full one
@@ -89,8 +97,8 @@ class TailingReader:
         return self.enabled and not self._available_now
 
     def latestOffset(self, start: dict, limit: Any) -> dict:
-        position = _single_position(start)
-        if self.waits_for_records and position is not None and position == self._at:
+        position = _positions(start)
+        if self.waits_for_records and position and position == self._at:
             since = time.monotonic() - self._verified_at
             # A full planning that is due waits while records are there to hand over (a loss does not
             # wait for it), but never past three intervals.
@@ -135,7 +143,7 @@ class TailingReader:
         self._held.clear()
         end = self._reader.latestOffset(start, limit)
         self._verified_at = time.monotonic()
-        self._follow(_single_position(end))
+        self._follow(_positions(end))
         return end
 
     def _tail(self, start: dict, limit: Any, wait_s: float, *, only_records: bool = False) -> dict | None:
@@ -143,9 +151,8 @@ class TailingReader:
         when it has none; None when the consumer reported an error (it is closed then), or when it has none
         and ``only_records`` (the caller plans in full)."""
         assert self._at is not None
-        topic, partition, offset = self._at
         records = self._poll(limit, wait_s)
-        if records is None or (not records and not self._still_in_range(topic, partition, offset)):
+        if records is None or (not records and not self._still_in_range(self._at)):
             self._close_consumer()
             return None
         if not records and only_records:
@@ -153,39 +160,61 @@ class TailingReader:
         self.tail_plannings += 1
         if not records:
             return start
-        last = records[-1]
-        stop = last.offset() + 1
-        self._held = {(topic, partition, offset, stop): records}
-        self._at = (topic, partition, stop)
-        fingerprint = record_fingerprint(last.offset(), last.timestamp()[1], last.key(), last.value())
-        return {topic: {str(partition): stop}, META: {"fingerprints": {topic: {str(partition): fingerprint}}}}
+        by_partition: dict[tuple[str, int], list[Any]] = {}
+        for record in records:
+            by_partition.setdefault((record.topic(), record.partition()), []).append(record)
+        ends: dict[str, dict[str, int]] = {}
+        for (topic, partition), offset in self._at.items():
+            ends.setdefault(topic, {})[str(partition)] = offset
+        fingerprints = {t: dict(f) for t, f in (start.get(META) or {}).get("fingerprints", {}).items()}
+        held = {}
+        for (topic, partition), taken in by_partition.items():
+            last, offset = taken[-1], self._at[(topic, partition)]
+            stop = last.offset() + 1
+            held[(topic, partition, offset, stop)] = taken
+            self._at[(topic, partition)] = ends[topic][str(partition)] = stop
+            fingerprints.setdefault(topic, {})[str(partition)] = record_fingerprint(
+                last.offset(), last.timestamp()[1], last.key(), last.value()
+            )
+        self._held = held
+        return {**ends, META: {"fingerprints": fingerprints}}
 
     def _poll(self, limit: Any, wait_s: float) -> list[Any] | None:
-        """The records the consumer has (waiting up to ``wait_s`` for the first), at most the read limit;
-        None on any error."""
+        """The records the consumer has (waiting up to ``wait_s`` for the first, then gathering for up to
+        ``gather_s``), at most the read limit, in each partition's order; None on any error."""
         most = min(self._max_records, getattr(limit, "max_rows", None) or self._max_records)
         first = self._consumer.poll(wait_s)
         if first is None:
             return []
-        messages = [first, *self._consumer.consume(num_messages=most - 1, timeout=0)] if most > 1 else [first]
+        messages = [first]
+        deadline = time.monotonic() + self._gather_s
+        while len(messages) < most:
+            remaining = max(0.0, deadline - time.monotonic())
+            more = self._consumer.consume(num_messages=most - len(messages), timeout=remaining)
+            messages.extend(more)
+            if remaining <= 0:
+                break
         if any(m.error() is not None for m in messages):
             return None
         return messages
 
-    def _still_in_range(self, topic: str, partition: int, offset: int) -> bool:
-        """Whether our position lies within the partition's offsets as its last fetch response gave them
-        (no broker call). A broker may answer a fetch past the end with no records and no error."""
+    def _still_in_range(self, positions: Positions) -> bool:
+        """Whether every position lies within its partition's offsets as their last fetch responses gave
+        them (no broker call). A broker may answer a fetch past the end with no records and no error."""
         from confluent_kafka import TopicPartition
 
-        low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
-        return high < 0 or low <= offset <= high  # negative: no fetch answered yet
+        for (topic, partition), offset in positions.items():
+            low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+            if high >= 0 and not low <= offset <= high:  # negative: no fetch answered yet
+                return False
+        return True
 
-    def _follow(self, position: tuple[str, int, int] | None) -> None:
-        """Put the consumer at ``position`` (none: no tailing, the lane reads several partitions)."""
-        if position is None:
+    def _follow(self, positions: Positions) -> None:
+        """Put the consumer at ``positions`` (none: nothing to tail)."""
+        if not positions:
             self._close_consumer()
             return
-        if self._at == position and self._consumer is not None:
+        if self._at == positions and self._consumer is not None:
             return
         from confluent_kafka import Consumer, TopicPartition
 
@@ -196,9 +225,8 @@ class TailingReader:
             # No automatic reset: offsets that vanished are an error, which sends us to the full planning.
             config = {**consumer_config(settings, None), "auto.offset.reset": "error"}
             self._consumer = Consumer({**config, "fetch.wait.max.ms": FETCH_WAIT_MS})
-        topic, partition, offset = position
-        self._consumer.assign([TopicPartition(topic, partition, offset)])
-        self._at = position
+        self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in sorted(positions.items())])
+        self._at = dict(positions)
 
     def _close_consumer(self) -> None:
         if self._consumer is not None:
@@ -206,15 +234,14 @@ class TailingReader:
         self._consumer, self._at = None, None
 
 
-def _single_position(offset: dict) -> tuple[str, int, int] | None:
-    """``(topic, partition, offset)`` when the offset names exactly one partition, else None.
+def _positions(offset: dict) -> Positions:
+    """``(topic, partition) → offset`` of every partition an offset names.
 
     Example:
-        >>> _single_position({"t": {"2": 40}, META: {}}), _single_position({"t": {"0": 1, "1": 2}})
-        (('t', 2, 40), None)
+        >>> _positions({"t": {"2": 40}, META: {}}), _positions({"t": {"0": 1, "1": 2}})
+        ({('t', 2): 40}, {('t', 0): 1, ('t', 1): 2})
     """
-    positions = [(t, int(p), o) for t, ps in positions_of(offset).items() for p, o in ps.items()]
-    return positions[0] if len(positions) == 1 else None
+    return {(t, int(p)): int(o) for t, ps in positions_of(offset).items() for p, o in ps.items()}
 
 
 __all__ = ["FETCH_WAIT_MS", "TailingReader"]

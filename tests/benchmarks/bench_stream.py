@@ -129,6 +129,15 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     )
     add("--max-offsets", type=int, default=0, help="stream.max_offsets_per_trigger (0: unlimited)")
     add(
+        "--ledger-lane",
+        default="spark",
+        help="stream.ledger_lane: spark or driver; --replay takes a list (spark,driver) and runs each, one "
+        "after the other, the first's figures on the summary line and every one's under by_lane",
+    )
+    add("--timers-trigger-s", type=float, default=5.0, help="stream.timers_trigger_interval_s (driver lane)")
+    add("--lane-interval-s", type=float, default=0.25, help="stream.ledger_lane_interval_s (driver lane)")
+    add("--fold-interval-s", type=float, default=30.0, help="stream.ledger_fold_interval_s")
+    add(
         "--sink-queue-depth",
         type=int,
         default=1,
@@ -1565,6 +1574,10 @@ def job_session_and_settings(args: argparse.Namespace, kafka: Any, state_dir: Pa
             "max_offsets_per_trigger": args.max_offsets or None,
             "maintenance_every_batches": 0,
             "sink_queue_depth": args.sink_queue_depth,
+            "ledger_lane": args.ledger_lane,
+            "timers_trigger_interval_s": args.timers_trigger_s,
+            "ledger_lane_interval_s": args.lane_interval_s,
+            "ledger_fold_interval_s": args.fold_interval_s,
         },
     )
     return spark, settings
@@ -1821,7 +1834,7 @@ if __name__ == "__main__":
         sys.path.insert(0, str(REPO))  # run as a script: the replay module imports this one as a package's
         from tests.benchmarks import replay
 
-        results = replay.run_replay(arguments)
+        results = replay.run_replays(arguments)
         print(json.dumps(results, indent=2))
         print(json.dumps(replay.summary_line(results)))
         sys.exit(0)

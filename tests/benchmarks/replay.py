@@ -214,6 +214,20 @@ def _start_writer(
     return writer, json.loads(line)
 
 
+def run_replays(args: argparse.Namespace) -> dict[str, Any]:
+    """:func:`run_replay` once per ledger lane of ``--ledger-lane`` (a list), one after the other: the first
+    lane's figures, and every lane's under ``by_lane``."""
+    import copy
+
+    lanes = [lane.strip() for lane in str(args.ledger_lane).split(",") if lane.strip()]
+    by_lane = {}
+    for lane in lanes:
+        one = copy.copy(args)
+        one.ledger_lane = lane
+        by_lane[lane] = run_replay(one)
+    return {**by_lane[lanes[0]], "by_lane": by_lane} if len(lanes) > 1 else by_lane[lanes[0]]
+
+
 def run_replay(args: argparse.Namespace) -> dict[str, Any]:
     """The snapshot, the job's ingest of it, then changes offered at ``--rate`` with the job alone."""
     import os
@@ -250,6 +264,7 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "load_average_at_start": _load(),
         "sink_queue_depth": args.sink_queue_depth,
+        "ledger_lane": args.ledger_lane,
     }
     writer = query = sink = recorder = timers = None
     try:
@@ -340,8 +355,9 @@ def summary_line(figures: dict[str, Any]) -> dict[str, Any]:
     from tests.benchmarks.bench_stream import _load
 
     lag = figures.get("lag_s") or {}
-    return {
+    line = {
         "mode": "replay",
+        "ledger_lane": figures.get("ledger_lane"),
         "ledgers": figures.get("ledgers"),
         "offered_per_s": figures.get("offered_per_s"),
         "applied_per_s": figures.get("applied_per_s"),
@@ -356,3 +372,9 @@ def summary_line(figures: dict[str, Any]) -> dict[str, Any]:
             "end": _load(),
         },
     }
+    if figures.get("by_lane"):
+        line["by_lane"] = {
+            lane: {k: v for k, v in summary_line(one).items() if k not in ("mode", "ledger_lane")}
+            for lane, one in figures["by_lane"].items()
+        }
+    return line

@@ -72,6 +72,8 @@ class JobRun:
                 "BKAUDIT_KAFKA__CHANGES_TOPIC": self.kafka.changes_topic,
                 "BKAUDIT_KAFKA__ALERTS_TOPIC": self.kafka.alerts_topic,
                 "BKAUDIT_KAFKA__FEEDBACK_TOPIC": self.kafka.feedback_topic,
+                "BKAUDIT_KAFKA__TRACKED_TOPIC": self.kafka.tracked_topic,
+                "BKAUDIT_KAFKA__DECISIONS_TOPIC": self.kafka.decisions_topic,
                 "BKAUDIT_KAFKA__TOPIC_PARTITIONS": str(self.partitions),
                 "BKAUDIT_SPARK__MASTER": "local[2]",
                 "BKAUDIT_SPARK__SHUFFLE_PARTITIONS": "2",
@@ -277,6 +279,16 @@ def alerts_by_id(kafka: KafkaSettings) -> tuple[dict[str, set[str]], Counter[str
         contents[alert["alert_id"]].add(content)
         copies[content] += 1
     return dict(contents), copies
+
+
+def assert_same_alert_transitions(expected: dict[str, set[str]], kafka: KafkaSettings) -> Counter[str]:
+    """Every alert id of ``expected`` (:func:`alerts_by_id`) and no other on ``kafka``'s alerts topic, each
+    with the same transitions (a replayed batch may only add copies); returns the copies per content."""
+    actual, copies = alerts_by_id(kafka)
+    assert set(actual) == set(expected)  # no alert id lost, none invented
+    for alert_id, contents in expected.items():
+        assert actual[alert_id] == contents, alert_id
+    return copies
 
 
 def planned_offsets(run: JobRun) -> dict[int, dict[str, int] | None]:

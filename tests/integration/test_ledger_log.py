@@ -146,6 +146,19 @@ def test_a_replayed_batch_sees_the_state_before_it_even_after_a_fold_covered_it(
     assert raw_ledgers(root) == {1: 12, 2: 13}
 
 
+def test_a_batch_run_again_by_the_same_process_forgets_its_first_attempt_and_the_next_keeps_it(root):
+    log = LedgerLog(root, APP)
+    record(log, root, 0, [row(1, 10)])
+    record(log, root, 1, [row(1, 12), row(2, 13)])
+    log.open(1)  # batch 1 again (its first attempt failed after recording): the state before it
+    assert log.versions(np.array([1, 2]))[0].tolist() == [10, -1]
+    assert log.rows([1])[1]["mzxid"] == 10
+    record(log, root, 1, [row(1, 12), row(2, 13)])
+    log.open(2)  # the next batch: nothing to forget, batch 1 stays
+    assert log.versions(np.array([1, 2]))[0].tolist() == [12, 13]
+    assert log.rows([2])[2]["mzxid"] == 13
+
+
 def test_the_background_check_walks_closed_live_ledgers_from_memory(root):
     log = LedgerLog(root, APP)
     record(log, root, 0, [row(i, 10 + i) for i in range(1, 7)])

@@ -20,7 +20,13 @@ BOOKIES = [f"10.0.0.{i}:3181" for i in range(1, 7)]
 RACKS = {b: f"/rack{i % 3}" for i, b in enumerate(BOOKIES)}
 
 
-def job_with_watcher(kafka_settings, tmp_path, *, clock_offset_ms):
+@pytest.fixture(params=["spark", "driver"])
+def ledger_lane(request):
+    """Each test runs with the ledger lane as a Spark query and as a driver thread (stream.ledger_lane)."""
+    return request.param
+
+
+def job_with_watcher(kafka_settings, tmp_path, *, clock_offset_ms, ledger_lane="spark", **stream):
     """Settings for one job on a 2-partition changes topic, and a fake watcher whose clock starts at
     now + ``clock_offset_ms`` (10 ms per event)."""
     kafka = kafka_settings.model_copy(update={"topic_partitions": 2})
@@ -28,7 +34,13 @@ def job_with_watcher(kafka_settings, tmp_path, *, clock_offset_ms):
         kafka=kafka,
         lakehouse_root=tmp_path / "lh",
         checkpoint_root=tmp_path / "cp",
-        stream={"watermark_delay_s": 0.5, "default_recovery_delay_s": 0},
+        stream={
+            "watermark_delay_s": 0.5,
+            "default_recovery_delay_s": 0,
+            "ledger_lane": ledger_lane,
+            "timers_trigger_interval_s": 0.5,
+            **stream,
+        },
     )
     ensure_topic(kafka, kafka.changes_topic, partitions=2)
     t0 = int(time.time() * 1000) + clock_offset_ms
@@ -55,9 +67,11 @@ def counted(sink, name):
 
 
 def test_lost_bookie_fans_out_to_exactly_its_ledgers_and_resolves_when_it_returns(
-    spark, kafka_settings, tmp_path
+    spark, kafka_settings, tmp_path, ledger_lane
 ):
-    settings, watcher, t0 = job_with_watcher(kafka_settings, tmp_path, clock_offset_ms=-60_000)
+    settings, watcher, t0 = job_with_watcher(
+        kafka_settings, tmp_path, clock_offset_ms=-60_000, ledger_lane=ledger_lane
+    )
     kafka = settings.kafka
     watcher.send(ev.rack_map_event("file:/racks.json", RackMap.from_racks(RACKS), present=True))
     for bookie in BOOKIES:
@@ -128,12 +142,16 @@ def test_lost_bookie_fans_out_to_exactly_its_ledgers_and_resolves_when_it_return
     assert [(d["source"], d["ledger_id"]) for d in dead] == [("znode", 5)]
 
 
-def test_undecodable_records_reach_dead_letters_even_behind_the_watermark(spark, kafka_settings, tmp_path):
+def test_undecodable_records_reach_dead_letters_even_behind_the_watermark(
+    spark, kafka_settings, tmp_path, ledger_lane
+):
     # The watcher's clock runs an hour ahead of the broker's: every garbage record's Kafka timestamp is far
     # behind the watermark, which must not drop it (dead letters carry no watermark time).
     from bkaudit.testing.kafka_io import produce
 
-    settings, watcher, t0 = job_with_watcher(kafka_settings, tmp_path, clock_offset_ms=3_600_000)
+    settings, watcher, t0 = job_with_watcher(
+        kafka_settings, tmp_path, clock_offset_ms=3_600_000, ledger_lane=ledger_lane
+    )
     # Allowed: this watcher's clock is known to run ahead (without it, its events would be dead letters).
     stream = settings.stream.model_copy(update={"max_event_time_skew_s": 7200})
     settings = settings.model_copy(update={"stream": stream})
@@ -158,3 +176,74 @@ def test_undecodable_records_reach_dead_letters_even_behind_the_watermark(spark,
     assert counted(sink, "bkaudit_stream_dead_letters") == {("kafka",): 2}
     ledgers = {r["ledger_id"] for r in read_table(settings.lakehouse_root, "ledgers").to_pylist()}
     assert ledgers == {1, 2}
+
+
+def test_driver_lane_sends_a_marked_ledger_through_the_timers_query_to_its_stuck_alert(
+    spark, kafka_settings, tmp_path
+):
+    """With the driver-run ledger lane, the grace timer of an under-replication mark still fires: the lane
+    forwards the mark and the heartbeats to the timers query, whose decision comes back through the
+    decisions topic. The ledger's later versions reach the timers query too (it is tracked), while an
+    untracked ledger's changes never leave the lane."""
+    from bkaudit.testing.kafka_io import read_topic
+
+    settings, watcher, t0 = job_with_watcher(
+        kafka_settings, tmp_path, clock_offset_ms=-60_000, ledger_lane="driver", under_replication_grace_s=2
+    )
+    kafka = settings.kafka
+    watcher.send(ev.rack_map_event("file:/racks.json", RackMap.from_racks(RACKS), present=True))
+    for bookie in BOOKIES:
+        watcher.bookie(bookie, "WRITABLE")
+    watcher.ledger(1, BOOKIES[0:3])
+    watcher.ledger(2, BOOKIES[1:4])
+    watcher.mark_under_replicated(1, [BOOKIES[0]], ctime_ms=t0 + 1_000)
+    watcher.heartbeat(t0 + 2_000)
+    watcher.flush()
+    run_once(spark, settings)  # the lane applies both ledgers and forwards the mark
+    assert not [a for _, a in alerts_on(kafka) if a["kind"] == "UNDER_REPLICATION_STUCK"]  # grace not over
+    watcher.ledger(1, BOOKIES[0:3])  # a new version of the tracked ledger
+    watcher.ledger(2, BOOKIES[1:4])
+    watcher.heartbeat(t0 + 10_000)  # past the grace: the timer fires in the timers query
+    watcher.flush()
+    run_once(spark, settings)  # an available-now run settles the loop: lane → timers → decisions → lane
+    stuck = [a for _, a in alerts_on(kafka) if a["kind"] == "UNDER_REPLICATION_STUCK"]
+    assert [(a["ledger_id"], a["state"]) for a in stuck] == [(1, "firing")]
+    forwarded = [r.key for r in read_topic(kafka, kafka.tracked_topic, 10)]
+    assert b"ledger/1" in forwarded and b"ledger/2" not in forwarded
+    ledgers = {r["ledger_id"] for r in read_table(settings.lakehouse_root, "ledgers").to_pylist()}
+    assert ledgers == {1, 2}
+
+
+def test_a_running_driver_lane_tails_its_topics_and_its_timers_fire(spark, kafka_settings, tmp_path):
+    """The long-running job with the driver-run ledger lane: changes published while it runs are planned from
+    its tailing consumer and applied, and a mark's grace timer fires through the timers query."""
+    settings, watcher, t0 = job_with_watcher(
+        kafka_settings, tmp_path, clock_offset_ms=-60_000, ledger_lane="driver", under_replication_grace_s=2
+    )
+    kafka = settings.kafka
+    query, sink = job.start(spark, settings)
+    try:
+        watcher.send(ev.rack_map_event("file:/racks.json", RackMap.from_racks(RACKS), present=True))
+        for bookie in BOOKIES:
+            watcher.bookie(bookie, "WRITABLE")
+        for ledger_id in range(1, 21):
+            watcher.ledger(ledger_id, BOOKIES[ledger_id % 4 : ledger_id % 4 + 3])
+        watcher.mark_under_replicated(3, [BOOKIES[3]], ctime_ms=t0 + 1_000)
+        watcher.heartbeat(t0 + 2_000)
+        watcher.flush()
+        deadline = time.monotonic() + 120
+        stuck: list = []
+        while time.monotonic() < deadline and not stuck:
+            watcher.heartbeat(t0 + 10_000)  # the watermark passes the grace
+            watcher.flush()
+            time.sleep(1.0)
+            assert query.exception() is None, query.exception()
+            stuck = [a for _, a in alerts_on(kafka, 5) if a["kind"] == "UNDER_REPLICATION_STUCK"]
+        assert [(a["ledger_id"], a["state"]) for a in stuck] == [(3, "firing")]
+        query.processAllAvailable()
+        ledgers = {r["ledger_id"] for r in read_table(settings.lakehouse_root, "ledgers").to_pylist()}
+        assert ledgers == set(range(1, 21))
+        assert query.ledgers.recentProgress, "the lane ran batches"
+    finally:
+        job.stop_gracefully(query, sink)
+        sink.close()

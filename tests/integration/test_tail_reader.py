@@ -140,9 +140,38 @@ def test_a_partition_ending_before_the_consumer_sends_it_to_the_full_planning(ka
     try:
         end, _ = _batch(tail, tail.initialOffset())
         beyond = {name: {str(mine): 50}, META: end[META]}
-        tail._follow((name, mine, 50))  # the consumer where the checkpoint says we are
+        tail._follow({(name, mine): 50})  # the consumer where the checkpoint says we are
         replanned, values = _batch(tail, beyond)
         assert tail.full_plannings == 2 and tail.tail_plannings == 0
         assert replanned[META]["begin"] == {name: {str(mine): 0}} and values == [b"a"]
     finally:
         tail.stop()
+
+
+def test_every_partition_of_every_topic_is_tailed_as_the_full_planning_would(kafka_settings, topic) -> None:
+    """The driver-run ledger lane tails every partition of two topics: a planning from the consumer gives
+    the full planning's ends and fingerprints, and gathers records for ``gather_s``."""
+    name, _ = topic
+    other = f"{name}-2"
+    ensure_topic(kafka_settings, other, partitions=2)
+    options = {"kafka.bootstrap.servers": kafka_settings.bootstrap_servers, "subscribe": f"{name},{other}"}
+    produce(kafka_settings, name, [(b"ledger/1", b"a", 0), (b"ledger/2", b"b", 2)])
+    tail = TailingReader(KafkaStreamReader(options), wait_s=2.0, verify_every_s=600, gather_s=0.5)
+    full = KafkaStreamReader(options)
+    try:
+        first, values = _batch(tail, tail.initialOffset())
+        assert sorted(values) == [b"a", b"b"] and tail.full_plannings == 1
+        produce(
+            kafka_settings, name, [(b"ledger/3", b"c", 1), (b"ledger/4", b"d", 2), (b"ledger/5", b"e", 3)]
+        )
+        produce(kafka_settings, other, [(b"ledger/6", b"f", 1)])
+        second, values = _batch(tail, first)
+        assert tail.tail_plannings == 1 and tail.full_plannings == 1
+        assert sorted(values) == [b"c", b"d", b"e", b"f"]  # gathered into one batch
+        planned_in_full = full.latestOffset(first, full.getDefaultReadLimit())
+        assert second[name] == planned_in_full[name] == {"0": 1, "1": 1, "2": 2, "3": 1}
+        assert second[other] == planned_in_full[other] == {"0": 0, "1": 1}
+        assert second[META]["fingerprints"] == planned_in_full[META]["fingerprints"]
+    finally:
+        tail.stop()
+        full.stop()

@@ -293,6 +293,26 @@ def test_under_replication_mark_older_than_the_grace_fires_once_and_clears():
     assert [d["kind"] for d in out] == ["under_replication"] and timers == set()
 
 
+def test_a_mark_cleared_after_its_grace_fires_at_the_grace_end_in_whatever_batch_the_clear_comes():
+    """The grace period ended before the clear: the alert fires (at the grace's end, as its timer would
+    have), then the clear. It used to depend on the batches: with the mark, the heartbeats past the grace
+    and the clear in one batch, input rows ran before the timer and the clear cancelled it unfired."""
+    logic = LedgerLogic(ProcessorConfig(under_replication_grace_s=5))
+    mark = row("under_replication_mark", 1_000, ledger_id=7, state="SET", replicas=["b1"], mark_ctime_ms=0)
+    clear = row("under_replication_mark", 180_000, ledger_id=7, state="CLEARED", replicas=[])
+    one_batch, out, timers = logic.apply(None, [mark, clear])
+    assert [(d["kind"], d["event_time_ms"]) for d in out] == [
+        ("under_replication", 1_000),
+        ("under_replication_stuck", 5_000),
+        ("under_replication", 180_000),
+    ]
+    assert timers == set() and one_batch["mark"] is None
+    state, _, _ = logic.apply(None, [mark])
+    state, fired, _ = logic.on_timer(state, 5_000, 7)
+    _, after, _ = logic.apply(state, [clear])
+    assert fired + after == out[1:]  # the same decisions as when the timer fired between the batches
+
+
 def test_deleted_and_corrupt_ledgers():
     logic = LedgerLogic(ProcessorConfig())
     _, out, _ = logic.apply(

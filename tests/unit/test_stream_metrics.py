@@ -40,6 +40,26 @@ def sample(metrics: StreamMetrics, name: str, **labels: str) -> float | None:
     return metrics.registry.get_sample_value(name, labels)
 
 
+def test_with_the_driver_lane_its_batches_and_the_timers_watermark_feed_the_gauges():
+    """stream.ledger_lane = driver: the lane's batches set the batch gauges, the timers query (the stateful
+    operator) the watermark and state gauges; neither overwrites the other's."""
+    metrics = StreamMetrics()
+    lane = {
+        "name": "bkaudit-ledgers",
+        "batchId": 7,
+        "numInputRows": 900,
+        "durationMs": {"triggerExecution": 50},
+    }
+    metrics.on_progress(lane)
+    metrics.on_progress({**PROGRESS, "name": "bkaudit-timers", "batchId": 3, "numInputRows": 4})
+    assert sample(metrics, "bkaudit_stream_batch_id") == 7
+    assert sample(metrics, "bkaudit_stream_input_rows") == 900
+    assert sample(metrics, "bkaudit_stream_state_rows") == 10
+    assert sample(metrics, "bkaudit_stream_watermark_timestamp_seconds") == 1767225600.0
+    metrics.on_progress({**PROGRESS, "name": "bkaudit-membership", "batchId": 99})
+    assert sample(metrics, "bkaudit_stream_batch_id") == 7
+
+
 def test_progress_sets_every_query_gauge():
     metrics = StreamMetrics()
     before = time.time()

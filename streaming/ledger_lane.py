@@ -1,0 +1,404 @@
+"""The ledger lane run by a driver thread (``stream.ledger_lane = driver``): every change applied without
+Spark's per-record machinery, and only what needs a timer through the stateful operator.
+
+``changes + feedback + decisions topics → LedgerLane.process → sink queue``, run by
+:class:`~streaming.driver_batches.DriverMicroBatches` (librdkafka, a write-ahead offset log of its own).
+Per micro-batch the lane
+
+1. decodes the changes in columns (:func:`streaming.decode.decode_batches`);
+2. learns which ledgers are *tracked* — under an under-replication mark, or named by a failing probe result
+   on the feedback topic — and keeps them in its state (a superset of the timers query's tracked ledgers:
+   a ledger leaves only when it is deleted);
+3. turns the other ledgers' changes into decisions column by column (``ledger_state``, ``ledger_deleted``,
+   ``ledger_corrupt``), exactly what the stateful processor emits for a ledger it does not track, and the
+   rack map and snapshot brackets into decisions with :class:`~streaming.processor.ClusterLogic`;
+4. forwards the tracked ledgers' changes, every mark and the heartbeats (the timers' event-time clock) to
+   the tracked topic, unchanged, where the *timers query* (``transformWithStateInPandas`` over the tracked
+   and feedback topics) runs the suspicion rounds and grace periods and relays its decisions to the
+   decisions topic (:class:`DecisionRelay`);
+5. adds the relayed decisions it read, queues the batch's decisions for the sink, then saves its state
+   (``<batch id>.json``: the batch's commit).
+
+Why a replayed batch changes nothing: it starts from the state saved by the newest batch before it and
+reads exactly its logged records, so it decides and forwards what its first attempt did; the sink's app
+transactions skip what that attempt already recorded, and the timers query drops a forwarded change it
+already holds (znode versions) or a probe round it already counted. A relayed decision delivered twice (the
+timers query replays a batch after a crash) is applied twice: every relayed kind is idempotent in the sink
+(an alert already firing, a round already asked for, a version already applied).
+
+Example:
+    >>> import tempfile
+    >>> store = LedgerLaneStore(Path(tempfile.mkdtemp()))
+    >>> store.save(0, {"tracked": [7]}); store.before(1)["tracked"]
+    [7]
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from streaming.decode import decode_batches
+from streaming.driver_batches import BatchFiles
+from streaming.processor import DECISION_COLUMNS, ClusterLogic, ProcessorConfig, rows_from_frames
+from streaming.sink import ARROW_DECISION_SCHEMA
+from streaming.state_keys import DEAD_LETTER_STATE_KEY
+
+logger = logging.getLogger(__name__)
+
+LANE_NAME = "bkaudit-ledgers"
+TIMERS_QUERY_NAME = "bkaudit-timers"
+
+#: A ledger's changes, and the decision each becomes when the ledger is not tracked (the stateful
+#: processor's own answer for a ledger without state).
+DIRECT_DECISIONS = {
+    "ledger_upserted": "ledger_state",
+    "ledger_deleted": "ledger_deleted",
+    "ledger_undecodable": "ledger_corrupt",
+}
+#: Changes that make their ledger tracked (always forwarded: the grace period is a timer).
+MARK_KIND = "under_replication_mark"
+LEDGER_KINDS = frozenset({*DIRECT_DECISIONS, MARK_KIND})
+HEARTBEAT_KIND = "heartbeat"
+
+
+class LedgerLaneStore(BatchFiles):
+    """The lane's state after each micro-batch (the cluster group's state and the tracked ledgers), one
+    JSON file per batch in its checkpoint."""
+
+    def __init__(self, directory: Path, keep: int = 20) -> None:
+        super().__init__(directory, keep)
+
+
+@dataclass(frozen=True)
+class LedgerLaneConfig:
+    """The topics and knobs the lane needs; built by ``streaming.job`` from the settings."""
+
+    changes_topic: str
+    feedback_topic: str
+    tracked_topic: str
+    decisions_topic: str
+    processor: ProcessorConfig
+    ledger_buckets: int = 64
+    max_event_time_skew_s: float | None = None
+    cluster_default: str = "unknown"
+
+
+Forward = Callable[[str, Sequence[tuple[bytes | None, bytes | None]]], None]
+
+
+class LedgerLane:
+    """The lane's batch function; see the module docstring.
+
+    ``put(decisions, batch_id)`` hands decisions to the sink (the sink queue: durable once it returns);
+    ``forward(topic, records)`` sends raw ``(key, value)`` records and returns once Kafka acknowledged them.
+    """
+
+    def __init__(
+        self,
+        config: LedgerLaneConfig,
+        put: Callable[[pa.Table, int], Any],
+        forward: Forward,
+        store: LedgerLaneStore,
+    ) -> None:
+        self.config = config
+        self.put = put
+        self.forward = forward
+        self.store = store
+        self.cluster_logic = ClusterLogic(config.processor)
+
+    def process(self, records: pa.Table, batch_id: int) -> int:
+        """Apply one micro-batch of raw Kafka records (the source's columns plus ``batch_time``); returns
+        the number of decisions queued."""
+        state = self.store.before(batch_id) or {}
+        topics = records.column("topic")
+        changes = records.filter(pc.equal(topics, self.config.changes_topic))
+        decoded = self._decode(changes)
+        tracked = np.union1d(
+            np.asarray(state.get("tracked") or [], dtype=np.int64),
+            np.concatenate(
+                [
+                    failing_probe_ledgers(records.filter(pc.equal(topics, self.config.feedback_topic))),
+                    _ledger_ids(decoded.filter(pc.equal(decoded.column("kind"), MARK_KIND))),
+                ]
+            ),
+        )
+        forwarded = _forwarded_mask(decoded, tracked)
+        cluster = _newest_cluster(decoded) or state.get("cluster") or self.config.cluster_default
+        cluster_state, cluster_decisions = self._cluster(state.get("cluster_state"), decoded, cluster)
+        decisions = pa.concat_tables(
+            [
+                direct_decisions(decoded.filter(pc.invert(forwarded)), cluster),
+                cluster_decisions,
+                dead_letters(decoded),
+                relayed_decisions(records.filter(pc.equal(topics, self.config.decisions_topic))),
+            ]
+        )
+        self._forward(changes.filter(forwarded))
+        self.put(decisions.sort_by([("event_time", "ascending")]), batch_id)
+        deleted = _ledger_ids(decoded.filter(pc.equal(decoded.column("kind"), "ledger_deleted")))
+        self.store.save(
+            batch_id,
+            {
+                "cluster": cluster,
+                "cluster_state": cluster_state,
+                "tracked": np.setdiff1d(tracked, deleted).tolist(),
+            },
+        )
+        return decisions.num_rows
+
+    # -- steps ---------------------------------------------------------------------------------------------
+    def _decode(self, changes: pa.Table) -> pa.Table:
+        from streaming.decode import ARROW_CHANGE_SCHEMA
+
+        batches = decode_batches(
+            iter(changes.to_batches()),
+            feedback_topic=self.config.feedback_topic,
+            ledger_buckets=self.config.ledger_buckets,
+            max_event_time_skew_s=self.config.max_event_time_skew_s,
+        )
+        return pa.Table.from_batches(list(batches), schema=ARROW_CHANGE_SCHEMA)
+
+    def _cluster(
+        self, state: dict[str, Any] | None, decoded: pa.Table, cluster: str
+    ) -> tuple[dict[str, Any] | None, pa.Table]:
+        """The cluster group's changes (rack map, snapshot brackets) through :class:`ClusterLogic`."""
+        rows = decoded.filter(
+            pc.and_(
+                pc.equal(decoded.column("state_key"), "cluster"),
+                pc.not_equal(decoded.column("kind"), HEARTBEAT_KIND),
+            )
+        )
+        if not rows.num_rows:
+            return state, _empty_decisions()
+        new_state, out, _ = self.cluster_logic.apply(state, rows_from_frames(iter([rows.to_pandas()])))
+        return new_state, decisions_from_dicts(out, cluster)
+
+    def _forward(self, chosen: pa.Table) -> None:
+        """Kafka records, unchanged, to the tracked topic (per-ledger order kept: same keys, so the same
+        partition for every change of a ledger). The decoder gives one row per record, in order, so the
+        decoded rows' mask picks the records."""
+        if chosen.num_rows:
+            self.forward(
+                self.config.tracked_topic,
+                list(zip(chosen.column("key").to_pylist(), chosen.column("value").to_pylist(), strict=True)),
+            )
+
+
+# ----------------------------------------------------------------------------------------- columns
+
+
+def _ledger_ids(rows: pa.Table) -> np.ndarray:
+    ids = pc.drop_null(rows.column("ledger_id"))
+    return np.asarray(ids.to_numpy(), dtype=np.int64) if len(ids) else np.empty(0, dtype=np.int64)
+
+
+def _forwarded_mask(decoded: pa.Table, tracked: np.ndarray) -> pa.ChunkedArray | pa.Array:
+    """Rows for the timers query: a tracked ledger's changes (marks make their ledger tracked) and the
+    heartbeats."""
+    kinds = decoded.column("kind")
+    ledger = pc.is_in(kinds, pa.array(sorted(LEDGER_KINDS)))
+    ids = pc.fill_null(decoded.column("ledger_id"), -1).to_numpy()
+    of_tracked = pa.array(np.isin(np.asarray(ids, dtype=np.int64), tracked))
+    return pc.or_(pc.and_(ledger, of_tracked), pc.equal(kinds, HEARTBEAT_KIND))
+
+
+def _newest_cluster(decoded: pa.Table) -> str | None:
+    clusters = pc.drop_null(decoded.column("cluster"))
+    return clusters[-1].as_py() if len(clusters) else None
+
+
+def _empty_decisions() -> pa.Table:
+    return ARROW_DECISION_SCHEMA.empty_table()
+
+
+def direct_decisions(rows: pa.Table, cluster: str) -> pa.Table:
+    """Changes of untracked ledgers as the decisions the stateful processor emits for them, column by
+    column: payloads pass on unparsed (the decoder's already carry the snapshot id).
+
+    Example:
+        >>> from streaming.decode import ARROW_CHANGE_SCHEMA
+        >>> row = {"state_key": "ledgers/1", "kind": "ledger_deleted", "event_time": datetime.now(UTC),
+        ...        "ledger_id": 7, "payload": '{"last_mzxid":3,"inferred":false}'}
+        >>> table = pa.Table.from_pylist([row], schema=ARROW_CHANGE_SCHEMA)
+        >>> direct_decisions(table, "c1").column("kind").to_pylist()
+        ['ledger_deleted']
+    """
+    kinds = rows.column("kind")
+    chosen = rows.filter(pc.is_in(kinds, pa.array(sorted(DIRECT_DECISIONS))))
+    n = chosen.num_rows
+    if not n:
+        return _empty_decisions()
+    decision_kind = pa.array([DIRECT_DECISIONS[k] for k in chosen.column("kind").to_pylist()], pa.string())
+    columns = {
+        "kind": decision_kind,
+        "event_time": chosen.column("event_time"),
+        "cluster": pc.fill_null(chosen.column("cluster"), cluster),
+        "ledger_id": chosen.column("ledger_id"),
+        "bookie_id": pa.nulls(n, pa.string()),
+        "payload": chosen.column("payload"),
+        "topic": pa.nulls(n, pa.string()),
+        "partition": pa.nulls(n, pa.int32()),
+        "offset": pa.nulls(n, pa.int64()),
+    }
+    return pa.table(columns, schema=ARROW_DECISION_SCHEMA)
+
+
+def dead_letters(decoded: pa.Table) -> pa.Table:
+    """Undecodable records as ``dead_letter`` decisions, passed on as the processor passes them."""
+    dead = decoded.filter(pc.equal(decoded.column("state_key"), DEAD_LETTER_STATE_KEY))
+    return dead.select(list(DECISION_COLUMNS)).cast(ARROW_DECISION_SCHEMA)
+
+
+def decisions_from_dicts(decisions: Sequence[dict[str, Any]], cluster: str | None) -> pa.Table:
+    """Decision dicts (:class:`ClusterLogic`, :class:`~streaming.processor.LedgerLogic`) as an Arrow table.
+
+    Example:
+        >>> decisions_from_dicts([{"kind": "rack_map", "event_time_ms": 5, "payload": {"racks": {}}}],
+        ...                      "c1").column("payload").to_pylist()
+        ['{"racks":{}}']
+    """
+    return pa.Table.from_pylist(
+        [
+            {
+                "kind": d["kind"],
+                "event_time": datetime.fromtimestamp(d["event_time_ms"] / 1000, tz=UTC),
+                "cluster": cluster,
+                "ledger_id": d.get("ledger_id"),
+                "bookie_id": d.get("bookie_id"),
+                "payload": json.dumps(d.get("payload") or {}, separators=(",", ":"), sort_keys=True),
+            }
+            for d in decisions
+        ],
+        schema=ARROW_DECISION_SCHEMA,
+    )
+
+
+def failing_probe_ledgers(feedback: pa.Table) -> np.ndarray:
+    """Ledgers named by a failing probe result on the feedback topic (they become tracked)."""
+    from core.domain.rules.rounds import failure_kind
+
+    if not feedback.num_rows:
+        return np.empty(0, dtype=np.int64)
+    values = feedback.column("value")
+    candidates = feedback.filter(pc.match_substring(pc.cast(values, pa.string()), '"failing":true'))
+    ids = []
+    for value in candidates.column("value").to_pylist():
+        try:
+            message = json.loads(value)
+        except ValueError:
+            continue  # the timers query's decoder records it as a dead letter
+        if isinstance(message, dict) and failure_kind(message) is not None and message.get("ledger_id"):
+            ids.append(int(message["ledger_id"]))
+    return np.asarray(ids, dtype=np.int64)
+
+
+# ------------------------------------------------------------------------------- the relayed decisions
+
+
+def encode_decisions(decisions: pa.Table) -> list[tuple[bytes, bytes]]:
+    """Decisions as ``(key, JSON value)`` records for the decisions topic (keyed by ledger or bookie, so one
+    entity's decisions stay in order).
+
+    Example:
+        >>> table = decisions_from_dicts([{"kind": "probe_request", "event_time_ms": 5, "ledger_id": 7,
+        ...                                "payload": {"round": 1}}], "c1")
+        >>> encode_decisions(table)[0][0]
+        b'ledger/7'
+    """
+    records = []
+    for row in decisions.to_pylist():
+        at: datetime = row.pop("event_time")
+        row["event_time_ms"] = int(at.timestamp() * 1000)
+        key = f"ledger/{row['ledger_id']}" if row["ledger_id"] is not None else f"bookie/{row['bookie_id']}"
+        records.append((key.encode(), json.dumps(row, separators=(",", ":"), sort_keys=True).encode()))
+    return records
+
+
+def relayed_decisions(records: pa.Table) -> pa.Table:
+    """The decisions topic's records back as decisions; a record that is not one becomes a dead letter
+    with its reason (nothing else in the batch is lost)."""
+    if not records.num_rows:
+        return _empty_decisions()
+    rows = []
+    for value, topic, partition, offset, at in zip(
+        records.column("value").to_pylist(),
+        records.column("topic").to_pylist(),
+        records.column("partition").to_pylist(),
+        records.column("offset").to_pylist(),
+        records.column("timestamp").to_pylist(),
+        strict=True,
+    ):
+        try:
+            row = json.loads(value)
+            rows.append(
+                {
+                    **{name: row.get(name) for name in DECISION_COLUMNS if name != "event_time"},
+                    "event_time": datetime.fromtimestamp(int(row["event_time_ms"]) / 1000, tz=UTC),
+                }
+            )
+        except (ValueError, TypeError, KeyError, AttributeError) as err:
+            reason = f"not a relayed decision: {type(err).__name__}: {err}"
+            rows.append(
+                {
+                    "kind": "dead_letter",
+                    "event_time": at,
+                    "payload": json.dumps({"reason": reason, "source": "kafka"}),
+                    "topic": topic,
+                    "partition": partition,
+                    "offset": offset,
+                }
+            )
+    return pa.Table.from_pylist(rows, schema=ARROW_DECISION_SCHEMA)
+
+
+class DecisionRelay:
+    """The timers query's ``foreachBatch``: its decisions to the decisions topic, acknowledged before the
+    batch ends (a replayed batch sends them again; see the module docstring)."""
+
+    def __init__(self, send: Callable[[str, Sequence[tuple[bytes | None, bytes | None]]], None], topic: str):
+        self.send = send
+        self.topic = topic
+        # A graceful stop waits for the running call (``busy``) and lets no new one start (``stopping``), as
+        # for the sink: interrupting a batch inside a Py4J call floods the log with nested interrupt traces.
+        self.stopping = threading.Event()
+        self.busy = threading.Lock()
+
+    def __call__(self, batch_df: Any, batch_id: int) -> None:
+        if self.stopping.is_set():
+            from streaming.sink import SinkStopping
+
+            raise SinkStopping(
+                f"timers batch {batch_id} arrived while the job is stopping; it will be replayed"
+            )
+        with self.busy:
+            decisions = batch_df.toArrow()
+            if decisions.num_rows:
+                self.send(self.topic, encode_decisions(decisions))
+                logger.debug("timers batch %d relayed %d decisions", batch_id, decisions.num_rows)
+
+
+__all__ = [
+    "LANE_NAME",
+    "TIMERS_QUERY_NAME",
+    "DecisionRelay",
+    "LedgerLane",
+    "LedgerLaneConfig",
+    "LedgerLaneStore",
+    "dead_letters",
+    "decisions_from_dicts",
+    "direct_decisions",
+    "encode_decisions",
+    "failing_probe_ledgers",
+    "relayed_decisions",
+]
