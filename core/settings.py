@@ -495,6 +495,14 @@ class WatcherSettings(BaseModel):
         le=1000,
         description="znodes per multiRead during a snapshot (ZooKeeper >= 3.6); 1 = single reads",
     )
+    change_batch_ms: float = Field(
+        20.0,
+        ge=0,
+        le=1000,
+        description="how long a changed ledger's read waits for the rest of its burst (at most this much "
+        "latency added), so the burst is read with one multiRead and published as one Kafka batch; "
+        "0 = read at once",
+    )
     reconciliation_interval_s: float = Field(
         3600.0, ge=0, description="periodic low-rate reconciliation scan; 0 disables it"
     )

@@ -3,9 +3,10 @@
 * One librdkafka producer built by :func:`connectors.kafka.client_config.producer_config` (acks=all,
   endless retries, one request in flight per connection so per-key order survives retries), behind a
   :class:`~connectors.kafka.tail_sender.TailSender`: records go out in batches, and the newest record of
-  each partition is held until :meth:`ChangePublisher.release_tails` (the watcher calls it when its queue
-  runs dry), so every partition ends with a one-record batch and the embedded broker's high watermark is
-  right.
+  each partition is held until :meth:`ChangePublisher.release_tails`, or the non-blocking
+  :meth:`ChangePublisher.start_release_tails` / :meth:`ChangePublisher.finish_release_tails` the watcher
+  uses when its queue runs dry, so every partition ends with a one-record batch and the embedded broker's
+  high watermark is right.
 * The partition is chosen here, with Kafka's default rule for keyed records (murmur2 of the key modulo the
   partition count, as the Java client does), so the watcher knows where each event lands: heartbeats and
   snapshot markers go to every partition explicitly, and each SnapshotEnd carries how many snapshot events
@@ -52,6 +53,7 @@ from connectors.kafka.topics import ensure_topic
 from core.events import encode_event, kafka_key, payload_type
 from core.pb import change_events_pb2 as pb
 from core.settings import KafkaSettings
+from core.threadnames import named_target
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +169,10 @@ class ChangePublisher:
             hold_records=HELD_RECORDS_PER_PARTITION,
         )
         self._poller = threading.Thread(
-            target=self._serve_delivery_reports, args=(self._producer,), name="kafka-delivery", daemon=True
+            target=named_target("kafka-delivery", self._serve_delivery_reports),
+            args=(self._producer,),
+            name="kafka-delivery",
+            daemon=True,
         )
         self._poller.start()
         logger.info("publishing change events to %s (%d partitions)", self.topic, self.partition_count)
@@ -208,10 +213,12 @@ class ChangePublisher:
         return self.partition_count
 
     def _note_acknowledged(self, message: Any) -> None:
+        """Count one acknowledged record and check its offset against the partition's last one."""
         partition, offset = message.partition(), message.offset()
-        if partition is None or offset is None or offset < 0:  # acks=0: no offset to compare
-            return
         with self._lock:
+            self.delivered += 1
+            if partition is None or offset is None or offset < 0:  # acks=0: no offset to compare
+                return
             previous = self._acked.get(partition, -1)
             if offset > previous:
                 self._acked[partition] = offset
@@ -290,11 +297,27 @@ class ChangePublisher:
                     raise
                 logger.debug("waiting for Kafka before sending the held records")
 
+    def start_release_tails(self, on_ready: Callable[[], None]) -> bool:
+        """Send the held records but each partition's newest, without waiting; ``on_ready`` runs (on the
+        delivery-report thread) when :meth:`finish_release_tails` can send the newest alone. True when the
+        release finished at once. May raise like :meth:`publish` (the records then stay held).
+        """
+        assert self._sender is not None, "start() first"
+        self._sender.on_drained = on_ready
+        return self._sender.start_release()
+
+    def finish_release_tails(self) -> bool:
+        """Send the held newest records alone if the release started earlier is ready (see above)."""
+        return self._sender is not None and self._sender.finish_release()
+
+    @property
+    def release_pending(self) -> bool:
+        """True while a started release waits for earlier records to be acknowledged."""
+        return self._sender is not None and self._sender.release_pending
+
     def _delivered(self, kind: str, event_time_ms: int, change_time_ms: int | None, message: Any) -> None:
         self._unacked.release()
         self._note_acknowledged(message)
-        with self._lock:
-            self.delivered += 1
         if self._on_delivered is not None:
             self._on_delivered(kind, event_time_ms, change_time_ms)
 

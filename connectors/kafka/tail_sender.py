@@ -36,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -98,6 +99,14 @@ class TailSender:
         # more comes: a caller that sends records one by one (the watcher) makes fewer, larger batches.
         self.hold_records = max(1, hold_records)
         self._held: dict[tuple[str, int], list[_Held]] = {}
+        # Records handed to the producer whose delivery report has not run yet, and a condition the report
+        # of the last one notifies: a flush waits on it (reports served elsewhere) instead of polling.
+        self._outstanding = 0
+        self._drained = threading.Condition(threading.Lock())
+        self._release_pending = False  # start_release sent all but the tails; finish_release sends them
+        #: Called on the report thread when the last outstanding record's report ran during a pending
+        #: release (must not block: e.g. queue a marker for the thread that calls finish_release).
+        self.on_drained: Callable[[], None] | None = None
 
     @property
     def holding(self) -> int:
@@ -169,9 +178,55 @@ class TailSender:
         for (topic, partition), held in self._held.items():
             self._send_held(topic, partition, held, keep=1)  # all but each partition's newest, together
         self._flush(timeout_s)
+        self._release_pending = False  # this release sends every tail
         for (topic, partition), held in self._held.items():
             self._send_held(topic, partition, held, keep=0)  # the newest, alone in its batch
         self._held = {slot: held for slot, held in self._held.items() if held}
+
+    def start_release(self) -> bool:
+        """:meth:`release` without waiting (reports served elsewhere only): send the held records but each
+        partition's newest now; :meth:`finish_release` sends the newest once every earlier record's report
+        has run. ``on_drained`` (when set) is called, on the report thread, when that moment comes.
+
+        Returns True when the release finished at once (nothing was in flight).
+
+        Example:
+            >>> # sender.on_drained = lambda: queue.put("tails")   # then, on the sender's thread:
+            >>> # sender.start_release() or ...; later: sender.finish_release()
+        """
+        if not self.holding:
+            return False
+        if not self.reports_polled_elsewhere:  # nothing counts the reports: wait here instead
+            self.release()
+            return True
+        for (topic, partition), held in self._held.items():
+            self._send_held(topic, partition, held, keep=1)
+        with self._drained:
+            self._release_pending = True
+            drained = self._outstanding <= 0
+        return drained and self.finish_release()
+
+    def finish_release(self) -> bool:
+        """Send each partition's held record alone, if a release is pending and nothing is in flight.
+
+        A partition that received more records since :meth:`start_release` keeps holding them (sent
+        together they would not end with a one-record batch); the next release takes them. Returns True
+        when the pending release was finished.
+        """
+        with self._drained:
+            if not self._release_pending or self._outstanding > 0:
+                return False
+            self._release_pending = False
+        for (topic, partition), held in self._held.items():
+            if len(held) == 1:
+                self._send_held(topic, partition, held, keep=0)  # alone in its batch: nothing in flight
+        self._held = {slot: held for slot, held in self._held.items() if held}
+        return True
+
+    @property
+    def release_pending(self) -> bool:
+        """True between :meth:`start_release` and the :meth:`finish_release` that sent the tails."""
+        return self._release_pending
 
     def _send_held(self, topic: str, partition: int, held: list[_Held], *, keep: int) -> None:
         """Send the oldest held records of a partition, in order, until ``keep`` remain; a record leaves the
@@ -194,14 +249,29 @@ class TailSender:
             raise KafkaTimeout(f"{pending} records still unacknowledged after {timeout_s} s")
 
     def _wait_drained(self, timeout_s: float | None) -> int:
-        """Wait until the producer holds nothing (sent, acknowledged, reports served); returns what is left.
+        """Wait until every record handed to the producer had its delivery report run (acknowledged or
+        failed); returns how many had not when ``timeout_s`` ran out (one wake-up, no polling)."""
+        with self._drained:
+            self._drained.wait_for(lambda: self._outstanding <= 0, timeout_s)
+            return max(self._outstanding, 0)
 
-        ``len(producer)`` counts records queued or in flight and delivery reports not yet served.
-        """
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while (pending := len(self.producer)) and (deadline is None or time.monotonic() < deadline):
-            time.sleep(_DRAIN_POLL_S)
-        return pending
+    def _counted(self, callback: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+        """``callback``, then one record fewer outstanding (waking a flush when it was the last)."""
+
+        def report(error: Any, message: Any) -> None:
+            try:
+                callback(error, message)
+            finally:
+                with self._drained:
+                    self._outstanding -= 1
+                    drained = self._outstanding <= 0
+                    if drained:
+                        self._drained.notify_all()
+                    ready = drained and self._release_pending
+                if ready and self.on_drained is not None:
+                    self.on_drained()
+
+        return report
 
     def _send_now(self, topic: str, partition: int, record: _Held) -> None:
         callback = record.on_delivery or _delivery_report(record.on_success, record.on_error)
@@ -218,9 +288,15 @@ class TailSender:
         """Hand one record to the producer. A full local queue is waited out, for up to ``max_block_s``:
         delivery reports free it (served here, unless another thread serves them)."""
         deadline: float | None = None
+        counted = self.reports_polled_elsewhere
+        if counted:
+            callback = self._counted(callback)
         while True:
             try:
                 self.producer.produce(topic, value=value, key=key, partition=partition, on_delivery=callback)
+                if counted:
+                    with self._drained:
+                        self._outstanding += 1
                 return
             except BufferError:
                 now = time.monotonic()

@@ -6,6 +6,11 @@ it: about 14 µs of CPU. kazoo's connection thread waits before every loop turn,
 so a watch notification, the read it triggers and that read's answer cost about eight such waits. ``poll``
 gives the same answer in one system call, with no limit on descriptor numbers either.
 
+Its connections read ahead (:class:`ReadAheadSocket`): kazoo reads a packet as a 4-byte length and then
+the body, each read behind a wait of its own; one ``recv`` of up to 64 KiB takes the whole packet and
+whatever follows it (a burst of watch notifications), the next reads are served from that buffer, and
+:meth:`PollingHandler.select` reports a socket with buffered bytes readable without waiting.
+
 With ``inline_callbacks`` the handler also runs watch callbacks (and anything else dispatched to kazoo's
 callback queue) at once, on the dispatching thread, instead of handing each to kazoo's callback thread: one
 thread wake-up less per notification and per read answer. Only for clients whose callbacks merely hand
@@ -33,10 +38,66 @@ from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.handlers.utils import fileobj_to_fd
 from kazoo.protocol.states import Callback
 
+from core.threadnames import named_target
+
 logger = logging.getLogger(__name__)
 
 _READ = select.POLLIN
 _WRITE = select.POLLOUT
+
+
+#: Bytes one ``recv`` of a :class:`ReadAheadSocket` asks for.
+READ_AHEAD_BYTES = 65536
+
+
+class ReadAheadSocket:
+    """A socket (plain or TLS) whose ``recv`` reads up to :data:`READ_AHEAD_BYTES` and keeps the surplus.
+
+    ``pending()`` counts the buffered bytes (and a TLS socket's own), as kazoo expects of TLS sockets: a
+    read with bytes pending skips the wait. Everything else is the wrapped socket's.
+
+    Example:
+        >>> import socket
+        >>> a, b = socket.socketpair()
+        >>> _ = b.send(b"\\x00\\x00\\x00\\x02hi")
+        >>> reader = ReadAheadSocket(a)
+        >>> reader.recv(4), reader.pending(), reader.recv(4), reader.pending()
+        (b'\\x00\\x00\\x00\\x02', 2, b'hi', 0)
+        >>> a.close(); b.close()
+    """
+
+    __slots__ = ("_buffer", "_socket")
+
+    def __init__(self, sock: Any) -> None:
+        self._socket = sock
+        self._buffer = b""
+
+    def recv(self, size: int) -> bytes:
+        """Up to ``size`` bytes: from the buffer when it holds any, else one read of the socket."""
+        buffered = self._buffer
+        if not buffered:
+            buffered = self._socket.recv(max(size, READ_AHEAD_BYTES))
+            if len(buffered) <= size:
+                return bytes(buffered)
+        self._buffer = buffered[size:]
+        return bytes(buffered[:size])
+
+    def pending(self) -> int:
+        """Bytes readable without touching the socket."""
+        inner = getattr(self._socket, "pending", None)
+        return len(self._buffer) + (inner() if inner is not None else 0)
+
+    def fileno(self) -> int:
+        return int(self._socket.fileno())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._socket, name)
+
+    def __enter__(self) -> ReadAheadSocket:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._socket.close()
 
 
 class PollingHandler(SequentialThreadingHandler):
@@ -67,19 +128,31 @@ class PollingHandler(SequentialThreadingHandler):
         except Exception:
             logger.exception("a ZooKeeper %s callback failed", callback.type)
 
+    def spawn(self, func: Any, *args: Any, **kwargs: Any) -> Any:
+        """kazoo's daemon thread for ``func``, named for the OS (``kazoo-zk_loop``: its connection)."""
+        return super().spawn(named_target("kazoo-" + func.__name__.strip("_"), func), *args, **kwargs)
+
+    def create_connection(self, *args: Any, **kwargs: Any) -> ReadAheadSocket:
+        """kazoo's connection (TCP or TLS, same arguments), reading ahead (:class:`ReadAheadSocket`)."""
+        return ReadAheadSocket(super().create_connection(*args, **kwargs))
+
     def select(
         self, rlist: list[Any], wlist: list[Any], xlist: list[Any], timeout: float | None = None
     ) -> tuple[list[Any], list[Any], list[Any]]:
         """``select.select``'s contract (as kazoo's ``selector_select``): the ready objects of each list.
 
         As with the selectors module, an error or hang-up on a socket counts as readable (or writable
-        when only writing was asked for), so the caller's next ``recv``/``send`` reports it.
+        when only writing was asked for), so the caller's next ``recv``/``send`` reports it. A
+        :class:`ReadAheadSocket` with buffered bytes is readable at once.
         """
         if timeout is not None:
             if not isinstance(timeout, int | float):
                 raise TypeError("timeout must be a number")
             if timeout < 0:
                 raise ValueError("timeout must be non-negative")
+        buffered = [obj for obj in rlist if isinstance(obj, ReadAheadSocket) and obj.pending()]
+        if buffered:
+            return buffered, [], []
         wanted: dict[int, int] = {}
         objects: dict[int, list[Any]] = {}
         for mask, fileobjs in ((_READ, rlist), (_WRITE, wlist)):
@@ -101,4 +174,4 @@ class PollingHandler(SequentialThreadingHandler):
         return readable, writable, []
 
 
-__all__ = ["PollingHandler"]
+__all__ = ["PollingHandler", "ReadAheadSocket"]

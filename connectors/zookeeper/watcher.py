@@ -102,6 +102,7 @@ from core.logsetup import SECRET_FILTER
 from core.metrics_http import serve_metrics
 from core.pb import change_events_pb2 as pb
 from core.settings import Settings, ZooKeeperSettings
+from core.threadnames import named_target
 
 logger = logging.getLogger(__name__)
 
@@ -465,6 +466,7 @@ OP_BATCH = 14  # a multiRead of ledgers or marks: extra = (leaf op, paths, ids)
 # before it, so the delete is applied in ZooKeeper's order relative to them. extra = the delete to apply.
 OP_DELETE_BARRIER = 15
 OP_AUTORECOVERY = 16  # a marker: read AutoRecovery's znodes now (extra = the snapshot, or None)
+OP_TAILS = 17  # a marker from the delivery-report thread: the held tails can go out alone now
 WATCH_EVENT = "watch-event"
 #: The worker sends the publisher's held records once its queue has been empty this long: short enough to
 #: add nothing visible to a live change's latency, long enough not to interrupt a snapshot's read stream.
@@ -474,6 +476,10 @@ TAIL_RELEASE_IDLE_S = 0.002
 #: every few records left the topic with hundreds of thousands of batches, and the embedded broker's offset
 #: lookups and fetches cost time in proportion to a partition's batches.
 TAIL_RELEASE_MIN_INTERVAL_S = 0.02
+#: ... and at least this often while records are held, pause or not (the delay holding adds to a change).
+TAIL_RELEASE_MAX_INTERVAL_S = 0.05
+#: Queue items the worker takes at once (a chunk): the ledger reads its notifications trigger go out together.
+MAX_CHUNK_ITEMS = 1000
 
 # The index packs mzxid << 16 | scan epoch. Epochs wrap at 65536; a stale stamp could only match again after
 # 65536 consecutive *incomplete* scans, since every complete scan re-stamps or removes every entry.
@@ -599,6 +605,10 @@ class ChangeWatcher:
         self._persistent: PersistentWatches | None = None
         self.fallback_mode = False
         self._multi_read = False
+        # Live ledger reads of one chunk of notifications (path -> ledger id), sent as one multiRead.
+        self._pending_ledger_reads: dict[str, int] = {}
+        self._live_batch_size = self.config.snapshot_batch_size
+        self._change_batch_s = self.config.change_batch_ms / 1000
         self.manager = LedgerManagerType.HIERARCHICAL
         self.cluster = ""
         self._router: _Router | None = None
@@ -785,7 +795,8 @@ class ChangeWatcher:
         start_client(client, zookeeper, hosts, setting, timeout_s)
 
     def _start_thread(self, name: str, target: Callable[[], None]) -> None:
-        thread = threading.Thread(target=target, name=name, daemon=True)
+        os_name = name.removeprefix("bkaudit-")  # "watch-worker": top -H and /proc show it
+        thread = threading.Thread(target=named_target(os_name, target), name=name, daemon=True)
         self._threads.append(thread)
         thread.start()
 
@@ -1200,33 +1211,74 @@ class ChangeWatcher:
     def _worker_loop(self) -> None:
         while True:
             try:
-                if self.publisher.holding:
+                if self.publisher.holding and not self.publisher.release_pending:
                     since = time.monotonic() - self._tails_released_at
                     idle_s = max(TAIL_RELEASE_IDLE_S, TAIL_RELEASE_MIN_INTERVAL_S - since)
-                    token, value, error = self._queue.get(timeout=idle_s)
+                    first = self._queue.get(timeout=idle_s)
                 else:
-                    token, value, error = self._queue.get()
+                    first = self._queue.get()
             except queue.Empty:
                 # Nothing more to publish for now: end each partition with a one-record batch.
                 self._release_tails()
                 continue
-            try:
-                if token in (WATCH_EVENT, FALLBACK_EVENT):
-                    self._on_watch_event(value, rack=error == "rack")
-                    continue
-                op = token[0]
-                if op == OP_STOP:
+            if self._process(first):
+                return
+            if self._pending_ledger_reads and self._change_batch_s and self._queue.empty():
+                # A ledger changed after a quiet spell: let the rest of its burst gather (one sleep, no
+                # wake-up per notification), so their reads go out as one multiRead and their events as
+                # one batch. Other notifications (bookies, the recovery delay) are read at once.
+                time.sleep(self._change_batch_s)
+            for item in self._take_chunk():
+                if self._process(item):
                     return
-                self._on_item(op, token, value, error)
-            except Exception:
-                # Never let one bad item stop the stream; a reconciliation repairs whatever it missed.
-                logger.exception("watcher worker failed on an item; scheduling a reconciliation")
-                self.request_snapshot(pb.SnapshotBegin.RECONNECT)
+            self._flush_ledger_reads()
+            if (
+                self._current is None
+                and self.publisher.holding
+                and not self.publisher.release_pending
+                and time.monotonic() - self._tails_released_at >= TAIL_RELEASE_MAX_INTERVAL_S
+            ):
+                # Live changes keep coming without a pause: end the partitions' batches now and then
+                # anyway, or the held records would wait for a pause (or a full hold) to become visible.
+                # Not during a scan, whose stream must not be cut into small batches.
+                self._release_tails()
 
-    def _release_tails(self) -> None:
-        self._tails_released_at = time.monotonic()
+    def _take_chunk(self) -> list[tuple[Any, Any, Any]]:
+        """What waits in the queue now (at most ``MAX_CHUNK_ITEMS``), in order."""
+        chunk: list[tuple[Any, Any, Any]] = []
+        get = self._queue.get_nowait
+        with contextlib.suppress(queue.Empty):
+            while len(chunk) < MAX_CHUNK_ITEMS:
+                chunk.append(get())
+        return chunk
+
+    def _process(self, item: tuple[Any, Any, Any]) -> bool:
+        """Turn one queue item into events (or reads); True when it is the stop marker."""
+        token, value, error = item
         try:
-            self.publisher.release_tails()
+            if token in (WATCH_EVENT, FALLBACK_EVENT):
+                self._on_watch_event(value, rack=error == "rack")
+                return False
+            op = token[0]
+            if op == OP_STOP:
+                return True
+            self._on_item(op, token, value, error)
+        except Exception:
+            # Never let one bad item stop the stream; a reconciliation repairs whatever it missed.
+            logger.exception("watcher worker failed on an item; scheduling a reconciliation")
+            self.request_snapshot(pb.SnapshotBegin.RECONNECT)
+        return False
+
+    def _release_tails(self, *, finish: bool = False) -> None:
+        """End each partition with a one-record batch without waiting here: the records before the tails
+        go now, the tails when the delivery-report thread queues OP_TAILS (every earlier record acked)."""
+        if not finish:
+            self._tails_released_at = time.monotonic()
+        try:
+            if finish:
+                self.publisher.finish_release_tails()
+            else:
+                self.publisher.start_release_tails(self._on_tails_ready)
         except KafkaTimeout:
             logger.debug("stopping with held records; stop() flushes what it can")
         except Exception:
@@ -1234,8 +1286,15 @@ class ChangeWatcher:
             logger.exception("sending the held change events failed; retrying")
             self._stopping.wait(1.0)
 
+    def _on_tails_ready(self) -> None:
+        # On the delivery-report thread: must not block.
+        self._put(((OP_TAILS, "", None, None), None, None))
+
     def _on_item(self, op: int, token: tuple[Any, ...], value: Any, error: Any) -> None:
         _, path, snapshot, extra = token
+        if op == OP_TAILS:
+            self._release_tails(finish=True)
+            return
         if op == OP_HEARTBEAT:
             self._emit_heartbeats()
             return
@@ -1290,7 +1349,7 @@ class ChangeWatcher:
                 packed = self._ledgers.get(info)
                 if packed is not None:  # seen since the current scan began: no inferred delete for it
                     self._ledgers[info] = (packed & ~_EPOCH_MASK) | self._epoch
-                self._read(OP_LEDGER, path, info, watch)
+                self._read_ledger(path, info, watch)
             elif route == R_MARK:
                 packed = self._marks.get(info)
                 if packed is not None:
@@ -1335,6 +1394,35 @@ class ChangeWatcher:
     def _read(self, op: int, path: str, extra: Any, watch: Callable[..., Any] | None) -> None:
         self._read_counter[op].inc()
         self._reads.get(path, (op, path, None, extra), watch=watch)
+
+    def _read_ledger(self, path: str, ledger_id: int, watch: Callable[..., Any] | None) -> None:
+        """Read a changed ledger znode: at once (fallback mode, no multiRead), or with the other ledgers of
+        this chunk of notifications in one multiRead (:meth:`_flush_ledger_reads`).
+
+        Either way the answer reaches the queue behind the notification, so it is at least as new as the
+        change; a path changed twice in one chunk is read once (the answer holds the newest version).
+        """
+        if watch is not None or not self._multi_read:
+            self._read(OP_LEDGER, path, ledger_id, watch)
+            return
+        pending = self._pending_ledger_reads
+        pending[path] = ledger_id
+        if len(pending) >= self._live_batch_size:
+            self._flush_ledger_reads()
+
+    def _flush_ledger_reads(self) -> None:
+        """Send the ledger reads gathered by :meth:`_read_ledger` (one getData, or one multiRead)."""
+        pending = self._pending_ledger_reads
+        if not pending:
+            return
+        if len(pending) == 1:
+            path, ledger_id = pending.popitem()
+            self._read(OP_LEDGER, path, ledger_id, None)
+            return
+        paths, ids = list(pending), list(pending.values())
+        pending.clear()
+        self._read_counter[OP_BATCH].inc()
+        self._reads.get_many(paths, (OP_BATCH, "", None, (OP_LEDGER, paths, ids)))
 
     def _relist(self, route: int, path: str, info: Any) -> None:
         """Fallback mode: a child watch fired; list again with a new watch (the completion does the rest)."""

@@ -66,8 +66,20 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
         "(0:0 is the embedded broker's default; e.g. 65536:5 as on real Kafka)",
     )
     parser.add_argument("--changes", type=int, default=2_000, help="znode changes for the latency figure")
-    parser.add_argument("--latency-producer", default="0:0", help="batch_size:linger_ms for the latency run")
+    parser.add_argument(
+        "--latency-producer",
+        default="default",
+        help="batch_size:linger_ms for the latency run; default: the settings' (batching, one-record tails)",
+    )
     parser.add_argument("--rate", type=float, default=200.0, help="changes per second")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE[,NAME=VALUE...]",
+        help="measure the latency run once per variant, on the same services one after the other, with "
+        "these environment settings for the watcher (e.g. BKAUDIT_WATCHER__CHANGE_BATCH_MS=0); repeatable",
+    )
     parser.add_argument("--idle-s", type=float, default=3.0, help="watcher CPU measured idle this long first")
     parser.add_argument("--heap", default="3g", help="ZooKeeper JVM heap")
     parser.add_argument("--skip-snapshot", action="store_true")
@@ -235,6 +247,40 @@ def process_cpu_s(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds of a live process's threads so far, summed per thread name (``comm``: librdkafka names
+    its threads ``rdk:...``; Python's threads carry the process's name).
+
+    Example:
+        >>> sum(thread_cpu_s(os.getpid()).values()) > 0
+        True
+    """
+    totals: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            name, fields = task.joinpath("stat").read_text().split(" (", 1)[1].rsplit(") ", 1)
+            values = fields.split()
+            ticks = int(values[11]) + int(values[12])
+            totals[name] = totals.get(name, 0.0) + ticks / os.sysconf("SC_CLK_TCK")
+    return totals
+
+
+def context_switches(pid: int) -> int:
+    """Context switches (voluntary and not) of all a live process's threads so far: about its wake-ups.
+
+    Example:
+        >>> context_switches(os.getpid()) > 0
+        True
+    """
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            for line in task.joinpath("status").read_text().splitlines():
+                if "ctxt_switches:" in line:
+                    total += int(line.split()[-1])
+    return total
+
+
 def _free_port() -> int:
     import socket
 
@@ -243,7 +289,19 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _latency(harness: Any, chroot: str, spec: Any, args: argparse.Namespace) -> dict[str, Any]:
+def _variant_env(text: str) -> dict[str, str]:
+    """``NAME=VALUE,NAME=VALUE`` as a dict.
+
+    Example:
+        >>> _variant_env("A=1,B=x")
+        {'A': '1', 'B': 'x'}
+    """
+    return dict(item.split("=", 1) for item in text.split(",") if item)
+
+
+def _latency(
+    harness: Any, chroot: str, spec: Any, args: argparse.Namespace, variant: str = ""
+) -> dict[str, Any]:
     """Rewrite ledger znodes at a fixed rate under a running watcher (a child process, as in production);
     time each change from just before ``zk.set`` to a consumer receiving its upsert."""
     from confluent_kafka import OFFSET_END, Consumer, TopicPartition
@@ -254,10 +312,12 @@ def _latency(harness: Any, chroot: str, spec: Any, args: argparse.Namespace) -> 
 
     topic = harness.unique_topic("latency")
     command, env = _watch_command(harness, chroot, topic, args)
+    env.update(_variant_env(variant))
     command.remove("--exit-after-snapshot")
-    batch_size, linger_ms = _producer_configs(args.latency_producer)[0]
-    env["BKAUDIT_KAFKA__PRODUCER_BATCH_SIZE"] = str(batch_size)
-    env["BKAUDIT_KAFKA__PRODUCER_LINGER_MS"] = str(linger_ms)
+    if args.latency_producer != "default":
+        batch_size, linger_ms = _producer_configs(args.latency_producer)[0]
+        env["BKAUDIT_KAFKA__PRODUCER_BATCH_SIZE"] = str(batch_size)
+        env["BKAUDIT_KAFKA__PRODUCER_LINGER_MS"] = str(linger_ms)
     port = _free_port()
     command += ["--metrics-port", str(port)]
     env["BKAUDIT_WATCHER__METRICS_HOST"] = "127.0.0.1"
@@ -288,7 +348,10 @@ def _latency(harness: Any, chroot: str, spec: Any, args: argparse.Namespace) -> 
         idle_started, idle_cpu = time.monotonic(), process_cpu_s(watcher.pid)
         time.sleep(args.idle_s)
         idle_rate = (process_cpu_s(watcher.pid) - idle_cpu) / (time.monotonic() - idle_started)
+        load_before = [round(x, 2) for x in os.getloadavg()]
         changes_started, changes_cpu = time.monotonic(), process_cpu_s(watcher.pid)
+        threads_before = thread_cpu_s(watcher.pid)
+        switches_before = context_switches(watcher.pid)
         lag_before = _scrape(port, "bkaudit_watcher_publish_lag_seconds")
         change_before = _scrape(port, "bkaudit_watcher_change_to_kafka_seconds")
         sent: dict[tuple[int, int], float] = {}
@@ -330,6 +393,8 @@ def _latency(harness: Any, chroot: str, spec: Any, args: argparse.Namespace) -> 
         while _scrape_value(port, "bkaudit_watcher_unacked_events") > 0 and time.monotonic() < wait_until:
             time.sleep(0.05)
         changes_cpu_s = process_cpu_s(watcher.pid) - changes_cpu
+        threads_after = thread_cpu_s(watcher.pid)
+        switches = context_switches(watcher.pid) - switches_before
         changes_window_s = time.monotonic() - changes_started
         while (
             not args.skip_consumer
@@ -347,6 +412,7 @@ def _latency(harness: Any, chroot: str, spec: Any, args: argparse.Namespace) -> 
         to_emit = [(emitted[k] - sent[k]) * 1000 for k in sent if k in emitted]
         to_consumer = [(received[k] - emitted[k]) * 1000 for k in sent if k in emitted]
         return {
+            "variant": variant,
             "changes": len(sent),
             "rate_per_s": args.rate,
             # The watcher process's CPU per change (user + system, /proc), and net of its idle rate over the
@@ -356,6 +422,13 @@ def _latency(harness: Any, chroot: str, spec: Any, args: argparse.Namespace) -> 
                 max(changes_cpu_s - idle_rate * changes_window_s, 0.0) * 1e6 / max(len(sent), 1)
             ),
             "watcher_idle_cpu_percent": round(idle_rate * 100, 2),
+            "watcher_context_switches_per_change": round(switches / max(len(sent), 1), 1),
+            # The same per thread name (Python's threads vs librdkafka's rdk:*), µs per change.
+            "watcher_cpu_us_per_change_by_thread": {
+                name: round((seconds - threads_before.get(name, 0.0)) * 1e6 / max(len(sent), 1))
+                for name, seconds in sorted(threads_after.items())
+            },
+            "load_average_before_changes": load_before,
             "producer": args.latency_producer,
             # Primary figure: znode mtime (ZooKeeper's clock) -> Kafka ack, measured by the watcher for every
             # live ledger change; percentiles are bucket upper bounds of its histogram.
@@ -457,7 +530,10 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                     }
                 )
         if not args.skip_latency and args.changes:
-            figures["latency"] = _latency(harness, chroot, spec, args)
+            runs = [_latency(harness, chroot, spec, args, variant) for variant in args.variant or [""]]
+            figures["latency"] = runs[0]
+            if len(runs) > 1:
+                figures["latency_variants"] = runs
         return figures
     finally:
         harness.stop()
@@ -503,10 +579,16 @@ def summary_line(figures: dict[str, Any]) -> dict[str, Any]:
         "ledgers": figures.get("ledgers"),
         "snapshot_s": snapshot.get("duration_s"),
         "snapshot_cpu_us_per_ledger": snapshot.get("cpu_us_per_ledger"),
+        "change_to_kafka_ack_p50_ms": latency.get("change_to_kafka_ack_p50_ms"),
         "change_to_kafka_ack_p99_ms": latency.get("change_to_kafka_ack_p99_ms"),
+        "consumer_p99_ms": latency.get("p99_ms"),
         "watcher_cpu_us_per_change": latency.get("watcher_cpu_us_per_change"),
         "watcher_cpu_us_per_change_net_of_idle": latency.get("watcher_cpu_us_per_change_net_of_idle"),
+        "watcher_cpu_us_per_change_by_thread": latency.get("watcher_cpu_us_per_change_by_thread"),
+        "watcher_context_switches_per_change": latency.get("watcher_context_switches_per_change"),
         "changes_per_s": latency.get("rate_per_s"),
+        "variant": latency.get("variant"),
+        "load_avg_before_changes": latency.get("load_average_before_changes"),
         "load_avg": [round(x, 2) for x in os.getloadavg()],
     }
 

@@ -6,6 +6,8 @@ real broker's high watermark is tested in tests/integration/test_services.py.
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -206,19 +208,27 @@ def test_release_with_nothing_held_does_not_flush():
 
 
 class _ServedElsewhere(_Recorder):
-    """A producer whose delivery reports another thread serves: polling or flushing here is a bug, and the
-    queue drains on its own (one record per look)."""
+    """A producer whose delivery reports another thread serves (``report_delay_s`` after each produce):
+    polling or flushing here is a bug."""
 
-    def __init__(self, refusals: int = 0) -> None:
+    def __init__(self, refusals: int = 0, report_delay_s: float = 0.01) -> None:
         super().__init__()
         self.fail_sends = refusals
+        self.report_delay_s = report_delay_s
+        self.served: list[float] = []  # when each report ran (monotonic)
 
-    def __len__(self) -> int:
-        queued = len(_sends(self.log)) - self.drained
-        self.drained += 1 if queued > 0 else 0
-        return max(0, queued)
+    def produce(
+        self, topic: str, *, value: bytes, key: bytes | None, partition: int, on_delivery: Any
+    ) -> None:
+        super().produce(topic, value=value, key=key, partition=partition, on_delivery=on_delivery)
 
-    drained = 0
+        def serve() -> None:
+            on_delivery(None, None)
+            self.served.append(time.monotonic())
+
+        timer = threading.Timer(self.report_delay_s, serve)
+        timer.daemon = True
+        timer.start()
 
     def poll(self, timeout: float = -1) -> int:
         raise AssertionError("only the report thread may poll")
@@ -234,15 +244,22 @@ def test_a_sender_whose_reports_another_thread_serves_waits_for_the_queue_and_ne
         sender.send("t", key=b"k", value=b"v%d" % i, partition=0)
     sender.flush(timeout_s=5)
     assert _sends(producer.log) == [("t", 0, b"v0"), ("t", 0, b"v1"), ("t", 0, b"v2")]
-    assert len(producer) == 0 and sender.holding == 0
+    assert len(producer.served) == 3 and sender.holding == 0
+
+
+def test_a_flush_returns_once_the_last_report_ran_on_the_other_thread():
+    producer = _ServedElsewhere(report_delay_s=0.2)
+    sender = TailSender(producer, hold_tails=False, reports_polled_elsewhere=True)
+    sender.send("t", key=b"k", value=b"a", partition=0)
+    sender.send("t", key=b"k", value=b"b", partition=1)
+    sender.flush(timeout_s=5)
+    returned = time.monotonic()
+    assert len(producer.served) == 2  # not before the reports ran ...
+    assert returned - max(producer.served) < 0.1  # ... and woken by the last, not by a timeout
 
 
 def test_a_sender_whose_reports_another_thread_serves_times_out_while_records_stay_queued():
-    class Stuck(_ServedElsewhere):
-        def __len__(self) -> int:
-            return 1
-
-    sender = TailSender(Stuck(), hold_tails=True, reports_polled_elsewhere=True)
+    sender = TailSender(_ServedElsewhere(report_delay_s=60), hold_tails=True, reports_polled_elsewhere=True)
     sender.send("t", key=b"k", value=b"a", partition=0)
     sender.send("t", key=b"k", value=b"b", partition=0)
     with pytest.raises(KafkaTimeout, match="unacknowledged"):
@@ -276,3 +293,46 @@ def test_a_failed_send_of_held_records_keeps_the_rest_held_in_order():
     sender.send("t", key=b"k", value=b"v2", partition=0)
     sender.flush()
     assert _sends(producer.log) == [("t", 0, b"v0"), ("t", 0, b"v1"), ("t", 0, b"v2")]
+
+
+def test_a_release_started_without_waiting_sends_the_tails_once_the_reports_ran() -> None:
+    producer = _ServedElsewhere(report_delay_s=0.2)
+    sender = TailSender(producer, hold_tails=True, reports_polled_elsewhere=True, hold_records=4)
+    ready = threading.Event()
+    sender.on_drained = ready.set
+    for i in range(3):
+        sender.send("t", key=b"k", value=b"a%d" % i, partition=0)
+    sender.send("t", key=b"k", value=b"b0", partition=1)
+    assert sender.start_release() is False  # a0, a1 in flight: the tails wait, the caller does not
+    assert _sends(producer.log) == [("t", 0, b"a0"), ("t", 0, b"a1")]
+    assert sender.finish_release() is False and sender.release_pending
+    assert ready.wait(5)  # the report thread says when
+    assert sender.finish_release() is True
+    assert _sends(producer.log)[2:] == [("t", 0, b"a2"), ("t", 1, b"b0")]
+    assert sender.holding == 0 and not sender.release_pending
+
+
+def test_a_partition_that_got_records_during_a_started_release_keeps_holding_them() -> None:
+    producer = _ServedElsewhere(report_delay_s=0.2)
+    sender = TailSender(producer, hold_tails=True, reports_polled_elsewhere=True, hold_records=4)
+    ready = threading.Event()
+    sender.on_drained = ready.set
+    sender.send("t", key=b"k", value=b"a0", partition=0)
+    sender.send("t", key=b"k", value=b"a1", partition=0)
+    sender.send("t", key=b"k", value=b"b0", partition=1)
+    assert sender.start_release() is False
+    sender.send("t", key=b"k", value=b"a2", partition=0)  # partition 0 now holds a1 and a2
+    assert ready.wait(5) and sender.finish_release()
+    # b0 went alone; a1 and a2 together would not end partition 0 with a one-record batch: still held.
+    assert _sends(producer.log) == [("t", 0, b"a0"), ("t", 1, b"b0")]
+    assert sender.holding == 2
+    sender.flush(timeout_s=5)
+    assert _sends(producer.log)[2:] == [("t", 0, b"a1"), ("t", 0, b"a2")]
+
+
+def test_a_started_release_with_nothing_in_flight_finishes_at_once() -> None:
+    producer = _ServedElsewhere()
+    sender = TailSender(producer, hold_tails=True, reports_polled_elsewhere=True)
+    sender.send("t", key=b"k", value=b"a0", partition=0)
+    assert sender.start_release() is True
+    assert _sends(producer.log) == [("t", 0, b"a0")] and sender.holding == 0
