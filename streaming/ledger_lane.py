@@ -102,6 +102,19 @@ class LedgerLane:
 
     ``put(decisions, batch_id)`` hands decisions to the sink (the sink queue: durable once it returns);
     ``forward(topic, records)`` sends raw ``(key, value)`` records and returns once Kafka acknowledged them.
+
+    Example:
+        >>> import tempfile
+        >>> from connectors.kafka.spark_source import ARROW_RECORD_SCHEMA
+        >>> queued = []
+        >>> lane = LedgerLane(LedgerLaneConfig("changes", "feedback", "tracked", "decisions",
+        ...                                    ProcessorConfig(membership=False)),
+        ...                   lambda decisions, batch_id: queued.append((batch_id, decisions.num_rows)),
+        ...                   lambda topic, records: None, LedgerLaneStore(Path(tempfile.mkdtemp())))
+        >>> nothing = ARROW_RECORD_SCHEMA.empty_table().append_column(
+        ...     "batch_time", pa.array([], pa.timestamp("us", tz="UTC")))
+        >>> lane.process(nothing, 0), queued, lane.store.saved(0)
+        (0, [(0, 0)], True)
     """
 
     def __init__(
@@ -364,7 +377,14 @@ def relayed_decisions(records: pa.Table) -> pa.Table:
 
 class DecisionRelay:
     """The timers query's ``foreachBatch``: its decisions to the decisions topic, acknowledged before the
-    batch ends (a replayed batch sends them again; see the module docstring)."""
+    batch ends (a replayed batch sends them again; see the module docstring).
+
+    Example:
+        >>> sent = []
+        >>> relay = DecisionRelay(lambda topic, records: sent.append((topic, len(records))), "decisions")
+        >>> relay.stopping.is_set(), relay.topic
+        (False, 'decisions')
+    """
 
     def __init__(self, send: Callable[[str, Sequence[tuple[bytes | None, bytes | None]]], None], topic: str):
         self.send = send
