@@ -278,7 +278,7 @@ class StreamSettings(BaseModel):
         "query); fixed for a checkpoint's life",
     )
     ledger_lane_interval_s: float = Field(
-        0.25,
+        1.0,
         ge=0,
         description="with ledger_lane = driver: how long the ledger lane waits for a first record, and then "
         "gathers records into one batch (a full planning of the topics' offsets every 5 s)",

@@ -578,6 +578,7 @@ def start_ledger_lane(
     from streaming.ledger_lane import LANE_NAME, LedgerLane, LedgerLaneConfig, LedgerLaneStore
 
     kafka, stream = settings.kafka, settings.stream
+    interval_s = stream.ledger_lane_interval_s
     checkpoint = ledger_lane_checkpoint(settings)
     store = LedgerLaneStore(checkpoint / "state")
     lane = LedgerLane(
@@ -614,7 +615,8 @@ def start_ledger_lane(
         lane.process,
         store.saved,
         OffsetLog(checkpoint / "offsets"),
-        interval_s=stream.ledger_lane_interval_s,
+        # Available-now plans in full each time: look again soon (the interval is the tailing's gather).
+        interval_s=min(interval_s, 0.1) if available_now else interval_s,
         on_progress=sink.metrics.on_progress if sink.metrics is not None else None,
     ).start()
 

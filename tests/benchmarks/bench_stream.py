@@ -135,7 +135,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
         "after the other, the first's figures on the summary line and every one's under by_lane",
     )
     add("--timers-trigger-s", type=float, default=5.0, help="stream.timers_trigger_interval_s (driver lane)")
-    add("--lane-interval-s", type=float, default=0.25, help="stream.ledger_lane_interval_s (driver lane)")
+    add("--lane-interval-s", type=float, default=1.0, help="stream.ledger_lane_interval_s (driver lane)")
     add("--fold-interval-s", type=float, default=30.0, help="stream.ledger_fold_interval_s")
     add(
         "--sink-queue-depth",
