@@ -101,6 +101,21 @@ class BatchFiles:
             (self.directory / f"{old}.json").unlink(missing_ok=True)
 
 
+class LaneStates(BatchFiles):
+    """A driver-run lane's state after each of its micro-batches, one small JSON file per batch: saving it
+    is the batch's commit, and a replay starts from :meth:`BatchFiles.before` its batch.
+
+    Example:
+        >>> import tempfile
+        >>> states = LaneStates(Path(tempfile.mkdtemp()))
+        >>> states.save(3, {"tracked": [7]}); states.before(4), states.before(3)
+        ({'tracked': [7]}, None)
+    """
+
+    def __init__(self, directory: Path, keep: int = 20) -> None:
+        super().__init__(directory, keep)
+
+
 class OffsetLog(BatchFiles):
     """One file per planned batch: its start and end offsets and batch time, written before it runs."""
 
@@ -296,4 +311,4 @@ class DriverMicroBatches:
         return table.append_column("batch_time", batch_time)
 
 
-__all__ = ["BatchFiles", "DriverMicroBatches", "OffsetLog"]
+__all__ = ["BatchFiles", "DriverMicroBatches", "LaneStates", "OffsetLog"]

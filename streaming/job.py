@@ -33,7 +33,7 @@ from core.errors import BkauditError, ConfigError, ServiceError
 from core.localfs import writable_directory
 from core.settings import Settings, StreamSettings
 from streaming.decode import decode_batches
-from streaming.driver_batches import DriverMicroBatches, OffsetLog
+from streaming.driver_batches import DriverMicroBatches, LaneStates, OffsetLog
 from streaming.membership import QUERY_NAME as MEMBERSHIP_QUERY_NAME
 from streaming.membership import (
     SKIPPED_KEY_PREFIXES,
@@ -557,10 +557,7 @@ class LoopSettler(threading.Thread):
         try:
             while lane.isActive and timers.isActive:
                 before = reader.reportLatestOffset()
-                for step in (lane.processAllAvailable, self.queries.drain, timers.processAllAvailable):
-                    step()
-                lane.processAllAvailable()
-                self.queries.drain()
+                self._round(lane, timers)
                 if reader.reportLatestOffset() == before:
                     return
         except Exception as error:  # the query's own error is what the job reports
@@ -570,17 +567,26 @@ class LoopSettler(threading.Thread):
             lane.stop()
             _stop_lane(timers, self.queries.relay, 60.0)
 
+    def _round(self, lane: Any, timers: Any) -> None:
+        """The lane and the sink take what they have, then the timers query, then the lane and the sink
+        again (the timers' decisions and the probes' feedback)."""
+        lane.processAllAvailable()
+        self.queries.drain()
+        timers.processAllAvailable()
+        lane.processAllAvailable()
+        self.queries.drain()
+
 
 def start_ledger_lane(
     settings: Settings, sink: AuditSink, queue: SinkQueue | None, send: Any, *, available_now: bool
 ) -> DriverMicroBatches:
     """Start the driver-run ledger lane (:mod:`streaming.ledger_lane`) with its own checkpoint directory."""
-    from streaming.ledger_lane import LANE_NAME, LedgerLane, LedgerLaneConfig, LedgerLaneStore
+    from streaming.ledger_lane import LANE_NAME, LedgerLane, LedgerLaneConfig
 
     kafka, stream = settings.kafka, settings.stream
     interval_s = stream.ledger_lane_interval_s
     checkpoint = ledger_lane_checkpoint(settings)
-    store = LedgerLaneStore(checkpoint / "state")
+    store = LaneStates(checkpoint / "state")
     lane = LedgerLane(
         LedgerLaneConfig(
             changes_topic=kafka.changes_topic,

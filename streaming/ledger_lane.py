@@ -28,7 +28,8 @@ timers query replays a batch after a crash) is applied twice: every relayed kind
 
 Example:
     >>> import tempfile
-    >>> store = LedgerLaneStore(Path(tempfile.mkdtemp()))
+    >>> from pathlib import Path
+    >>> store = LaneStates(Path(tempfile.mkdtemp()))
     >>> store.save(0, {"tracked": [7]}); store.before(1)["tracked"]
     [7]
 """
@@ -41,7 +42,6 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -49,7 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streaming.decode import decode_batches
-from streaming.driver_batches import BatchFiles
+from streaming.driver_batches import LaneStates
 from streaming.processor import DECISION_COLUMNS, ClusterLogic, ProcessorConfig, rows_from_frames
 from streaming.sink import ARROW_DECISION_SCHEMA
 from streaming.state_keys import DEAD_LETTER_STATE_KEY
@@ -70,14 +70,6 @@ DIRECT_DECISIONS = {
 MARK_KIND = "under_replication_mark"
 LEDGER_KINDS = frozenset({*DIRECT_DECISIONS, MARK_KIND})
 HEARTBEAT_KIND = "heartbeat"
-
-
-class LedgerLaneStore(BatchFiles):
-    """The lane's state after each micro-batch (the cluster group's state and the tracked ledgers), one
-    JSON file per batch in its checkpoint."""
-
-    def __init__(self, directory: Path, keep: int = 20) -> None:
-        super().__init__(directory, keep)
 
 
 @dataclass(frozen=True)
@@ -105,12 +97,13 @@ class LedgerLane:
 
     Example:
         >>> import tempfile
+        >>> from pathlib import Path
         >>> from connectors.kafka.spark_source import ARROW_RECORD_SCHEMA
         >>> queued = []
         >>> lane = LedgerLane(LedgerLaneConfig("changes", "feedback", "tracked", "decisions",
         ...                                    ProcessorConfig(membership=False)),
         ...                   lambda decisions, batch_id: queued.append((batch_id, decisions.num_rows)),
-        ...                   lambda topic, records: None, LedgerLaneStore(Path(tempfile.mkdtemp())))
+        ...                   lambda topic, records: None, LaneStates(Path(tempfile.mkdtemp())))
         >>> nothing = ARROW_RECORD_SCHEMA.empty_table().append_column(
         ...     "batch_time", pa.array([], pa.timestamp("us", tz="UTC")))
         >>> lane.process(nothing, 0), queued, lane.store.saved(0)
@@ -122,7 +115,7 @@ class LedgerLane:
         config: LedgerLaneConfig,
         put: Callable[[pa.Table, int], Any],
         forward: Forward,
-        store: LedgerLaneStore,
+        store: LaneStates,
     ) -> None:
         self.config = config
         self.put = put
@@ -414,7 +407,6 @@ __all__ = [
     "DecisionRelay",
     "LedgerLane",
     "LedgerLaneConfig",
-    "LedgerLaneStore",
     "dead_letters",
     "decisions_from_dicts",
     "direct_decisions",

@@ -22,6 +22,7 @@ new id. Rack-map events stay with the ledger lane (they change placement, a ledg
 
 Example:
     >>> import tempfile
+    >>> from pathlib import Path
     >>> store = MembershipStateStore(Path(tempfile.mkdtemp()))
     >>> store.save(3, {"bookies": {}}); store.save(5, {"bookies": {"b1": {}}})
     >>> store.before(5), store.before(9)
@@ -32,13 +33,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from streaming.decode import decode_batches
-from streaming.driver_batches import BatchFiles
+from streaming.driver_batches import LaneStates
 from streaming.loss import MEMBERSHIP_DECISIONS, LossAuditor, membership_app
 from streaming.processor import ClusterLogic, ProcessorConfig, rows_from_frames
 from streaming.reports import REPORTS_KEPT, LossReport, keep_recent
@@ -55,11 +55,8 @@ SKIPPED_KEY_PREFIXES = ("ledger/",)
 MEMBERSHIP_CHANGES = frozenset({"bookie_status", "recovery_delay", "auto_recovery_state", "heartbeat"})
 
 
-class MembershipStateStore(BatchFiles):
-    """The lane's state after each micro-batch, one small JSON file per batch in its checkpoint."""
-
-    def __init__(self, directory: Path, keep: int = 20) -> None:
-        super().__init__(directory, keep)
+#: The lane's state after each micro-batch, one small JSON file per batch in its checkpoint.
+MembershipStateStore = LaneStates
 
 
 @dataclass(frozen=True)
