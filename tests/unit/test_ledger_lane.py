@@ -1,0 +1,86 @@
+"""The driver-run ledger lane's pure pieces: the decisions relayed through Kafka and back, and what the lane
+makes of hostile records on the decisions and feedback topics (a dead letter with its reason, nothing else
+in the batch lost)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streaming.ledger_lane import (
+    decisions_from_dicts,
+    encode_decisions,
+    failing_probe_ledgers,
+    relayed_decisions,
+)
+
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def records(values: list[bytes | None], topic: str = "decisions") -> pa.Table:
+    """Raw Kafka records as the lane's reader gives them (the columns the lane reads)."""
+    n = len(values)
+    return pa.table(
+        {
+            "value": pa.array(values, pa.binary()),
+            "topic": [topic] * n,
+            "partition": pa.array([0] * n, pa.int32()),
+            "offset": pa.array(range(n), pa.int64()),
+            "timestamp": pa.array([AT] * n, pa.timestamp("us", tz="UTC")),
+        }
+    )
+
+
+def test_relayed_decisions_come_back_as_they_were_sent():
+    sent = decisions_from_dicts(
+        [
+            {"kind": "probe_request", "event_time_ms": 5_000, "ledger_id": 7, "payload": {"round": 2}},
+            {"kind": "under_replication_stuck", "event_time_ms": 6_000, "ledger_id": 8, "payload": {}},
+        ],
+        "c1",
+    )
+    back = relayed_decisions(records([value for _, value in encode_decisions(sent)]))
+    assert back.to_pylist() == sent.to_pylist()
+    assert [key for key, _ in encode_decisions(sent)] == [b"ledger/7", b"ledger/8"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.binary(max_size=64)), min_size=1, max_size=8))
+def test_random_records_on_the_decisions_topic_are_dead_letters_and_the_rest_is_kept(garbage):
+    good = encode_decisions(
+        decisions_from_dicts([{"kind": "replicas_cleared", "event_time_ms": 1, "ledger_id": 3}], "c1")
+    )[0][1]
+    back = relayed_decisions(records([good, *garbage])).to_pylist()
+    assert back[0]["kind"] == "replicas_cleared" and back[0]["ledger_id"] == 3
+    for row, value in zip(back[1:], garbage, strict=True):
+        if row["kind"] == "dead_letter":
+            assert json.loads(row["payload"])["reason"].startswith("not a relayed decision")
+            assert (row["topic"], row["partition"]) == ("decisions", 0)
+        else:  # random bytes that happen to be a decision's JSON
+            assert value is not None and json.loads(value)["kind"] == row["kind"]
+
+
+def test_truncated_and_hostile_relayed_records_are_dead_letters():
+    whole = encode_decisions(
+        decisions_from_dicts([{"kind": "probe_request", "event_time_ms": 1, "ledger_id": 3}], "c1")
+    )[0][1]
+    hostile = [whole[: len(whole) // 2], b"[]", b'{"kind": "x"}', b'{"event_time_ms": "soon"}', b"null", None]
+    back = relayed_decisions(records(hostile)).to_pylist()
+    assert [row["kind"] for row in back] == ["dead_letter"] * len(hostile)
+    assert all("not a relayed decision" in json.loads(row["payload"])["reason"] for row in back)
+
+
+def test_only_failing_probe_results_track_their_ledger_and_bad_feedback_is_skipped():
+    feedback = [
+        json.dumps({"ledger_id": 1, "failing": True, "outcome": {"result": "LESS_THAN_AQ"}}),
+        json.dumps({"ledger_id": 2, "failing": False}),
+        '{"ledger_id": 3, "failing":true, "outcome": ',  # truncated: the timers query's dead letter
+        json.dumps([{"failing": True}]),
+        None,
+    ]
+    values = [v.replace(", ", ",").replace(": ", ":").encode() if v else None for v in feedback]
+    assert failing_probe_ledgers(records(values, "feedback")).tolist() == [1]
