@@ -428,6 +428,14 @@ class StreamSettings(BaseModel):
         description="seconds at least between two cleanups of old versions' ledger_bookies rows (readers "
         "skip those rows anyway), so that a small micro-batch does not pay for one; 0 = every micro-batch",
     )
+    index_append_interval_s: float = Field(
+        5.0,
+        ge=0,
+        description="seconds at least between two appends of new ledger versions' rows to ledger_bookies "
+        "(one commit for every batch since: ~100 small files, one per bookie, whatever its size); readers "
+        "index the ledgers changed since by their current rows meanwhile, and the fold waits for it; "
+        "0 = every micro-batch",
+    )
     publish_processes: int | None = Field(
         None,
         description="deprecated and ignored: the librdkafka producer sends a lost bookie's alerts from the "

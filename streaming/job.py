@@ -93,6 +93,7 @@ def sink_config(settings: Settings, changes_partitions: int) -> SinkConfig:
         ledger_changes_retention_hours=stream.ledger_changes_retention_hours,
         index_cleanup_bookies_per_batch=stream.index_cleanup_bookies_per_batch,
         index_cleanup_interval_s=stream.index_cleanup_interval_s,
+        index_append_interval_s=stream.index_append_interval_s,
         agents=agent_config(settings),
     )
 

@@ -355,14 +355,8 @@ class LossAuditor:
         """The ledgers on the bookies lost or returned, once each, from their index partitions (the ledger
         columns copied into the index; ``ledgers`` only for rows written before the copy existed)."""
         bookies = sorted(lost_changed)
-        # Appended per version: only the rows of each ledger's current version count.
-        indexed = self.ledger_log.current_index(
-            scan(
-                self._table("ledger_bookies"),
-                [("bookie", "in", bookies)],
-                ["bookie", "ledger_id", "mzxid", *INDEX_LEDGER_COLUMNS],
-                prune_partitions=True,
-            )
+        indexed = self.ledger_log.read_index(
+            self._table("ledger_bookies"), bookies, ["bookie", "ledger_id", "mzxid", *INDEX_LEDGER_COLUMNS]
         )
         when = np.asarray([lost_changed[b] for b in bookies], dtype=np.int64)
         at_ms = when[pc.index_in(indexed.column("bookie"), pa.array(bookies)).to_numpy(zero_copy_only=False)]

@@ -107,6 +107,7 @@ class SinkConfig:
     ledger_changes_retention_hours: float = 168.0  # folded ledger_changes rows kept this long (maintenance)
     index_cleanup_bookies_per_batch: int = 1  # ledger_bookies partitions cleaned of old versions per run
     index_cleanup_interval_s: float = 5.0  # at least this long between two index cleanups; 0 = every batch
+    index_append_interval_s: float = 5.0  # at least this long between two index appends; 0 = every batch
     agents: AgentConfig | None = None  # bookie-side agents asked first (core.settings.AgentSettings)
 
 
@@ -224,6 +225,7 @@ class AuditSink:
         self._bookie_rows_cache: tuple[int, dict[str, dict[str, Any]]] | None = None
         # When the index cleanup last ran (monotonic seconds): it runs at most every interval, not per batch.
         self._index_cleaned_at = -math.inf
+        self._index_appended_at = -math.inf  # likewise the index's append of new versions
         ensure_tables(config.lakehouse_root)
         # Delta tables kept open between batches, brought up to date with the commits since (opening one
         # afresh reads its log from the last checkpoint: a cost on every batch, growing with the table).
@@ -397,10 +399,8 @@ class AuditSink:
         if not batch.moved:
             return
         moved = batch.moved
-        index_table = self.tables.get("ledger_bookies")
-        on_moved = [("bookie", "in", sorted(moved))]
-        indexed = self.ledger_log.current_index(
-            scan(index_table, on_moved, ["bookie", "ledger_id", "mzxid"], prune_partitions=True)
+        indexed = self.ledger_log.read_index(
+            self.tables.get("ledger_bookies"), sorted(moved), ["bookie", "ledger_id", "mzxid"]
         ).to_pylist()
         affected: dict[int, int] = {}
         for entry in indexed:
@@ -448,12 +448,7 @@ class AuditSink:
         versions = batch.versions if batch.versions is not None and batch.versions.num_rows else None
         if batch.changed_ledgers or versions is not None:
             ledger_rows = [batch.ledgers[i] for i in sorted(batch.changed_ledgers)]
-            changes_written, index_written = self.ledger_log.record(
-                writer, ledger_rows, batch.index_replace, versions
-            )
-            written.append(changes_written)
-            if any(batch.index_replace.values()) or versions is not None:
-                written.append(index_written)
+            written.append(self.ledger_log.record(writer, ledger_rows, versions))
             report.ledgers_written = len(ledger_rows) + (versions.num_rows if versions is not None else 0)
         open_alerts_version: int | None = open_version  # unchanged unless written below
         book = batch.book
@@ -518,6 +513,7 @@ class AuditSink:
     def _maintain(self, batch_id: int) -> None:
         """Compact the small files streaming creates and vacuum old ones, every N batches (in the sink's
         thread, between batch commits, so it never races the batch writer)."""
+        self._append_index()
         self._clean_index(batch_id)
         every = self.config.maintenance_every_batches
         if every <= 0 or batch_id == 0 or batch_id % every:
@@ -534,6 +530,17 @@ class AuditSink:
             logger.exception("Delta maintenance failed; the next run will try again")
         else:
             logger.info("Delta maintenance took %.1f s", time.monotonic() - started)
+
+    def _append_index(self) -> None:
+        """Append the index rows of the new ledger versions since the last append, at most every
+        ``index_append_interval_s``: the append writes a file per bookie touched (~100), whatever the
+        batches' size, and readers index the ledgers changed since by their current rows meanwhile. A
+        failure fails the batch, as any write of it does (the fold waits for the index)."""
+        now = self._clock()
+        if now - self._index_appended_at < self.config.index_append_interval_s:
+            return
+        self.ledger_log.flush_index(self.tables)
+        self._index_appended_at = now
 
     def _clean_index(self, batch_id: int) -> None:
         """Remove old versions' rows from a few ``ledger_bookies`` partitions (readers skip them anyway), at

@@ -7,9 +7,16 @@ batch. The layout instead (docs/design.md, "Ledger state without a MERGE per bat
 
 - ``ledger_changes``: append-only; per micro-batch, one row per ledger it changed (the ledger's whole new
   row plus ``batch_id``), written with the batch's app transaction. It is also the ledgers' history.
-- ``ledger_bookies``: appended too, with the rows of a changed ledger's new version (``mzxid``). Rows of
-  older versions stay until :meth:`LedgerLog.clean_index` removes them; every reader keeps only the rows of
-  a ledger's current version (:meth:`LedgerLog.current_index`, :func:`read_current_index`).
+- ``ledger_bookies``: appended too, with the rows of each new ledger version (``mzxid``), but not per
+  batch: :meth:`LedgerLog.flush_index` appends the versions of every batch since its last run in one
+  commit (the sink runs it every ``stream.index_append_interval_s``), its app transaction the last batch
+  it covers. Until then a ledger changed since the last fold is indexed by its current row: every reader
+  (:meth:`LedgerLog.read_index`, :func:`read_current_index`, ``bkaudit query``) takes the rows of those
+  ledgers from their current rows and the table's rows for the others, so what it sees never depends on
+  when the index was last appended. A fold never passes the last batch appended, so a folded ledger's rows
+  are in the table; after a crash the versions not appended are found again from ``ledger_changes``. Rows
+  of older versions stay until :meth:`LedgerLog.clean_index` removes them; every reader keeps only the
+  rows of a ledger's current version.
 - ``ledgers``: one row per ledger, the fold of the changes (:meth:`LedgerLog.fold`, every
   ``stream.ledger_fold_interval_s`` in a background thread), committed with the app transaction
   ``(<app>.fold, last batch folded)``.
@@ -28,12 +35,19 @@ Example:
     >>> log = LedgerLog(root, "doc")
     >>> log.open(0)
     >>> row = {"ledger_id": 7, "ledger_bucket": 7, "state": "CLOSED", "mzxid": 3, "deleted": False}
-    >>> log.record(BatchWriter(root, "doc", 0), [row], {7: ["b1", "b2"]})
-    (True, True)
+    >>> row = {**row, "bookies": ["b1", "b2"]}
+    >>> log.record(BatchWriter(root, "doc", 0), [row])
+    True
     >>> log.versions(np.array([7, 8]))[0].tolist()
     [3, -1]
     >>> read_current_ledgers(root).column("mzxid").to_pylist()
     [3]
+    >>> sorted(read_current_index(root).column("bookie").to_pylist())  # before the index's append
+    ['b1', 'b2']
+    >>> log.fold(through=0) is None  # nothing folds past the index's last append
+    True
+    >>> log.flush_index()
+    2
     >>> log.fold(through=0).rows
     1
     >>> DeltaTable(root + "/ledgers").to_pyarrow_table().column("ledger_id").to_pylist()
@@ -65,8 +79,11 @@ from connectors.delta.tables import (
     LEDGER_CHANGES,
     LEDGERS,
     BatchWriter,
+    OpenTables,
     conform_to,
     current_rows,
+    index_rows_of_versions,
+    index_rows_on,
     latest_per_ledger,
     of_current_versions,
     read_current_index,
@@ -148,6 +165,8 @@ class LedgerLog:
         self._latest = _OverlayIndex.empty()  # per ledger in the overlay: its newest row's place and version
         self._folded_through = _NO_VERSION
         self._foldable_through = _NO_VERSION
+        self._recorded_through = _NO_VERSION  # the last batch recorded
+        self._index_through = _NO_VERSION  # the last batch whose new versions are in ledger_bookies
         self._opened = False
         self._index_cursor = 0
         self._rows_recorded = 0  # ledger rows recorded since open: a new version can leave old index rows
@@ -186,6 +205,7 @@ class LedgerLog:
                     self._overlay = [(b, rows) for b, rows in self._overlay if b < batch_id]
                     self._latest = _OverlayIndex.of(self._overlay)
                 self._foldable_through = batch_id - 1
+                self._recorded_through = min(self._recorded_through, batch_id - 1)
                 return
         ledgers = DeltaTable(table_path(self.root, "ledgers"))
         app = fold_app(self.app_id)
@@ -199,6 +219,7 @@ class LedgerLog:
             DeltaTable(table_path(self.root, "ledger_changes")),
             [("batch_id", ">", folded), ("batch_id", "<", batch_id)],
         )
+        indexed = DeltaTable(table_path(self.root, "ledger_bookies")).transaction_version(self.app_id)
         with self._lock:
             self._set_base(base)
             self._overlay = []
@@ -209,6 +230,10 @@ class LedgerLog:
             self._latest = _OverlayIndex.of(self._overlay)
             self._folded_through = folded
             self._foldable_through = batch_id - 1
+            self._recorded_through = batch_id - 1
+            # A fold never passes the index's last append (so a fold is a lower bound: an index written
+            # per batch, before its append had a cadence, held every folded batch).
+            self._index_through = max(folded, _NO_VERSION if indexed is None else int(indexed))
             self._opened = True
         logger.info(
             "ledger state loaded: %d folded rows (through batch %d), %d changed rows since",
@@ -293,38 +318,81 @@ class LedgerLog:
         mzxid, gone = self.versions(indexed.column("ledger_id").to_numpy())
         return of_current_versions(indexed, mzxid, gone)
 
+    def read_index(self, table: DeltaTable, bookies: Sequence[str], columns: Sequence[str]) -> pa.Table:
+        """The current index rows on ``bookies`` (``columns`` of ``ledger_bookies``), whether or not the
+        index's append has run since their ledgers changed: a ledger changed since the last fold is indexed
+        by its current row, the others by ``table``'s rows of their current version.
+
+        The changed ledgers are taken first: a fold that runs meanwhile only covers appended batches, so a
+        ledger it takes out of memory already has its rows in the table read after."""
+        with self._lock:
+            overlay, latest = dict(self._overlay), self._latest
+        pending = index_rows_on(_latest_rows(overlay, latest), bookies).select(list(columns))
+        stored = scan(table, [("bookie", "in", list(bookies))], list(columns), prune_partitions=True)
+        stored = stored.filter(pa.array(~np.isin(stored.column("ledger_id").to_numpy(), latest.ids)))
+        return pa.concat_tables([self.current_index(stored), conform_to(pending, stored.schema)])
+
     # -- writes ---------------------------------------------------------------------------------------------
     def record(
-        self,
-        writer: BatchWriter,
-        rows: Sequence[Mapping[str, Any]],
-        index: Mapping[int, Sequence[str]],
-        versions: pa.Table | None = None,
-    ) -> tuple[bool, bool]:
-        """Append a batch's changed ledger rows and the index rows of the ledgers whose version changed
-        (``index``: ledger id → the bookies it names now; empty for a deleted or undecodable ledger), then
-        make them current in memory. ``versions``: further rows (``ledgers`` columns), each a new version
-        indexed by its own ``bookies``, built column by column. Returns whether each table was written
-        (False: a replay found it)."""
+        self, writer: BatchWriter, rows: Sequence[Mapping[str, Any]], versions: pa.Table | None = None
+    ) -> bool:
+        """Append a batch's changed ledger rows (``rows`` as dicts, ``versions`` as ``ledgers`` columns, built
+        column by column), then make them current in memory. Their index rows wait for
+        :meth:`flush_index`. Returns whether the table was written (False: a replay found it)."""
         table = pa.Table.from_pylist(list(rows), schema=LEDGERS.schema)
-        index_rows = index_rows_of(table, index)
         if versions is not None and versions.num_rows:
-            versions = conform_to(versions, LEDGERS.schema)
-            table = pa.concat_tables([table, versions])
-            index_rows = pa.concat_tables([index_rows, index_rows_of_versions(versions)])
+            table = pa.concat_tables([table, conform_to(versions, LEDGERS.schema)])
         batch = writer.batch_id
         changes = table.append_column(
             LEDGER_CHANGES.schema.field("batch_id"), pa.array(np.full(table.num_rows, batch, np.int64))
         )
-        changes_written = writer.append("ledger_changes", changes) if table.num_rows else False
-        index_written = writer.append("ledger_bookies", index_rows) if index_rows.num_rows else False
-        if table.num_rows:
-            with self._lock:
+        written = writer.append("ledger_changes", changes) if table.num_rows else False
+        with self._lock:
+            if table.num_rows:
                 self._rows_recorded += table.num_rows
                 self._overlay = [(b, t) for b, t in self._overlay if b != batch]
                 self._overlay.append((batch, table))
                 self._latest = self._latest.updated_with(batch, table)
-        return changes_written, index_written
+            self._recorded_through = max(self._recorded_through, batch)
+        return written
+
+    def flush_index(self, tables: OpenTables | None = None) -> int:
+        """Append to ``ledger_bookies`` the rows of every ledger version recorded since the last append (in
+        one commit, its app transaction the last batch recorded; a replay finds it there); returns the
+        rows appended. Runs in the ledger lane's thread, the index's only writer.
+
+        The versions to append are those whose ledger's version now differs from its version as of the
+        last append (``ledger_changes`` holds every batch since, so a restart finds the same ones); a
+        version replaced before the append is never written, and a deleted ledger gets no rows."""
+        with self._lock:
+            through, since = self._recorded_through, self._index_through
+            if through <= since:
+                return 0
+            rows = self._versions_since(since)
+        index_rows = index_rows_of_versions(rows)
+        if index_rows.num_rows:
+            BatchWriter(self.root, self.app_id, through, tables).append("ledger_bookies", index_rows)
+        with self._lock:
+            self._index_through = max(self._index_through, through)
+        return index_rows.num_rows
+
+    def _versions_since(self, since: int) -> pa.Table:
+        """The current rows of the live ledgers whose version changed in the batches after ``since`` (a
+        batch at or after the last fold; holding ``_lock``)."""
+        newer = [rows for batch, rows in self._overlay if batch > since]
+        if not newer:
+            return LEDGERS.schema.empty_table()
+        ids = np.unique(np.concatenate([rows.column("ledger_id").to_numpy() for rows in newer]))
+        before = np.full(len(ids), _NO_VERSION, np.int64)
+        at, hit = _positions(self._base_ids, ids)
+        before[hit] = self._base_mzxid[at[hit]]
+        then = _OverlayIndex.of([(batch, rows) for batch, rows in self._overlay if batch <= since])
+        at, hit = _positions(then.ids, ids)
+        before[hit] = then.mzxid[at[hit]]
+        at, _ = _positions(self._latest.ids, ids)  # every id is in the overlay
+        changed = (self._latest.mzxid[at] != before) & ~self._latest.gone[at]
+        overlay = dict(self._overlay)
+        return _latest_rows(overlay, self._latest, ids[changed])
 
     def batch_started(self, batch_id: int) -> None:
         """Spark runs a micro-batch only after recording the previous one done: those may be folded."""
@@ -339,6 +407,7 @@ class LedgerLog:
             started = time.monotonic()
             with self._lock:
                 through = self._foldable_through if through is None else through
+                through = min(through, self._index_through)  # a folded ledger's rows are in the index
                 tables = [rows for b, rows in self._overlay if b <= through]
                 base = self._base
             if not tables:
@@ -425,6 +494,7 @@ class LedgerLog:
             self._folder.join()
             self._folder = None
         if fold_all and self._opened:
+            self.flush_index()
             with self._lock:
                 last = self._overlay[-1][0] if self._overlay else None
             if last is not None:
@@ -502,6 +572,20 @@ def _positions(sorted_ids: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.
     return at, sorted_ids[at] == ids
 
 
+def _latest_rows(
+    overlay: Mapping[int, pa.Table], latest: _OverlayIndex, ids: np.ndarray | None = None
+) -> pa.Table:
+    """The newest overlay row of each ledger in ``ids`` (all of the overlay's when None; each must be in
+    it), one ``take`` per batch."""
+    chosen = np.ones(len(latest.ids), bool) if ids is None else np.isin(latest.ids, ids)
+    batches, places = latest.batch[chosen], latest.position[chosen]
+    parts = [
+        overlay[batch].take(pa.array(places[batches == batch], pa.int64()))
+        for batch in np.unique(batches).tolist()
+    ]
+    return pa.concat_tables(parts) if parts else LEDGERS.schema.empty_table()
+
+
 @dataclass(frozen=True)
 class _OverlayIndex:
     """For every ledger in the overlay, sorted by id: the batch and row of its newest change, and that
@@ -573,25 +657,6 @@ def index_rows_of(ledgers: pa.Table, index: Mapping[int, Sequence[str]]) -> pa.T
     ]
     taken = ledgers.take(pa.array(parents, pa.int64()))
     columns = {"bookie": pa.array(names, pa.string())}
-    for target in LEDGER_BOOKIES.schema:
-        if target.name != "bookie":
-            columns[target.name] = taken.column(target.name).cast(target.type)
-    return pa.Table.from_pydict(columns, schema=LEDGER_BOOKIES.schema)
-
-
-def index_rows_of_versions(versions: pa.Table) -> pa.Table:
-    """The ``ledger_bookies`` rows of new ledger versions (``ledgers`` rows): one per bookie in each row's
-    ``bookies``, column by column.
-
-    Example:
-        >>> row = {"ledger_id": 7, "mzxid": 3, "state": "CLOSED", "bookies": ["b1", "b2"]}
-        >>> rows = index_rows_of_versions(pa.Table.from_pylist([row], schema=LEDGERS.schema))
-        >>> [(r["bookie"], r["ledger_id"], r["mzxid"]) for r in rows.to_pylist()]
-        [('b1', 7, 3), ('b2', 7, 3)]
-    """
-    bookies = pc.fill_null(versions.column("bookies"), pa.scalar([], pa.list_(pa.string()))).combine_chunks()
-    taken = versions.take(pc.list_parent_indices(bookies))
-    columns = {"bookie": pc.list_flatten(bookies)}
     for target in LEDGER_BOOKIES.schema:
         if target.name != "bookie":
             columns[target.name] = taken.column(target.name).cast(target.type)

@@ -42,7 +42,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from connectors.delta.placement_plans import BOOKIE_COLUMNS, LEDGER_COLUMNS, plan_rows
 from connectors.delta.scan import view_typed_dataset
-from connectors.delta.tables import FOLD_METADATA_KEY, LEDGER_BUCKETS, TABLES, last_fold
+from connectors.delta.tables import FOLD_METADATA_KEY, INDEX_LEDGER_COLUMNS, LEDGER_BUCKETS, TABLES, last_fold
 from core.domain.alerts import AlertKind
 from core.domain.rules.evaluate import PlacementPolicyConfig
 from core.errors import BkauditError, InvalidArgumentError, NotFoundError
@@ -185,19 +185,24 @@ class _Filters:
 _CURRENT_VIEWS = ("ledgers", "ledger_bookies")
 # Every ledger's newest row: the folded table, overridden by the newest change after the last fold.
 _CURRENT_LEDGERS_SQL = """
+CREATE OR REPLACE TEMP VIEW ledger_changes__latest AS
+SELECT * EXCLUDE (batch_id) FROM ledger_changes__all WHERE batch_id > {folded}
+QUALIFY row_number() OVER (PARTITION BY ledger_id ORDER BY batch_id DESC) = 1;
 CREATE OR REPLACE TEMP VIEW ledgers AS
-WITH latest AS (
-    SELECT * EXCLUDE (batch_id) FROM ledger_changes__all WHERE batch_id > {folded}
-    QUALIFY row_number() OVER (PARTITION BY ledger_id ORDER BY batch_id DESC) = 1
-)
-SELECT * FROM ledgers__folded WHERE ledger_id NOT IN (SELECT ledger_id FROM latest)
-UNION ALL BY NAME SELECT * FROM latest
+SELECT * FROM ledgers__folded WHERE ledger_id NOT IN (SELECT ledger_id FROM ledger_changes__latest)
+UNION ALL BY NAME SELECT * FROM ledger_changes__latest
 """
-# The index rows of each ledger's current version (older versions' rows wait for their cleanup).
-_CURRENT_INDEX_SQL = """
+# The index rows of each ledger's current version (older versions' rows wait for their cleanup): a ledger
+# changed since the last fold from its current row (the job appends its index rows at its own cadence,
+# never past a fold), the others from the table.
+_CURRENT_INDEX_SQL = f"""
 CREATE OR REPLACE TEMP VIEW ledger_bookies AS
 SELECT i.* FROM ledger_bookies__all i JOIN ledgers l ON i.ledger_id = l.ledger_id AND i.mzxid = l.mzxid
 WHERE NOT coalesce(l.deleted, false)
+  AND i.ledger_id NOT IN (SELECT ledger_id FROM ledger_changes__latest)
+UNION ALL BY NAME
+SELECT unnest(bookies) AS bookie, ledger_id, mzxid, {", ".join(INDEX_LEDGER_COLUMNS)}
+FROM ledger_changes__latest WHERE NOT coalesce(deleted, false)
 """
 
 

@@ -669,23 +669,30 @@ def read_current_ledgers(root: str | Path) -> pa.Table:
         >>> read_current_ledgers(root).num_rows
         0
     """
+    return _read_current(root)[0]
+
+
+def _read_current(root: str | Path) -> tuple[pa.Table, np.ndarray]:
+    """Every ledger's current row, and the ids of the ledgers changed since the last fold."""
+    unchanged = np.empty(0, np.int64)
     try:
         ledgers = DeltaTable(table_path(root, "ledgers"))
     except TableNotFoundError:
-        return LEDGERS.schema.empty_table()
+        return LEDGERS.schema.empty_table(), unchanged
     folded = last_fold(ledgers)
     base = conform_to(ledgers.to_pyarrow_table(), LEDGERS.schema)
     try:
         changes_table = DeltaTable(table_path(root, "ledger_changes"))
     except TableNotFoundError:
-        return sorted_by_id(base)
+        return sorted_by_id(base), unchanged
     where = [("batch_id", ">", folded)] if folded is not None else []
     changes = scan(changes_table, where)
     if changes.num_rows == 0:
-        return sorted_by_id(base)
+        return sorted_by_id(base), unchanged
     order = np.argsort(changes.column("batch_id").to_numpy(), kind="stable")
     changes = conform_to(changes.take(pa.array(order, pa.int64())), LEDGERS.schema)
-    return current_rows(sorted_by_id(base), [changes])
+    changed = np.unique(changes.column("ledger_id").to_numpy())
+    return current_rows(sorted_by_id(base), [changes]), changed
 
 
 def last_fold(ledgers: DeltaTable) -> int | None:
@@ -706,6 +713,9 @@ def last_fold(ledgers: DeltaTable) -> int | None:
 def read_current_index(root: str | Path, bookies: Sequence[str] | None = None) -> pa.Table:
     """The ``ledger_bookies`` rows of every ledger's current version (of ``bookies`` only, when given).
 
+    A ledger changed since the last fold is indexed by its current row (the job appends new versions'
+    rows at its own cadence, never past a fold); the others by the table's rows of their version.
+
     Example:
         >>> import tempfile; root = tempfile.mkdtemp(); _ = ensure_tables(root)
         >>> read_current_index(root, ["b1"]).num_rows
@@ -716,17 +726,25 @@ def read_current_index(root: str | Path, bookies: Sequence[str] | None = None) -
         indexed = scan(DeltaTable(table_path(root, "ledger_bookies")), where, prune_partitions=True)
     except TableNotFoundError:
         return LEDGER_BOOKIES.schema.empty_table()
-    current = read_current_ledgers(root).select(["ledger_id", "mzxid", "deleted", "state"])
-    if indexed.num_rows == 0:
-        return indexed
+    current, changed = _read_current(root)
+    indexed = indexed.filter(pa.array(~np.isin(indexed.column("ledger_id").to_numpy(), changed)))
+    changed_rows = current.filter(pa.array(np.isin(current.column("ledger_id").to_numpy(), changed)))
+    if bookies is None:
+        pending = index_rows_of_versions(
+            changed_rows.filter(pc.invert(pc.fill_null(changed_rows.column("deleted"), False)))
+        )
+    else:
+        pending = index_rows_on(changed_rows, bookies)
+    pending = conform_to(pending, indexed.schema)
+    current = current.select(["ledger_id", "mzxid", "deleted", "state"])
+    if indexed.num_rows == 0 or len(current) == 0:
+        return pending
     ids = current.column("ledger_id").to_numpy()
     at = np.searchsorted(ids, indexed.column("ledger_id").to_numpy()).clip(max=max(len(ids) - 1, 0))
-    if len(ids) == 0:
-        return indexed.slice(0, 0)
     hit = ids[at] == indexed.column("ledger_id").to_numpy()
     mzxid = np.where(hit, pc.fill_null(current.column("mzxid"), _NO_VERSION).to_numpy()[at], _NO_VERSION)
     gone = pc.fill_null(current.column("deleted"), False).to_numpy(zero_copy_only=False)[at] & hit
-    return of_current_versions(indexed, mzxid, gone)
+    return pa.concat_tables([of_current_versions(indexed, mzxid, gone), pending])
 
 
 def of_current_versions(indexed: pa.Table, mzxid: np.ndarray, gone: np.ndarray) -> pa.Table:
@@ -760,3 +778,39 @@ def maintain(root: str | Path, *, retention_hours: int = 168) -> dict[str, dict[
         )
         report[spec.name] = {"optimize": metrics, "vacuumed_files": len(removed)}
     return report
+
+
+def index_rows_of_versions(versions: pa.Table) -> pa.Table:
+    """The ``ledger_bookies`` rows of new ledger versions (``ledgers`` rows): one per bookie in each row's
+    ``bookies``, column by column.
+
+    Example:
+        >>> row = {"ledger_id": 7, "mzxid": 3, "state": "CLOSED", "bookies": ["b1", "b2"]}
+        >>> rows = index_rows_of_versions(pa.Table.from_pylist([row], schema=LEDGERS.schema))
+        >>> [(r["bookie"], r["ledger_id"], r["mzxid"]) for r in rows.to_pylist()]
+        [('b1', 7, 3), ('b2', 7, 3)]
+    """
+    bookies = pc.fill_null(versions.column("bookies"), pa.scalar([], pa.list_(pa.string()))).combine_chunks()
+    taken = versions.take(pc.list_parent_indices(bookies))
+    columns = {"bookie": pc.list_flatten(bookies)}
+    for target in LEDGER_BOOKIES.schema:
+        if target.name != "bookie":
+            columns[target.name] = taken.column(target.name).cast(target.type)
+    return pa.Table.from_pydict(columns, schema=LEDGER_BOOKIES.schema)
+
+
+def index_rows_on(rows: pa.Table, bookies: Sequence[str]) -> pa.Table:
+    """The index rows on ``bookies`` of the live ledgers among ``rows`` (``ledgers`` rows).
+
+    Example:
+        >>> rows = [{"ledger_id": 7, "mzxid": 3, "bookies": ["b1", "b2"]}, {"ledger_id": 8, "deleted": True}]
+        >>> on = index_rows_on(pa.Table.from_pylist(rows, schema=LEDGERS.schema), ["b2", "b9"])
+        >>> [(r["bookie"], r["ledger_id"], r["mzxid"]) for r in on.to_pylist()]
+        [('b2', 7, 3)]
+    """
+    live = rows.filter(pc.invert(pc.fill_null(rows.column("deleted"), False)))
+    named = pc.fill_null(live.column("bookies"), pa.scalar([], pa.list_(pa.string()))).combine_chunks()
+    on = pc.is_in(pc.list_flatten(named), pa.array(list(bookies), pa.string()))
+    parents = np.unique(pc.list_parent_indices(named).to_numpy()[on.to_numpy(zero_copy_only=False)])
+    indexed = index_rows_of_versions(live.take(pa.array(parents, pa.int64())))
+    return indexed.filter(pc.is_in(indexed.column("bookie"), pa.array(list(bookies), pa.string())))

@@ -132,11 +132,16 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
         "--ledger-lane",
         default="spark",
         help="stream.ledger_lane: spark or driver; --replay takes a list (spark,driver) and runs each, one "
-        "after the other, the first's figures on the summary line and every one's under by_lane",
+        "after the other, the first's figures on the summary line and every one's under by_variant",
     )
     add("--timers-trigger-s", type=float, default=5.0, help="stream.timers_trigger_interval_s (driver lane)")
     add("--lane-interval-s", type=float, default=1.0, help="stream.ledger_lane_interval_s (driver lane)")
     add("--fold-interval-s", type=float, default=30.0, help="stream.ledger_fold_interval_s")
+    add(
+        "--index-append-s",
+        default="5",
+        help="stream.index_append_interval_s; --replay takes a list (0,5) and runs each, one after the other",
+    )
     add(
         "--sink-queue-depth",
         type=int,
@@ -214,9 +219,13 @@ def _load() -> list[float]:
 class Timers:
     """Accumulated wall time and call counts per name, around functions patched in this process."""
 
+    #: Calls at least this long are also kept one by one, with when they ran (wall clock).
+    SLOW_CALL_S = 0.5
+
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
+        self.slow_calls: list[tuple[str, float, float]] = []  # (name, wall-clock start, seconds)
         self._undo: list[tuple[Any, str, Any]] = []
 
     def wrap(self, owner: Any, attribute: str, name: str) -> None:
@@ -224,12 +233,15 @@ class Timers:
 
         @functools.wraps(original)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
+            started, wall = time.perf_counter(), time.time()
             try:
                 return original(*args, **kwargs)
             finally:
-                self.seconds[name] += time.perf_counter() - started
+                took = time.perf_counter() - started
+                self.seconds[name] += took
                 self.calls[name] += 1
+                if took >= self.SLOW_CALL_S:
+                    self.slow_calls.append((name, wall, took))
 
         setattr(owner, attribute, timed)
         self._undo.append((owner, attribute, original))
@@ -1578,6 +1590,7 @@ def job_session_and_settings(args: argparse.Namespace, kafka: Any, state_dir: Pa
             "timers_trigger_interval_s": args.timers_trigger_s,
             "ledger_lane_interval_s": args.lane_interval_s,
             "ledger_fold_interval_s": args.fold_interval_s,
+            "index_append_interval_s": float(str(args.index_append_s).split(",")[0]),
         },
     )
     return spark, settings

@@ -215,17 +215,21 @@ def _start_writer(
 
 
 def run_replays(args: argparse.Namespace) -> dict[str, Any]:
-    """:func:`run_replay` once per ledger lane of ``--ledger-lane`` (a list), one after the other: the first
-    lane's figures, and every lane's under ``by_lane``."""
+    """:func:`run_replay` once per variant, one after the other: each ledger lane of ``--ledger-lane`` (a
+    list) with each interval of ``--index-append-s`` (a list). The first variant's figures, and with more
+    than one every variant's under ``by_variant`` ("lane index_append_s=I")."""
     import copy
 
     lanes = [lane.strip() for lane in str(args.ledger_lane).split(",") if lane.strip()]
-    by_lane = {}
+    appends = [float(i) for i in str(args.index_append_s).split(",") if i.strip()]
+    by_variant = {}
     for lane in lanes:
-        one = copy.copy(args)
-        one.ledger_lane = lane
-        by_lane[lane] = run_replay(one)
-    return {**by_lane[lanes[0]], "by_lane": by_lane} if len(lanes) > 1 else by_lane[lanes[0]]
+        for append in appends:
+            one = copy.copy(args)
+            one.ledger_lane, one.index_append_s = lane, append
+            by_variant[f"{lane} index_append_s={append:g}"] = run_replay(one)
+    first = next(iter(by_variant.values()))
+    return {**first, "by_variant": by_variant} if len(by_variant) > 1 else first
 
 
 def run_replay(args: argparse.Namespace) -> dict[str, Any]:
@@ -265,6 +269,7 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         "load_average_at_start": _load(),
         "sink_queue_depth": args.sink_queue_depth,
         "ledger_lane": args.ledger_lane,
+        "index_append_s": args.index_append_s,
     }
     writer = query = sink = recorder = timers = None
     try:
@@ -325,6 +330,12 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
                 if batches
                 else None,
                 "sink_seconds_per_batch": _summary([float(b["sink_seconds"] or 0) for b in batches]),
+                "lag_timeline": lag_timeline(sent, applied, result["started"]),
+                "slow_calls": [
+                    {"name": name, "at_s": round(at - result["started"], 1), "seconds": round(took, 2)}
+                    for name, at, took in timers.slow_calls
+                    if at >= result["started"]
+                ],
             }
         )
         return figures
@@ -344,6 +355,35 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
             shutil.rmtree(state_dir, ignore_errors=True)
 
 
+def lag_timeline(
+    sent: dict[Any, float], applied: dict[Any, float], started: float, bucket_s: float = 5.0
+) -> list[dict[str, Any]]:
+    """Per ``bucket_s`` of send time from ``started``: the changes sent, and their lag's p50 and max (where
+    the tail of the lag comes from: a steady climb means too little capacity, a spike one slow step).
+
+    Example:
+        >>> timeline = lag_timeline({"a": 0.0, "b": 1.0, "c": 6.0}, {"a": 1.0, "b": 4.0, "c": 6.5}, 0.0)
+        >>> [(bucket["at_s"], bucket["sent"], bucket["lag_max_s"]) for bucket in timeline]
+        [(0, 2, 3.0), (5, 1, 0.5)]
+    """
+    buckets: dict[int, list[float]] = {}
+    for key, at in sent.items():
+        if key in applied:
+            buckets.setdefault(int((at - started) // bucket_s), []).append(applied[key] - at)
+    timeline = []
+    for bucket, lags in sorted(buckets.items()):
+        lags.sort()
+        timeline.append(
+            {
+                "at_s": int(bucket * bucket_s),
+                "sent": len(lags),
+                "lag_p50_s": round(lags[len(lags) // 2], 2),
+                "lag_max_s": round(lags[-1], 2),
+            }
+        )
+    return timeline
+
+
 def summary_line(figures: dict[str, Any]) -> dict[str, Any]:
     """The replay's named figures, for the one JSON line.
 
@@ -358,6 +398,7 @@ def summary_line(figures: dict[str, Any]) -> dict[str, Any]:
     line = {
         "mode": "replay",
         "ledger_lane": figures.get("ledger_lane"),
+        "index_append_s": figures.get("index_append_s"),
         "ledgers": figures.get("ledgers"),
         "offered_per_s": figures.get("offered_per_s"),
         "applied_per_s": figures.get("applied_per_s"),
@@ -372,9 +413,9 @@ def summary_line(figures: dict[str, Any]) -> dict[str, Any]:
             "end": _load(),
         },
     }
-    if figures.get("by_lane"):
-        line["by_lane"] = {
-            lane: {k: v for k, v in summary_line(one).items() if k not in ("mode", "ledger_lane")}
-            for lane, one in figures["by_lane"].items()
+    if figures.get("by_variant"):
+        line["by_variant"] = {
+            variant: {k: v for k, v in summary_line(one).items() if k != "mode"}
+            for variant, one in figures["by_variant"].items()
         }
     return line

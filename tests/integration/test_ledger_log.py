@@ -40,11 +40,37 @@ def row(ledger_id: int, mzxid: int, *, state: str = "CLOSED", deleted: bool = Fa
     }
 
 
-def record(log: LedgerLog, root, batch_id: int, rows: list[dict[str, Any]]) -> None:
+def record(log: LedgerLog, root, batch_id: int, rows: list[dict[str, Any]], *, append_index=True) -> None:
+    """One batch as the sink records it; with ``append_index`` its index rows are appended at once (the
+    sink's ``index_append_interval_s`` = 0), else they wait for a later :meth:`LedgerLog.flush_index`."""
     log.open(batch_id)
     log.batch_started(batch_id)
-    index = {r["ledger_id"]: [] if r["deleted"] else r["bookies"] for r in rows}
-    log.record(BatchWriter(root, APP, batch_id), rows, index)
+    log.record(BatchWriter(root, APP, batch_id), rows)
+    if append_index:
+        log.flush_index()
+
+
+def raw_index(root) -> list[tuple[str, int, int]]:
+    """Every row of the ``ledger_bookies`` table as (bookie, ledger, version), sorted."""
+    table = DeltaTable(table_path(root, "ledger_bookies")).to_pyarrow_table()
+    columns = (table.column(name).to_pylist() for name in ("bookie", "ledger_id", "mzxid"))
+    return sorted(zip(*columns, strict=True))
+
+
+def every_reader_of_the_index(log: LedgerLog, root, bookies: list[str]) -> list[list[tuple[str, int, int]]]:
+    """The current index rows on ``bookies`` as the job's readers, ``read_table`` and ``bkaudit query`` see
+    them, each as sorted (bookie, ledger, version)."""
+    table = DeltaTable(table_path(root, "ledger_bookies"))
+    in_job = log.read_index(table, bookies, ["bookie", "ledger_id", "mzxid"]).to_pylist()
+    outside = [r for r in read_table(root, "ledger_bookies").to_pylist() if r["bookie"] in bookies]
+    with Lakehouse(root) as lakehouse:
+        lakehouse._view("ledger_bookies")
+        queried = lakehouse._con.execute("SELECT bookie, ledger_id, mzxid FROM ledger_bookies").fetchall()
+    return [
+        sorted((r["bookie"], r["ledger_id"], r["mzxid"]) for r in in_job),
+        sorted((r["bookie"], r["ledger_id"], r["mzxid"]) for r in outside),
+        sorted(q for q in queried if q[0] in bookies),
+    ]
 
 
 def raw_ledgers(root) -> dict[int, int]:
@@ -105,6 +131,60 @@ def test_the_index_shows_only_current_versions_before_and_after_its_cleanup(root
         ("b4", 1),
     ]
     assert sorted((r["bookie"], r["ledger_id"]) for r in read_current_index(root).to_pylist()) == current
+
+
+def test_until_the_index_append_every_reader_indexes_changed_ledgers_by_their_current_rows(root):
+    log = LedgerLog(root, APP)
+    record(log, root, 0, [row(1, 10, bookies=("b1", "b2")), row(2, 11, bookies=("b1", "b3"))])
+    record(
+        log, root, 1, [row(1, 12, bookies=("b2", "b4")), row(3, 13, bookies=("b1", "b4"))], append_index=False
+    )
+    record(log, root, 2, [row(2, 14, deleted=True), row(3, 15, bookies=("b3", "b4"))], append_index=False)
+    expected = [("b2", 1, 12), ("b3", 3, 15), ("b4", 1, 12), ("b4", 3, 15)]
+    assert raw_index(root) == [("b1", 1, 10), ("b1", 2, 11), ("b2", 1, 10), ("b3", 2, 11)]  # batch 0's only
+    assert every_reader_of_the_index(log, root, ["b1", "b2", "b3", "b4"]) == [expected] * 3
+    assert every_reader_of_the_index(log, root, ["b3"]) == [[("b3", 3, 15)]] * 3
+    assert log.fold(through=2).through == 0  # a fold never passes the index's last append
+
+    assert log.flush_index() == 4  # the current versions only: ledger 3's version 13 was replaced before
+    assert raw_index(root) == sorted([("b1", 1, 10), ("b1", 2, 11), ("b2", 1, 10), ("b3", 2, 11), *expected])
+    assert every_reader_of_the_index(log, root, ["b1", "b2", "b3", "b4"]) == [expected] * 3
+    assert log.flush_index() == 0  # nothing recorded since
+    assert log.fold(through=2).through == 2
+    assert every_reader_of_the_index(log, root, ["b1", "b2", "b3", "b4"]) == [expected] * 3
+
+
+def test_after_a_crash_the_versions_not_appended_to_the_index_are_appended_once(root):
+    log = LedgerLog(root, APP)
+    record(log, root, 0, [row(1, 10, bookies=("b1", "b2")), row(2, 11, bookies=("b1", "b3"))])
+    log.fold(through=0)
+    record(log, root, 1, [row(1, 12, bookies=("b2", "b4"))])  # appended, not folded
+    record(log, root, 2, [row(2, 13, state="OPEN", bookies=("b1", "b3")), row(4, 14)], append_index=False)
+    record(log, root, 3, [row(4, 15)], append_index=False)
+    del log  # the process dies: batches 2 and 3 are in ledger_changes, not in the index
+    expected = [("b1", 2, 13), ("b1", 4, 15), ("b2", 1, 12), ("b2", 4, 15), ("b3", 2, 13), ("b4", 1, 12)]
+
+    restarted = LedgerLog(root, APP)
+    restarted.open(4)
+    assert every_reader_of_the_index(restarted, root, ["b1", "b2", "b3", "b4"]) == [expected] * 3
+    assert restarted.flush_index() == 4  # ledgers 2 and 4; ledger 1's version was appended before
+    restarted.fold(through=3)
+    del restarted  # and dies again after the append, before anything else
+
+    again = LedgerLog(root, APP)
+    again.open(4)
+    assert again.flush_index() == 0  # found in the index: nothing appended twice
+    assert every_reader_of_the_index(again, root, ["b1", "b2", "b3", "b4"]) == [expected] * 3
+    assert [r for r in raw_index(root) if r in set(expected)] == expected  # each current row once
+
+
+def test_a_replayed_batch_already_in_the_index_is_not_appended_again(root):
+    log = LedgerLog(root, APP)
+    record(log, root, 0, [row(1, 10, bookies=("b1", "b2"))])
+    record(log, root, 1, [row(1, 12, bookies=("b2", "b3"))])  # appended; then a crash before Spark's commit
+    replay = LedgerLog(root, APP)
+    record(replay, root, 1, [row(1, 12, bookies=("b2", "b3"))])
+    assert raw_index(root) == [("b1", 1, 10), ("b2", 1, 10), ("b2", 1, 12), ("b3", 1, 12)]
 
 
 def test_an_index_cleanup_with_nothing_recorded_since_the_last_reads_nothing(root, monkeypatch):

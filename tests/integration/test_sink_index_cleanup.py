@@ -72,3 +72,54 @@ def test_a_kept_table_handle_sees_another_writers_commit_and_skips_a_batch_alrea
     assert not BatchWriter(tmp_path, "app", 1, tables).append("dead_letters", row)
     assert tables.get("dead_letters").version() == DeltaTable(table_path(tmp_path, "dead_letters")).version()
     assert read_table(tmp_path, "dead_letters").num_rows == 2
+
+
+def test_batches_inside_the_append_interval_are_indexed_from_memory_then_appended_in_one_commit(
+    kafka_settings, tmp_path
+):
+    from connectors.kafka.topics import ensure_topic
+
+    ensure_topic(kafka_settings, kafka_settings.alerts_topic, 1)
+    root = tmp_path / "lh"
+    config = SinkConfig(
+        lakehouse_root=root,
+        app_id="append-test",
+        kafka=kafka_settings,
+        index_append_interval_s=5.0,
+        index_cleanup_interval_s=1000.0,  # no cleanup after the first batch's: only the appends commit
+    )
+    now = [100.0]
+    sink = AuditSink(config, clock=lambda: now[0])
+    sink.process(new_version(1_000, 1, ["b1", "b2", "b3"], 10), 0)  # the first batch appends
+    appended = DeltaTable(table_path(root, "ledger_bookies")).version()
+    for batch_id, (at, ledger_id, bookies, mzxid) in enumerate(
+        [
+            (101.0, 2, ["b1", "b2", "b4"], 11),
+            (102.0, 1, ["b4", "b2", "b3"], 12),
+            (104.9, 3, ["b1", "b3", "b4"], 13),
+        ],
+        start=1,
+    ):
+        now[0] = at
+        sink.process(new_version(int(at * 10), ledger_id, bookies, mzxid), batch_id)
+    current = sorted(
+        [(b, 1, 12) for b in ("b4", "b2", "b3")]
+        + [(b, 2, 11) for b in ("b1", "b2", "b4")]
+        + [(b, 3, 13) for b in ("b1", "b3", "b4")]
+    )
+    assert DeltaTable(table_path(root, "ledger_bookies")).version() == appended  # inside the interval
+    assert raw_index(root) == [("b1", 1, 10), ("b2", 1, 10), ("b3", 1, 10)]
+    assert current_index(root) == current  # readers index batches 1-3 from their rows meanwhile
+    lost = sink.ledger_log.read_index(
+        sink.tables.get("ledger_bookies"), ["b4"], ["bookie", "ledger_id", "mzxid"]
+    )
+    assert sorted(lost.column("ledger_id").to_pylist()) == [1, 2, 3]  # what a loss of b4 would read
+
+    now[0] = 105.1
+    sink.process(new_version(1_051, 4, ["b1", "b2", "b3"], 14), 4)  # the first batch after the interval
+    table = DeltaTable(table_path(root, "ledger_bookies"))
+    assert table.version() == appended + 1  # one append for batches 1-4
+    assert table.transaction_version("append-test") == 4
+    current = sorted(current + [(b, 4, 14) for b in ("b1", "b2", "b3")])
+    assert raw_index(root) == sorted(current + [("b1", 1, 10), ("b2", 1, 10), ("b3", 1, 10)])
+    assert current_index(root) == current
