@@ -17,6 +17,30 @@ import pytest
 
 pytest_plugins = ["bkaudit.testing.pytest_plugin"]
 
+# The order modules start in: the long, service-bound suites first, so that with several workers
+# (``make test`` runs two) the many short unit modules fill the end instead of one long module running alone.
+_START_ORDER = ("tests/chaos/", "tests/integration/")
+
+
+def _start_rank(item: pytest.Item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    return next((rank for rank, prefix in enumerate(_START_ORDER) if path.startswith(prefix)), len(_START_ORDER))
+
+
+def _worker_group(item: pytest.Item) -> str:
+    """The unit a worker runs whole: a module (its module-scoped stack and file order kept), except that the
+    modules reading the one ``demo_run`` share a worker, so the demo runs once."""
+    if "demo_run" in getattr(item, "fixturenames", ()):
+        return "demo_run"
+    return item.nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=_start_rank)  # stable: each module's tests stay together and in file order
+    if config.pluginmanager.hasplugin("xdist"):
+        for item in items:
+            item.add_marker(pytest.mark.xdist_group(_worker_group(item)))
+
 
 @dataclass(frozen=True)
 class CliResult:
