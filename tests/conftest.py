@@ -35,6 +35,7 @@ def _worker_group(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     items.sort(key=_start_rank)  # stable: each module's tests stay together and in file order
     if config.pluginmanager.hasplugin("xdist"):
