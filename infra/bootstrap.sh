@@ -103,7 +103,9 @@ case "$action" in
   test)
     ensure_promtool
     # Exit code 5 (no tests collected) is a failure for us: a suite that ran nothing proves nothing.
-    exec python -m pytest "$@"
+    # Two workers (BKAUDIT_TEST_WORKERS), each with its own services and Spark session; a worker runs a
+    # module whole (tests/conftest.py groups them), so module fixtures and file order hold.
+    exec python -m pytest -n "${BKAUDIT_TEST_WORKERS:-2}" "$@"
     ;;
   bench)
     exec python -m pytest tests/benchmarks -m benchmark -s -p no:cacheprovider -o addopts="" "$@"

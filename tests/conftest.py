@@ -17,6 +17,52 @@ import pytest
 
 pytest_plugins = ["bkaudit.testing.pytest_plugin"]
 
+# The order modules start in: the long, service-bound suites first, so that with several workers
+# (``make test`` runs two) the many short unit modules fill the end instead of one long module running alone.
+_START_ORDER = ("tests/chaos/", "tests/integration/")
+# Modules that read the session's one ``demo_run`` (tests/integration/conftest.py): one worker runs them all,
+# so the demo runs once.
+_DEMO_RUN_MODULES = frozenset(
+    f"tests/integration/{name}.py" for name in ("test_demo", "test_query_demo", "test_notebook_runbook")
+)
+
+
+def _start_rank(item: pytest.Item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    return next(
+        (rank for rank, prefix in enumerate(_START_ORDER) if path.startswith(prefix)), len(_START_ORDER)
+    )
+
+
+def worker_unit(nodeid: str) -> str:
+    """What one worker runs whole: a test's module (its module-scoped stack, its file order), or the demo
+    run's modules together.
+
+    Example:
+        >>> worker_unit("tests/unit/test_rackmap.py::test_facts_example")
+        'tests/unit/test_rackmap.py'
+        >>> worker_unit("tests/integration/test_query_demo.py::test_x[a]")
+        'demo_run'
+    """
+    path = nodeid.split("::", 1)[0]
+    return "demo_run" if path in _DEMO_RUN_MODULES else path
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_start_rank)  # stable: each module's tests stay together and in file order
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: a run without workers never calls it
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """With workers (``-n``): each :func:`worker_unit` goes to one worker, in collection order."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_unit(nodeid)
+
+    return ModuleScheduling(config, log)
+
 
 @dataclass(frozen=True)
 class CliResult:
