@@ -18,8 +18,9 @@ batch. The layout instead (docs/design.md, "Ledger state without a MERGE per bat
   of older versions stay until :meth:`LedgerLog.clean_index` removes them; every reader keeps only the
   rows of a ledger's current version.
 - ``ledgers``: one row per ledger, the fold of the changes (:meth:`LedgerLog.fold`, every
-  ``stream.ledger_fold_interval_s`` in a background thread), committed with the app transaction
-  ``(<app>.fold, last batch folded)``.
+  ``stream.ledger_fold_interval_s`` in a background thread; from ``FOLD_IN_CHILD_FROM_ROWS`` ledgers on,
+  computed and written by a child process, :mod:`connectors.delta._fold_process`), committed with the app
+  transaction ``(<app>.fold, last batch folded)``.
 - In memory: ``ledgers`` as of its last fold, sorted by ledger id, and the rows changed since (the overlay),
   so versions and rows are looked up without reading Delta.
 
@@ -68,14 +69,22 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import DeltaTable, write_deltalake
 
+from connectors.delta._fold_process import (
+    FOLD_SCRATCH,
+    FoldRequest,
+    fold_in_child,
+    fold_rows,
+    read_arrow_file,
+    write_arrow_file,
+    write_fold,
+)
 from connectors.delta.scan import scan
 from connectors.delta.tables import (
     APP_METADATA_KEY,
     FOLD_METADATA_KEY,
     LEDGER_BOOKIES,
-    LEDGER_BUCKETS,
     LEDGER_CHANGES,
     LEDGERS,
     BatchWriter,
@@ -84,7 +93,6 @@ from connectors.delta.tables import (
     current_rows,
     index_rows_of_versions,
     index_rows_on,
-    latest_per_ledger,
     of_current_versions,
     read_current_index,
     read_current_ledgers,
@@ -105,6 +113,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _NO_VERSION = -1
+#: From this many folded ledgers on, a fold runs in a process of its own (:mod:`._fold_process`).
+FOLD_IN_CHILD_FROM_ROWS = 200_000
 
 
 def fold_app(app_id: str) -> str:
@@ -174,6 +184,10 @@ class LedgerLog:
         self._index_clean_through = -1  # every partition was clean when _rows_recorded was this
         self._index: DeltaTable | None = None
         self._folder: threading.Thread | None = None
+        #: A base this large is folded by a process of its own (below it a process costs more than the fold).
+        self.fold_in_child_from_rows = FOLD_IN_CHILD_FROM_ROWS
+        self._base_file: Path | None = None  # the Arrow file the base is mapped from (a child's fold)
+        self._base_version: int | None = None  # or the ``ledgers`` version it was loaded from
         self._stop_folding = threading.Event()
         self.last_fold: FoldReport | None = None
         #: A step run after every fold by the fold thread and when folding stops, holding ``fold_lock``
@@ -215,13 +229,18 @@ class LedgerLog:
             version, folded = _fold_version_before(ledgers, app, batch_id)
             ledgers = DeltaTable(table_path(self.root, "ledgers"), version=version)
         base = sorted_by_id(conform_to(ledgers.to_pyarrow_table(), LEDGERS.schema))
+        base_version = ledgers.version()
         changes = scan(
             DeltaTable(table_path(self.root, "ledger_changes")),
             [("batch_id", ">", folded), ("batch_id", "<", batch_id)],
         )
         indexed = DeltaTable(table_path(self.root, "ledger_bookies")).transaction_version(self.app_id)
+        for stale in (self.root / FOLD_SCRATCH).glob(f"{self.app_id}-*.arrow"):  # a killed job's
+            stale.unlink(missing_ok=True)
         with self._lock:
             self._set_base(base)
+            self._forget_base_file()
+            self._base_version = base_version
             self._overlay = []
             if changes.num_rows:
                 for one in np.unique(changes.column("batch_id").to_numpy()):
@@ -402,46 +421,60 @@ class LedgerLog:
     # -- folding --------------------------------------------------------------------------------------------
     def fold(self, through: int | None = None) -> FoldReport | None:
         """Fold the changes of the batches up to ``through`` (default: the last one Spark recorded done)
-        into ``ledgers`` and into the in-memory base; None when there is nothing to fold."""
+        into ``ledgers`` and into the in-memory base; None when there is nothing to fold. A base of at
+        least ``fold_in_child_from_rows`` rows is folded by a process of its own (:mod:`._fold_process`)."""
         with self.fold_lock:
             started = time.monotonic()
             with self._lock:
                 through = self._foldable_through if through is None else through
                 through = min(through, self._index_through)  # a folded ledger's rows are in the index
                 tables = [rows for b, rows in self._overlay if b <= through]
-                base = self._base
+                base, folded_before = self._base, self._folded_through
             if not tables:
                 return None
-            latest = latest_per_ledger(tables)
-            kept = base.filter(pa.array(~np.isin(base.column("ledger_id").to_numpy(), latest["ledger_id"])))
-            folded = sorted_by_id(pa.concat_tables([kept, latest]))
-            written = self._write_ledgers(folded, latest.column("ledger_bucket"), through)
+            if base.num_rows >= self.fold_in_child_from_rows:
+                folded, rows, written = self._fold_in_child(base, folded_before, through)
+            else:
+                folded, latest = fold_rows(base, tables)
+                written = write_fold(self.root, fold_app(self.app_id), folded, latest, through)
+                rows = latest.num_rows
+                self._forget_base_file()
             self._swap_base(folded, through)
-            report = FoldReport(through, latest.num_rows, round(time.monotonic() - started, 3), written)
+            report = FoldReport(through, rows, round(time.monotonic() - started, 3), written)
         logger.debug("folded %d ledger rows through batch %d in %.3f s", report.rows, through, report.seconds)
         return report
 
-    def _write_ledgers(self, folded: pa.Table, changed_buckets: pa.ChunkedArray, through: int) -> bool:
-        """Write the folded state as the new version of ``ledgers``: the partitions the changes fall in,
-        overwritten with their folded rows. The base in memory is the table as of its last fold, so this
-        equals merging the changes, without reading and joining the table (0.4 s against 2.0 s for 300 k
-        changes into 1 M rows, docs/design.md); a MERGE rewrites the same files."""
-        ledgers = DeltaTable(table_path(self.root, "ledgers"))
-        app = fold_app(self.app_id)
-        done = ledgers.transaction_version(app)
-        if done is not None and done >= through:
-            return False
-        commit = CommitProperties(
-            custom_metadata={FOLD_METADATA_KEY: str(through), APP_METADATA_KEY: app},
-            app_transactions=[Transaction(app, through)],
+    def _fold_in_child(self, base: pa.Table, folded_before: int, through: int) -> tuple[pa.Table, int, bool]:
+        """The fold by a child process: it reads the base from where this one came from (the Arrow file of
+        the last child's fold, or ``ledgers`` at the version it was loaded from) and the changes from
+        ``ledger_changes``, commits, and leaves the new base in a file mapped here without a copy."""
+        scratch = self.root / FOLD_SCRATCH
+        scratch.mkdir(exist_ok=True)
+        if self._base_file is None and self._base_version is None:  # folded here before: hand it over
+            self._base_file = scratch / f"{self.app_id}-{folded_before}.arrow"
+            write_arrow_file(self._base_file, base)
+        out = scratch / f"{self.app_id}-{through}.arrow"
+        request = FoldRequest(
+            root=str(self.root),
+            app=fold_app(self.app_id),
+            folded=folded_before,
+            through=through,
+            out_file=str(out),
+            base_file=None if self._base_file is None else str(self._base_file),
+            base_version=self._base_version,
         )
-        buckets = pc.unique(changed_buckets).drop_null().to_pylist()
-        predicate = None
-        if changed_buckets.null_count == 0 and len(buckets) < LEDGER_BUCKETS:
-            folded = folded.filter(pc.is_in(folded.column("ledger_bucket"), pa.array(buckets, pa.int32())))
-            predicate = f"ledger_bucket IN ({', '.join(str(b) for b in sorted(buckets))})"
-        write_deltalake(ledgers, folded, mode="overwrite", predicate=predicate, commit_properties=commit)
-        return True
+        report = fold_in_child(request)
+        folded = read_arrow_file(out)
+        self._forget_base_file()
+        self._base_file = out
+        return folded, int(str(report["rows"])), bool(report["merged"])
+
+    def _forget_base_file(self) -> None:
+        """The base no longer comes from a file or a table version (a removed file's mapping stays readable
+        until the base is replaced)."""
+        if self._base_file is not None:
+            self._base_file.unlink(missing_ok=True)
+        self._base_file, self._base_version = None, None
 
     def _swap_base(self, folded: pa.Table, through: int) -> None:
         with self._lock:
@@ -500,6 +533,8 @@ class LedgerLog:
             if last is not None:
                 self.last_fold = self.fold(through=last) or self.last_fold
             self._run_after_fold()
+        with self.fold_lock:
+            self._forget_base_file()  # the base stays mapped; a later fold hands it over again
 
     def expire_changes(self, retention_hours: float) -> bool:
         """Delete the ``ledger_changes`` rows older than ``retention_hours`` (event time) of batches already

@@ -214,20 +214,25 @@ def _start_writer(
     return writer, json.loads(line)
 
 
-def run_replays(args: argparse.Namespace) -> dict[str, Any]:
-    """:func:`run_replay` once per variant, one after the other: each ledger lane of ``--ledger-lane`` (a
-    list) with each interval of ``--index-append-s`` (a list). The first variant's figures, and with more
-    than one every variant's under ``by_variant`` ("lane index_append_s=I")."""
-    import copy
+#: The options that take a list, each value run one after the other (every combination).
+VARIED = ("ledger_lane", "index_append_s")
 
-    lanes = [lane.strip() for lane in str(args.ledger_lane).split(",") if lane.strip()]
-    appends = [float(i) for i in str(args.index_append_s).split(",") if i.strip()]
+
+def run_replays(args: argparse.Namespace) -> dict[str, Any]:
+    """:func:`run_replay` once per variant, one after the other: every combination of the values of the
+    list options (``--ledger-lane spark,driver``, ``--index-append-s 0,5``).
+    The first variant's figures, and with more than one every variant's under ``by_variant``."""
+    import copy
+    import itertools
+
+    choices = [[v.strip() for v in str(getattr(args, name)).split(",") if v.strip()] for name in VARIED]
     by_variant = {}
-    for lane in lanes:
-        for append in appends:
-            one = copy.copy(args)
-            one.ledger_lane, one.index_append_s = lane, append
-            by_variant[f"{lane} index_append_s={append:g}"] = run_replay(one)
+    for values in itertools.product(*choices):
+        one = copy.copy(args)
+        for name, value in zip(VARIED, values, strict=True):
+            setattr(one, name, value)
+        label = " ".join(f"{name}={value}" for name, value in zip(VARIED, values, strict=True))
+        by_variant[label] = run_replay(one)
     first = next(iter(by_variant.values()))
     return {**first, "by_variant": by_variant} if len(by_variant) > 1 else first
 

@@ -1,7 +1,7 @@
 """A child process for ``test_kill_during_fold``: micro-batches of ledger changes recorded as the job's sink
 records them (:class:`~connectors.delta.ledger_log.LedgerLog` on real Delta tables), their index rows
 appended after some batches only (the sink's ``index_append_interval_s``), folded in the background every
-few milliseconds, until it is killed.
+few milliseconds (every other run by a child process, as at scale), until it is killed.
 
 Each batch's rows are a pure function of its id (:func:`batch_rows`), as a Spark replay's input is the same
 batch again. On start the worker replays the last recorded batch or goes on after it (at random, as Spark
@@ -81,6 +81,8 @@ def main(argv: list[str]) -> None:
     replay = recorded >= 0 and rng.random() < 0.5
     batch_id = recorded if replay else recorded + 1
     log = LedgerLog(root, APP)
+    if seed % 2:  # every other run folds in a child process, as the job does at scale (killed with it)
+        log.fold_in_child_from_rows = 0
     log.start_folding(0.02)
     print(f"start {batch_id}", flush=True)
     while True:

@@ -273,3 +273,80 @@ def test_a_fold_rewrites_only_the_partitions_its_changes_fall_in(root):
     assert before - after and before - after <= bucket_1 and after - before <= bucket_1
     expected = {i: 10 + i for i in range(LEDGER_BUCKETS * 2)} | {1: 100, 1 + LEDGER_BUCKETS: 101}
     assert raw_ledgers(root) == expected
+
+
+def test_lookups_after_many_folds_match_the_changes_applied_in_order(root):
+    """After many folds (the base in memory swapped each time), every lookup equals the changes applied."""
+    import random
+
+    rng = random.Random(7)
+    log = LedgerLog(root, APP)
+    model: dict[int, tuple[int, bool, str]] = {}  # ledger → (mzxid, deleted, state)
+    for batch_id in range(40):
+        rows = []
+        for ledger_id in rng.sample(range(60), 12):
+            mzxid, deleted = 1000 * batch_id + ledger_id, rng.random() < 0.15
+            state = rng.choice(["OPEN", "CLOSED"])
+            rows.append(row(ledger_id, mzxid, state=state, deleted=deleted))
+            model[ledger_id] = (mzxid, deleted, state)
+        record(log, root, batch_id, rows)
+        if rng.random() < 0.8:
+            log.fold(through=batch_id)
+    ids = np.arange(-1, 62)
+    mzxid, gone = log.versions(ids)
+    assert {
+        i: (m, g) for i, m, g in zip(ids.tolist(), mzxid.tolist(), gone.tolist(), strict=True) if m >= 0
+    } == {i: (m, d) for i, (m, d, _) in model.items()}
+    taken = log.take(np.array(sorted(model)), ["ledger_id", "mzxid"])
+    assert sorted(zip(*(taken.column(c).to_pylist() for c in ("ledger_id", "mzxid")), strict=True)) == sorted(
+        (i, m) for i, (m, _, _) in model.items()
+    )
+    closed = sorted(i for i, (_, d, s) in model.items() if s == "CLOSED" and not d)
+    assert log.closed_after(-1, 100) == closed
+    assert log.closed_after(closed[2], 3) == closed[3:6]
+
+
+def test_a_fold_in_a_process_of_its_own_leaves_the_state_a_fold_here_would(root):
+    here, there = root / "here", root / "there"
+    logs = {}
+    for name, path in (("here", here), ("there", there)):
+        ensure_tables(path)
+        logs[name] = log = LedgerLog(path, APP)
+        log.fold_in_child_from_rows = 10**9 if name == "here" else 2  # the child once the base has 2 rows
+        record(log, path, 0, [row(1, 10), row(2, 11, bookies=("b1", "b3"))])
+        log.fold(through=0)  # a base of 0 rows: folded here by both, then handed over as a file
+        record(log, path, 1, [row(1, 12, state="OPEN"), row(3, 13, deleted=True)])
+        log.fold(through=1)
+        record(log, path, 2, [row(2, 14), row(4, 15)])
+        log.fold(through=2)
+    assert raw_ledgers(there) == raw_ledgers(here) == {1: 12, 2: 14, 3: 13, 4: 15}
+    ids = np.arange(6)
+    assert [v.tolist() for v in logs["there"].versions(ids)] == [
+        v.tolist() for v in logs["here"].versions(ids)
+    ]
+    assert logs["there"].closed_after(-1, 10) == logs["here"].closed_after(-1, 10) == [2, 4]
+    assert DeltaTable(table_path(there, "ledgers")).transaction_version(f"{APP}.fold") == 2
+    assert [p.name for p in (there / "_fold").iterdir()] == [f"{APP}-2.arrow"]  # the base's file only
+
+    restarted = LedgerLog(there, APP)  # from ledgers at its version, then a fold by the child again
+    restarted.fold_in_child_from_rows = 2
+    record(restarted, there, 3, [row(4, 16)])
+    assert restarted.fold(through=3).merged
+    assert raw_ledgers(there) == {1: 12, 2: 14, 3: 13, 4: 16}
+    restarted.stop_folding()
+    assert list((there / "_fold").iterdir()) == []  # the job's stop removes it
+
+
+def test_a_fold_whose_process_fails_says_why_and_the_next_fold_takes_the_changes(root, monkeypatch):
+    from connectors.delta import _fold_process
+
+    log = LedgerLog(root, APP)
+    log.fold_in_child_from_rows = 0
+    record(log, root, 0, [row(1, 10), row(2, 11)])
+    monkeypatch.setattr(_fold_process, "__name__", "connectors.delta.no_such_module")
+    with pytest.raises(RuntimeError, match=r"the fold through batch 0 failed \(exit 1\): .*no_such_module"):
+        log.fold(through=0)
+    monkeypatch.undo()
+    assert raw_ledgers(root) == {}
+    assert log.fold(through=0).merged
+    assert raw_ledgers(root) == {1: 10, 2: 11}
