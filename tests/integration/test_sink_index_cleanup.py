@@ -121,5 +121,5 @@ def test_batches_inside_the_append_interval_are_indexed_from_memory_then_appende
     assert table.version() == appended + 1  # one append for batches 1-4
     assert table.transaction_version("append-test") == 4
     current = sorted(current + [(b, 4, 14) for b in ("b1", "b2", "b3")])
-    assert raw_index(root) == sorted(current + [("b1", 1, 10), ("b2", 1, 10), ("b3", 1, 10)])
+    assert raw_index(root) == sorted([*current, ("b1", 1, 10), ("b2", 1, 10), ("b3", 1, 10)])
     assert current_index(root) == current
