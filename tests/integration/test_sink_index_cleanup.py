@@ -3,6 +3,8 @@ Delta handles the sink keeps open between batches still see every other writer's
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
@@ -30,22 +32,27 @@ def new_version(at_ms: int, ledger_id: int, bookies: list[str], mzxid: int) -> p
     return decisions(("ledger_state", at_ms, ledger_id, None, closed_ledger_payload(bookies, mzxid)))
 
 
-def test_batches_inside_the_cleanup_interval_leave_old_index_rows_and_the_first_after_it_cleans(
-    kafka_settings, tmp_path
-):
+def sink_on_a_clock(kafka_settings, tmp_path, **config) -> tuple[AuditSink, list[float], Any]:
+    """A sink with ``config`` on ``tmp_path/lh``, whose clock reads ``now[0]`` (from 100 s; the test moves
+    it): the sink, ``now`` and the lakehouse root."""
     from connectors.kafka.topics import ensure_topic
 
     ensure_topic(kafka_settings, kafka_settings.alerts_topic, 1)
-    root = tmp_path / "lh"
-    config = SinkConfig(
-        lakehouse_root=root,
+    root, now = tmp_path / "lh", [100.0]
+    sink = AuditSink(SinkConfig(lakehouse_root=root, kafka=kafka_settings, **config), clock=lambda: now[0])
+    return sink, now, root
+
+
+def test_batches_inside_the_cleanup_interval_leave_old_index_rows_and_the_first_after_it_cleans(
+    kafka_settings, tmp_path
+):
+    sink, now, root = sink_on_a_clock(
+        kafka_settings,
+        tmp_path,
         app_id="cleanup-test",
-        kafka=kafka_settings,
         index_cleanup_bookies_per_batch=10,  # one run cleans every partition
         index_cleanup_interval_s=5.0,
     )
-    now = [100.0]
-    sink = AuditSink(config, clock=lambda: now[0])
     sink.process(new_version(1_000, 1, ["b1", "b2", "b3"], 10), 0)  # the first batch's run: nothing old yet
     now[0] = 101.0
     sink.process(new_version(2_000, 1, ["b4", "b2", "b3"], 11), 1)
@@ -77,19 +84,13 @@ def test_a_kept_table_handle_sees_another_writers_commit_and_skips_a_batch_alrea
 def test_batches_inside_the_append_interval_are_indexed_from_memory_then_appended_in_one_commit(
     kafka_settings, tmp_path
 ):
-    from connectors.kafka.topics import ensure_topic
-
-    ensure_topic(kafka_settings, kafka_settings.alerts_topic, 1)
-    root = tmp_path / "lh"
-    config = SinkConfig(
-        lakehouse_root=root,
+    sink, now, root = sink_on_a_clock(
+        kafka_settings,
+        tmp_path,
         app_id="append-test",
-        kafka=kafka_settings,
         index_append_interval_s=5.0,
         index_cleanup_interval_s=1000.0,  # no cleanup after the first batch's: only the appends commit
     )
-    now = [100.0]
-    sink = AuditSink(config, clock=lambda: now[0])
     sink.process(new_version(1_000, 1, ["b1", "b2", "b3"], 10), 0)  # the first batch appends
     appended = DeltaTable(table_path(root, "ledger_bookies")).version()
     for batch_id, (at, ledger_id, bookies, mzxid) in enumerate(
