@@ -96,10 +96,10 @@ def write_fold(root: str | Path, app: str, folded: pa.Table, latest: pa.Table, t
     return True
 
 
-def fold_in_child(request: FoldRequest) -> dict[str, object]:
-    """Run the fold ``request`` describes in a child process and wait for it; returns its report (``rows``:
-    ledger rows merged; ``merged``: False when ``ledgers`` already held it). Raises ``RuntimeError`` with
-    the child's last words when it fails."""
+def fold_in_child(request: FoldRequest) -> tuple[int, bool]:
+    """Run the fold ``request`` describes in a child process and wait for it; returns the ledger rows it
+    merged and whether it committed (False: ``ledgers`` already held it). Raises ``RuntimeError`` with the
+    child's last words when it fails."""
     request_file = Path(request.out_file).with_suffix(".request.json")
     request_file.write_text(json.dumps(asdict(request)))
     try:
@@ -113,8 +113,8 @@ def fold_in_child(request: FoldRequest) -> dict[str, object]:
         raise RuntimeError(
             f"the fold through batch {request.through} failed (exit {done.returncode}): {last_words}"
         )
-    report: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
-    return report
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    return int(report["rows"]), bool(report["merged"])
 
 
 def write_arrow_file(path: str | Path, table: pa.Table) -> None:

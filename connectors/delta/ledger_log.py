@@ -104,7 +104,6 @@ __all__ = [
     "FoldReport",
     "LedgerLog",
     "fold_app",
-    "index_rows_of",
     "index_rows_of_versions",
     "read_current_index",
     "read_current_ledgers",
@@ -463,11 +462,11 @@ class LedgerLog:
             base_file=None if self._base_file is None else str(self._base_file),
             base_version=self._base_version,
         )
-        report = fold_in_child(request)
+        rows, merged = fold_in_child(request)
         folded = read_arrow_file(out)
         self._forget_base_file()
         self._base_file = out
-        return folded, int(str(report["rows"])), bool(report["merged"])
+        return folded, rows, merged
 
     def _forget_base_file(self) -> None:
         """The base no longer comes from a file or a table version (a removed file's mapping stays readable
@@ -668,31 +667,3 @@ class _OverlayIndex:
         order = np.lexsort((np.arange(len(ids)), ids))  # by id, then arrival: the last of each id wins
         last = order[np.r_[ids[order][1:] != ids[order][:-1], True]] if len(ids) else order
         return _OverlayIndex(*(column[last] for column in columns))
-
-
-def index_rows_of(ledgers: pa.Table, index: Mapping[int, Sequence[str]]) -> pa.Table:
-    """The ``ledger_bookies`` rows of the ledgers in ``index`` (ledger id → the bookies it names), built
-    from their rows in ``ledgers`` column by column: the copied ledger columns and the version taken with
-    one ``take`` per column, not a dict per row.
-
-    Example:
-        >>> row = {"ledger_id": 7, "mzxid": 3, "state": "CLOSED"}
-        >>> rows = index_rows_of(pa.Table.from_pylist([row], schema=LEDGERS.schema), {7: ["b1", "b2"]})
-        >>> [(r["bookie"], r["ledger_id"], r["mzxid"], r["state"]) for r in rows.to_pylist()]
-        [('b1', 7, 3, 'CLOSED'), ('b2', 7, 3, 'CLOSED')]
-    """
-    named = {ledger_id: bookies for ledger_id, bookies in index.items() if bookies and ledger_id is not None}
-    wanted = pa.array(list(named), pa.int64())
-    positions = pc.index_in(wanted, value_set=ledgers.column("ledger_id")).to_numpy(zero_copy_only=False)
-    found = ~np.isnan(positions)
-    lengths = np.fromiter((len(b) for b in named.values()), np.int64, len(named))
-    parents = np.repeat(positions[found].astype(np.int64), lengths[found])
-    names = [
-        bookie for bookies, ok in zip(named.values(), found.tolist(), strict=True) if ok for bookie in bookies
-    ]
-    taken = ledgers.take(pa.array(parents, pa.int64()))
-    columns = {"bookie": pa.array(names, pa.string())}
-    for target in LEDGER_BOOKIES.schema:
-        if target.name != "bookie":
-            columns[target.name] = taken.column(target.name).cast(target.type)
-    return pa.Table.from_pydict(columns, schema=LEDGER_BOOKIES.schema)

@@ -1139,8 +1139,7 @@ def write_example_lakehouse(root: str | Path) -> Path:
         >>> sorted(p.name for p in write_example_lakehouse(tempfile.mkdtemp()).iterdir())[:2]
         ['bookies', 'dead_letters']
     """
-    from connectors.delta.ledger_log import index_rows_of
-    from connectors.delta.tables import BatchWriter, ensure_tables
+    from connectors.delta.tables import BatchWriter, ensure_tables, index_rows_of_versions
 
     root = Path(root)
     ensure_tables(root)
@@ -1205,7 +1204,7 @@ def write_example_lakehouse(root: str | Path) -> Path:
     ledgers = [ledger(1, "MEETS_STRICT", 0), ledger(2, "MEETS_STRICT", 0), ledger(3, "MEETS_STRICT", 0)]
     ledger_rows = pa.Table.from_pylist(ledgers, schema=TABLES["ledgers"].schema)
     BatchWriter(root, "example", 0).upsert("ledgers", ledger_rows)
-    BatchWriter(root, "example", 0).append("ledger_bookies", index_rows_of(ledger_rows, ensembles))
+    BatchWriter(root, "example", 0).append("ledger_bookies", index_rows_of_versions(ledger_rows))
     bookies = [
         {"bookie_id": "bookie-1", "status": "GONE", "lost": True, "rack": "/rack-0", "flaps": 0},
         {"bookie_id": "bookie-2", "status": "WRITABLE", "lost": False, "rack": "/rack-0", "flaps": 1},

@@ -729,13 +729,7 @@ def read_current_index(root: str | Path, bookies: Sequence[str] | None = None) -
     current, changed = _read_current(root)
     indexed = indexed.filter(pa.array(~np.isin(indexed.column("ledger_id").to_numpy(), changed)))
     changed_rows = current.filter(pa.array(np.isin(current.column("ledger_id").to_numpy(), changed)))
-    if bookies is None:
-        pending = index_rows_of_versions(
-            changed_rows.filter(pc.invert(pc.fill_null(changed_rows.column("deleted"), False)))
-        )
-    else:
-        pending = index_rows_on(changed_rows, bookies)
-    pending = conform_to(pending, indexed.schema)
+    pending = conform_to(index_rows_on(changed_rows, bookies), indexed.schema)
     current = current.select(["ledger_id", "mzxid", "deleted", "state"])
     if indexed.num_rows == 0 or len(current) == 0:
         return pending
@@ -799,8 +793,9 @@ def index_rows_of_versions(versions: pa.Table) -> pa.Table:
     return pa.Table.from_pydict(columns, schema=LEDGER_BOOKIES.schema)
 
 
-def index_rows_on(rows: pa.Table, bookies: Sequence[str]) -> pa.Table:
-    """The index rows on ``bookies`` of the live ledgers among ``rows`` (``ledgers`` rows).
+def index_rows_on(rows: pa.Table, bookies: Sequence[str] | None) -> pa.Table:
+    """The index rows on ``bookies`` (every bookie when None) of the live ledgers among ``rows``
+    (``ledgers`` rows).
 
     Example:
         >>> rows = [{"ledger_id": 7, "mzxid": 3, "bookies": ["b1", "b2"]}, {"ledger_id": 8, "deleted": True}]
@@ -809,6 +804,8 @@ def index_rows_on(rows: pa.Table, bookies: Sequence[str]) -> pa.Table:
         [('b2', 7, 3)]
     """
     live = rows.filter(pc.invert(pc.fill_null(rows.column("deleted"), False)))
+    if bookies is None:
+        return index_rows_of_versions(live)
     named = pc.fill_null(live.column("bookies"), pa.scalar([], pa.list_(pa.string()))).combine_chunks()
     on = pc.is_in(pc.list_flatten(named), pa.array(list(bookies), pa.string()))
     parents = np.unique(pc.list_parent_indices(named).to_numpy()[on.to_numpy(zero_copy_only=False)])
