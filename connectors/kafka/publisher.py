@@ -68,6 +68,19 @@ MEMBERSHIP_PARTITION_KEY = b"cluster"
 #: fetches cost time in proportion to a partition's batches (docs/design.md, the membership lane at 1 M).
 HELD_RECORDS_PER_PARTITION = 64
 
+# When a publisher releases its held records (the cadence the watcher keeps, and the replay benchmark's
+# writer with it):
+#: once nothing more has come to publish for this long: short enough to add nothing visible to a live
+#: change's latency, long enough not to interrupt a snapshot's read stream;
+TAIL_RELEASE_IDLE_S = 0.002
+#: at most this often while changes keep coming. Each release ends every partition with a one-record batch;
+#: at a million ledgers, releases every few records left the topic with hundreds of thousands of batches,
+#: and the embedded broker's offset lookups and fetches cost time in proportion to a partition's batches
+#: (producing 10,000 changes/s with a release every ~2 ms cost it ~0.7 of a core, one every 50 ms 0.06);
+TAIL_RELEASE_MIN_INTERVAL_S = 0.02
+#: at least this often while records are held, pause or not (the delay holding adds to a change).
+TAIL_RELEASE_MAX_INTERVAL_S = 0.05
+
 
 def partition_for_key(key: bytes, partition_count: int) -> int:
     """Kafka's default partition of a keyed record (``toPositive(murmur2(key)) % partitions``).

@@ -11,7 +11,7 @@ acknowledgement), and a planning takes the records the consumer already holds: t
 last of them in each partition, those records' fingerprints go into the offset (computed here, nothing
 fetched) and the batch reads those very records from memory. With ``gather_s``, a planning that got a
 first record keeps taking records for that long (up to ``max_records``): fewer, larger batches for a lane
-whose cost is per batch.
+whose cost is per batch; such a consumer also spaces its fetches (:data:`FETCHES_PER_GATHER`).
 
 The full planning still runs: first, every ``verify_every_s`` (when the consumer holds no record, so a
 loss does not wait for it; at the latest three intervals after the last), for ``Trigger.AvailableNow``,
@@ -48,6 +48,12 @@ from connectors.kafka.spark_source import (
 #: librdkafka waits this long at the broker for a record before an empty fetch (its default): the broker
 #: answers as soon as one arrives, so this bounds only idle round trips (two a second).
 FETCH_WAIT_MS = 500
+#: A gathering reader (``gather_s`` > 0) fetches a partition at most this often per gather: its records wait
+#: for the gather's end anyway. While records stream in, every fetch finds some and the consumer fetches
+#: again at once, back to back; the embedded broker's fetch costs time in proportion to the partition's
+#: size: at 10,000 records/s into a million-record topic, fetching back to back cost it ~0.6 of a core
+#: (docs/design.md).
+FETCHES_PER_GATHER = 5
 
 Positions = dict[tuple[str, int], int]
 
@@ -224,7 +230,7 @@ class TailingReader:
             settings = kafka_settings_of(self._reader.options)
             # No automatic reset: offsets that vanished are an error, which sends us to the full planning.
             config = {**consumer_config(settings, None), "auto.offset.reset": "error"}
-            self._consumer = Consumer({**config, "fetch.wait.max.ms": FETCH_WAIT_MS})
+            self._consumer = Consumer({**config, **consumer_fetch_options(self._gather_s)})
         self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in sorted(positions.items())])
         self._at = dict(positions)
 
@@ -232,6 +238,25 @@ class TailingReader:
         if self._consumer is not None:
             self._consumer.close()
         self._consumer, self._at = None, None
+
+
+def consumer_fetch_options(gather_s: float) -> dict[str, Any]:
+    """librdkafka options of a tailing consumer that gathers for ``gather_s`` (0: hands records on at once).
+
+    A gathering consumer holds a partition's next fetch back while records it fetched are still queued
+    (``queued.min.messages`` 1), for a fifth of the gather (``fetch.queue.backoff.ms``).
+
+    Example:
+        >>> consumer_fetch_options(0.0)
+        {'fetch.wait.max.ms': 500}
+        >>> consumer_fetch_options(1.0)
+        {'fetch.wait.max.ms': 500, 'queued.min.messages': 1, 'fetch.queue.backoff.ms': 200}
+    """
+    options: dict[str, Any] = {"fetch.wait.max.ms": FETCH_WAIT_MS}
+    if gather_s > 0:
+        options["queued.min.messages"] = 1
+        options["fetch.queue.backoff.ms"] = max(1, round(gather_s * 1000 / FETCHES_PER_GATHER))
+    return options
 
 
 def _positions(offset: dict) -> Positions:
@@ -244,4 +269,4 @@ def _positions(offset: dict) -> Positions:
     return {(t, int(p)): int(o) for t, ps in positions_of(offset).items() for p, o in ps.items()}
 
 
-__all__ = ["FETCH_WAIT_MS", "TailingReader"]
+__all__ = ["FETCHES_PER_GATHER", "FETCH_WAIT_MS", "TailingReader", "consumer_fetch_options"]

@@ -47,7 +47,12 @@ from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from connectors.kafka.client_config import KafkaTimeout
-from connectors.kafka.publisher import ChangePublisher
+from connectors.kafka.publisher import (
+    TAIL_RELEASE_IDLE_S,
+    TAIL_RELEASE_MAX_INTERVAL_S,
+    TAIL_RELEASE_MIN_INTERVAL_S,
+    ChangePublisher,
+)
 from connectors.zookeeper.fallback_watch import FALLBACK_EVENT, FallbackWatches
 from connectors.zookeeper.handler import PollingHandler
 from connectors.zookeeper.ordered_reads import OrderedReads
@@ -468,16 +473,6 @@ OP_DELETE_BARRIER = 15
 OP_AUTORECOVERY = 16  # a marker: read AutoRecovery's znodes now (extra = the snapshot, or None)
 OP_TAILS = 17  # a marker from the delivery-report thread: the held tails can go out alone now
 WATCH_EVENT = "watch-event"
-#: The worker sends the publisher's held records once its queue has been empty this long: short enough to
-#: add nothing visible to a live change's latency, long enough not to interrupt a snapshot's read stream.
-TAIL_RELEASE_IDLE_S = 0.002
-#: ... and at most this often while changes keep coming (a snapshot's stream pauses for a few milliseconds
-#: now and then). Each release ends every partition with a one-record batch; at a million ledgers, releases
-#: every few records left the topic with hundreds of thousands of batches, and the embedded broker's offset
-#: lookups and fetches cost time in proportion to a partition's batches.
-TAIL_RELEASE_MIN_INTERVAL_S = 0.02
-#: ... and at least this often while records are held, pause or not (the delay holding adds to a change).
-TAIL_RELEASE_MAX_INTERVAL_S = 0.05
 #: Queue items the worker takes at once (a chunk): the ledger reads its notifications trigger go out together.
 MAX_CHUNK_ITEMS = 1000
 

@@ -3,11 +3,12 @@
 ZooKeeper and the watcher need more than this machine's two cores at 10,000 changes/s (ZooKeeper alone costs
 ~0.2 ms of CPU per change), so this mode measures the streaming job without them. A child process plays the
 watcher through the watcher's own publisher (:class:`~connectors.kafka.publisher.ChangePublisher`: same
-keys, partitions, held tails and event encoding). It publishes the START snapshot of the bulk loader's
-cluster (:func:`bkaudit.sim.bulk.plan_ledgers`; every bookie writable, a rack map, the recovery delay), and
-then, on ``go``, ledger metadata changes at ``--rate`` per second for ``--duration`` seconds (each a new znode
-version and mzxid of one of the cluster's ledgers, spread over all of them), with a heartbeat to every
-partition each second as the watcher sends. Every change's event time is its send time.
+keys, partitions, held tails released at the watcher's cadence, and event encoding). It publishes the START
+snapshot of the bulk loader's cluster (:func:`bkaudit.sim.bulk.plan_ledgers`; every bookie writable, a rack
+map, the recovery delay), and then, on ``go``, ledger metadata changes at ``--rate`` per second for
+``--duration`` seconds (each a new znode version and mzxid of one of the cluster's ledgers, spread over all
+of them), with a heartbeat to every partition each second as the watcher sends. Every change's event time
+is its send time.
 
 Figures:
 
@@ -32,6 +33,12 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from connectors.kafka.publisher import (
+    TAIL_RELEASE_IDLE_S,
+    TAIL_RELEASE_MAX_INTERVAL_S,
+    TAIL_RELEASE_MIN_INTERVAL_S,
+)
 
 REPLAY_RUN_ID = "bench-replay"
 CLUSTER = "bench-replay-cluster"
@@ -121,6 +128,19 @@ def _heartbeats(publisher: Any, builder: Any) -> None:
         publisher.publish(builder.build(beat, event_time_ms=now_ms), partition=p)
 
 
+def _tails_due(idle_s: float, since_release_s: float) -> bool:
+    """Whether the writer releases its held records now, at the watcher's cadence: after a pause once the
+    minimum interval has passed, and at the maximum interval pause or not.
+
+    Example:
+        >>> _tails_due(0.005, 0.001), _tails_due(0.005, 0.03), _tails_due(0.0, 0.03), _tails_due(0.0, 0.06)
+        (False, True, False, True)
+    """
+    if since_release_s >= TAIL_RELEASE_MAX_INTERVAL_S:
+        return True
+    return idle_s > TAIL_RELEASE_IDLE_S and since_release_s >= TAIL_RELEASE_MIN_INTERVAL_S
+
+
 def writer_main(argv: list[str]) -> None:
     """Child: the snapshot, ``READY``, then on ``go`` changes at a fixed rate; writes what it sent."""
     from bkaudit.sim.bulk import BulkLoadSpec, synthetic_bookies
@@ -153,16 +173,17 @@ def writer_main(argv: list[str]) -> None:
     first = time.time()
     next_beat = time.monotonic()
     due = time.monotonic()
+    released_at = time.monotonic()
     for n in range(total):
         ledger_id = order[n % len(order)]
         due += interval
         ahead = due - time.monotonic()
-        if ahead > 0.002:
-            if publisher.holding:
-                publisher.release_tails()  # a quiet moment: the watcher releases its tails then too
+        if publisher.holding and _tails_due(ahead, time.monotonic() - released_at):
+            publisher.release_tails()
+            released_at = time.monotonic()
             ahead = due - time.monotonic()
-            if ahead > 0.002:
-                time.sleep(ahead)
+        if ahead > TAIL_RELEASE_IDLE_S:
+            time.sleep(ahead)
         if time.monotonic() >= next_beat:
             _heartbeats(publisher, builder)
             next_beat += 1.0

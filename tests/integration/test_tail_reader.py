@@ -203,3 +203,71 @@ def test_a_position_past_the_brokers_lagging_end_offset_is_not_taken_for_a_trunc
     finally:
         tail.stop()
         full.stop()
+
+
+def test_a_gathering_consumer_spaces_its_fetches_and_misses_no_record(kafka_settings, topic) -> None:
+    """While records stream in, a fetch finds some every time and the consumer fetches again at once: back
+    to back, and the embedded broker's fetch costs time in proportion to the partition's size. The ledger
+    lane's consumer, which gathers a second of records anyway, holds its next fetch while fetched records
+    are queued (a fifth of the gather). Both get every record in order; the gathering one fetches far
+    less often than the membership lane's, which hands each record on at once."""
+    import json
+    import threading
+
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from connectors.kafka.client_config import consumer_config, producer_config
+    from connectors.kafka.tail_reader import consumer_fetch_options
+
+    name, _ = topic
+    count = 3000
+    consumers: dict[str, tuple[Any, list[str], list[int]]] = {}
+    for gather_s in (0.0, 1.0):
+        stats: list[str] = []
+        consumer = Consumer(
+            {
+                **consumer_config(kafka_settings, None),
+                **consumer_fetch_options(gather_s),
+                "statistics.interval.ms": 100,
+                "stats_cb": stats.append,
+            }
+        )
+        consumer.assign([TopicPartition(name, 0, 0)])
+        consumers["gathering" if gather_s else "immediate"] = (consumer, stats, [])
+
+    def fetches(stats: list[str]) -> int:
+        return sum(b["req"].get("Fetch", 0) for b in json.loads(stats[-1])["brokers"].values())
+
+    def tail(consumer: Any, offsets: list[int]) -> None:
+        deadline = time.monotonic() + 30
+        while len(offsets) < count and time.monotonic() < deadline:
+            offsets.extend(m.offset() for m in consumer.consume(1000, 0.1) if m.error() is None)
+
+    producer = Producer({**producer_config(kafka_settings), "linger.ms": 0, "batch.num.messages": 1})
+    try:
+        for consumer, stats, _ in consumers.values():
+            while not stats:
+                consumer.poll(0.1)
+        before = {key: fetches(stats) for key, (_, stats, _) in consumers.items()}
+        threads = [threading.Thread(target=tail, args=(c, offsets)) for c, _, offsets in consumers.values()]
+        for thread in threads:
+            thread.start()
+        for i in range(count):  # ~2 s of records, a produce request every few of them
+            producer.produce(name, b"%d" % i, partition=0)
+            producer.poll(0)
+            if i % 10 == 9:
+                time.sleep(0.005)
+        producer.flush(30)
+        for thread in threads:
+            thread.join()
+        time.sleep(0.3)
+        made = {}
+        for key, (consumer, stats, offsets) in consumers.items():
+            assert offsets == list(range(count)), f"{key} got {len(offsets)} records"
+            consumer.poll(0.2)
+            made[key] = fetches(stats) - before[key]
+        assert made["immediate"] >= 20, f"the stream was not dense enough to test: {made}"
+        assert made["gathering"] * 3 <= made["immediate"], made
+    finally:
+        for consumer, _, _ in consumers.values():
+            consumer.close()
