@@ -6,12 +6,13 @@ consumers: four round trips or more before a loss's record reaches the membershi
 million ledgers on the embedded broker under load, against 15 ms on a quiet machine), and seconds per
 planning for the ledger lane, whose fingerprints come from deep in partitions of a million records.
 :class:`TailingReader` keeps one consumer at the lane's positions (every partition it reads) instead. Its
-fetch waits at the broker until a record arrives (a record reaches it within a millisecond of its
-acknowledgement), and a planning takes the records the consumer already holds: the batch ends after the
-last of them in each partition, those records' fingerprints go into the offset (computed here, nothing
-fetched) and the batch reads those very records from memory. With ``gather_s``, a planning that got a
-first record keeps taking records for that long (up to ``max_records``): fewer, larger batches for a lane
-whose cost is per batch; such a consumer also spaces its fetches (:data:`FETCHES_PER_GATHER`).
+fetch waits at the broker for records (``kafka.tail_fetch_wait_ms``; real Kafka answers when a record
+arrives, the embedded broker only later, within the wait), and a planning takes the records the consumer
+already holds: the batch ends after the last of them in each partition, those records' fingerprints go
+into the offset (computed here, nothing fetched) and the batch reads those very records from memory. With
+``gather_s``, a planning that got a first record keeps taking records for that long (up to
+``max_records``): fewer, larger batches for a lane whose cost is per batch; such a consumer also spaces
+its fetches (:data:`FETCHES_PER_GATHER`).
 
 The full planning still runs: first, every ``verify_every_s`` (when the consumer holds no record, so a
 loss does not wait for it; at the latest three intervals after the last), for ``Trigger.AvailableNow``,
@@ -45,9 +46,6 @@ from connectors.kafka.spark_source import (
     skipped_key_prefixes,
 )
 
-#: librdkafka waits this long at the broker for a record before an empty fetch (its default): the broker
-#: answers as soon as one arrives, so this bounds only idle round trips (two a second).
-FETCH_WAIT_MS = 500
 #: A gathering reader (``gather_s`` > 0) fetches a partition at most this often per gather: its records wait
 #: for the gather's end anyway. While records stream in, every fetch finds some and the consumer fetches
 #: again at once, back to back; the embedded broker's fetch costs time in proportion to the partition's
@@ -230,7 +228,8 @@ class TailingReader:
             settings = kafka_settings_of(self._reader.options)
             # No automatic reset: offsets that vanished are an error, which sends us to the full planning.
             config = {**consumer_config(settings, None), "auto.offset.reset": "error"}
-            self._consumer = Consumer({**config, **consumer_fetch_options(self._gather_s)})
+            fetching = consumer_fetch_options(self._gather_s, settings.tail_fetch_wait_ms)
+            self._consumer = Consumer({**config, **fetching})
         self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in sorted(positions.items())])
         self._at = dict(positions)
 
@@ -240,19 +239,20 @@ class TailingReader:
         self._consumer, self._at = None, None
 
 
-def consumer_fetch_options(gather_s: float) -> dict[str, Any]:
-    """librdkafka options of a tailing consumer that gathers for ``gather_s`` (0: hands records on at once).
+def consumer_fetch_options(gather_s: float, wait_ms: int) -> dict[str, Any]:
+    """librdkafka options of a tailing consumer that gathers for ``gather_s`` (0: hands records on at once)
+    and whose fetches wait ``wait_ms`` at the broker for records.
 
     A gathering consumer holds a partition's next fetch back while records it fetched are still queued
     (``queued.min.messages`` 1), for a fifth of the gather (``fetch.queue.backoff.ms``).
 
     Example:
-        >>> consumer_fetch_options(0.0)
-        {'fetch.wait.max.ms': 500}
-        >>> consumer_fetch_options(1.0)
-        {'fetch.wait.max.ms': 500, 'queued.min.messages': 1, 'fetch.queue.backoff.ms': 200}
+        >>> consumer_fetch_options(0.0, 50)
+        {'fetch.wait.max.ms': 50}
+        >>> consumer_fetch_options(1.0, 50)
+        {'fetch.wait.max.ms': 50, 'queued.min.messages': 1, 'fetch.queue.backoff.ms': 200}
     """
-    options: dict[str, Any] = {"fetch.wait.max.ms": FETCH_WAIT_MS}
+    options: dict[str, Any] = {"fetch.wait.max.ms": wait_ms}
     if gather_s > 0:
         options["queued.min.messages"] = 1
         options["fetch.queue.backoff.ms"] = max(1, round(gather_s * 1000 / FETCHES_PER_GATHER))
@@ -269,4 +269,4 @@ def _positions(offset: dict) -> Positions:
     return {(t, int(p)): int(o) for t, ps in positions_of(offset).items() for p, o in ps.items()}
 
 
-__all__ = ["FETCHES_PER_GATHER", "FETCH_WAIT_MS", "TailingReader", "consumer_fetch_options"]
+__all__ = ["FETCHES_PER_GATHER", "TailingReader", "consumer_fetch_options"]

@@ -76,6 +76,39 @@ def test_new_records_are_planned_from_the_consumer_as_the_full_planning_would(ka
         full.stop()
 
 
+def test_a_record_reaches_a_waiting_planning_within_the_tail_fetch_wait(kafka_settings, topic) -> None:
+    """The embedded broker answers a fetch that waits for records when its wait runs out, not when a
+    record arrives: with librdkafka's default wait (500 ms) a bookie's loss reached the membership lane
+    130 ms after its ack on the median. The tailing consumer waits ``kafka.tail_fetch_wait_ms`` (50 ms)."""
+    import statistics
+    import threading
+
+    name, mine = topic
+    tail = TailingReader(_source(kafka_settings, name), wait_s=2.0, verify_every_s=600)
+    acked: list[float] = []
+    seen: list[float] = []
+
+    def write() -> None:
+        for i in range(12):
+            time.sleep(0.1)
+            produce(kafka_settings, name, [(CLUSTER, b"r%d" % i, mine)])
+            acked.append(time.monotonic())
+
+    try:
+        end, _ = _batch(tail, tail.initialOffset())
+        writer = threading.Thread(target=write)
+        writer.start()
+        while len(seen) < 12:
+            end, values = _batch(tail, end)
+            seen.extend(time.monotonic() for _ in values)
+        writer.join()
+        assert tail.tail_plannings >= 6  # answered from the consumer, not by full plannings
+        delays = [at - sent for at, sent in zip(seen, acked, strict=True)]
+        assert statistics.median(delays) < 0.06, [round(d, 3) for d in delays]
+    finally:
+        tail.stop()
+
+
 def test_a_range_the_consumer_did_not_plan_is_read_from_the_broker(kafka_settings, topic) -> None:
     name, mine = topic
     produce(kafka_settings, name, [(CLUSTER, f"r{i}".encode(), mine) for i in range(3)])
@@ -227,7 +260,7 @@ def test_a_gathering_consumer_spaces_its_fetches_and_misses_no_record(kafka_sett
         consumer = Consumer(
             {
                 **consumer_config(kafka_settings, None),
-                **consumer_fetch_options(gather_s),
+                **consumer_fetch_options(gather_s, kafka_settings.tail_fetch_wait_ms),
                 "statistics.interval.ms": 100,
                 "stats_cb": stats.append,
             }
