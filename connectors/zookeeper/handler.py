@@ -11,6 +11,12 @@ the body, each read behind a wait of its own; one ``recv`` of up to 64 KiB takes
 whatever follows it (a burst of watch notifications), the next reads are served from that buffer, and
 :meth:`PollingHandler.select` reports a socket with buffered bytes readable without waiting.
 
+A client can hold its connection's reads for a moment (:meth:`PollingHandler.hold_reads_until`): the change
+watcher does while its worker lets a burst of notifications gather, so that kazoo's connection thread,
+instead of waking for each notification (ZooKeeper sends each as a packet of its own), wakes once at the
+end and reads them all; the worker would not take them earlier anyway. On a loaded machine a thread
+wake-up costs more than the Python that handles a packet.
+
 With ``inline_callbacks`` the handler also runs watch callbacks (and anything else dispatched to kazoo's
 callback queue) at once, on the dispatching thread, instead of handing each to kazoo's callback thread: one
 thread wake-up less per notification and per read answer. Only for clients whose callbacks merely hand
@@ -32,6 +38,7 @@ from __future__ import annotations
 import logging
 import math
 import select
+import time
 from typing import Any
 
 from kazoo.handlers.threading import SequentialThreadingHandler
@@ -66,17 +73,19 @@ class ReadAheadSocket:
         >>> a.close(); b.close()
     """
 
-    __slots__ = ("_buffer", "_socket")
+    __slots__ = ("_buffer", "_socket", "socket_reads")
 
     def __init__(self, sock: Any) -> None:
         self._socket = sock
         self._buffer = b""
+        self.socket_reads = 0  # reads of the socket itself (a diagnostic: bytes per read)
 
     def recv(self, size: int) -> bytes:
         """Up to ``size`` bytes: from the buffer when it holds any, else one read of the socket."""
         buffered = self._buffer
         if not buffered:
             buffered = self._socket.recv(max(size, READ_AHEAD_BYTES))
+            self.socket_reads += 1
             if len(buffered) <= size:
                 return bytes(buffered)
         self._buffer = buffered[size:]
@@ -113,6 +122,12 @@ class PollingHandler(SequentialThreadingHandler):
     def __init__(self, *, inline_callbacks: bool = False) -> None:
         super().__init__()
         self.inline_callbacks = inline_callbacks
+        self._reads_held_until = -math.inf  # monotonic time
+
+    def hold_reads_until(self, deadline: float) -> None:
+        """Until ``deadline`` (``time.monotonic()``), a wait for a socket to read sleeps first: what arrives
+        meanwhile is read at once after it. Waits for writing and bytes already read ahead do not wait."""
+        self._reads_held_until = deadline
 
     def dispatch_callback(self, callback: Callback) -> None:
         """Run ``callback`` now (``inline_callbacks``) or queue it for kazoo's callback thread.
@@ -153,6 +168,8 @@ class PollingHandler(SequentialThreadingHandler):
         buffered = [obj for obj in rlist if isinstance(obj, ReadAheadSocket) and obj.pending()]
         if buffered:
             return buffered, [], []
+        if not wlist:
+            timeout = self._sleep_while_held(timeout)
         wanted: dict[int, int] = {}
         objects: dict[int, list[Any]] = {}
         for mask, fileobjs in ((_READ, rlist), (_WRITE, wlist)):
@@ -172,6 +189,16 @@ class PollingHandler(SequentialThreadingHandler):
             elif revents & ~_READ and wanted[fd] & _WRITE:
                 writable.extend(objects[fd])
         return readable, writable, []
+
+    def _sleep_while_held(self, timeout: float | None) -> float | None:
+        """Sleep out the hold (never past ``timeout``); what is left of ``timeout``."""
+        rest = self._reads_held_until - time.monotonic()
+        if rest <= 0:
+            return timeout
+        if timeout is not None:
+            rest = min(rest, timeout)
+        time.sleep(rest)
+        return None if timeout is None else max(0.0, timeout - rest)
 
 
 __all__ = ["PollingHandler", "ReadAheadSocket"]

@@ -473,6 +473,10 @@ OP_DELETE_BARRIER = 15
 OP_AUTORECOVERY = 16  # a marker: read AutoRecovery's znodes now (extra = the snapshot, or None)
 OP_TAILS = 17  # a marker from the delivery-report thread: the held tails can go out alone now
 WATCH_EVENT = "watch-event"
+#: Of the worker's gathering sleep, the part during which kazoo's connection thread leaves the burst's
+#: notifications in the socket: it wakes once to read them all, and has handed them over when the worker
+#: wakes.
+READS_HELD_FRACTION = 0.75
 #: Queue items the worker takes at once (a chunk): the ledger reads its notifications trigger go out together.
 MAX_CHUNK_ITEMS = 1000
 
@@ -1221,7 +1225,9 @@ class ChangeWatcher:
             if self._pending_ledger_reads and self._change_batch_s and self._queue.empty():
                 # A ledger changed after a quiet spell: let the rest of its burst gather (one sleep, no
                 # wake-up per notification), so their reads go out as one multiRead and their events as
-                # one batch. Other notifications (bookies, the recovery delay) are read at once.
+                # one batch. Other notifications (bookies, the recovery delay) are read at once. kazoo's
+                # connection thread, meanwhile, reads the burst's notifications once, near the end.
+                self._hold_zookeeper_reads(self._change_batch_s * READS_HELD_FRACTION)
                 time.sleep(self._change_batch_s)
             for item in self._take_chunk():
                 if self._process(item):
@@ -1237,6 +1243,11 @@ class ChangeWatcher:
                 # anyway, or the held records would wait for a pause (or a full hold) to become visible.
                 # Not during a scan, whose stream must not be cut into small batches.
                 self._release_tails()
+
+    def _hold_zookeeper_reads(self, seconds: float) -> None:
+        handler = self.zookeeper.handler
+        if isinstance(handler, PollingHandler):
+            handler.hold_reads_until(time.monotonic() + seconds)
 
     def _take_chunk(self) -> list[tuple[Any, Any, Any]]:
         """What waits in the queue now (at most ``MAX_CHUNK_ITEMS``), in order."""

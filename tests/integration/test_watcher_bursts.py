@@ -115,6 +115,37 @@ def test_a_burst_across_many_ledgers_loses_none_and_is_read_with_multireads(
 
 
 @pytest.mark.integration
+def test_a_trickle_of_notifications_is_read_once_per_gathered_burst(
+    bk_services: Any, kafka_settings: Any, zk_chroot: str, cluster: ClusterTree, monkeypatch: Any
+) -> None:
+    """ZooKeeper sends every notification as a packet of its own: changes 3 ms apart are read from the
+    socket one by one (plus once per answer), each read a wake-up of kazoo's connection thread. While the
+    worker lets a burst gather, the connection holds its reads and reads all that came at once near the
+    end. The same trickle twice, with the hold and without: far fewer reads with it, nothing lost."""
+    from connectors.zookeeper import watcher as watcher_module
+
+    for ledger_id in range(1, 121):
+        cluster.create_ledger(ledger_id)
+
+    def trickle(ledgers: range, connection: Any) -> int:
+        before = connection._socket.socket_reads
+        for ledger_id in ledgers:
+            cluster.zk.set(cluster.path(ledger_id), ledger_metadata(ledger_id, state=LedgerState.CLOSED))
+            time.sleep(0.003)
+        time.sleep(0.1)
+        return int(connection._socket.socket_reads - before)
+
+    with _watching(bk_services, kafka_settings, zk_chroot, change_batch_ms=20) as (watcher, reader):
+        connection = watcher.zookeeper._connection
+        held = trickle(range(1, 61), connection)
+        monkeypatch.setattr(watcher_module, "READS_HELD_FRACTION", 0.0)
+        not_held = trickle(range(61, 121), connection)
+        quiesce(watcher, reader)
+        assert_replay_matches(reader, cluster)
+        assert held * 1.25 < not_held, f"60 notifications: {held} socket reads held, {not_held} not"
+
+
+@pytest.mark.integration
 def test_without_gathering_every_change_is_still_published(
     bk_services: Any, kafka_settings: Any, zk_chroot: str, cluster: ClusterTree
 ) -> None:
