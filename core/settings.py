@@ -283,12 +283,12 @@ class StreamSettings(BaseModel):
         "bkaudit_kafka", description="the Python Kafka source, or Spark's JVM kafka source (needs its jars)"
     )
     trigger_interval_s: float = Field(1.0, ge=0, description="micro-batch interval (processing time)")
-    ledger_lane: Literal["spark", "driver"] = Field(
-        "spark",
-        description="where ledger changes are applied: spark = one Structured Streaming query with the "
-        "stateful operator over every change; driver = a driver thread applies them (librdkafka, columnar) "
-        "and only the changes of ledgers that need timers go through the stateful operator (a second "
-        "query); fixed for a checkpoint's life",
+    ledger_lane: Literal["spark", "driver"] | None = Field(
+        None,
+        description="where ledger changes are applied: driver = a driver thread applies them (librdkafka, "
+        "columnar) and only the changes of ledgers that need timers go through the stateful operator (a "
+        "second query); spark = one Structured Streaming query with the stateful operator over every "
+        "change; fixed for a checkpoint's life; unset = the checkpoint's lane, driver for a new checkpoint",
     )
     ledger_lane_interval_s: float = Field(
         1.0,

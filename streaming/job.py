@@ -26,7 +26,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from core.domain.rules.autorecovery import AutoRecoveryGraces
 from core.errors import BkauditError, ConfigError, ServiceError
@@ -245,7 +245,7 @@ def ledger_lane_reader(settings: Settings, available_now_topics: list[str] | Non
     options = kafka_source_options(
         settings,
         [kafka.changes_topic, kafka.feedback_topic, kafka.decisions_topic],
-        ledger_lane_checkpoint(settings) / SOURCE_STATUS_FILE,
+        source_status_file(settings),
     )
     if settings.stream.max_offsets_per_trigger:
         options["maxOffsetsPerTrigger"] = str(settings.stream.max_offsets_per_trigger)
@@ -270,7 +270,10 @@ def membership_checkpoint(settings: Settings) -> Path:
 
 
 def source_status_file(settings: Settings) -> Path:
-    """Where the Kafka source keeps its outage and reset counts (read by the job's ``/metrics``)."""
+    """Where the ledger lane's Kafka source keeps its outage and reset counts (read by the job's
+    ``/metrics``): Spark's checkpoint, or the driver-run lane's own."""
+    if settings.stream.ledger_lane == "driver":
+        return ledger_lane_checkpoint(settings) / SOURCE_STATUS_FILE
     return Path(settings.checkpoint_root) / settings.stream.app_id / SOURCE_STATUS_FILE
 
 
@@ -301,10 +304,11 @@ def check_state_layout(checkpoint: Path, stream: StreamSettings) -> None:
         ...         print("refused:", "keeps ledger state in 8 buckets" in str(err))
         refused: True
     """
+    lane = resolved_ledger_lane(checkpoint, stream)
     wanted = {
         "state_layout": STATE_LAYOUT_VERSION,
         "ledger_state_buckets": stream.ledger_state_buckets,
-        "ledger_lane": stream.ledger_lane,
+        "ledger_lane": lane,
     }
     marker = checkpoint / STATE_LAYOUT_FILE
     if marker.exists():
@@ -323,10 +327,10 @@ def check_state_layout(checkpoint: Path, stream: StreamSettings) -> None:
                 f"buckets; stream.ledger_state_buckets is {stream.ledger_state_buckets}: set it back or "
                 "reset the checkpoint"
             )
-        if found.get("ledger_lane", "spark") != stream.ledger_lane:
+        if found.get("ledger_lane", "spark") != lane:
             raise ConfigError(
                 f"checkpoint {checkpoint} was written with stream.ledger_lane = "
-                f"{found.get('ledger_lane', 'spark')}; it is {stream.ledger_lane}: set it back, or reset the "
+                f"{found.get('ledger_lane', 'spark')}; it is {lane}: set it back (or unset it), or reset the "
                 "checkpoint (infra/README.md, 'Checkpoint reset')"
             )
         return
@@ -337,6 +341,41 @@ def check_state_layout(checkpoint: Path, stream: StreamSettings) -> None:
         )
     checkpoint.mkdir(parents=True, exist_ok=True)
     marker.write_text(json.dumps(wanted, sort_keys=True) + "\n")
+
+
+def resolved_ledger_lane(checkpoint: Path, stream: StreamSettings) -> Literal["spark", "driver"]:
+    """``stream.ledger_lane``; unset, the lane ``checkpoint`` was written with (``spark`` for one written
+    before the setting existed), and ``driver`` for a new checkpoint: an upgraded job keeps its lane.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     new = resolved_ledger_lane(Path(tmp) / "cp", StreamSettings())
+        ...     check_state_layout(Path(tmp) / "cp", StreamSettings(ledger_lane="spark"))
+        ...     kept = resolved_ledger_lane(Path(tmp) / "cp", StreamSettings())
+        >>> new, kept
+        ('driver', 'spark')
+    """
+    if stream.ledger_lane is not None:
+        return stream.ledger_lane
+    marker = checkpoint / STATE_LAYOUT_FILE
+    if marker.exists():
+        try:
+            found = json.loads(marker.read_text()).get("ledger_lane", "spark")
+        except ValueError:
+            return "driver"  # check_state_layout refuses the unreadable marker
+        return "driver" if found == "driver" else "spark"
+    return "spark" if (checkpoint / "offsets").exists() else "driver"
+
+
+def with_resolved_ledger_lane(settings: Settings) -> Settings:
+    """``settings`` with ``stream.ledger_lane`` set (:func:`resolved_ledger_lane` of the job's checkpoint)."""
+    if settings.stream.ledger_lane is not None:
+        return settings
+    checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
+    lane = resolved_ledger_lane(checkpoint, settings.stream)
+    stream = settings.stream.model_copy(update={"ledger_lane": lane})
+    return settings.model_copy(update={"stream": stream})
 
 
 @contextlib.contextmanager
@@ -461,6 +500,7 @@ def start(spark: Any, settings: Settings, *, available_now: bool = False) -> tup
     ``loss`` auditor's, tests and the demo read)."""
     from streaming.metrics import StreamMetrics, make_listener
 
+    settings = with_resolved_ledger_lane(settings)
     checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
     check_state_layout(checkpoint, settings.stream)
     partitions = ensure_topics(settings)
@@ -547,7 +587,7 @@ class LoopSettler(threading.Thread):
         self.queries = queries
         kafka = settings.kafka
         self.loop_topics = [kafka.tracked_topic, kafka.decisions_topic, kafka.feedback_topic]
-        status = ledger_lane_checkpoint(settings) / SOURCE_STATUS_FILE
+        status = source_status_file(settings)
         self.options = kafka_source_options(settings, self.loop_topics, status)
 
     def run(self) -> None:
@@ -686,7 +726,7 @@ def query_failure(exception: Any) -> Exception:
 def run(settings: Settings) -> None:
     """``bkaudit stream``: run until SIGTERM/SIGINT, then stop after the current batch."""
     with exclusive_checkpoint(settings):
-        _run_locked(settings)
+        _run_locked(with_resolved_ledger_lane(settings))
 
 
 class IngestProgress:

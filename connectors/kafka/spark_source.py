@@ -634,6 +634,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._status: SourceStatus | None = None
         self._available_now_target: Offsets | None = None
         self._verified: dict[tuple[str, str], int] = {}  # positions whose fingerprint matched (this process)
+        self._unseen: set[tuple[str, str]] = set()  # partitions the last planning could not see reach its end
 
     @property
     def options(self) -> dict[str, str]:
@@ -795,11 +796,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for topic, reason in resets.items():
             self._report_reset(topic, reason)
         begin = self._checked_start(positions, earliest, resets)
+        self._unseen = set()
         for topic in self._topics:
             if positions.get(topic) and not latest.get(topic):
                 # Absent right now (a broker back without its data, the topic not recreated yet): keep
                 # our positions, so its recreation is recognised and reported instead of read as new.
                 begin[topic] = dict(positions[topic])
+                self._unseen.update((topic, partition) for partition in positions[topic])
         end: Offsets = {}
         for topic, partitions in begin.items():
             end[topic] = {}
@@ -812,6 +815,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                             f"{position}; set failOnDataLoss=false to resume from the earliest"
                         )
                     newest = position
+                    self._unseen.add((topic, partition))
                 end[topic][partition] = newest
         if isinstance(limit, ReadMaxRows):
             end = _cap_rows(begin, end, limit.max_rows)
@@ -885,6 +889,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaRange)
         return _read_range(self._options, partition)
+
+    def confirmed(self, topic: str, partition: int) -> bool:
+        """Whether the last planning saw ``partition`` reach its planned end: not when the topic was absent
+        (a broker back without its data) or the partition ended before it. A consumer started there then
+        would read a recreated topic from the middle once it grew past that offset."""
+        return (topic, str(partition)) not in self._unseen
 
     def commit(self, end: dict) -> None:
         """Offsets live in Spark's checkpoint; nothing is committed to Kafka."""

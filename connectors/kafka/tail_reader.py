@@ -76,6 +76,7 @@ class TailingReader:
         self._skipped = skipped_key_prefixes(reader.options)
         self._consumer: Any = None
         self._at: Positions | None = None  # where the consumer is: (topic, partition) → offset
+        self._connection_lost = False  # the consumer lost its broker connection: plan in full before tailing
         self._verified_at = float("-inf")
         self._available_now = False
         self.enabled = True  # False: every planning is the full one
@@ -147,8 +148,23 @@ class TailingReader:
         self._held.clear()
         end = self._reader.latestOffset(start, limit)
         self._verified_at = time.monotonic()
-        self._follow(_positions(end))
+        before, after = _positions(start), _positions(end)
+        unconfirmed = [key for key, offset in after.items() if not self._confirmed(key, offset, before)]
+        if not unconfirmed:
+            self._follow(after)
+            return end
+        # A position the planning could not check against the broker (its topic absent, or ending before
+        # it): a consumer there would read a recreated topic from the middle once it grew past it. Plan in
+        # full until the planning sees the topic again.
+        self._close_consumer()
+        if end == start:
+            time.sleep(self._wait_s)
         return end
+
+    def _confirmed(self, key: tuple[str, int], offset: int, before: Positions) -> bool:
+        """Whether the consumer may start at ``offset``: nothing before it, records this planning read up to
+        it, or the planning saw the partition there."""
+        return offset == 0 or before.get(key) != offset or self._reader.confirmed(*key)
 
     def _tail(self, start: dict, limit: Any, wait_s: float, *, only_records: bool = False) -> dict | None:
         """The next batch's end from the consumer's records (waiting up to ``wait_s`` for one); ``start``
@@ -156,7 +172,7 @@ class TailingReader:
         and ``only_records`` (the caller plans in full)."""
         assert self._at is not None
         records = self._poll(limit, wait_s)
-        if records is None or (not records and not self._still_in_range(self._at)):
+        if records is None or self._connection_lost or (not records and not self._still_in_range(self._at)):
             self._close_consumer()
             return None
         if not records and only_records:
@@ -198,7 +214,7 @@ class TailingReader:
             messages.extend(more)
             if remaining <= 0:
                 break
-        if any(m.error() is not None for m in messages):
+        if any(m.error() is not None for m in messages) or self._connection_lost:
             return None
         return messages
 
@@ -229,14 +245,26 @@ class TailingReader:
             # No automatic reset: offsets that vanished are an error, which sends us to the full planning.
             config = {**consumer_config(settings, None), "auto.offset.reset": "error"}
             fetching = consumer_fetch_options(self._gather_s, settings.tail_fetch_wait_ms)
-            self._consumer = Consumer({**config, **fetching})
+            self._connection_lost = False
+            self._consumer = Consumer({**config, **fetching, "error_cb": self._on_client_error})
         self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in sorted(positions.items())])
         self._at = dict(positions)
+
+    def _on_client_error(self, error: Any) -> None:
+        """librdkafka's client-level errors (served during ``poll``). A lost connection may be a broker
+        that comes back without its data: the consumer would go on fetching at its offsets in a recreated
+        topic as soon as it grew past them, with no error. The records it holds are dropped and the
+        planning runs in full (it checks the record before each position) before it tails again."""
+        from confluent_kafka import KafkaError
+
+        if error.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
+            self._connection_lost = True
 
     def _close_consumer(self) -> None:
         if self._consumer is not None:
             self._consumer.close()
         self._consumer, self._at = None, None
+        self._connection_lost = False
 
 
 def consumer_fetch_options(gather_s: float, wait_ms: int) -> dict[str, Any]:

@@ -78,9 +78,13 @@ def publish_healthy_cluster(kafka, clock_start_ms: int) -> Watcher:
     return watcher
 
 
+@pytest.mark.parametrize("ledger_lane", ["spark", "driver"])
 def test_a_broker_hang_longer_than_the_request_timeout_is_ridden_out(
-    spark, bk_services, kafka_settings, tmp_path
+    spark, bk_services, kafka_settings, tmp_path, ledger_lane
 ):
+    """Both lanes ride out the hang. The Spark lane plans every trigger, so its planning's retries show in
+    the broker metrics; the driver lane's tailing consumer just waits through a hang shorter than the
+    outage limit (nothing fails, nothing is retried), so there they stay at 0 (docs/design.md)."""
     kafka = kafka_settings.model_copy(
         update={"topic_partitions": 2, "request_timeout_ms": REQUEST_TIMEOUT_MS}
     )
@@ -88,7 +92,7 @@ def test_a_broker_hang_longer_than_the_request_timeout_is_ridden_out(
         kafka=kafka,
         lakehouse_root=tmp_path / "lh",
         checkpoint_root=tmp_path / "cp",
-        stream={"watermark_delay_s": 0.5, "default_recovery_delay_s": 0},
+        stream={"watermark_delay_s": 0.5, "default_recovery_delay_s": 0, "ledger_lane": ledger_lane},
     )
     ensure_topic(kafka, kafka.changes_topic, partitions=2)
     t0 = int(time.time() * 1000) - 600_000
@@ -112,7 +116,7 @@ def test_a_broker_hang_longer_than_the_request_timeout_is_ridden_out(
             "the bookie loss's alerts after the hang",
         )
         retries = sink.metrics.registry.get_sample_value("bkaudit_stream_broker_retries_total")
-        assert retries is not None and retries >= 1
+        assert retries is not None and retries >= (1 if ledger_lane == "spark" else 0)
         assert sink.metrics.registry.get_sample_value("bkaudit_stream_broker_unavailable_seconds") == 0
     finally:
         job.stop_gracefully(query, sink)

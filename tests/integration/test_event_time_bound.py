@@ -112,9 +112,10 @@ def test_rows_the_watermark_drops_are_counted_and_a_watermark_ahead_is_a_gauge(
     spark, kafka_settings, tmp_path
 ):
     # Within a generous skew a heartbeat an hour ahead is accepted: the watermark is then ahead of the wall
-    # clock (the gauge says by how much) and events dated now are late. Spark drops them; the job counts them.
+    # clock (the gauge says by how much) and events dated now are late. With every change through the
+    # stateful operator (the Spark lane), Spark drops them; the job counts them.
     settings, watcher, t0 = job_with_watcher(
-        kafka_settings, tmp_path, clock_offset_ms=0, max_event_time_skew_s=7200
+        kafka_settings, tmp_path, clock_offset_ms=0, max_event_time_skew_s=7200, ledger_lane="spark"
     )
     watcher.bookie(BOOKIES[0], "WRITABLE")
     watcher.ledger(1, BOOKIES)
@@ -130,6 +131,28 @@ def test_rows_the_watermark_drops_are_counted_and_a_watermark_ahead_is_a_gauge(
     assert ledger_ids(settings) == {1}
     assert metrics.get_sample_value("bkaudit_stream_rows_dropped_late_total") == 2
     assert metrics.get_sample_value("bkaudit_stream_watermark_ahead_seconds") > 3000
+
+
+def test_the_driver_lane_applies_changes_dated_behind_a_watermark_pushed_ahead(
+    spark, kafka_settings, tmp_path
+):
+    # The same heartbeat an hour ahead pushes the timers query's watermark ahead of the wall clock, but
+    # ledger changes do not pass the stateful operator in the driver-run lane: none is dropped as late.
+    settings, watcher, t0 = job_with_watcher(
+        kafka_settings, tmp_path, clock_offset_ms=0, max_event_time_skew_s=7200, ledger_lane="driver"
+    )
+    watcher.bookie(BOOKIES[0], "WRITABLE")
+    watcher.ledger(1, BOOKIES)
+    watcher.flush()
+    heartbeat_at(settings, t0 + 3_600_000)
+    run_once(spark, settings)
+
+    watcher.ledger(2, BOOKIES)
+    watcher.ledger(3, BOOKIES)
+    watcher.flush()
+    metrics = run_once(spark, settings)
+    assert ledger_ids(settings) == {1, 2, 3}
+    assert metrics.get_sample_value("bkaudit_stream_rows_dropped_late_total") == 0
 
 
 def test_dead_letters_of_poison_records_keep_their_key_and_value_bytes(spark, kafka_settings, tmp_path):
