@@ -108,26 +108,35 @@ def test_a_heartbeat_from_2100_goes_to_dead_letters_and_later_events_are_still_a
     assert metrics.get_sample_value("bkaudit_stream_rows_dropped_late_total") == 0
 
 
-def test_rows_the_watermark_drops_are_counted_and_a_watermark_ahead_is_a_gauge(
-    spark, kafka_settings, tmp_path
-):
-    # Within a generous skew a heartbeat an hour ahead is accepted: the watermark is then ahead of the wall
-    # clock (the gauge says by how much) and events dated now are late. With every change through the
-    # stateful operator (the Spark lane), Spark drops them; the job counts them.
+def changes_behind_a_watermark_pushed_ahead(
+    spark: Any, kafka_settings: Any, tmp_path: Any, lane: str
+) -> tuple:
+    """Ledger 1, then a heartbeat an hour ahead (accepted within a generous skew: the watermark is then
+    ahead of the wall clock), then ledgers 2 and 3 dated now, an hour behind it. The job's settings and
+    its metrics after each of the two runs."""
     settings, watcher, t0 = job_with_watcher(
-        kafka_settings, tmp_path, clock_offset_ms=0, max_event_time_skew_s=7200, ledger_lane="spark"
+        kafka_settings, tmp_path, clock_offset_ms=0, max_event_time_skew_s=7200, ledger_lane=lane
     )
     watcher.bookie(BOOKIES[0], "WRITABLE")
     watcher.ledger(1, BOOKIES)
     watcher.flush()
     heartbeat_at(settings, t0 + 3_600_000)
-    metrics = run_once(spark, settings)
-    assert metrics.get_sample_value("bkaudit_stream_watermark_ahead_seconds") > 3000
-
-    watcher.ledger(2, BOOKIES)  # dated about now: an hour behind the watermark
+    first = run_once(spark, settings)
+    watcher.ledger(2, BOOKIES)
     watcher.ledger(3, BOOKIES)
     watcher.flush()
-    metrics = run_once(spark, settings)
+    return settings, first, run_once(spark, settings)
+
+
+def test_rows_the_watermark_drops_are_counted_and_a_watermark_ahead_is_a_gauge(
+    spark, kafka_settings, tmp_path
+):
+    # The gauge says how far the watermark is ahead. With every change through the stateful operator (the
+    # Spark lane), Spark drops the late ones; the job counts them.
+    settings, first, metrics = changes_behind_a_watermark_pushed_ahead(
+        spark, kafka_settings, tmp_path, "spark"
+    )
+    assert first.get_sample_value("bkaudit_stream_watermark_ahead_seconds") > 3000
     assert ledger_ids(settings) == {1}
     assert metrics.get_sample_value("bkaudit_stream_rows_dropped_late_total") == 2
     assert metrics.get_sample_value("bkaudit_stream_watermark_ahead_seconds") > 3000
@@ -136,21 +145,8 @@ def test_rows_the_watermark_drops_are_counted_and_a_watermark_ahead_is_a_gauge(
 def test_the_driver_lane_applies_changes_dated_behind_a_watermark_pushed_ahead(
     spark, kafka_settings, tmp_path
 ):
-    # The same heartbeat an hour ahead pushes the timers query's watermark ahead of the wall clock, but
-    # ledger changes do not pass the stateful operator in the driver-run lane: none is dropped as late.
-    settings, watcher, t0 = job_with_watcher(
-        kafka_settings, tmp_path, clock_offset_ms=0, max_event_time_skew_s=7200, ledger_lane="driver"
-    )
-    watcher.bookie(BOOKIES[0], "WRITABLE")
-    watcher.ledger(1, BOOKIES)
-    watcher.flush()
-    heartbeat_at(settings, t0 + 3_600_000)
-    run_once(spark, settings)
-
-    watcher.ledger(2, BOOKIES)
-    watcher.ledger(3, BOOKIES)
-    watcher.flush()
-    metrics = run_once(spark, settings)
+    # Ledger changes do not pass the stateful operator in the driver-run lane: none is dropped as late.
+    settings, _, metrics = changes_behind_a_watermark_pushed_ahead(spark, kafka_settings, tmp_path, "driver")
     assert ledger_ids(settings) == {1, 2, 3}
     assert metrics.get_sample_value("bkaudit_stream_rows_dropped_late_total") == 0
 
