@@ -1,4 +1,4 @@
-"""Which ledger lane a job runs: the setting, else its checkpoint's, else ``driver`` for a new checkpoint."""
+"""Which ledger lane a job runs: the setting, else its checkpoint's, else the new-checkpoint default."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 from core.errors import ConfigError
 from core.settings import Settings, StreamSettings
 from streaming.job import (
+    NEW_CHECKPOINT_LEDGER_LANE,
     STATE_LAYOUT_FILE,
     check_state_layout,
     resolved_ledger_lane,
@@ -17,11 +18,12 @@ from streaming.job import (
 )
 
 
-def test_a_new_checkpoint_gets_the_driver_lane_and_records_it(tmp_path) -> None:
+def test_a_new_checkpoint_gets_the_default_lane_and_records_it(tmp_path) -> None:
     checkpoint = tmp_path / "cp"
-    assert resolved_ledger_lane(checkpoint, StreamSettings()) == "driver"
+    assert resolved_ledger_lane(checkpoint, StreamSettings()) == NEW_CHECKPOINT_LEDGER_LANE
     check_state_layout(checkpoint, StreamSettings())
-    assert json.loads((checkpoint / STATE_LAYOUT_FILE).read_text())["ledger_lane"] == "driver"
+    recorded = json.loads((checkpoint / STATE_LAYOUT_FILE).read_text())["ledger_lane"]
+    assert recorded == NEW_CHECKPOINT_LEDGER_LANE
 
 
 @pytest.mark.parametrize(
@@ -50,7 +52,8 @@ def test_a_set_lane_that_differs_from_the_checkpoints_is_refused(tmp_path) -> No
 def test_the_resolved_settings_name_the_lane_and_its_source_status(tmp_path) -> None:
     settings = Settings(checkpoint_root=tmp_path / "cps", lakehouse_root=tmp_path / "lh")
     resolved = with_resolved_ledger_lane(settings)
-    assert settings.stream.ledger_lane is None and resolved.stream.ledger_lane == "driver"
-    assert source_status_file(resolved).parent.name == "ledger-lane"
+    assert settings.stream.ledger_lane is None and resolved.stream.ledger_lane == NEW_CHECKPOINT_LEDGER_LANE
+    driver_lane = settings.model_copy(update={"stream": StreamSettings(ledger_lane="driver")})
+    assert source_status_file(driver_lane).parent.name == "ledger-lane"
     spark_lane = settings.model_copy(update={"stream": StreamSettings(ledger_lane="spark")})
     assert source_status_file(spark_lane).parent.name == settings.stream.app_id
