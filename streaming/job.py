@@ -304,18 +304,14 @@ def check_state_layout(checkpoint: Path, stream: StreamSettings) -> None:
         ...         print("refused:", "keeps ledger state in 8 buckets" in str(err))
         refused: True
     """
-    lane = resolved_ledger_lane(checkpoint, stream)
+    found = _recorded_layout(checkpoint)
+    lane = stream.ledger_lane or _lane_of(checkpoint, found)
     wanted = {
         "state_layout": STATE_LAYOUT_VERSION,
         "ledger_state_buckets": stream.ledger_state_buckets,
         "ledger_lane": lane,
     }
-    marker = checkpoint / STATE_LAYOUT_FILE
-    if marker.exists():
-        try:
-            found = json.loads(marker.read_text())
-        except ValueError as err:
-            raise ConfigError(f"{marker}: unreadable state layout ({err}); reset the checkpoint") from None
+    if found is not None:
         if found.get("state_layout") != STATE_LAYOUT_VERSION:
             raise ConfigError(
                 f"checkpoint {checkpoint} has state layout {found.get('state_layout')}, this version "
@@ -340,7 +336,7 @@ def check_state_layout(checkpoint: Path, stream: StreamSettings) -> None:
             "(one state group per ledger): reset the checkpoint (infra/README.md, 'Checkpoint reset')"
         )
     checkpoint.mkdir(parents=True, exist_ok=True)
-    marker.write_text(json.dumps(wanted, sort_keys=True) + "\n")
+    (checkpoint / STATE_LAYOUT_FILE).write_text(json.dumps(wanted, sort_keys=True) + "\n")
 
 
 #: The ledger lane of a new checkpoint when ``stream.ledger_lane`` is unset. Still ``spark``: the chaos
@@ -361,16 +357,26 @@ def resolved_ledger_lane(checkpoint: Path, stream: StreamSettings) -> Literal["s
         >>> new, kept
         ('spark', 'driver')
     """
-    if stream.ledger_lane is not None:
-        return stream.ledger_lane
+    return stream.ledger_lane or _lane_of(checkpoint, _recorded_layout(checkpoint))
+
+
+def _recorded_layout(checkpoint: Path) -> dict[str, Any] | None:
+    """The state layout the checkpoint's first start recorded (None: none recorded)."""
     marker = checkpoint / STATE_LAYOUT_FILE
-    if marker.exists():
-        try:
-            found = json.loads(marker.read_text()).get("ledger_lane", "spark")
-        except ValueError:
-            return "driver"  # check_state_layout refuses the unreadable marker
-        return "driver" if found == "driver" else "spark"
-    return "spark" if (checkpoint / "offsets").exists() else NEW_CHECKPOINT_LEDGER_LANE
+    if not marker.exists():
+        return None
+    try:
+        return dict(json.loads(marker.read_text()))
+    except ValueError as err:
+        raise ConfigError(f"{marker}: unreadable state layout ({err}); reset the checkpoint") from None
+
+
+def _lane_of(checkpoint: Path, found: dict[str, Any] | None) -> Literal["spark", "driver"]:
+    """The lane a checkpoint was written with: recorded, ``spark`` before it was recorded, and
+    :data:`NEW_CHECKPOINT_LEDGER_LANE` for a new checkpoint."""
+    if found is None:
+        return "spark" if (checkpoint / "offsets").exists() else NEW_CHECKPOINT_LEDGER_LANE
+    return "driver" if found.get("ledger_lane") == "driver" else "spark"
 
 
 def with_resolved_ledger_lane(settings: Settings) -> Settings:
@@ -731,7 +737,7 @@ def query_failure(exception: Any) -> Exception:
 def run(settings: Settings) -> None:
     """``bkaudit stream``: run until SIGTERM/SIGINT, then stop after the current batch."""
     with exclusive_checkpoint(settings):
-        _run_locked(with_resolved_ledger_lane(settings))
+        _run_locked(settings)  # start() resolves the ledger lane
 
 
 class IngestProgress:

@@ -77,6 +77,7 @@ class TailingReader:
         self._consumer: Any = None
         self._at: Positions | None = None  # where the consumer is: (topic, partition) → offset
         self._connection_lost = False  # the consumer lost its broker connection: plan in full before tailing
+        self._unconfirmed = False  # the last full planning could not check a position: no consumer there
         self._verified_at = float("-inf")
         self._available_now = False
         self.enabled = True  # False: every planning is the full one
@@ -117,6 +118,8 @@ class TailingReader:
                 return end
             if self._consumer is None:  # the consumer failed: do not spin on a failing broker
                 return self._full_after_failure(start, limit)
+        if self.waits_for_records and self._unconfirmed:  # nor while a topic is away
+            return self._full_after_failure(start, limit)
         return self._full(start, limit)
 
     def _full_after_failure(self, start: dict, limit: Any) -> dict:
@@ -149,16 +152,14 @@ class TailingReader:
         end = self._reader.latestOffset(start, limit)
         self._verified_at = time.monotonic()
         before, after = _positions(start), _positions(end)
-        unconfirmed = [key for key, offset in after.items() if not self._confirmed(key, offset, before)]
-        if not unconfirmed:
+        self._unconfirmed = not all(self._confirmed(key, offset, before) for key, offset in after.items())
+        if self._unconfirmed:
+            # A position the planning could not check against the broker (its topic absent, or ending
+            # before it): a consumer there would read a recreated topic from the middle once it grew past
+            # it. Plan in full until the planning sees the topic again.
+            self._close_consumer()
+        else:
             self._follow(after)
-            return end
-        # A position the planning could not check against the broker (its topic absent, or ending before
-        # it): a consumer there would read a recreated topic from the middle once it grew past it. Plan in
-        # full until the planning sees the topic again.
-        self._close_consumer()
-        if end == start:
-            time.sleep(self._wait_s)
         return end
 
     def _confirmed(self, key: tuple[str, int], offset: int, before: Positions) -> bool:
