@@ -130,9 +130,10 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     add("--max-offsets", type=int, default=0, help="stream.max_offsets_per_trigger (0: unlimited)")
     add(
         "--ledger-lane",
-        default="spark",
-        help="stream.ledger_lane: spark or driver; --replay takes a list (spark,driver) and runs each, one "
-        "after the other, the first's figures on the summary line and every one's under by_variant",
+        default="driver",
+        help="stream.ledger_lane: driver (a new checkpoint's) or spark; --replay takes a list (spark,driver) "
+        "and runs each, one after the other, the first's figures on the summary line and every one's under "
+        "by_variant",
     )
     add("--timers-trigger-s", type=float, default=5.0, help="stream.timers_trigger_interval_s (driver lane)")
     add("--lane-interval-s", type=float, default=1.0, help="stream.ledger_lane_interval_s (driver lane)")

@@ -5,7 +5,8 @@ Shared by the crash test (``test_crash_recovery.py``) and the chaos suite (``tes
 reads and writes; each attempt is a process started in a new session, so the Python driver, its JVM and
 the Python workers form one process group and a SIGKILL takes them together (:func:`kill_group`).
 
-The checkpoint's ``offsets/`` (planned) and ``commits/`` (done) logs tell where a kill landed, and
+The ledger lane's batch logs tell where a kill landed (planned, done: Spark's ``offsets/`` and
+``commits/``, or the driver-run lane's ``ledger-lane/offsets/`` and ``ledger-lane/state/``), and
 :func:`data_batch_plans` which changes-topic offsets each batch read.
 """
 
@@ -28,6 +29,7 @@ from deltalake import DeltaTable
 
 from connectors.delta.tables import TABLES, read_table, table_path
 from core.settings import KafkaSettings
+from streaming.job import NEW_CHECKPOINT_LEDGER_LANE
 from tests.integration.event_fixtures import alerts_on
 
 DEFAULT_APP_ID = "bkaudit-crash-test"
@@ -107,16 +109,42 @@ class JobRun:
         text = path.read_text(errors="replace") if path.exists() else ""
         return "\n".join(text.splitlines()[-lines:])
 
+    @property
+    def ledger_lane(self) -> str:
+        """The job's ledger lane: its ``LEDGER_LANE`` stream setting, else a new checkpoint's."""
+        return self.stream_settings.get("LEDGER_LANE") or NEW_CHECKPOINT_LEDGER_LANE
+
+    def log_file(self, log: str, batch_id: int) -> Path:
+        """One batch's file in the ledger lane's ``offsets`` (planned) or ``commits`` (done) log: Spark's
+        checkpoint files, or the driver-run lane's offset log and saved states."""
+        if self.ledger_lane == "driver":
+            folder = "offsets" if log == "offsets" else "state"
+            return self.checkpoint / "ledger-lane" / folder / f"{batch_id}.json"
+        return self.checkpoint / log / str(batch_id)
+
     def batch_ids(self, log: str) -> list[int]:
-        """Batch ids in the checkpoint's ``offsets`` (planned) or ``commits`` (done) log."""
-        folder = self.checkpoint / log
+        """Batch ids in the ledger lane's ``offsets`` (planned) or ``commits`` (done) log."""
+        folder = self.log_file(log, 0).parent
         if not folder.is_dir():
             return []
-        return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
+        return sorted(int(p.name.removesuffix(".json")) for p in folder.iterdir() if _batch_file(p.name))
 
     def last(self, log: str) -> int:
         ids = self.batch_ids(log)
         return ids[-1] if ids else -1
+
+    def planned_end(self, batch_id: int) -> dict[str, int] | None:
+        """The changes-topic end offsets batch ``batch_id`` planned (``{"partition": offset}``); raises
+        OSError or ValueError while the file is being written."""
+        text = self.log_file("offsets", batch_id).read_text()
+        if self.ledger_lane == "driver":
+            return json.loads(text)["end"].get(self.kafka.changes_topic)
+        # "v1", the batch metadata, then one offset line per source (the query reads the topics twice).
+        lines = text.splitlines()
+        try:
+            return json.loads(lines[2]).get(self.kafka.changes_topic)
+        except IndexError:
+            raise ValueError(f"batch {batch_id}: offsets being written") from None
 
     def queued_batches(self) -> list[int]:
         """Batches whose decisions wait in the checkpoint's sink queue (handed over, not applied yet)."""
@@ -147,8 +175,8 @@ def run_to_completion(run: JobRun, attempt: int, timeout_s: float = DEFAULT_TIME
 
 @dataclass(frozen=True)
 class Kill:
-    """Where one SIGKILL landed: the last batch planned (``offsets/``) and committed (``commits/``) then, and
-    the batches Spark had handed to the sink that the sink had not applied (``sink-queue/``)."""
+    """Where one SIGKILL landed: the last batch planned and committed then (:meth:`JobRun.batch_ids`), and
+    the batches the lane had handed to the sink that the sink had not applied (``sink-queue/``)."""
 
     mode: str
     after_s: float
@@ -255,9 +283,12 @@ def wait_until_group_gone(pgid: int, timeout_s: float = 15.0) -> None:
         time.sleep(0.05)
 
 
+def _batch_file(name: str) -> bool:
+    return name.removesuffix(".json").isdigit()
+
+
 def commit_times(run: JobRun) -> list[float]:
-    folder = run.checkpoint / "commits"
-    return sorted((folder / str(i)).stat().st_mtime for i in run.batch_ids("commits"))
+    return sorted(run.log_file("commits", i).stat().st_mtime for i in run.batch_ids("commits"))
 
 
 def table_rows(lakehouse: Path) -> dict[str, list[str]]:
@@ -292,14 +323,12 @@ def assert_same_alert_transitions(expected: dict[str, set[str]], kafka: KafkaSet
 
 
 def planned_offsets(run: JobRun) -> dict[int, dict[str, int] | None]:
-    """batch id → the changes-topic end offsets it planned (``{"partition": offset}``), from ``offsets/``."""
+    """batch id → the changes-topic end offsets it planned (``{"partition": offset}``), from its log."""
     plans: dict[int, dict[str, int] | None] = {}
     for batch_id in run.batch_ids("offsets"):
         try:
-            lines = (run.checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
-            # "v1", the batch metadata, then one offset line per source (the query reads the topics twice).
-            plans[batch_id] = json.loads(lines[2]).get(run.kafka.changes_topic)
-        except (OSError, IndexError, ValueError):
+            plans[batch_id] = run.planned_end(batch_id)
+        except (OSError, ValueError):
             continue  # being written right now
     return plans
 

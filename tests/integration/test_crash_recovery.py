@@ -56,6 +56,9 @@ T0 = 1_700_000_000_000  # fixed event times: both runs and every attempt see the
 BOOKIES = [f"10.0.1.{i}:3181" for i in range(1, 7)]
 RACKS = {b: f"/rack{i % 3}" for i, b in enumerate(BOOKIES)}  # b1,b4 → rack0; b2,b5 → rack1; b3,b6 → rack2
 STREAM_SETTINGS = {
+    # Spark's ledger lane: its restarts plan the very same batches as the reference, so every table must
+    # match to the batch ids (the driver-run lane's counterpart: tests/chaos/test_kill_driver_lane.py).
+    "LEDGER_LANE": "spark",
     "MAX_OFFSETS_PER_TRIGGER": str(MAX_OFFSETS_PER_TRIGGER),
     # Longer than the 60 s of event time between waves: when one partition runs a wave ahead of the other
     # in a rate-limited batch, the other's events are not dropped as late (checked on the reference).

@@ -247,3 +247,25 @@ def test_a_running_driver_lane_tails_its_topics_and_its_timers_fire(spark, kafka
     finally:
         job.stop_gracefully(query, sink)
         sink.close()
+
+
+def test_a_kill_while_spark_planned_its_first_batch_does_not_block_the_restart(
+    spark, kafka_settings, tmp_path, ledger_lane
+):
+    """A kill before Spark renamed batch 0's offsets into place leaves its temporary file; Spark then refuses
+    the query as a new one with a non-empty checkpoint, at every restart. The job starts and applies."""
+    settings, watcher, _ = job_with_watcher(
+        kafka_settings, tmp_path, clock_offset_ms=0, ledger_lane=ledger_lane
+    )
+    app = settings.checkpoint_root / settings.stream.app_id
+    job.check_state_layout(app, settings.stream)  # the killed first start had recorded its layout
+    query_checkpoint = app / "timers" if ledger_lane == "driver" else app
+    offsets = query_checkpoint / "offsets"
+    offsets.mkdir(parents=True)
+    (offsets / ".0.be34dc68-a11c-46fd-a5ec-3d2134fb9a14.tmp").touch()  # what the kill left (the test's run)
+    (offsets / "..0.be34dc68-a11c-46fd-a5ec-3d2134fb9a14.tmp.crc").write_bytes(b"crc\x00\x00\x00\x02")
+    watcher.ledger(1, BOOKIES[0:3])
+    watcher.flush()
+    run_once(spark, settings)
+    assert [r["ledger_id"] for r in read_table(settings.lakehouse_root, "ledgers").to_pylist()] == [1]
+    assert any(p.name.isdigit() for p in offsets.iterdir())  # the query planned its own batch 0 there
