@@ -202,6 +202,19 @@ def delta_commit_counts(lakehouse: Path) -> dict[str, int]:
     return counts
 
 
+def sink_committed_since(run: JobRun, before: dict[str, int]) -> bool:
+    """Whether a table has committed a batch of the ledger lane's sink (its app transaction, ``run.app_id``)
+    since ``before`` (:func:`delta_commit_counts`); the membership lane commits under an id of its own."""
+    for name, count in delta_commit_counts(run.lakehouse).items():
+        log = Path(table_path(run.lakehouse, name)) / "_delta_log"
+        for version in range(before.get(name, 0), count):
+            with contextlib.suppress(FileNotFoundError):  # counted files are versions 0..count-1
+                for line in (log / f"{version:020d}.json").read_text().splitlines():
+                    if json.loads(line).get("txn", {}).get("appId") == run.app_id:
+                        return True
+    return False
+
+
 def kill_during_batch(
     run: JobRun,
     attempt: int,
@@ -244,7 +257,7 @@ def kill_during_batch(
     wait_for(f"commit of batch {after_commit}", lambda: applied(after_commit))
     if mode == "sink":
         before = delta_commit_counts(run.lakehouse)
-        wait_for("Delta commit of the next batch", lambda: delta_commit_counts(run.lakehouse) != before)
+        wait_for("the sink's Delta commit of the next batch", lambda: sink_committed_since(run, before))
     else:
         time.sleep(phase_s)
     kill_group(process)
