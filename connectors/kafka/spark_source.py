@@ -256,6 +256,12 @@ class SourceStatus:
         self._data["retries"] = int(self._data["retries"]) + 1
         self._write()
 
+    @property
+    def unavailable_since(self) -> float | None:
+        """When the running outage began (epoch seconds); None while the broker answers."""
+        since = self._data["unavailable_since"]
+        return None if since is None else float(since)
+
     def available(self) -> None:
         if self._data["unavailable_since"] is not None:
             self._data["unavailable_since"] = None
@@ -342,8 +348,8 @@ def with_backoff(
             continue
         if started is not None:
             logger.warning("Kafka at %s: %s works again after %.0f s", servers, action, clock() - started)
-            if status is not None:
-                status.available()
+        if status is not None:
+            status.available()  # also ends an outage a tailing consumer reported (broker_lost)
         return result
 
 
@@ -648,6 +654,21 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._status = SourceStatus(self._options.get("bkaudit.statusfile"))
             self._offsets_client = _KafkaOffsets(self._options, self._status)
         return self._offsets_client
+
+    def broker_lost(self, reason: str) -> None:
+        """A consumer tailing for this planner lost its broker: one retry, and an outage until the next
+        broker call of the planning succeeds (the ``bkaudit_stream_broker_*`` metrics, as the planning's
+        own retries count)."""
+        status = self._status
+        if status is None:
+            return  # nothing planned yet, so no consumer either
+        logger.warning(
+            "Kafka at %s: the tailing consumer lost the broker (%s); planning in full until it answers",
+            self._options.get("kafka.bootstrap.servers", "?"),
+            reason,
+        )
+        since = status.unavailable_since
+        status.retrying(time.time() if since is None else since)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -260,6 +260,7 @@ class TailingReader:
 
         if error.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
             self._connection_lost = True
+            self._reader.broker_lost(error.str())
 
     def _close_consumer(self) -> None:
         if self._consumer is not None:
