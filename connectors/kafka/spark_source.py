@@ -241,6 +241,9 @@ class SourceStatus:
         >>> data = json.loads(path.read_text())
         >>> data["unavailable_since"], data["retries"], data["resets"]
         (1000.0, 1, {'t': 1})
+        >>> status.retrying(1010.0)  # a later report of the same outage
+        >>> json.loads(path.read_text())["unavailable_since"]
+        1000.0
     """
 
     def __init__(self, path: str | None) -> None:
@@ -252,15 +255,11 @@ class SourceStatus:
         self._data["unavailable_since"] = None
 
     def retrying(self, since: float) -> None:
-        self._data["unavailable_since"] = since
+        """One retry of an outage that began at ``since`` (an earlier report of the same outage wins)."""
+        current = self._data["unavailable_since"]
+        self._data["unavailable_since"] = since if current is None else min(float(current), since)
         self._data["retries"] = int(self._data["retries"]) + 1
         self._write()
-
-    @property
-    def unavailable_since(self) -> float | None:
-        """When the running outage began (epoch seconds); None while the broker answers."""
-        since = self._data["unavailable_since"]
-        return None if since is None else float(since)
 
     def available(self) -> None:
         if self._data["unavailable_since"] is not None:
@@ -667,8 +666,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._options.get("kafka.bootstrap.servers", "?"),
             reason,
         )
-        since = status.unavailable_since
-        status.retrying(time.time() if since is None else since)
+        status.retrying(time.time())
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
