@@ -78,6 +78,7 @@ class TailingReader:
         self._at: Positions | None = None  # where the consumer is: (topic, partition) → offset
         self._connection_lost = False  # the consumer lost its broker connection: plan in full before tailing
         self._unconfirmed = False  # the last full planning could not check a position: no consumer there
+        self._behind = False  # a partition's backlog outgrew what the consumer delivered: catch up in full
         self._verified_at = float("-inf")
         self._available_now = False
         self.enabled = True  # False: every planning is the full one
@@ -108,7 +109,9 @@ class TailingReader:
             since = time.monotonic() - self._verified_at
             # A full planning that is due waits while records are there to hand over (a loss does not
             # wait for it), but never past three intervals.
-            if since < self._verify_every_s:
+            if self._behind:
+                end = None
+            elif since < self._verify_every_s:
                 end = self._tail(start, limit, self._wait_s)
             elif since < 3 * self._verify_every_s:
                 end = self._tail(start, limit, 0.0, only_records=True)
@@ -149,6 +152,7 @@ class TailingReader:
     def _full(self, start: dict, limit: Any) -> dict:
         self.full_plannings += 1
         self._held.clear()
+        self._behind = False
         end = self._reader.latestOffset(start, limit)
         self._verified_at = time.monotonic()
         before, after = _positions(start), _positions(end)
@@ -180,6 +184,7 @@ class TailingReader:
             return None
         self.tail_plannings += 1
         if not records:
+            self._behind = self._fell_behind({})
             return start
         by_partition: dict[tuple[str, int], list[Any]] = {}
         for record in records:
@@ -198,6 +203,7 @@ class TailingReader:
                 last.offset(), last.timestamp()[1], last.key(), last.value()
             )
         self._held = held
+        self._behind = self._fell_behind(by_partition)
         return {**ends, META: {"fingerprints": fingerprints}}
 
     def _poll(self, limit: Any, wait_s: float) -> list[Any] | None:
@@ -218,6 +224,23 @@ class TailingReader:
         if any(m.error() is not None for m in messages) or self._connection_lost:
             return None
         return messages
+
+    def _fell_behind(self, delivered: dict[tuple[str, int], list[Any]]) -> bool:
+        """Whether a partition's backlog (its end as the last fetch response gave it, no broker call) is
+        larger than what the consumer delivered of it in this batch, and than :data:`BEHIND_MIN_RECORDS`.
+
+        On the embedded broker, a consumer that spaces its fetches can fall behind on one partition of a
+        large topic while it keeps up with the others; records there would wait for the next full planning
+        (tens of seconds). The full planning reads such a backlog in bulk, up to the read limit."""
+        from confluent_kafka import TopicPartition
+
+        assert self._at is not None
+        for (topic, partition), offset in self._at.items():
+            _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+            backlog = high - offset
+            if backlog > max(BEHIND_MIN_RECORDS, len(delivered.get((topic, partition), ()))):
+                return True
+        return False
 
     def _still_in_range(self, positions: Positions) -> bool:
         """Whether every position lies within its partition's offsets as their last fetch responses gave
@@ -267,6 +290,11 @@ class TailingReader:
             self._consumer.close()
         self._consumer, self._at = None, None
         self._connection_lost = False
+
+
+#: A tailing planning sends the next one to the full planning when a partition's backlog exceeds both what
+#: the batch delivered of it and this many records.
+BEHIND_MIN_RECORDS = 1000
 
 
 def consumer_fetch_options(gather_s: float, wait_ms: int) -> dict[str, Any]:

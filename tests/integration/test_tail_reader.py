@@ -304,3 +304,24 @@ def test_a_gathering_consumer_spaces_its_fetches_and_misses_no_record(kafka_sett
     finally:
         for consumer, _, _ in consumers.values():
             consumer.close()
+
+
+def test_a_partition_the_consumer_falls_behind_on_is_caught_up_by_a_full_planning(
+    kafka_settings, topic
+) -> None:
+    """A batch that delivers less of a partition than waits there (here: a read limit of 10 records against
+    3,000) sends the next planning to the full one, which reads the backlog in bulk, instead of leaving it
+    to the consumer until the full planning is due (600 s here)."""
+    name, _ = topic
+    options = {"kafka.bootstrap.servers": kafka_settings.bootstrap_servers, "subscribe": name}
+    tail = TailingReader(KafkaStreamReader(options), wait_s=2.0, verify_every_s=600, max_records=10)
+    try:
+        first, _ = _batch(tail, tail.initialOffset())
+        backlog = [f"r{i}".encode() for i in range(3000)]
+        produce(kafka_settings, name, [(b"ledger/1", value, 0) for value in backlog])
+        second, values = _batch(tail, first)
+        assert values == backlog[:10] and (tail.full_plannings, tail.tail_plannings) == (1, 1)
+        _, values = _batch(tail, second)
+        assert tail.full_plannings == 2 and values == backlog[10:]
+    finally:
+        tail.stop()
