@@ -3,9 +3,9 @@
 Job: the simulator keeps creating, closing and deleting ledgers in the background; the real job
 (``bkaudit stream``, long-running) is killed with SIGKILL (its whole process group: driver, JVM, Python
 workers) three times: at a random moment after a batch commit, right after the sink's first Delta commit
-of a batch that carries a bookie loss (tables half written, alerts maybe already published), and at a
-random moment again. The kill machinery is the crash test's (:mod:`tests.integration.job_process`); the
-restart is :func:`tests.chaos.recovery.after_job_kill`.
+of a batch that carries a bookie loss (tables half written, alerts maybe already published; tried again
+until a kill lands there), and at a random moment again. The kill machinery is the crash test's
+(:mod:`tests.integration.job_process`); the restart is :func:`tests.chaos.recovery.after_job_kill`.
 
 Watcher: killed at a random moment while the cluster churns, with deletions and a bookie loss while no
 watcher runs (its next START snapshot must reconcile them); then killed right after its snapshot began
@@ -53,6 +53,26 @@ def kill_running_job_after_next_commit(stack, rng: random.Random) -> Kill:
     planned, done = stack.run.last("offsets"), stack.run.last("commits")
     written = stack.run.tables_with_batch(planned) if planned > done else []
     return Kill("random", round(time.monotonic() - started, 1), planned, done, tuple(written))
+
+
+def kill_in_the_sink(stack) -> list[Kill]:
+    """SIGKILL the running job as its sink commits the first table of a batch, until a kill lands while
+    the batch is half written (a small batch's tables may all be committed before the kill on a loaded
+    machine; each try is a restart the next one recovers from); every kill made."""
+    kills: list[Kill] = []
+    while len(kills) < KILL_TRIES and not (kills and kills[-1].mid_batch):
+        kills.append(
+            kill_during_batch(
+                stack.run,
+                f"kill-sink-{len(kills)}",
+                stack.run.last("commits") + 1,
+                "sink",
+                0.0,
+                available_now=False,
+                timeout_s=JOB_START_TIMEOUT_S,
+            )
+        )
+    return kills
 
 
 def snapshot_markers(kafka) -> dict[str, set[str]]:
@@ -105,17 +125,8 @@ def test_kill9_of_the_job_at_random_points_during_churn_and_a_bookie_loss(stack,
     with stack.churning(random.Random(rng.random())):
         kills.append(kill_running_job_after_next_commit(stack, rng))
         lost = stack.lose_bookie(rng)
-        kills.append(
-            kill_during_batch(
-                stack.run,
-                "kill-2",
-                stack.run.last("commits") + 1,
-                "sink",
-                0.0,
-                available_now=False,
-                timeout_s=JOB_START_TIMEOUT_S,
-            )
-        )
+        sink_kills = kill_in_the_sink(stack)
+        kills.extend(sink_kills)
         kills.append(
             kill_during_batch(
                 stack.run,
@@ -139,7 +150,7 @@ def test_kill9_of_the_job_at_random_points_during_churn_and_a_bookie_loss(stack,
     )
     for kill in kills:
         print(f"  {kill}")
-    assert kills[1].mid_batch, kills  # the sink kill interrupted a batch half written to Delta
+    assert sink_kills[-1].mid_batch, kills  # a sink kill interrupted a batch half written to Delta
 
 
 def test_kill9_of_the_watcher_mid_stream_and_mid_snapshot_then_restart(stack, chaos_seed):
