@@ -177,7 +177,7 @@ class TailingReader:
         and ``only_records`` (the caller plans in full)."""
         assert self._at is not None
         records = self._poll(limit, wait_s)
-        if records is None or self._connection_lost or (not records and not self._still_in_range(self._at)):
+        if records is None or self._connection_lost or (not records and not self._still_in_range()):
             self._close_consumer()
             return None
         if not records and only_records:
@@ -226,32 +226,34 @@ class TailingReader:
         return messages
 
     def _fell_behind(self, delivered: dict[tuple[str, int], list[Any]]) -> bool:
-        """Whether a partition's backlog (its end as the last fetch response gave it, no broker call) is
-        larger than what the consumer delivered of it in this batch, and than :data:`BEHIND_MIN_RECORDS`.
+        """Whether a partition's backlog (its end as the last fetch response gave it) is larger than what
+        the consumer delivered of it in this batch, and than :data:`BEHIND_MIN_RECORDS`.
 
         On the embedded broker, a consumer that spaces its fetches can fall behind on one partition of a
         large topic while it keeps up with the others; records there would wait for the next full planning
         (tens of seconds). The full planning reads such a backlog in bulk, up to the read limit."""
+        return any(
+            high - offset > max(BEHIND_MIN_RECORDS, len(delivered.get(key, ())))
+            for key, offset, _, high in self._fetched_watermarks()
+        )
+
+    def _still_in_range(self) -> bool:
+        """Whether every position lies within its partition's offsets as their last fetch responses gave
+        them. A broker may answer a fetch past the end with no records and no error."""
+        return all(
+            high < 0 or low <= offset <= high  # negative: no fetch answered yet
+            for _, offset, low, high in self._fetched_watermarks()
+        )
+
+    def _fetched_watermarks(self) -> Iterator[tuple[tuple[str, int], int, int, int]]:
+        """(partition, the consumer's position, low, high) for every partition it reads, the watermarks as
+        its last fetch response gave them (no broker call)."""
         from confluent_kafka import TopicPartition
 
         assert self._at is not None
         for (topic, partition), offset in self._at.items():
-            _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
-            backlog = high - offset
-            if backlog > max(BEHIND_MIN_RECORDS, len(delivered.get((topic, partition), ()))):
-                return True
-        return False
-
-    def _still_in_range(self, positions: Positions) -> bool:
-        """Whether every position lies within its partition's offsets as their last fetch responses gave
-        them (no broker call). A broker may answer a fetch past the end with no records and no error."""
-        from confluent_kafka import TopicPartition
-
-        for (topic, partition), offset in positions.items():
             low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
-            if high >= 0 and not low <= offset <= high:  # negative: no fetch answered yet
-                return False
-        return True
+            yield (topic, partition), offset, low, high
 
     def _follow(self, positions: Positions) -> None:
         """Put the consumer at ``positions`` (none: nothing to tail)."""
