@@ -49,6 +49,10 @@ from typing import Any
 
 import pytest
 
+if __package__ in (None, ""):  # run as a script: the repository root last, after any PYTHONPATH variant
+    sys.path.append(str(Path(__file__).resolve().parents[2]))
+from tests.benchmarks.machine_probe import machine_probe_ms
+
 PYTEST_LEDGERS = 5_000
 PYTEST_CHANGES = 200
 INSTANCE_ID = "bench-0000-4000-8000-000000000001"
@@ -474,6 +478,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         "partitions": args.partitions,
         "cpus": os.cpu_count(),
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "machine_probe_ms_at_start": machine_probe_ms(),
     }
     try:
         chroot = harness.new_chroot()
@@ -590,6 +595,7 @@ def summary_line(figures: dict[str, Any]) -> dict[str, Any]:
         "variant": latency.get("variant"),
         "load_avg_before_changes": latency.get("load_average_before_changes"),
         "load_avg": [round(x, 2) for x in os.getloadavg()],
+        "machine_probe_ms": {"start": figures.get("machine_probe_ms_at_start"), "end": machine_probe_ms()},
     }
 
 

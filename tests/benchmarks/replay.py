@@ -281,6 +281,7 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         job_session_and_settings,
         wait_applied,
     )
+    from tests.benchmarks.machine_probe import machine_probe_ms
 
     state_dir = args.state_dir or Path(tempfile.mkdtemp(prefix="bkaudit-bench-replay-"))
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -293,6 +294,7 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         "bookies": args.bookies,
         "cpus": os.cpu_count(),
         "load_average_at_start": _load(),
+        "machine_probe_ms_at_start": machine_probe_ms(),
         "sink_queue_depth": args.sink_queue_depth,
         "ledger_lane": args.ledger_lane,
         "index_append_s": args.index_append_s,
@@ -331,6 +333,7 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         before_changes = timers.snapshot()
         figures["sink_helpers_ingest"] = Timers.delta(before_changes, {})
         figures["load_average_before_changes"] = _load()
+        figures["machine_probe_ms_before_changes"] = machine_probe_ms()
         assert writer.stdin is not None
         writer.stdin.write(b"go\n")
         writer.stdin.flush()
@@ -437,6 +440,10 @@ def summary_line(figures: dict[str, Any]) -> dict[str, Any]:
             "start": figures.get("load_average_at_start"),
             "before_changes": figures.get("load_average_before_changes"),
             "end": _load(),
+        },
+        "machine_probe_ms": {
+            "start": figures.get("machine_probe_ms_at_start"),
+            "before_changes": figures.get("machine_probe_ms_before_changes"),
         },
     }
     if figures.get("by_variant"):

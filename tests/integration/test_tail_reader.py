@@ -76,6 +76,45 @@ def test_new_records_are_planned_from_the_consumer_as_the_full_planning_would(ka
         full.stop()
 
 
+def test_records_the_batch_skips_are_gathered_until_one_it_keeps_arrives(kafka_settings, topic) -> None:
+    """Ledger records on the membership partition make no batch of their own: the planning keeps taking
+    them and ends the batch as soon as a membership record arrives (not when the gathering runs out)."""
+    import threading
+
+    name, mine = topic
+    tail = TailingReader(_source(kafka_settings, name), wait_s=2.0, verify_every_s=600, skipped_gather_s=60)
+    try:
+        first, _ = _batch(tail, tail.initialOffset())
+        produce(kafka_settings, name, [(b"ledger/%d" % i, b"skipped", mine) for i in range(3)])
+        later = threading.Timer(1.0, produce, (kafka_settings, name, [(CLUSTER, b"lost", mine)]))
+        started = time.monotonic()
+        later.start()
+        second, values = _batch(tail, first)
+        later.join()
+        assert values == [b"lost"] and second[name] == {str(mine): 4}
+        assert tail.tail_plannings == 1 and time.monotonic() - started < 30  # not the 60 s gathering
+    finally:
+        tail.stop()
+
+
+def test_skipped_records_alone_end_a_batch_when_the_gathering_runs_out(kafka_settings, topic) -> None:
+    import threading
+
+    name, mine = topic
+    tail = TailingReader(_source(kafka_settings, name), wait_s=2.0, verify_every_s=600, skipped_gather_s=3.0)
+    try:
+        first, _ = _batch(tail, tail.initialOffset())
+        produce(kafka_settings, name, [(b"ledger/1", b"skipped", mine)])
+        later = threading.Timer(0.5, produce, (kafka_settings, name, [(b"ledger/2", b"skipped", mine)]))
+        later.start()
+        second, values = _batch(tail, first)
+        later.join()
+        assert values == [] and second[name] == {str(mine): 2}  # one batch for both
+        assert tail.tail_plannings == 1
+    finally:
+        tail.stop()
+
+
 def test_a_record_reaches_a_waiting_planning_within_the_tail_fetch_wait(kafka_settings, topic) -> None:
     """The embedded broker answers a fetch that waits for records when its wait runs out, not when a
     record arrives: with librdkafka's default wait (500 ms) a bookie's loss reached the membership lane
