@@ -101,7 +101,7 @@ def test_skipped_records_alone_end_a_batch_when_the_gathering_runs_out(kafka_set
     import threading
 
     name, mine = topic
-    tail = TailingReader(_source(kafka_settings, name), wait_s=2.0, verify_every_s=600, skipped_gather_s=3.0)
+    tail = TailingReader(_source(kafka_settings, name), wait_s=2.0, verify_every_s=600, skipped_gather_s=6.0)
     try:
         first, _ = _batch(tail, tail.initialOffset())
         produce(kafka_settings, name, [(b"ledger/1", b"skipped", mine)])
