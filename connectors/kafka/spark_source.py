@@ -208,6 +208,19 @@ def skipped_key_prefixes(options: dict[str, str]) -> tuple[bytes, ...]:
     return tuple(part.strip().encode() for part in text.split(",") if part.strip())
 
 
+def is_skipped(record: Any, skipped: tuple[bytes, ...]) -> bool:
+    """Whether a librdkafka message is read past: its key starts with one of ``skipped``
+    (:func:`skipped_key_prefixes`). A message without a key (an error report) never is.
+
+    Example:
+        >>> class Message:
+        ...     def key(self): return b"ledger/7"
+        >>> is_skipped(Message(), (b"ledger/",)), is_skipped(Message(), ())
+        (True, False)
+    """
+    return bool(skipped) and (record.key() or b"").startswith(skipped)
+
+
 def partition_of_key(options: dict[str, str]) -> bytes | None:
     """Option ``bkaudit.partitionOfKey``: only the partition of this key is planned and read.
 
@@ -552,7 +565,7 @@ def record_batch(records: Sequence[Any], skipped: tuple[bytes, ...] = ()) -> pa.
     """
     columns: dict[str, list[Any]] = {name: [] for name in ARROW_RECORD_SCHEMA.names}
     for record in records:
-        if skipped and (record.key() or b"").startswith(skipped):
+        if is_skipped(record, skipped):
             continue
         timestamp_type, timestamp_ms = record.timestamp()
         columns["key"].append(record.key())

@@ -40,6 +40,7 @@ from connectors.kafka.spark_source import (
     META,
     KafkaRange,
     KafkaStreamReader,
+    is_skipped,
     kafka_settings_of,
     positions_of,
     record_batch,
@@ -256,7 +257,7 @@ class TailingReader:
             messages.extend(latest)
 
     def _all_skipped(self, records: list[Any]) -> bool:
-        return all(r.error() is None and (r.key() or b"").startswith(self._skipped) for r in records)
+        return all(r.error() is None and is_skipped(r, self._skipped) for r in records)
 
     def _fell_behind(self, delivered: dict[tuple[str, int], list[Any]]) -> bool:
         """Whether a partition's backlog (its end as the last fetch response gave it) is larger than what
