@@ -10,7 +10,7 @@ spends no CPU on a fold, and the child runs at a lower priority and dies with th
 The fold is the same function wherever it runs (:func:`fold_rows`); :class:`~connectors.delta.ledger_log.
 LedgerLog` folds small states in its own thread, where a process would cost more than the fold.
 
-Usage (by :func:`fold_in_child`): ``python -m connectors.delta._fold_process REQUEST.json``.
+Usage (by :func:`fold_in_child`): ``python -m connectors.delta._fold_process REQUEST.json JOB_PID``.
 """
 
 from __future__ import annotations
@@ -104,7 +104,10 @@ def fold_in_child(request: FoldRequest) -> tuple[int, bool]:
     request_file.write_text(json.dumps(asdict(request)))
     try:
         done = subprocess.run(
-            [sys.executable, "-m", __name__, str(request_file)], capture_output=True, text=True, check=False
+            [sys.executable, "-m", __name__, str(request_file), str(os.getpid())],
+            capture_output=True,
+            text=True,
+            check=False,
         )
     finally:
         request_file.unlink(missing_ok=True)
@@ -128,16 +131,16 @@ def read_arrow_file(path: str | Path) -> pa.Table:
     return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when the job that started it dies: a fold must not commit after
-    its job was killed (the restarted job folds again from its own state; either is correct, one is simpler
-    to reason about)."""
-    parent = os.getppid()
+def _die_with_parent(job_pid: int) -> None:
+    """Ask Linux to SIGKILL this process when the job ``job_pid`` that started it dies: a fold must not
+    commit after its job was killed (the restarted job folds again from its own state and would conflict
+    with this one's commit). The job's pid comes from the job: a parent read here, after the imports, may
+    already be the one an orphan was handed to."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):  # not Linux: the job waits for the child anyway
         return
-    if os.getppid() != parent:  # the job died before the request took effect
+    if os.getppid() != job_pid:  # the job died before the request took effect
         os._exit(1)
 
 
@@ -165,7 +168,7 @@ def _run(request: FoldRequest) -> dict[str, object]:
 
 
 def main(argv: list[str]) -> None:
-    _die_with_parent()
+    _die_with_parent(int(argv[1]))
     os.nice(NICENESS)
     request = FoldRequest(**json.loads(Path(argv[0]).read_text()))
     print(json.dumps(_run(request)), flush=True)

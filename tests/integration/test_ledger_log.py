@@ -7,14 +7,18 @@ current versions, before and after their cleanup.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from deltalake import DeltaTable
 
+from connectors.delta._fold_process import FoldRequest
 from connectors.delta.ledger_log import LedgerLog, read_current_index
 from connectors.delta.queries import Lakehouse
 from connectors.delta.tables import LEDGER_BUCKETS, BatchWriter, ensure_tables, read_table, table_path
@@ -22,6 +26,7 @@ from connectors.delta.tables import LEDGER_BUCKETS, BatchWriter, ensure_tables, 
 pytestmark = pytest.mark.integration
 
 APP = "test-log"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def row(ledger_id: int, mzxid: int, *, state: str = "CLOSED", deleted: bool = False, bookies=("b1", "b2")):
@@ -350,3 +355,54 @@ def test_a_fold_whose_process_fails_says_why_and_the_next_fold_takes_the_changes
     assert raw_ledgers(root) == {}
     assert log.fold(through=0).merged
     assert raw_ledgers(root) == {1: 10, 2: 11}
+
+
+def _child_pids(pid: int) -> list[int]:
+    """The live children of process ``pid`` (every thread's, from /proc)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:  # the thread ended meanwhile
+            continue
+    return found
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (gone, or a zombie its new parent has not reaped yet)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the fold's process through /proc")
+def test_a_fold_process_whose_job_dies_while_it_starts_commits_nothing(root):
+    log = LedgerLog(root, APP)
+    record(log, root, 0, [row(1, 10), row(2, 11)])
+    request = FoldRequest(
+        root=str(root),
+        app=f"{APP}.fold",
+        folded=-1,
+        through=0,
+        out_file=str(root / "folded.arrow"),
+        base_version=DeltaTable(table_path(root, "ledgers")).version(),
+    )
+    job = subprocess.Popen(
+        [sys.executable, "-c", f"from connectors.delta._fold_process import *; fold_in_child({request!r})"],
+        cwd=REPO,
+    )
+    try:
+        started = time.monotonic()
+        while not (fold := _child_pids(job.pid)) and time.monotonic() - started < 60:
+            time.sleep(0.001)
+        assert fold, "the job never started the fold's process"
+    finally:
+        job.kill()  # while the fold's process is still importing: before it could ask to die with the job
+        job.wait(30)
+    started = time.monotonic()
+    while not _gone(fold[0]) and time.monotonic() - started < 120:
+        time.sleep(0.05)
+    assert _gone(fold[0])
+    assert raw_ledgers(root) == {}
+    assert DeltaTable(table_path(root, "ledgers")).transaction_version(f"{APP}.fold") is None
