@@ -18,7 +18,7 @@ batch. The layout instead (docs/design.md, "Ledger state without a MERGE per bat
   of older versions stay until :meth:`LedgerLog.clean_index` removes them; every reader keeps only the
   rows of a ledger's current version.
 - ``ledgers``: one row per ledger, the fold of the changes (:meth:`LedgerLog.fold`, every
-  ``stream.ledger_fold_interval_s`` in a background thread; from ``FOLD_IN_CHILD_FROM_ROWS`` ledgers on,
+  ``stream.ledger_fold_interval_s`` in a background thread; from ``FOLD_IN_CHILD_FROM_ROWS`` rows on,
   computed and written by a child process, :mod:`connectors.delta._fold_process`), committed with the app
   transaction ``(<app>.fold, last batch folded)``.
 - In memory: ``ledgers`` as of its last fold, sorted by ledger id, and the rows changed since (the overlay),
@@ -112,7 +112,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _NO_VERSION = -1
-#: From this many folded ledgers on, a fold runs in a process of its own (:mod:`._fold_process`).
+#: From this many rows folded (the base's and the changes'), a fold runs in a process of its own
+#: (:mod:`._fold_process`).
 FOLD_IN_CHILD_FROM_ROWS = 200_000
 
 
@@ -420,8 +421,9 @@ class LedgerLog:
     # -- folding --------------------------------------------------------------------------------------------
     def fold(self, through: int | None = None) -> FoldReport | None:
         """Fold the changes of the batches up to ``through`` (default: the last one Spark recorded done)
-        into ``ledgers`` and into the in-memory base; None when there is nothing to fold. A base of at
-        least ``fold_in_child_from_rows`` rows is folded by a process of its own (:mod:`._fold_process`)."""
+        into ``ledgers`` and into the in-memory base; None when there is nothing to fold. A fold of at
+        least ``fold_in_child_from_rows`` rows (the base's and the changes') runs in a process of its own
+        (:mod:`._fold_process`): the first fold after a snapshot has an empty base and a million changes."""
         with self.fold_lock:
             started = time.monotonic()
             with self._lock:
@@ -431,7 +433,7 @@ class LedgerLog:
                 base, folded_before = self._base, self._folded_through
             if not tables:
                 return None
-            if base.num_rows >= self.fold_in_child_from_rows:
+            if base.num_rows + sum(rows.num_rows for rows in tables) >= self.fold_in_child_from_rows:
                 folded, rows, written = self._fold_in_child(base, folded_before, through)
             else:
                 folded, latest = fold_rows(base, tables)

@@ -317,9 +317,9 @@ def test_a_fold_in_a_process_of_its_own_leaves_the_state_a_fold_here_would(root)
     for name, path in (("here", here), ("there", there)):
         ensure_tables(path)
         logs[name] = log = LedgerLog(path, APP)
-        log.fold_in_child_from_rows = 10**9 if name == "here" else 2  # the child once the base has 2 rows
+        log.fold_in_child_from_rows = 10**9 if name == "here" else 3  # the child from 3 rows folded
         record(log, path, 0, [row(1, 10), row(2, 11, bookies=("b1", "b3"))])
-        log.fold(through=0)  # a base of 0 rows: folded here by both, then handed over as a file
+        log.fold(through=0)  # 0 + 2 rows: folded here by both, then handed over as a file
         record(log, path, 1, [row(1, 12, state="OPEN"), row(3, 13, deleted=True)])
         log.fold(through=1)
         record(log, path, 2, [row(2, 14), row(4, 15)])
@@ -340,6 +340,17 @@ def test_a_fold_in_a_process_of_its_own_leaves_the_state_a_fold_here_would(root)
     assert raw_ledgers(there) == {1: 12, 2: 14, 3: 13, 4: 16}
     restarted.stop_folding()
     assert list((there / "_fold").iterdir()) == []  # the job's stop removes it
+
+
+def test_the_first_fold_of_a_snapshot_into_an_empty_table_runs_in_a_process_of_its_own(root):
+    log = LedgerLog(root, APP)
+    log.fold_in_child_from_rows = 3
+    record(log, root, 0, [row(1, 10), row(2, 11)])
+    record(log, root, 1, [row(3, 12)])
+    assert log.fold(through=1).merged  # an empty base, 3 rows of changes
+    assert [p.name for p in (root / "_fold").iterdir()] == [f"{APP}-1.arrow"]  # the child's output
+    assert raw_ledgers(root) == {1: 10, 2: 11, 3: 12}
+    log.stop_folding()
 
 
 def test_a_fold_whose_process_fails_says_why_and_the_next_fold_takes_the_changes(root, monkeypatch):
