@@ -213,7 +213,13 @@ class KafkaSettings(BaseModel):
         "acked in ~0.06 s on the embedded broker); 0 = one record per batch (slow; not needed with "
         "single_record_tails)",
     )
-    producer_linger_ms: int = Field(0, ge=0, description="how long the producer waits to fill a batch")
+    producer_linger_ms: int = Field(
+        5,
+        ge=0,
+        description="how long the producer waits to fill a batch, librdkafka's `linger.ms` (5 ms, its own "
+        "default: at 10,000 changes/s the embedded broker took ~40 % less CPU than with 0, for at most "
+        "5 ms more per record)",
+    )
     single_record_tails: bool = Field(
         True,
         description="end each burst with a one-record batch per partition (the embedded broker's high "
