@@ -217,8 +217,8 @@ class KafkaSettings(BaseModel):
         5,
         ge=0,
         description="how long the producer waits to fill a batch, librdkafka's `linger.ms` (5 ms, its own "
-        "default: at 10,000 changes/s the embedded broker took ~40 % less CPU than with 0, for at most "
-        "5 ms more per record)",
+        "default: at 10,000 changes/s the embedded broker took ~0.45 of a core against ~0.73 with 0, for a "
+        "few milliseconds more per record)",
     )
     single_record_tails: bool = Field(
         True,
