@@ -651,12 +651,14 @@ class _OverlayIndex:
             >>> index.ids.tolist(), index.mzxid.tolist(), index.batch.tolist()
             ([1, 3], [10, 11], [0, 1])
         """
-        parts = [_index_columns(batch, rows) for batch, rows in overlay]
-        if ids is not None:
-            parts = [[column[np.isin(part[0], ids)] for column in part] for part in parts]
-        if not parts:
+        if not overlay:
             return cls.empty()
-        return cls._newest_of([np.concatenate(columns) for columns in zip(*parts, strict=True)])
+        parts = [_index_columns(batch, rows) for batch, rows in overlay]
+        columns = [np.concatenate(column) for column in zip(*parts, strict=True)]
+        if ids is not None:
+            wanted = np.isin(columns[0], ids)  # once, over all the rows
+            columns = [column[wanted] for column in columns]
+        return cls._newest_of(columns)
 
     def updated_with(self, batch: int, rows: pa.Table) -> _OverlayIndex:
         """This index with ``rows`` (batch ``batch``, newer than every row indexed) taking precedence."""

@@ -22,6 +22,7 @@ from connectors.delta._fold_process import FoldRequest
 from connectors.delta.ledger_log import LedgerLog, read_current_index
 from connectors.delta.queries import Lakehouse
 from connectors.delta.tables import LEDGER_BUCKETS, BatchWriter, ensure_tables, read_table, table_path
+from connectors.process import pid_alive
 
 pytestmark = pytest.mark.integration
 
@@ -379,14 +380,6 @@ def _child_pids(pid: int) -> list[int]:
     return found
 
 
-def _gone(pid: int) -> bool:
-    """Whether process ``pid`` has ended (gone, or a zombie its new parent has not reaped yet)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
-
-
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the fold's process through /proc")
 def test_a_fold_process_whose_job_dies_while_it_starts_commits_nothing(root):
     log = LedgerLog(root, APP)
@@ -412,8 +405,8 @@ def test_a_fold_process_whose_job_dies_while_it_starts_commits_nothing(root):
         job.kill()  # while the fold's process is still importing: before it could ask to die with the job
         job.wait(30)
     started = time.monotonic()
-    while not _gone(fold[0]) and time.monotonic() - started < 120:
+    while pid_alive(fold[0]) and time.monotonic() - started < 120:
         time.sleep(0.05)
-    assert _gone(fold[0])
+    assert not pid_alive(fold[0])  # gone, or a zombie its new parent has not reaped yet
     assert raw_ledgers(root) == {}
     assert DeltaTable(table_path(root, "ledgers")).transaction_version(f"{APP}.fold") is None
