@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -51,9 +50,12 @@ class FoldRequest:
     base_version: int | None = None
 
 
-def fold_rows(base: pa.Table, changes: Sequence[pa.Table]) -> tuple[pa.Table, pa.Table]:
-    """``base`` (one row per ledger) with the newest row of each ledger in ``changes`` (oldest first):
-    the folded state sorted by ledger id, and the newest rows alone.
+def fold_rows(
+    base: pa.Table, changes: Sequence[pa.Table], *, order_by: str | None = None
+) -> tuple[pa.Table, pa.Table]:
+    """``base`` (one row per ledger) with the newest row of each ledger in ``changes`` (oldest first, or
+    newest by the column ``order_by``): the folded state sorted by ledger id, and the newest rows alone
+    (with ``base``'s columns).
 
     Example:
         >>> base = pa.table({"ledger_id": [1, 2], "v": [1, 1]})
@@ -61,11 +63,28 @@ def fold_rows(base: pa.Table, changes: Sequence[pa.Table]) -> tuple[pa.Table, pa
         >>> folded.to_pylist(), latest.num_rows
         ([{'ledger_id': 1, 'v': 1}, {'ledger_id': 2, 'v': 5}, {'ledger_id': 3, 'v': 5}], 2)
     """
-    from connectors.delta.tables import latest_per_ledger, sorted_by_id
+    from connectors.delta.tables import conform_to, latest_per_ledger, overlaid
 
-    latest = latest_per_ledger(changes)
-    kept = base.filter(pa.array(~np.isin(base.column("ledger_id").to_numpy(), latest["ledger_id"])))
-    return sorted_by_id(pa.concat_tables([kept, latest])), latest
+    latest = conform_to(latest_per_ledger(changes, order_by=order_by), base.schema)
+    return overlaid(base, latest), latest
+
+
+#: Rows per Arrow batch handed to delta-rs: given the whole table at once it converts all of it first
+#: (a second copy of 1 M rows, ~1.2 GB of freshly touched pages); batch by batch it reuses its memory.
+WRITE_BATCH_ROWS = 65_536
+#: Columns whose values are nearly all distinct: a dictionary page is built for them only to be dropped.
+#: Writing them plainly took a quarter off the write's CPU, and the files came out no larger.
+PLAIN_COLUMNS = (
+    "ledger_id",
+    "last_entry_id",
+    "length",
+    "ctime_ms",
+    "mzxid",
+    "znode_ctime_ms",
+    "znode_mtime_ms",
+    "under_replication_ctime_ms",
+    "updated_at",
+)
 
 
 def write_fold(root: str | Path, app: str, folded: pa.Table, latest: pa.Table, through: int) -> bool:
@@ -74,7 +93,14 @@ def write_fold(root: str | Path, app: str, folded: pa.Table, latest: pa.Table, t
     already holds that fold (a replay after a crash). The base is the table as of its last fold, so this
     equals merging the changes without reading and joining the table (0.4 s against 2.0 s for 300 k changes
     into 1 M rows); a MERGE would rewrite the same files."""
-    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+    from deltalake import (
+        ColumnProperties,
+        CommitProperties,
+        DeltaTable,
+        Transaction,
+        WriterProperties,
+        write_deltalake,
+    )
 
     from connectors.delta.tables import APP_METADATA_KEY, FOLD_METADATA_KEY, LEDGER_BUCKETS, table_path
 
@@ -92,7 +118,19 @@ def write_fold(root: str | Path, app: str, folded: pa.Table, latest: pa.Table, t
         custom_metadata={FOLD_METADATA_KEY: str(through), APP_METADATA_KEY: app},
         app_transactions=[Transaction(app, through)],
     )
-    write_deltalake(ledgers, folded, mode="overwrite", predicate=predicate, commit_properties=commit)
+    plain = ColumnProperties(dictionary_enabled=False)
+    properties = WriterProperties(
+        compression="SNAPPY",  # delta-rs's default, which a WriterProperties without it would drop
+        column_properties={name: plain for name in PLAIN_COLUMNS if name in folded.column_names},
+    )
+    write_deltalake(
+        ledgers,
+        folded.to_reader(max_chunksize=WRITE_BATCH_ROWS),
+        mode="overwrite",
+        predicate=predicate,
+        commit_properties=commit,
+        writer_properties=properties,
+    )
     return True
 
 
@@ -159,9 +197,7 @@ def _run(request: FoldRequest) -> dict[str, object]:
         )
     where = [("batch_id", ">", request.folded), ("batch_id", "<=", request.through)]
     changes = scan(DeltaTable(table_path(request.root, "ledger_changes")), where)
-    order = np.argsort(changes.column("batch_id").to_numpy(), kind="stable")  # oldest batch first
-    changes = conform_to(changes.take(pa.array(order, pa.int64())), LEDGERS.schema)
-    folded, latest = fold_rows(base, [changes])
+    folded, latest = fold_rows(base, [changes], order_by="batch_id")
     write_arrow_file(request.out_file, folded)
     merged = write_fold(request.root, request.app, folded, latest, request.through)
     return {"rows": latest.num_rows, "merged": merged}

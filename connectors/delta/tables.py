@@ -610,19 +610,26 @@ def sorted_by_id(table: pa.Table) -> pa.Table:
     return table.sort_by("ledger_id") if table.num_rows else table
 
 
-def latest_per_ledger(tables: Sequence[pa.Table]) -> pa.Table:
-    """One row per ledger id, the last one in ``tables`` order (batches oldest first).
+def latest_per_ledger(tables: Sequence[pa.Table], *, order_by: str | None = None) -> pa.Table:
+    """One row per ledger id, the last one in ``tables`` order (batches oldest first); with ``order_by``,
+    the one with the highest value of that column (the last of those), whatever the rows' order.
 
     Example:
         >>> older = pa.table({"ledger_id": [1, 2], "v": [1, 1]})
         >>> latest_per_ledger([older, pa.table({"ledger_id": [1], "v": [2]})]).to_pylist()
         [{'ledger_id': 1, 'v': 2}, {'ledger_id': 2, 'v': 1}]
+        >>> rows = pa.table({"ledger_id": [1, 1], "batch_id": [8, 7]})
+        >>> latest_per_ledger([rows], order_by="batch_id").to_pylist()
+        [{'ledger_id': 1, 'batch_id': 8}]
     """
     rows = pa.concat_tables(tables) if tables else LEDGERS.schema.empty_table()
     if rows.num_rows == 0:
         return rows
     ids = rows.column("ledger_id").to_numpy()
-    order = np.lexsort((np.arange(len(ids)), ids))  # by id, then position
+    keys = [np.arange(len(ids))]  # by id, then order_by, then position
+    if order_by is not None:
+        keys.append(rows.column(order_by).to_numpy())
+    order = np.lexsort((*keys, ids))
     last = order[np.r_[ids[order][1:] != ids[order][:-1], True]]
     return rows.take(pa.array(last, pa.int64()))
 
@@ -653,11 +660,31 @@ def current_rows(base: pa.Table, overlay: Sequence[pa.Table]) -> pa.Table:
     """
     if not overlay:
         return base
-    latest = latest_per_ledger(overlay)
-    kept = base.filter(
-        pa.array(~np.isin(base.column("ledger_id").to_numpy(), latest.column("ledger_id").to_numpy()))
-    )
-    return sorted_by_id(pa.concat_tables([kept, latest]))
+    return overlaid(base, latest_per_ledger(overlay))
+
+
+def overlaid(base: pa.Table, latest: pa.Table) -> pa.Table:
+    """``base`` (one row per ledger, in any order) with ``latest``'s row (one per ledger) in place of its
+    own or added, sorted by ledger id. The rows are gathered once, by positions worked out on the ids
+    alone: filtering, concatenating and sorting the rows copied every one of them three times (1–3 s of
+    CPU for 1 M ledgers, most of it the kernel's, against 0.25 s).
+
+    Example:
+        >>> base = pa.table({"ledger_id": [3, 1], "v": [1, 1]})
+        >>> overlaid(base, pa.table({"ledger_id": [2, 3], "v": [5, 5]})).to_pylist()
+        [{'ledger_id': 1, 'v': 1}, {'ledger_id': 2, 'v': 5}, {'ledger_id': 3, 'v': 5}]
+    """
+    base_ids = _ids(base)
+    latest_ids = _ids(latest)
+    kept = np.flatnonzero(~np.isin(base_ids, latest_ids))
+    sources = np.concatenate([kept, base.num_rows + np.arange(latest.num_rows)])
+    order = np.argsort(np.concatenate([base_ids[kept], latest_ids]), kind="stable")
+    return pa.concat_tables([base, latest]).take(pa.array(sources[order], pa.int64()))
+
+
+def _ids(table: pa.Table) -> np.ndarray:
+    column = table.column("ledger_id")
+    return column.to_numpy() if column.num_chunks else np.empty(0, np.int64)
 
 
 def read_current_ledgers(root: str | Path) -> pa.Table:
@@ -689,10 +716,8 @@ def _read_current(root: str | Path) -> tuple[pa.Table, np.ndarray]:
     changes = scan(changes_table, where)
     if changes.num_rows == 0:
         return sorted_by_id(base), unchanged
-    order = np.argsort(changes.column("batch_id").to_numpy(), kind="stable")
-    changes = conform_to(changes.take(pa.array(order, pa.int64())), LEDGERS.schema)
-    changed = np.unique(changes.column("ledger_id").to_numpy())
-    return current_rows(sorted_by_id(base), [changes]), changed
+    latest = conform_to(latest_per_ledger([changes], order_by="batch_id"), LEDGERS.schema)
+    return overlaid(base, latest), _ids(latest)
 
 
 def last_fold(ledgers: DeltaTable) -> int | None:
