@@ -15,7 +15,8 @@ Per micro-batch the lane
 4. forwards the tracked ledgers' changes, every mark and the heartbeats (the timers' event-time clock) to
    the tracked topic, unchanged, where the *timers query* (``transformWithStateInPandas`` over the tracked
    and feedback topics) runs the suspicion rounds and grace periods and relays its decisions to the
-   decisions topic (:class:`DecisionRelay`);
+   decisions topic (:class:`DecisionRelay`). While no ledger is tracked the query has nothing to time, and
+   a heartbeat goes to it only every ``IDLE_HEARTBEAT_INTERVAL_MS`` of event time;
 5. adds the relayed decisions it read, queues the batch's decisions for the sink, then saves its state
    (``<batch id>.json``: the batch's commit).
 
@@ -70,6 +71,10 @@ DIRECT_DECISIONS = {
 MARK_KIND = "under_replication_mark"
 LEDGER_KINDS = frozenset({*DIRECT_DECISIONS, MARK_KIND})
 HEARTBEAT_KIND = "heartbeat"
+#: While no ledger is tracked, the heartbeats the timers query gets, at most one batch of them per this much
+#: event time: they only keep its watermark (the job's event-time gauges) near the wall clock, and each of
+#: its micro-batches costs ~1 CPU-second; with every heartbeat forwarded it ran one every trigger.
+IDLE_HEARTBEAT_INTERVAL_MS = 30_000
 
 
 @dataclass(frozen=True)
@@ -139,7 +144,14 @@ class LedgerLane:
                 ]
             ),
         )
-        forwarded = _forwarded_mask(decoded, tracked)
+        heartbeat_ms = _newest_heartbeat_ms(decoded)
+        beats_sent_ms = state.get("heartbeat_forwarded_ms")
+        with_heartbeats = heartbeat_ms is not None and (
+            tracked.size > 0
+            or beats_sent_ms is None
+            or heartbeat_ms - beats_sent_ms >= IDLE_HEARTBEAT_INTERVAL_MS
+        )
+        forwarded = _forwarded_mask(decoded, tracked, with_heartbeats=with_heartbeats)
         cluster = _newest_cluster(decoded) or state.get("cluster") or self.config.cluster_default
         cluster_state, cluster_decisions = self._cluster(state.get("cluster_state"), decoded, cluster)
         decisions = pa.concat_tables(
@@ -159,6 +171,7 @@ class LedgerLane:
                 "cluster": cluster,
                 "cluster_state": cluster_state,
                 "tracked": np.setdiff1d(tracked, deleted).tolist(),
+                "heartbeat_forwarded_ms": heartbeat_ms if with_heartbeats else beats_sent_ms,
             },
         )
         return decisions.num_rows
@@ -209,14 +222,24 @@ def _ledger_ids(rows: pa.Table) -> np.ndarray:
     return np.asarray(ids.to_numpy(), dtype=np.int64) if len(ids) else np.empty(0, dtype=np.int64)
 
 
-def _forwarded_mask(decoded: pa.Table, tracked: np.ndarray) -> pa.ChunkedArray | pa.Array:
-    """Rows for the timers query: a tracked ledger's changes (marks make their ledger tracked) and the
-    heartbeats."""
+def _forwarded_mask(
+    decoded: pa.Table, tracked: np.ndarray, *, with_heartbeats: bool = True
+) -> pa.ChunkedArray | pa.Array:
+    """Rows for the timers query: a tracked ledger's changes (marks make their ledger tracked) and, with
+    ``with_heartbeats``, the heartbeats."""
     kinds = decoded.column("kind")
     ledger = pc.is_in(kinds, pa.array(sorted(LEDGER_KINDS)))
     ids = pc.fill_null(decoded.column("ledger_id"), -1).to_numpy()
     of_tracked = pa.array(np.isin(np.asarray(ids, dtype=np.int64), tracked))
-    return pc.or_(pc.and_(ledger, of_tracked), pc.equal(kinds, HEARTBEAT_KIND))
+    chosen = pc.and_(ledger, of_tracked)
+    return pc.or_(chosen, pc.equal(kinds, HEARTBEAT_KIND)) if with_heartbeats else chosen
+
+
+def _newest_heartbeat_ms(decoded: pa.Table) -> int | None:
+    """The event time of the batch's newest heartbeat (ms), None without one."""
+    beats = decoded.filter(pc.equal(decoded.column("kind"), HEARTBEAT_KIND)).column("event_time")
+    newest = pc.max(beats.cast(pa.int64())).as_py() if len(beats) else None
+    return None if newest is None else newest // 1000
 
 
 def _newest_cluster(decoded: pa.Table) -> str | None:

@@ -84,3 +84,88 @@ def test_only_failing_probe_results_track_their_ledger_and_bad_feedback_is_skipp
     ]
     values = [v.replace(", ", ",").replace(": ", ":").encode() if v else None for v in feedback]
     assert failing_probe_ledgers(records(values, "feedback")).tolist() == [1]
+
+
+# -- heartbeats for the timers query ------------------------------------------------------------------------
+def lane_with_forwarded(tmp_path):
+    from streaming.driver_batches import LaneStates
+    from streaming.ledger_lane import LedgerLane, LedgerLaneConfig
+    from streaming.processor import ProcessorConfig
+
+    forwarded: list[list[bytes]] = []
+    config = LedgerLaneConfig(
+        "changes", "feedback", "tracked", "decisions", ProcessorConfig(membership=False)
+    )
+    lane = LedgerLane(
+        config,
+        lambda decisions, batch_id: None,
+        lambda topic, chosen: forwarded.append([key for key, _ in chosen]),
+        LaneStates(tmp_path),
+    )
+    return lane, forwarded
+
+
+def change_records(events: list) -> pa.Table:
+    """The change events as the lane's reader gives them: Kafka records plus the batch's time."""
+    from connectors.kafka.spark_source import ARROW_RECORD_SCHEMA
+    from core import events as ev
+
+    rows = [
+        {
+            "key": ev.kafka_key(e),
+            "value": ev.encode_event(e),
+            "topic": "changes",
+            "partition": 0,
+            "offset": n,
+            "timestamp": AT,
+            "timestampType": 0,
+            "headers": [],
+        }
+        for n, e in enumerate(events)
+    ]
+    table = pa.Table.from_pylist(rows, schema=ARROW_RECORD_SCHEMA)
+    return table.append_column("batch_time", pa.array([AT] * len(rows), pa.timestamp("us", tz="UTC")))
+
+
+def beats(builder, *times_ms: int) -> list:
+    from core import events as ev
+
+    return [builder.build(ev.heartbeat(t, partition=0, partition_count=1), event_time_ms=t) for t in times_ms]
+
+
+def test_with_nothing_tracked_the_timers_query_gets_a_heartbeat_only_every_idle_interval(tmp_path):
+    from core import events as ev
+    from streaming.ledger_lane import IDLE_HEARTBEAT_INTERVAL_MS
+
+    lane, forwarded = lane_with_forwarded(tmp_path)
+    builder = ev.EventBuilder("c1", "run")
+    start = int(AT.timestamp() * 1000)
+    step = IDLE_HEARTBEAT_INTERVAL_MS // 3
+    for batch_id in range(7):  # one heartbeat a batch, a third of the interval apart
+        lane.process(change_records(beats(builder, start + batch_id * step)), batch_id)
+    assert [len(keys) for keys in forwarded] == [1, 1, 1]  # batches 0, 3 and 6
+    assert lane.store.before(7)["heartbeat_forwarded_ms"] == start + 6 * step
+    replayed = ev.EventBuilder("c1", "run")
+    lane.process(change_records(beats(replayed, start + 6 * step)), 6)  # batch 6 again: forwarded again
+    assert [len(keys) for keys in forwarded] == [1, 1, 1, 1]
+
+
+def test_with_a_tracked_ledger_every_heartbeat_reaches_the_timers_query(tmp_path):
+    from core import events as ev
+    from core.domain.underreplication import UnderreplicatedLedger
+
+    lane, forwarded = lane_with_forwarded(tmp_path)
+    builder = ev.EventBuilder("c1", "run")
+    start = int(AT.timestamp() * 1000)
+    lane.process(change_records(beats(builder, start)), 0)
+    mark = ev.underreplication_set(7, UnderreplicatedLedger(("b1",), start), _Stat())
+    lane.process(change_records([builder.build(mark), *beats(builder, start + 1_000)]), 1)
+    lane.process(change_records(beats(builder, start + 2_000)), 2)
+    assert forwarded == [[b"cluster"], [b"ledger/7", b"cluster"], [b"cluster"]]  # heartbeats key "cluster"
+
+
+class _Stat:
+    czxid = mzxid = 5
+    ctime = mtime = 0
+    version = 0
+    dataLength = 9
