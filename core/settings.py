@@ -172,8 +172,8 @@ class KafkaSettings(BaseModel):
     tracked_topic: str = Field(
         "bkaudit.tracked",
         description="with stream.ledger_lane = driver: the change events of ledgers that need timers "
-        "(suspects, under-replication marks) and heartbeats, forwarded by the ledger lane to the timers "
-        "query",
+        "(suspects, under-replication marks) and heartbeats (one every 30 s while no ledger needs a timer), "
+        "forwarded by the ledger lane to the timers query",
     )
     decisions_topic: str = Field(
         "bkaudit.decisions",

@@ -146,11 +146,7 @@ class LedgerLane:
         )
         heartbeat_ms = _newest_heartbeat_ms(decoded)
         beats_sent_ms = state.get("heartbeat_forwarded_ms")
-        with_heartbeats = heartbeat_ms is not None and (
-            tracked.size > 0
-            or beats_sent_ms is None
-            or heartbeat_ms - beats_sent_ms >= IDLE_HEARTBEAT_INTERVAL_MS
-        )
+        with_heartbeats = _heartbeats_due(heartbeat_ms, beats_sent_ms, tracking=tracked.size > 0)
         forwarded = _forwarded_mask(decoded, tracked, with_heartbeats=with_heartbeats)
         cluster = _newest_cluster(decoded) or state.get("cluster") or self.config.cluster_default
         cluster_state, cluster_decisions = self._cluster(state.get("cluster_state"), decoded, cluster)
@@ -233,6 +229,21 @@ def _forwarded_mask(
     of_tracked = pa.array(np.isin(np.asarray(ids, dtype=np.int64), tracked))
     chosen = pc.and_(ledger, of_tracked)
     return pc.or_(chosen, pc.equal(kinds, HEARTBEAT_KIND)) if with_heartbeats else chosen
+
+
+def _heartbeats_due(newest_ms: int | None, sent_ms: int | None, *, tracking: bool) -> bool:
+    """Whether the batch's heartbeats go to the timers query: always while a ledger is tracked, else once
+    ``IDLE_HEARTBEAT_INTERVAL_MS`` of event time has passed since the last ones sent.
+
+    Example:
+        >>> _heartbeats_due(40_000, 20_000, tracking=True), _heartbeats_due(40_000, 20_000, tracking=False)
+        (True, False)
+        >>> _heartbeats_due(50_000, 20_000, tracking=False), _heartbeats_due(None, None, tracking=True)
+        (True, False)
+    """
+    if newest_ms is None:
+        return False
+    return tracking or sent_ms is None or newest_ms - sent_ms >= IDLE_HEARTBEAT_INTERVAL_MS
 
 
 def _newest_heartbeat_ms(decoded: pa.Table) -> int | None:
