@@ -661,10 +661,30 @@ class _OverlayIndex:
         return cls._newest_of(columns)
 
     def updated_with(self, batch: int, rows: pa.Table) -> _OverlayIndex:
-        """This index with ``rows`` (batch ``batch``, newer than every row indexed) taking precedence."""
-        new = _index_columns(batch, rows)
+        """This index with ``rows`` (batch ``batch``, newer than every row indexed) taking precedence: the
+        batch's newest row per ledger merged into the sorted columns (a copy of them, not a sort of all:
+        7.4 against 10.3 ms for 10 k rows into 700 k ledgers).
+
+        Example:
+            >>> rows = lambda ids, v: pa.table({"ledger_id": ids, "mzxid": [v] * len(ids),
+            ...     "deleted": [False] * len(ids), "state": ["OPEN"] * len(ids)})
+            >>> index = _OverlayIndex.of([(0, rows([1, 5], 10))]).updated_with(1, rows([5, 3, 5], 11))
+            >>> index.ids.tolist(), index.batch.tolist(), index.position.tolist()
+            ([1, 3, 5], [0, 1, 1], [0, 1, 2])
+        """
+        new = self._newest_of(_index_columns(batch, rows))
         old = (self.ids, self.batch, self.position, self.mzxid, self.gone, self.closed)
-        return self._newest_of([np.concatenate([o, n]) for o, n in zip(old, new, strict=True)])
+        at = np.searchsorted(self.ids, new.ids)
+        known = at < len(self.ids)
+        known[known] = self.ids[at[known]] == new.ids[known]
+        merged = []
+        for column, newer in zip(
+            old, (new.ids, new.batch, new.position, new.mzxid, new.gone, new.closed), strict=True
+        ):
+            replaced = column.copy()
+            replaced[at[known]] = newer[known]
+            merged.append(np.insert(replaced, at[~known], newer[~known]))
+        return _OverlayIndex(*merged)
 
     @classmethod
     def _newest_of(cls, columns: list[np.ndarray]) -> _OverlayIndex:
