@@ -339,7 +339,9 @@ def test_a_gathering_consumer_spaces_its_fetches_and_misses_no_record(kafka_sett
             consumer.poll(0.2)
             made[key] = fetches(stats) - before[key]
         assert made["immediate"] >= 20, f"the stream was not dense enough to test: {made}"
-        assert made["gathering"] * 3 <= made["immediate"], made
+        # Without the spacing the two fetch about as often (ratio 1.0-1.15); with it, 16-21x fewer on a
+        # quiet machine, 2.9x at load 5 (a slower stream leaves the immediate one idle between records).
+        assert made["gathering"] * 2 <= made["immediate"], made
     finally:
         for consumer, _, _ in consumers.values():
             consumer.close()
