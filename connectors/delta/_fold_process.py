@@ -7,8 +7,9 @@ of its own"). Here the child reads what it needs from Delta itself (the folded s
 it), folds, commits, and leaves the new folded state as an Arrow file that the job memory-maps: the job
 spends no CPU on a fold, and the child runs at a lower priority and dies with the job.
 
-The fold is the same function wherever it runs (:func:`fold_rows`); :class:`~connectors.delta.ledger_log.
-LedgerLog` folds small states in its own thread, where a process would cost more than the fold.
+The fold is the same function wherever it runs (:func:`connectors.delta.tables.fold_rows`);
+:class:`~connectors.delta.ledger_log.LedgerLog` folds small states in its own thread, where a process would
+cost more than the fold.
 
 Usage (by :func:`fold_in_child`): ``python -m connectors.delta._fold_process REQUEST.json JOB_PID``.
 """
@@ -21,7 +22,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -48,25 +48,6 @@ class FoldRequest:
     out_file: str
     base_file: str | None = None
     base_version: int | None = None
-
-
-def fold_rows(
-    base: pa.Table, changes: Sequence[pa.Table], *, order_by: str | None = None
-) -> tuple[pa.Table, pa.Table]:
-    """``base`` (one row per ledger) with the newest row of each ledger in ``changes`` (oldest first, or
-    newest by the column ``order_by``): the folded state sorted by ledger id, and the newest rows alone
-    (with ``base``'s columns).
-
-    Example:
-        >>> base = pa.table({"ledger_id": [1, 2], "v": [1, 1]})
-        >>> folded, latest = fold_rows(base, [pa.table({"ledger_id": [3, 2], "v": [5, 5]})])
-        >>> folded.to_pylist(), latest.num_rows
-        ([{'ledger_id': 1, 'v': 1}, {'ledger_id': 2, 'v': 5}, {'ledger_id': 3, 'v': 5}], 2)
-    """
-    from connectors.delta.tables import conform_to, latest_per_ledger, overlaid
-
-    latest = conform_to(latest_per_ledger(changes, order_by=order_by), base.schema)
-    return overlaid(base, latest), latest
 
 
 #: Rows per Arrow batch handed to delta-rs: given the whole table at once it converts all of it first
@@ -186,7 +167,7 @@ def _run(request: FoldRequest) -> dict[str, object]:
     from deltalake import DeltaTable
 
     from connectors.delta.scan import scan
-    from connectors.delta.tables import LEDGERS, conform_to, table_path
+    from connectors.delta.tables import LEDGERS, conform_to, fold_rows, table_path
 
     ledgers_path = table_path(request.root, "ledgers")
     if request.base_file is not None:

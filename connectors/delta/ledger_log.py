@@ -75,7 +75,6 @@ from connectors.delta._fold_process import (
     FOLD_SCRATCH,
     FoldRequest,
     fold_in_child,
-    fold_rows,
     read_arrow_file,
     write_arrow_file,
     write_fold,
@@ -91,6 +90,7 @@ from connectors.delta.tables import (
     OpenTables,
     conform_to,
     current_rows,
+    fold_rows,
     index_rows_of_versions,
     index_rows_on,
     of_current_versions,
@@ -673,18 +673,19 @@ class _OverlayIndex:
             ([1, 3, 5], [0, 1, 1], [0, 1, 2])
         """
         new = self._newest_of(_index_columns(batch, rows))
-        old = (self.ids, self.batch, self.position, self.mzxid, self.gone, self.closed)
         at = np.searchsorted(self.ids, new.ids)
         known = at < len(self.ids)
         known[known] = self.ids[at[known]] == new.ids[known]
         merged = []
-        for column, newer in zip(
-            old, (new.ids, new.batch, new.position, new.mzxid, new.gone, new.closed), strict=True
-        ):
+        for column, newer in zip(self.columns(), new.columns(), strict=True):
             replaced = column.copy()
             replaced[at[known]] = newer[known]
             merged.append(np.insert(replaced, at[~known], newer[~known]))
         return _OverlayIndex(*merged)
+
+    def columns(self) -> tuple[np.ndarray, ...]:
+        """The index's columns, in the fields' order."""
+        return (self.ids, self.batch, self.position, self.mzxid, self.gone, self.closed)
 
     @classmethod
     def _newest_of(cls, columns: list[np.ndarray]) -> _OverlayIndex:

@@ -687,6 +687,23 @@ def _ids(table: pa.Table) -> np.ndarray:
     return column.to_numpy() if column.num_chunks else np.empty(0, np.int64)
 
 
+def fold_rows(
+    base: pa.Table, changes: Sequence[pa.Table], *, order_by: str | None = None
+) -> tuple[pa.Table, pa.Table]:
+    """``base`` (one row per ledger) with the newest row of each ledger in ``changes`` (oldest first, or
+    newest by the column ``order_by``): the folded state sorted by ledger id, and the newest rows alone
+    (with ``base``'s columns).
+
+    Example:
+        >>> base = pa.table({"ledger_id": [1, 2], "v": [1, 1]})
+        >>> folded, latest = fold_rows(base, [pa.table({"ledger_id": [3, 2], "v": [5, 5]})])
+        >>> folded.to_pylist(), latest.num_rows
+        ([{'ledger_id': 1, 'v': 1}, {'ledger_id': 2, 'v': 5}, {'ledger_id': 3, 'v': 5}], 2)
+    """
+    latest = conform_to(latest_per_ledger(changes, order_by=order_by), base.schema)
+    return overlaid(base, latest), latest
+
+
 def read_current_ledgers(root: str | Path) -> pa.Table:
     """Every ledger's current row from Delta alone (``ledgers`` and the changes not folded yet): what the
     job has finished, for readers outside the job (``bkaudit query``, tests, notebooks).
@@ -716,8 +733,8 @@ def _read_current(root: str | Path) -> tuple[pa.Table, np.ndarray]:
     changes = scan(changes_table, where)
     if changes.num_rows == 0:
         return sorted_by_id(base), unchanged
-    latest = conform_to(latest_per_ledger([changes], order_by="batch_id"), LEDGERS.schema)
-    return overlaid(base, latest), _ids(latest)
+    current, latest = fold_rows(base, [changes], order_by="batch_id")
+    return current, _ids(latest)
 
 
 def last_fold(ledgers: DeltaTable) -> int | None:

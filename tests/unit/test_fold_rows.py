@@ -6,8 +6,7 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from connectors.delta._fold_process import fold_rows
-from connectors.delta.tables import current_rows, latest_per_ledger, overlaid
+from connectors.delta.tables import current_rows, fold_rows, latest_per_ledger, overlaid
 
 SCHEMA = pa.schema([("ledger_id", pa.int64()), ("v", pa.int64()), ("names", pa.list_(pa.string()))])
 
