@@ -658,9 +658,7 @@ def current_rows(base: pa.Table, overlay: Sequence[pa.Table]) -> pa.Table:
         >>> current_rows(base, [pa.table({"ledger_id": [2, 3], "v": [5, 5]})]).to_pylist()
         [{'ledger_id': 1, 'v': 1}, {'ledger_id': 2, 'v': 5}, {'ledger_id': 3, 'v': 5}]
     """
-    if not overlay:
-        return base
-    return overlaid(base, latest_per_ledger(overlay))
+    return fold_rows(base, overlay)[0] if overlay else base
 
 
 def overlaid(base: pa.Table, latest: pa.Table) -> pa.Table:
