@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Creates (or reuses) the project's virtualenv and runs one of: demo, test, bench, lint, proto, lock.
+# Creates (or reuses) the project's virtualenv and runs one of: demo, test, bench, lint, proto, lock, jars.
 #
 # The venv lives in .venv (override with BKAUDIT_VENV) and is rebuilt only when pyproject.toml changes:
 # its hash is stamped into the venv after a successful install. pip's wheel cache keeps the pyspark build
@@ -93,21 +93,40 @@ if [[ ! -x "$venv/bin/python" ]] || [[ "$(cat "$stamp_file" 2>/dev/null)" != "$w
   echo "bootstrap: install took $(( $(date +%s) - started )) s" >&2
 fi
 export PATH="$venv/bin:$PATH"
+
+# The JVM components (real BookKeeper, the Kafka broker, Spark's Delta and Kafka connectors) come as jars that
+# Maven copies from the POMs under infra/jars into .jars/ (reused while each POM is unchanged). Maven comes
+# from Debian when missing. A coordinate the registry refuses stops here with one line that names it.
+ensure_jars() {
+  if ! command -v mvn >/dev/null 2>&1; then
+    if can_apt; then
+      echo "bootstrap: installing Maven (Debian's maven package)" >&2
+      apt_install --no-install-recommends maven
+    else
+      echo "bootstrap: Maven (mvn) is required to copy the JVM components' jars; install it and retry" >&2
+      exit 2
+    fi
+  fi
+  python -m connectors.jars "$@" >/dev/null || exit 2
+}
 export PYSPARK_PYTHON="$venv/bin/python"
 export PYSPARK_DRIVER_PYTHON="$venv/bin/python"
 
 case "$action" in
   demo)
+    ensure_jars
     exec bkaudit demo "$@"
     ;;
   test)
     ensure_promtool
+    ensure_jars
     # Exit code 5 (no tests collected) is a failure for us: a suite that ran nothing proves nothing.
     # Two workers (BKAUDIT_TEST_WORKERS), each with its own services and Spark session; a worker runs a
     # module whole (tests/conftest.py groups them), so module fixtures and file order hold.
     exec python -m pytest -n "${BKAUDIT_TEST_WORKERS:-2}" "$@"
     ;;
   bench)
+    ensure_jars
     exec python -m pytest tests/benchmarks -m benchmark -s -p no:cacheprovider -o addopts="" "$@"
     ;;
   lint)
@@ -127,13 +146,17 @@ case "$action" in
     mv "$constraints.new" "$constraints"
     echo "lock: rewrote constraints.txt ($(grep -vc '^#' "$constraints") pins); review 'git diff constraints.txt', then make test" >&2
     ;;
+  jars)
+    ensure_jars "$@"
+    echo "jars: $(ls -d "${BKAUDIT_JARS_DIR:-$here/.jars}"/*/ | tr '\n' ' ')"
+    ;;
   proto)
     python -m grpc_tools.protoc -Iproto --python_out=core/pb --pyi_out=core/pb proto/*.proto
     # protoc writes absolute-package imports between generated files; ours are self-contained, so nothing to fix.
     echo "generated: $(ls core/pb/*_pb2.py | tr '\n' ' ')"
     ;;
   *)
-    echo "bootstrap: unknown action '$action' (demo, test, bench, lint, proto, lock)" >&2
+    echo "bootstrap: unknown action '$action' (demo, test, bench, lint, proto, lock, jars)" >&2
     exit 2
     ;;
 esac
