@@ -123,6 +123,7 @@ class PollingHandler(SequentialThreadingHandler):
         super().__init__()
         self.inline_callbacks = inline_callbacks
         self._reads_held_until = -math.inf  # monotonic time
+        self.held_waits = 0  # read waits that slept out a hold first (the hold's own count, for tests)
 
     def hold_reads_until(self, deadline: float) -> None:
         """Until ``deadline`` (``time.monotonic()``), a wait for a socket to read sleeps first: what arrives
@@ -197,6 +198,7 @@ class PollingHandler(SequentialThreadingHandler):
             return timeout
         if timeout is not None:
             rest = min(rest, timeout)
+        self.held_waits += 1
         time.sleep(rest)
         return None if timeout is None else max(0.0, timeout - rest)
 

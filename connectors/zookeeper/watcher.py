@@ -608,6 +608,7 @@ class ChangeWatcher:
         self._pending_ledger_reads: dict[str, int] = {}
         self._live_batch_size = self.config.snapshot_batch_size
         self._change_batch_s = self.config.change_batch_ms / 1000
+        self.bursts_gathered = 0  # ledger bursts the worker let gather (its own decisions, for tests)
         self.manager = LedgerManagerType.HIERARCHICAL
         self.cluster = ""
         self._router: _Router | None = None
@@ -1227,6 +1228,7 @@ class ChangeWatcher:
                 # wake-up per notification), so their reads go out as one multiRead and their events as
                 # one batch. Other notifications (bookies, the recovery delay) are read at once. kazoo's
                 # connection thread, meanwhile, reads the burst's notifications once, near the end.
+                self.bursts_gathered += 1
                 self._hold_zookeeper_reads(self._change_batch_s * READS_HELD_FRACTION)
                 time.sleep(self._change_batch_s)
             for item in self._take_chunk():
