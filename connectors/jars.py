@@ -169,7 +169,7 @@ def ensure_jars(component: str) -> Path:
     """Copy ``component``'s jars (once per POM version) and return their folder.
 
     Example:
-        >>> # ensure_jars("bookkeeper")  ->  PosixPath('/work/bkaudit/.jars/bookkeeper'), fetched once
+        >>> # ensure_jars("bookkeeper")  ->  PosixPath('<clone>/.jars/bookkeeper'), fetched once
     """
     pom = pom_path(component)
     if not pom.is_file():
