@@ -13,17 +13,23 @@ Example:
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectors.kafka.embedded import EmbeddedBroker, tansu_binary
+from connectors.kafka.kafka_broker import KafkaBroker
 from connectors.zookeeper.embedded import EmbeddedZooKeeper
 from core.settings import DevSettings
+
+if TYPE_CHECKING:
+    from connectors.bookkeeper import RealBookKeeperCluster
 
 
 @dataclass
 class DevCluster:
-    """ZooKeeper + broker under ``settings.state_dir`` (``zookeeper/`` and ``broker/`` inside)."""
+    """ZooKeeper + broker under ``settings.state_dir`` (``zookeeper/``, and ``broker/`` for Tansu or
+    ``kafka/`` for a real Kafka broker, inside)."""
 
     settings: DevSettings = field(default_factory=DevSettings)
 
@@ -37,7 +43,38 @@ class DevCluster:
             java_bin=self.settings.java_bin,
             classpath=self.settings.zookeeper_classpath,
         )
-        self.broker = EmbeddedBroker(root / "broker", port=self.settings.kafka_port)
+        self.broker: EmbeddedBroker | KafkaBroker = self._broker()
+
+    def _broker(self) -> EmbeddedBroker | KafkaBroker:
+        """The broker ``settings.broker`` names: Tansu under ``broker/``, real Kafka under ``kafka/``."""
+        root = self.settings.state_dir.absolute()
+        if self.settings.broker == "kafka":
+            return KafkaBroker(
+                root / "kafka",
+                port=self.settings.kafka_port,
+                heap=self.settings.kafka_heap,
+                java_bin=self.settings.java_bin,
+            )
+        return EmbeddedBroker(root / "broker", port=self.settings.kafka_port)
+
+    def bookkeeper(self, *, present: bool = False) -> RealBookKeeperCluster | None:
+        """The real BookKeeper cluster (``bookkeeper/`` inside the state dir) when ``settings.bookkeeper`` is
+        ``real`` (or, with ``present``, when that directory exists), on this ZooKeeper with ``/ledgers`` and
+        the rack map ``/bookies`` at its root."""
+        folder = self.settings.state_dir.absolute() / "bookkeeper"
+        if self.settings.bookkeeper != "real" and not (present and folder.is_dir()):
+            return None
+        from connectors.bookkeeper import RealBookKeeperCluster
+
+        started = sum(1 for _ in folder.glob("bookie-*")) if folder.is_dir() else 0
+        return RealBookKeeperCluster(
+            folder,
+            self.zookeeper.address,
+            bookies=max(self.settings.bookies, started),
+            racks=self.settings.racks,
+            java_bin=self.settings.java_bin,
+            start_timeout_s=max(self.settings.start_timeout_s, 90.0),
+        )
 
     def up(self) -> dict[str, str]:
         """Start whatever is not running and wait for readiness; returns the two addresses.
@@ -45,22 +82,43 @@ class DevCluster:
         A missing broker package is reported before anything starts (one line, which extra to install).
         """
         timeout = self.settings.start_timeout_s
-        if not self.broker.is_running():
+        if self.settings.broker == "tansu" and not self.broker.is_running():
             tansu_binary()
-        self.zookeeper.start(timeout)
         try:
-            self.broker.start(timeout)
+            self._start_zookeeper_and_broker(timeout)
+            bookkeeper = self.bookkeeper()
+            if bookkeeper is not None:
+                bookkeeper.start()
         except Exception:
+            self.broker.stop()
             self.zookeeper.stop()
             raise
         return self.addresses()
 
+    def _start_zookeeper_and_broker(self, timeout: float) -> None:
+        """Both at once (neither needs the other; each JVM's start is mostly one busy thread)."""
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="broker-start") as pool:
+            broker = pool.submit(self.broker.start, timeout)
+            try:
+                self.zookeeper.start(timeout)
+            except BaseException:
+                wait([broker])  # the caller stops both; the broker must not start behind its back
+                raise
+            broker.result()
+
     def addresses(self) -> dict[str, str]:
-        return {"zookeeper": self.zookeeper.address, "kafka": self.broker.bootstrap}
+        addresses = {"zookeeper": self.zookeeper.address, "kafka": self.broker.bootstrap}
+        bookkeeper = self.bookkeeper()
+        if bookkeeper is not None:
+            addresses["bookkeeper"] = bookkeeper.service_uri
+        return addresses
 
     def down(self) -> dict[str, bool]:
         """Stop both services; reports which were running."""
-        return {"zookeeper": self.zookeeper.stop(), "kafka": self.broker.stop()}
+        bookkeeper = self.bookkeeper(present=True)
+        bookies = any(bookkeeper.stop().values()) if bookkeeper is not None else False
+        report = {"zookeeper": self.zookeeper.stop(), "kafka": self.broker.stop()}
+        return report | ({"bookkeeper": bookies} if bookkeeper is not None else {})
 
     def status(self) -> dict[str, Any]:
         """What runs where: pid, address and log file of each service."""
@@ -77,6 +135,9 @@ class DevCluster:
                 "address": address if pid is not None else None,
                 "log": str(service.log_file),
             }
+        bookkeeper = self.bookkeeper(present=True)
+        if bookkeeper is not None:
+            report["bookkeeper"] = bookkeeper.status()
         report["state_dir"] = str(self.settings.state_dir.absolute())
         report["checked_in_ms"] = round((time.time() - started) * 1000, 1)
         return report

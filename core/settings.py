@@ -61,6 +61,20 @@ class DevSettings(BaseModel):
     )
     java_bin: str = Field("java", description="the java executable")
     start_timeout_s: float = Field(60.0, gt=0, description="how long `dev up` waits for readiness")
+    broker: Literal["tansu", "kafka"] = Field(
+        "tansu",
+        description="the embedded broker: `tansu` (in memory, starts in under a second, topics lost on "
+        "restart) or `kafka` (a real Apache Kafka 4.1 KRaft node from the Maven jars, topics kept on disk)",
+    )
+    kafka_heap: str = Field("512m", description="-Xmx of the real Kafka broker (dev.broker = kafka)")
+    bookkeeper: Literal["none", "real"] = Field(
+        "none",
+        description="'real': `dev up` also starts a real Apache BookKeeper 4.17 cluster (bookie processes)",
+    )
+    bookies: int = Field(
+        6, ge=1, le=250, description="real BookKeeper: how many bookies (127.0.0.2, .3, ...)"
+    )
+    racks: int = Field(3, ge=1, le=250, description="real BookKeeper: racks the bookies are spread over")
 
 
 class ZooKeeperSettings(BaseModel):

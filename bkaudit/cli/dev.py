@@ -30,30 +30,64 @@ StateDirOption = Annotated[
 ]
 
 
-def _cluster(state_dir: Path | None = None) -> DevCluster:
+def _cluster(state_dir: Path | None = None, **overrides: object) -> DevCluster:
     from connectors.devcluster import DevCluster
 
     settings = load_settings().dev
-    return DevCluster(settings if state_dir is None else settings.model_copy(update={"state_dir": state_dir}))
+    changes = {key: value for key, value in overrides.items() if value is not None}
+    if state_dir is not None:
+        changes["state_dir"] = state_dir
+    if not changes:
+        return DevCluster(settings)
+    from pydantic import ValidationError
+
+    from core.errors import ConfigError
+
+    try:
+        return DevCluster(settings.model_validate({**dict(settings), **changes}))
+    except ValidationError as err:
+        problem = err.errors()[0]
+        raise ConfigError(f"--{str(problem['loc'][0]).replace('_', '-')}: {problem['msg']}") from None
+
+
+BookKeeperOption = Annotated[
+    str | None,
+    typer.Option(
+        "--bookkeeper",
+        help="'real': also start a real Apache BookKeeper cluster (dev.bookkeeper: none or real)",
+    ),
+]
 
 
 @app.command("up")
-def up(state_dir: StateDirOption = None) -> None:
-    """Start (or reuse) the embedded services; prints {"zookeeper": "host:port", "kafka": "host:port"}."""
+def up(
+    state_dir: StateDirOption = None,
+    bookkeeper: BookKeeperOption = None,
+    bookies: Annotated[
+        int | None, typer.Option("--bookies", help="real BookKeeper: bookies (dev.bookies)")
+    ] = None,
+    racks: Annotated[int | None, typer.Option("--racks", help="real BookKeeper: racks (dev.racks)")] = None,
+) -> None:
+    """Start (or reuse) the embedded services; prints {"zookeeper": "host:port", "kafka": "host:port"} (plus
+    "bookkeeper": its metadataServiceUri with --bookkeeper real)."""
     from core.localfs import writable_directory
 
-    cluster = _cluster(state_dir)
+    cluster = _cluster(state_dir, bookkeeper=bookkeeper, bookies=bookies, racks=racks)
     writable_directory(cluster.settings.state_dir, "dev.state_dir")
     emit_json(cluster.up())
 
 
 @app.command("down")
-def down(state_dir: StateDirOption = None) -> None:
+def down(state_dir: StateDirOption = None, bookkeeper: BookKeeperOption = None) -> None:
     """Stop the embedded services started from this state directory (and nothing else)."""
-    emit_json({"stopped": _cluster(state_dir).down()})
+    emit_json({"stopped": _cluster(state_dir, bookkeeper=bookkeeper).down()})
 
 
 @app.command("status")
-def status(fmt: StateFormatOption = StateFormat.table, state_dir: StateDirOption = None) -> None:
+def status(
+    fmt: StateFormatOption = StateFormat.table,
+    state_dir: StateDirOption = None,
+    bookkeeper: BookKeeperOption = None,
+) -> None:
     """Say what runs where: pids, addresses, log files."""
-    emit_state(_cluster(state_dir).status(), fmt)
+    emit_state(_cluster(state_dir, bookkeeper=bookkeeper).status(), fmt)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from kazoo.client import KazooClient, KazooState
 
+from connectors.bookkeeper import RealBookKeeperCluster
 from connectors.devcluster import DevCluster
 from core.errors import ServiceError
 from core.settings import DevSettings, KafkaSettings
@@ -33,9 +34,17 @@ class ServiceHarness:
         >>> # harness.expire_session(client)   # the session is really expired by the server
     """
 
-    def __init__(self, state_dir: str | Path, *, zookeeper_heap: str = "1g") -> None:
+    def __init__(
+        self, state_dir: str | Path, *, zookeeper_heap: str = "1g", broker: str | None = None
+    ) -> None:
         self.state_dir = Path(state_dir)
-        self.cluster = DevCluster(DevSettings(state_dir=self.state_dir, zookeeper_heap=zookeeper_heap))
+        # The broker: ``broker``, else $BKAUDIT_DEV__BROKER (as for `bkaudit dev up`), else the default.
+        choice = {"broker": broker or os.environ.get("BKAUDIT_DEV__BROKER") or DevSettings().broker}
+        self.cluster = DevCluster(
+            DevSettings.model_validate(
+                {"state_dir": self.state_dir, "zookeeper_heap": zookeeper_heap, **choice}
+            )
+        )
         self._counter = itertools.count()
         self.running = False
 
@@ -55,6 +64,11 @@ class ServiceHarness:
     @property
     def kafka_bootstrap(self) -> str:
         return self.cluster.broker.bootstrap
+
+    @property
+    def broker_kind(self) -> str:
+        """Which broker runs: ``tansu`` or ``kafka`` (a real Apache Kafka node)."""
+        return self.cluster.settings.broker
 
     def kafka_settings(self, **overrides: object) -> KafkaSettings:
         """Kafka settings pointing at the embedded broker, with unique topic names for one test."""
@@ -147,12 +161,33 @@ class ServiceHarness:
         self.cluster.zookeeper.start()
 
     # -- broker --------------------------------------------------------------------------------------
-    def stop_broker(self) -> None:
-        """Stop the broker. Tansu keeps topics in memory: they are gone after :meth:`start_broker`."""
+    def stop_broker(self, *, lose_data: bool = False) -> None:
+        """Stop the broker; with ``lose_data`` every topic and record is gone at :meth:`start_broker` (a
+        cluster that lost its data). Tansu loses them at every restart; a real Kafka broker keeps them on
+        disk unless ``lose_data``."""
         self.cluster.broker.stop()
+        if lose_data:
+            self.cluster.broker.discard_data()
 
     def start_broker(self) -> None:
         self.cluster.broker.start()
+
+    # -- real BookKeeper ----------------------------------------------------------------------------
+    def real_bookkeeper(self, bookies: int = 3, racks: int = 2, **options: object) -> RealBookKeeperCluster:
+        """Start a real BookKeeper cluster (``bookies`` processes in ``racks`` racks) on the harness's
+        ZooKeeper under a fresh prefix (``/bk-…/ledgers``, rack map ``/bk-…/bookies``); stop it with
+        its ``stop()``."""
+        prefix = f"/{self._unique('bk-')}"
+        cluster = RealBookKeeperCluster(
+            self.state_dir / prefix.lstrip("/"),
+            self.zookeeper_address,
+            bookies=bookies,
+            racks=racks,
+            prefix=prefix,
+            **options,  # type: ignore[arg-type]
+        )
+        cluster.start()
+        return cluster
 
     # -- diagnostics ---------------------------------------------------------------------------------
     def log_tails(self, lines: int = 60) -> dict[str, str]:

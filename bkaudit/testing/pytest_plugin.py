@@ -8,7 +8,8 @@ Fixtures:
 - ``zk_chroot`` / ``zk_client`` (test): a fresh chroot and a kazoo client inside it.
 - ``kafka_settings`` (test): :class:`~core.settings.KafkaSettings` on the broker with unique topics.
 - ``spark`` (module): the shared Spark session from ``streaming.session.build_spark_session``; streaming
-  queries still active at the end of a module are stopped.
+  queries still active at the end of a module are stopped. On the Spark line the ``spark-interop`` jars are
+  built for, it has them too (:mod:`connectors.delta.spark_interop`: delta-spark and Spark's Kafka source).
 - ``lakehouse`` (test): an empty directory for Delta tables.
 
 When a test that uses the services fails, the tails of the ZooKeeper and broker logs are attached to its
@@ -66,6 +67,18 @@ def kafka_settings(bk_services: ServiceHarness) -> Any:
     return bk_services.kafka_settings()
 
 
+def _interop_conf() -> dict[str, str]:
+    """The ``spark-interop`` jars' configuration when this pyspark can run them, else none (the interop
+    tests skip, saying why, or fail to find the delta source): jars are only taken at a session's start."""
+    from connectors.delta.spark_interop import interop_conf
+    from core.errors import ConfigError, ServiceError
+
+    try:
+        return interop_conf()
+    except (ConfigError, ServiceError):  # another pyspark line; jars Maven could not copy
+        return {}
+
+
 @pytest.fixture(scope="session")
 def _spark_session() -> Iterator[Any]:
     from core.settings import SparkSettings
@@ -76,6 +89,7 @@ def _spark_session() -> Iterator[Any]:
             master=os.environ.get("BKAUDIT_TEST_SPARK_MASTER", "local[2]"),
             shuffle_partitions=2,
             local_nice=0,  # the tests' own session shares the machine with the services they start
+            extra_conf=_interop_conf(),
         ),
         for_tests=True,
     )

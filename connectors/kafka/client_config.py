@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -309,6 +310,11 @@ def kafka_errors(settings: KafkaSettings, action: str) -> Iterator[None]:
         ) from None
 
 
+#: How long a producer's metadata request for an absent topic is repeated while a broker that creates
+#: topics on first use creates it (Kafka does so after answering; seconds).
+AUTO_CREATE_WAIT_S = 5.0
+
+
 def partition_count(client: Any, topic: str, timeout_s: float) -> int:
     """How many partitions ``topic`` has, from fresh metadata of any client (producer, consumer, admin).
 
@@ -317,12 +323,22 @@ def partition_count(client: Any, topic: str, timeout_s: float) -> int:
     or admin client's request creates nothing. (The sink asks before each publish: after a broker lost its
     data, its alerts go to the recreated topic.) Raises :class:`KafkaException` when the broker does not
     answer in time, and :class:`~core.errors.ServiceError` when the topic does not exist.
+
+    Kafka creates such a topic in the background: the creating request is answered "unknown topic", and a
+    producer's request is asked again for up to :data:`AUTO_CREATE_WAIT_S` (Tansu creates it at once).
     """
-    metadata = client.list_topics(topic, timeout=timeout_s)
-    described = metadata.topics.get(topic)
-    if described is None or described.error is not None or not described.partitions:
-        raise ServiceError(f"Kafka topic {topic!r} does not exist (or has no partitions)")
-    return len(described.partitions)
+    from confluent_kafka import Producer
+
+    started = time.monotonic()
+    settle = AUTO_CREATE_WAIT_S if isinstance(client, Producer) else 0.0
+    while True:
+        remaining = max(0.1, timeout_s - (time.monotonic() - started))
+        described = client.list_topics(topic, timeout=remaining).topics.get(topic)
+        if described is not None and described.error is None and described.partitions:
+            return len(described.partitions)
+        if time.monotonic() - started >= min(settle, timeout_s):
+            raise ServiceError(f"Kafka topic {topic!r} does not exist (or has no partitions)")
+        time.sleep(0.05)
 
 
 def assign_from_beginning(consumer: Any, topic: str, timeout_s: float) -> int:

@@ -161,5 +161,12 @@ class EmbeddedBroker:
         """Stop the broker; its in-memory topics are gone. True when one was running."""
         return self._process.stop(hard=hard)
 
+    def discard_data(self) -> None:
+        """Nothing to do: Tansu keeps everything in memory, so every restart loses it anyway.
+
+        Example:
+            >>> EmbeddedBroker(Path("/tmp/x")).discard_data()
+        """
+
     def log_tail(self, lines: int = 40) -> str:
         return self._process.log_tail(lines) if self.log_file.exists() else "(no log)"

@@ -2,11 +2,11 @@
 
 Both run on one stack, the hang first: the data loss ends the alerts topic's history.
 
-- Data loss: the embedded broker keeps everything in memory, so a restart is a real cluster losing (or an
-  operator recreating) its topics. A bookie is lost and ledgers change right after. The job must not skip
-  anything silently: it recovers by itself from the watcher's next full snapshot, or stops with exit 2 and
-  one line naming a recovery command (:func:`tests.chaos.recovery.after_broker_data_loss` drives either,
-  then republishes the open alerts, whose topic history is gone).
+- Data loss: the broker restarts without its data (``stop_broker(lose_data=True)``), a real cluster losing (or
+  an operator recreating) its topics. A bookie is lost and ledgers change right after. The job must not skip
+  anything silently: it recovers by itself from the watcher's next full snapshot, or stops with exit 2 and one
+  line naming a recovery command (:func:`tests.chaos.recovery.after_broker_data_loss` drives either, then
+  republishes the open alerts, whose topic history is gone).
 - Hang: the broker process is stopped with SIGSTOP for twice the clients' request timeout (10 s here, 30 s
   by default) while a bookie is lost, then continued. The job and the watcher ride it out
   (:func:`tests.chaos.recovery.after_broker_hang`).
@@ -65,7 +65,7 @@ def test_a_broker_hang_longer_than_the_request_timeout_is_ridden_out(stack, chao
 def test_a_broker_restart_with_data_loss_skips_nothing(stack, chaos_services, chaos_seed):
     rng = random.Random(chaos_seed + 3)
     stack.start_healthy("the broker's data loss")
-    chaos_services.stop_broker()
+    chaos_services.stop_broker(lose_data=True)
     chaos_services.start_broker()
     assert chaos_services.kafka_bootstrap == stack.kafka.bootstrap_servers, "broker moved to another port"
     # Every alert published so far went with the broker's data: only what is settled from now on counts.

@@ -164,7 +164,7 @@ def test_silent_bookie_times_out_within_the_timeout(store):
             result = await client.list_entries(server.address, 5, timeout=SILENT_TIMEOUT_S)
             elapsed = time.monotonic() - started
             assert result == Timeout(SILENT_TIMEOUT_S) and not result.conclusive
-            assert SILENT_TIMEOUT_S <= elapsed < SILENT_TIMEOUT_S + 0.5
+            assert SILENT_TIMEOUT_S <= elapsed < SILENT_TIMEOUT_S + 3.0  # not the 5 s default
             assert (
                 server.stats.requests_received == 1 and server.stats.responses_sent == 0
             )  # read, not answered
@@ -220,7 +220,7 @@ def test_in_flight_requests_fail_fast_when_the_connection_drops(store):
             started = time.monotonic()
             await server.stop()
             results = await asyncio.gather(*probes)
-            assert time.monotonic() - started < 1.0  # failed at once, not after the 5 s timeout
+            assert time.monotonic() - started < 3.0  # failed at once, not after the 5 s timeout
             assert all(isinstance(result, ConnectionFailed) for result in results)
 
     run(scenario())
@@ -528,7 +528,7 @@ def test_undecodable_answer_is_a_bad_response_not_a_timeout():
             started = time.monotonic()
             result = await client.list_entries(address, 5, timeout=5.0)
             assert isinstance(result, BadResponse) and "undecodable" in result.reason
-            assert time.monotonic() - started < 1.0
+            assert time.monotonic() - started < 3.0  # at once, not after the 5 s timeout
 
     run(scenario())
 

@@ -1,9 +1,10 @@
 """The broker loses its data under a checkpointed job: the job must never skip the new topic's events.
 
-The embedded broker keeps topics in memory, so :meth:`ServiceHarness.stop_broker` + ``start_broker`` is a
-real data loss: the changes topic comes back empty (recreated by the next client, with the broker's
-default partition count unless someone creates it first). The job's checkpoint still holds offsets of the
-old topic. Two ways it used to go wrong, both checked here on the real broker, Spark and Delta:
+``ServiceHarness.stop_broker(lose_data=True)`` + ``start_broker`` is a real data loss (Tansu loses everything
+at a restart; a real Kafka broker's data directory is deleted while it is down): the changes topic comes back
+empty (recreated by the next client, with the broker's default partition count unless someone creates it
+first). The job's checkpoint still holds offsets of the old topic. Two ways it used to go wrong, both checked
+here on the real broker, Spark and Delta:
 
 - the recreated topic grew past the checkpoint's offsets: the job started cleanly and skipped the first
   records of each old partition (the watcher's fresh snapshot, a bookie loss): alerts were missing;
@@ -99,7 +100,7 @@ def checkpointed_positions(settings: Settings) -> dict[str, dict[str, int]]:
 
 
 def lose_the_broker(bk_services) -> None:
-    bk_services.stop_broker()
+    bk_services.stop_broker(lose_data=True)
     bk_services.start_broker()
 
 

@@ -60,5 +60,5 @@ def test_a_partition_the_idle_check_gives_up_on_is_none_at_once(kafka_settings, 
     assert found[(topic, 0)].value() == b"v0"
     gone = records_at(consumer, {(topic, 0): 5}, timeout_s=20, on_idle=list, idle_every_s=0.2)
     assert gone == {(topic, 0): None}
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 15  # given up at its first idle checks, not after the 20 s timeout
     assert records_at(consumer, {(topic, 0): 5}, timeout_s=0.5) == {}  # nothing there, no one gives up

@@ -365,15 +365,30 @@ def running_watcher(
 
 
 def assert_replay_matches(
-    reader: TopicReader, tree: ClusterTree, cluster: str = INSTANCE_ID
+    reader: TopicReader, tree: ClusterTree, cluster: str = INSTANCE_ID, timeout_s: float = 30.0
 ) -> events.ReplayedState:
+    """The topic replays to the tree's state: waits (up to ``timeout_s``) for the watcher to publish it,
+    however slow the machine, then compares every part (a wrong state fails after the wait)."""
     reader.drain()
     state = reader.replay()
+    deadline = time.monotonic() + timeout_s
+    while _replay_differs(state, tree, cluster) and time.monotonic() < deadline:
+        reader.poll()
+        state = reader.replay()
     assert state.ledger_versions() == tree.ledger_versions()
     assert state.live_bookie_statuses() == tree.bookie_statuses()
     assert state.mark_replicas() == tree.marks()
     assert state.clusters == {cluster}
     return state
+
+
+def _replay_differs(state: events.ReplayedState, tree: ClusterTree, cluster: str) -> bool:
+    return (
+        state.ledger_versions() != tree.ledger_versions()
+        or state.live_bookie_statuses() != tree.bookie_statuses()
+        or state.mark_replicas() != tree.marks()
+        or state.clusters != {cluster}
+    )
 
 
 def quiesce(watcher: ChangeWatcher, reader: TopicReader, seconds: float = 0.8) -> None:
@@ -1236,13 +1251,13 @@ def test_changes_during_a_broker_outage_are_delivered_when_it_returns(
     watcher.start()
     try:
         assert watcher.wait_for_snapshots(1, 30)
-        bk_services.stop_broker()
+        bk_services.stop_broker(lose_data=True)
         # Published into the producer's buffer and retried until the broker is back.
         for ledger_id in range(100, 110):
             tree.create_ledger(ledger_id)
         time.sleep(1.5)
         bk_services.start_broker()
-        # The embedded broker keeps topics in memory: recreate ours, as an operator would after losing it.
+        # The broker lost its topics: recreate ours, as an operator would after losing it.
         ensure_topic(settings.kafka, settings.kafka.changes_topic, watcher.publisher.partition_count)
         reader = TopicReader(settings.kafka, settings.kafka.changes_topic)
         try:
@@ -1279,7 +1294,7 @@ def test_a_broker_that_lost_the_topic_gets_a_full_snapshot_in_the_new_topic(
     try:
         assert watcher.wait_for_snapshots(1, 30)
         watcher.publisher.flush(10)
-        bk_services.stop_broker()
+        bk_services.stop_broker(lose_data=True)
         bk_services.start_broker()  # the topic is gone; the next client's metadata request recreates it
         assert watcher.wait_for_snapshots(2, 60)
         reader = TopicReader(settings.kafka, settings.kafka.changes_topic)

@@ -131,19 +131,20 @@ def test_a_trickle_of_notifications_is_held_while_each_burst_gathers(
     for ledger_id in range(1, 121):
         cluster.create_ledger(ledger_id)
 
-    def trickle(ledgers: range, watcher: Any) -> tuple[int, int]:
+    def trickle(ledgers: range, watcher: Any, reader: TopicReader) -> tuple[int, int]:
         handler = watcher.zookeeper.handler
         gathered, held = watcher.bursts_gathered, handler.held_waits
         for ledger_id in ledgers:
             cluster.zk.set(cluster.path(ledger_id), ledger_metadata(ledger_id, state=LedgerState.CLOSED))
             time.sleep(0.003)
-        time.sleep(0.3)
+        # Every change published: each hold (shorter than the gathering sleep before the publish) is over.
+        reader.wait_for(lambda _: all(_live_versions(reader, i)[-1:] == [1] for i in ledgers), timeout_s=60)
         return watcher.bursts_gathered - gathered, handler.held_waits - held
 
     with _watching(bk_services, kafka_settings, zk_chroot, change_batch_ms=100) as (watcher, reader):
-        gathered_with_hold, held = trickle(range(1, 61), watcher)
+        gathered_with_hold, held = trickle(range(1, 61), watcher, reader)
         monkeypatch.setattr(watcher_module, "READS_HELD_FRACTION", 0.0)
-        gathered_without_hold, held_without = trickle(range(61, 121), watcher)
+        gathered_without_hold, held_without = trickle(range(61, 121), watcher, reader)
         quiesce(watcher, reader)
         assert_replay_matches(reader, cluster)
     assert gathered_with_hold >= 1 and gathered_without_hold >= 1, (gathered_with_hold, gathered_without_hold)
@@ -180,7 +181,7 @@ def test_the_watcher_connection_reads_ahead_without_stalling(bk_services: Any, z
             started = time.monotonic()
             results = [client.exists_async("/read-ahead") for _ in range(200)]  # answers back to back
             assert all(result.get(timeout=20) is not None for result in results)
-            assert time.monotonic() - started < 3.0
+            assert time.monotonic() - started < 7.0  # an answer left unseen waits for the ~10 s ping
     finally:
         client.stop()
         client.close()

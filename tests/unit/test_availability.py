@@ -21,6 +21,7 @@ from core.domain.availability import (
 )
 from core.domain.striping import entries_striped_to_bookie
 from core.errors import FormatError
+from tests.budgets import allocation_peak
 
 
 def raw(groups: list[tuple[int, int, int, int]], version: int = 0, count: int | None = None) -> bytes:
@@ -134,11 +135,11 @@ def test_framing_errors(data: bytes, message: str) -> None:
 
 
 def test_absurd_group_count_is_rejected_without_allocating() -> None:
-    started = time.perf_counter()
-    for count in (2**31 - 1, 10**9, 178956971):  # 178956971 * 24 overflows an int32 byte count
-        with pytest.raises(FormatError):
-            decode_availability(raw([], count=count))
-    assert time.perf_counter() - started < 0.1
+    with allocation_peak() as peak:
+        for count in (2**31 - 1, 10**9, 178956971):  # 178956971 * 24 overflows an int32 byte count
+            with pytest.raises(FormatError):
+                decode_availability(raw([], count=count))
+    assert peak.bytes < 64 * 1024, peak
 
 
 @pytest.mark.parametrize(
@@ -190,7 +191,12 @@ def test_adjacent_groups_and_contiguous_periodic_groups_merge_into_runs() -> Non
 
 
 def test_huge_groups_are_handled_without_expansion() -> None:
-    started = time.perf_counter()
+    with allocation_peak() as peak:
+        _check_huge_groups()
+    assert peak.bytes < 256 * 1024, peak  # an expanded group would be gigabytes
+
+
+def _check_huge_groups() -> None:
     huge = decode_availability(raw([(0, 0, 2**31 - 1, 0), (2**40, 2**40 + 3 * 10**12, 2, 3)]))
     assert huge.count == 2**31 - 1 + (10**12 + 1) * 2
     assert 2**31 - 2 in huge and 2**31 - 1 not in huge
@@ -202,7 +208,6 @@ def test_huge_groups_are_handled_without_expansion() -> None:
     ]
     expected = [5, 2**31 - 1, 2**40 + 7, 2**40 + 8, 2**40 + 3 * 10**12 + 1]
     assert missing_entries(huge, 0, MAX_ENTRY_ID, expected) == [2**31 - 1, 2**40 + 8]
-    assert time.perf_counter() - started < 1.0
 
 
 def test_long_runs_are_split_into_int32_sized_groups() -> None:
@@ -376,4 +381,4 @@ def test_fuzz_decoder_only_raises_format_error() -> None:
         _check_decodes_or_format_error(raw(groups))
         cases += 1
     assert cases >= 10_000
-    assert time.perf_counter() - started < 10
+    assert time.perf_counter() - started < 300  # a hang guard (a hostile group expanded), not a speed target

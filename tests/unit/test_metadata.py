@@ -36,6 +36,7 @@ from core.domain.metadata import (
 from core.domain.striping import write_set
 from core.errors import FormatError
 from core.pb.data_formats_pb2 import LedgerMetadataFormat
+from tests.budgets import allocation_peak
 
 HEADER = b"BookieMetadataFormatVersion\t"
 BOOKIES = ("192.0.2.1:1234", "192.0.2.2:1234", "192.0.2.3:1234")
@@ -820,11 +821,11 @@ def test_open_ledgers_are_judged_conservatively() -> None:
 def test_recoverability_is_fast_for_huge_ledgers() -> None:
     segments = [(i * 10**9, tuple(f"b{(i + j) % 50}:1" for j in range(5))) for i in range(1000)]
     md = ledger(segments, write_quorum=2, last_entry_id=10**12)
-    started = time.perf_counter()
-    assert not md.is_recoverable({"b0:1", "b1:1"})
-    assert md.is_recoverable({"b0:1", "b2:1"})
-    assert len(md.unrecoverable_entries({"b0:1", "b1:1"}, limit=1000)) == 1000
-    assert time.perf_counter() - started < 2.0
+    with allocation_peak() as peak:
+        assert not md.is_recoverable({"b0:1", "b1:1"})
+        assert md.is_recoverable({"b0:1", "b2:1"})
+        assert len(md.unrecoverable_entries({"b0:1", "b1:1"}, limit=1000)) == 1000
+    assert peak.bytes < 1024 * 1024, peak  # per segment, never per entry (10**12 of them)
 
 
 @settings(max_examples=200, deadline=None)
@@ -1128,4 +1129,4 @@ def test_fuzzed_inputs_raise_only_format_error() -> None:
         md.unrecoverable_entries(md.all_bookies, limit=5)
         _ = md.pulsar_topic
     assert accepted > 100  # the mutations also reach the semantic checks, not only the framing
-    assert time.perf_counter() - started < 30
+    assert time.perf_counter() - started < 300  # a hang guard (a hostile field expanded), not a speed target

@@ -44,15 +44,41 @@ def test_batches_are_applied_in_order_and_their_files_removed(tmp_path):
     assert queue.leftovers() == [] and list(tmp_path.iterdir()) == []
 
 
+class GatedSink(RecordingSink):
+    """A sink whose batches each wait for the test to open their gate (no timing: the test decides)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = {batch_id: threading.Event() for batch_id in range(2)}
+        self.gates = {batch_id: threading.Event() for batch_id in range(2)}
+
+    def process(self, table: pa.Table, batch_id: int) -> None:
+        self.started[batch_id].set()
+        assert self.gates[batch_id].wait(30), f"batch {batch_id}'s gate never opened"
+        super().process(table, batch_id)
+
+
+def _put_in_thread(queue: SinkQueue, batch_id: int) -> threading.Thread:
+    thread = threading.Thread(target=queue.put, args=(decisions(1), batch_id), daemon=True)
+    thread.start()
+    return thread
+
+
 def test_put_returns_while_the_sink_works_and_waits_when_the_queue_is_full(tmp_path):
-    sink = RecordingSink(delay_s=0.5)
+    sink = GatedSink()
     queue = SinkQueue(sink, tmp_path, depth=1)
-    started = time.monotonic()
-    queue.put(decisions(1), 0)
-    assert time.monotonic() - started < 0.3  # Spark goes on with the next batch meanwhile
-    queue.put(decisions(1), 1)  # waits for batch 0: one batch queued at most
-    assert time.monotonic() - started >= 0.45
+    first = _put_in_thread(queue, 0)
+    first.join(30)
+    assert not first.is_alive(), "put waited for the sink"  # Spark goes on with the next batch meanwhile
+    assert sink.started[0].wait(30)
+    second = _put_in_thread(queue, 1)  # waits for batch 0: one batch queued at most
+    second.join(0.2)
+    assert second.is_alive(), "put did not wait while the queue was full"
+    sink.gates[0].set()
+    second.join(30)
+    assert not second.is_alive()
     assert queue.leftovers() == [1]  # on disk until applied
+    sink.gates[1].set()
     queue.drain(10)
     assert [b for b, _ in sink.applied] == [0, 1]
 
