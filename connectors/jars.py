@@ -36,9 +36,12 @@ COMPONENTS = ("bookkeeper", "kafka", "spark-interop")
 _REPO_ROOT = Path(__file__).resolve().parents[1]
 _STAMP = ".pom-sha256"
 _MVN_TIMEOUT_S = 900.0
+#: Terminal colour codes, which some Maven installations print even in batch mode.
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 
 #: Maven's ways of saying that one coordinate could not be had (the first match names it).
 _MISSING_PATTERNS = (
+    re.compile(r"Could not resolve dependencies for project \S+: (\S+) was not found"),
     re.compile(r"Could not find artifact (\S+)"),
     re.compile(r"Failure to find (\S+)"),
     re.compile(r"Could not transfer artifact (\S+)"),
@@ -100,7 +103,7 @@ def missing_coordinate(maven_output: str) -> str | None:
         True
     """
     for pattern in _MISSING_PATTERNS:
-        match = pattern.search(maven_output)
+        match = pattern.search(_ANSI_ESCAPE.sub("", maven_output))
         if match:
             return match.group(1).rstrip(",.:")
     return None
@@ -150,6 +153,7 @@ def _run_maven(component: str, pom: Path, staging: Path) -> None:
         "dependency:copy-dependencies",
         f"-DoutputDirectory={staging}",
         "-DincludeScope=runtime",
+        "-Dstyle.color=never",
     ]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=_MVN_TIMEOUT_S, check=False)
@@ -158,7 +162,7 @@ def _run_maven(component: str, pom: Path, staging: Path) -> None:
             f"fetching the {component} jars: Maven did not finish in {_MVN_TIMEOUT_S:.0f} s ({pom})"
         ) from None
     if done.returncode != 0:
-        output = f"{done.stdout}\n{done.stderr}"
+        output = _ANSI_ESCAPE.sub("", f"{done.stdout}\n{done.stderr}")
         coordinate = missing_coordinate(output)
         first_error = next((line for line in output.splitlines() if "[ERROR]" in line), "").strip()
         what = f"cannot resolve {coordinate}" if coordinate else first_error or f"mvn exit {done.returncode}"

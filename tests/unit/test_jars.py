@@ -17,6 +17,18 @@ CACHED = (
     "Failure to find io.delta:delta-spark_2.13:jar:4.4.1 in https://repo.example/maven2 was cached in the "
     "local repository"
 )
+CACHED_IN_COLOUR = (
+    "[\x1b[1;31mERROR\x1b[m] Failed to execute goal on project probe: \x1b[1;31mCould not resolve "
+    "dependencies for "
+    "project io.bkaudit.test:probe:pom:1: Failure to find org.slf4j:slf4j-api:jar:0.0.404-bkaudit in "
+    "https://repo.example/maven2 was cached in the local repository\x1b[m"
+)
+CACHED_NOT_FOUND = (
+    "[ERROR] Failed to execute goal on project b: Could not resolve dependencies for project a:b:pom:1: "
+    "org.slf4j:slf4j-api:jar:0.0.404-bkaudit was not found in https://repo.example/maven2 during a previous "
+    "attempt. This failure was cached in the local repository and resolution is not reattempted until the "
+    "update interval of central has elapsed or updates are forced -> [Help 1]"
+)
 TRANSFER = (
     "[ERROR] Could not transfer artifact org.apache.bookkeeper:bookkeeper-server:pom:4.17.2 from/to central"
 )
@@ -28,6 +40,8 @@ TRANSFER = (
         (REFUSED, "org.apache.kafka:kafka_2.13:jar:0.0.404"),
         (CACHED, "io.delta:delta-spark_2.13:jar:4.4.1"),
         (TRANSFER, "org.apache.bookkeeper:bookkeeper-server:pom:4.17.2"),
+        (CACHED_IN_COLOUR, "org.slf4j:slf4j-api:jar:0.0.404-bkaudit"),
+        (CACHED_NOT_FOUND, "org.slf4j:slf4j-api:jar:0.0.404-bkaudit"),
     ],
 )
 def test_the_refused_coordinate_is_named(output: str, coordinate: str) -> None:
