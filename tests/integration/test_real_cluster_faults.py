@@ -1,0 +1,142 @@
+"""Faults on a real BookKeeper 4.17 cluster: bkaudit's alerts against the marks of BookKeeper's own Auditor.
+
+One cluster per module (4 bookie processes in 2 racks, ``zkTimeout`` 4 s, ~40 ledgers written by
+BookKeeper's Java client, some left open), BookKeeper's ``AutoRecoveryMain`` (``lostBookieRecoveryDelay=0``,
+every ledger's replication lock held by the test so its ReplicationWorker repairs nothing and the marks
+stay) and bkaudit's ``watch`` and ``stream`` as subprocesses beside it (:mod:`tests.realstack`). Each test
+breaks bookies, compares the ledgers bkaudit alerts with the ledgers the Auditor marks and with the
+metadata, then brings the bookies back and waits until bkaudit resolved its alerts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bkaudit.testing.harness import ServiceHarness
+from core.domain.metadata import LedgerMetadata
+from tests.chaos.stack import wait_for
+from tests.realstack import LEDGER_KINDS, Loss, RealStack, read_ledgers, real_stack, registered
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def stack(bk_services: ServiceHarness, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealStack]:
+    cluster = bk_services.real_bookkeeper(bookies=4, racks=2, bookie_conf={"zkTimeout": 4000})
+    try:
+        written = cluster.write_ledgers(40, open_ledgers=4)
+        ledger_ids = set(written["closed"]) | set(written["open"])
+        root = Path(tmp_path_factory.mktemp("real-faults"))
+        # The ReplicationWorker skips locked marks: they stay to be compared.
+        with real_stack(bk_services, cluster, root, lock_ledgers=ledger_ids) as running:
+            cluster.start_auditor(check_interval_s=3600)
+            wait_for("the Auditor's start-up checks", running.auditor_idle, 120)
+            running.wait_ingested(ledger_ids)
+            running.marks.clear()
+            yield running
+    finally:
+        cluster.stop()
+
+
+def _lost_entries(md: LedgerMetadata, lost: set[str]) -> bool:
+    """Whether some entry has its whole write set on ``lost`` bookies (for a ledger that is not closed,
+    some write-set window of its last segment), computed here from the ensembles alone."""
+    segments = list(md.segments)
+    for number, segment in enumerate(segments):
+        ensemble, size, quorum = segment.ensemble, md.ensemble_size, md.write_quorum
+        if number + 1 < len(segments):
+            entries = range(segment.first_entry_id, segments[number + 1].first_entry_id)
+        elif md.state.value == "CLOSED":
+            entries = range(segment.first_entry_id, md.last_entry_id + 1)
+        else:
+            entries = range(segment.first_entry_id, segment.first_entry_id + size)  # every window
+        for entry in entries:
+            if all(ensemble[(entry + k) % size] in lost for k in range(quorum)):
+                return True
+    return False
+
+
+def _assert_agree(stack: RealStack, loss: Loss) -> None:
+    where = f"Auditor log {stack.cluster.auditor_log_file}; watcher log {stack.watcher.log}"
+    assert loss.expected, "the victims hold ledgers"
+    assert loss.marked == loss.expected, f"the Auditor's marks differ from the metadata; {where}"
+    assert loss.alerted == loss.marked, (
+        f"missed by bkaudit {sorted(loss.marked - loss.alerted)}, "
+        f"not marked by the Auditor {sorted(loss.alerted - loss.marked)}; {where}"
+    )
+    # One open ledger alert per ledger (two bookies' sessions may expire apart: a ledger first
+    # LEDGER_UNDER_REPLICATED can then become LEDGER_UNRECOVERABLE, a new alert, the first one resolved).
+    open_now = Counter(int(a.alert["ledger_id"]) for a in stack.alerts.open_now(LEDGER_KINDS).values())
+    assert set(open_now) == loss.marked and set(open_now.values()) == {1}
+    lost = Counter(a.key.rsplit("/", 1)[1] for a in stack.alerts.firing(("BOOKIE_LOST",), loss.at))
+    assert lost == Counter(loss.victims), "one BOOKIE_LOST per lost bookie"
+
+
+def test_kill_9_of_a_bookie_alerts_exactly_the_ledgers_the_auditor_marks(stack: RealStack) -> None:
+    loss = stack.lose([2])
+    try:
+        _assert_agree(stack, loss)
+        # One bookie of a write quorum of 2: every entry keeps a copy.
+        assert {a.kind for a in loss.alerts.values()} == {"LEDGER_UNDER_REPLICATED"}
+        open_ids = {
+            i for i, md in read_ledgers(stack.marks.client, loss.expected).items() if not md.is_closed
+        }
+        assert open_ids, "open ledgers on the victim are marked and alerted too"
+    finally:
+        stack.restore([2], loss)
+    assert not stack.alerts.open_ledgers()
+
+
+def test_kill_9_of_two_bookies_of_a_rack_alerts_unrecoverable_where_no_copy_survives(
+    stack: RealStack,
+) -> None:
+    victims = [2, 4]  # the whole of rack 2
+    loss = stack.lose(victims)
+    try:
+        _assert_agree(stack, loss)
+        ledgers = read_ledgers(stack.marks.client, loss.expected)
+        gone = {i for i, md in ledgers.items() if _lost_entries(md, set(loss.victims))}
+        assert gone, "some write sets were all on rack 2"
+        open_kinds = stack.alerts.open_ledgers()
+        unrecoverable = {i for i, kind in open_kinds.items() if kind == "LEDGER_UNRECOVERABLE"}
+        assert unrecoverable == gone
+    finally:
+        stack.restore(victims, loss)
+
+
+def test_a_stopped_bookie_is_lost_once_its_session_expires_and_returns_on_sigcont(
+    stack: RealStack,
+) -> None:
+    bookie = stack.cluster.bookie(3)
+    pid = bookie.pid()
+    # SIGSTOP: the JVM sends no ZooKeeper pings, its session expires after zkTimeout and its registration
+    # goes, exactly as after a crash: both sides see a lost bookie.
+    loss = stack.lose([3], pause=True)
+    try:
+        assert loss.unregistered_at is not None
+        _assert_agree(stack, loss)
+    finally:
+        # SIGCONT: the bookie learns its session expired and registers again, in the same process.
+        stack.restore([3], loss, resume=True)
+    assert bookie.pid() == pid
+    assert registered(stack.marks.client, bookie.bookie_id)
+
+
+def test_a_pause_shorter_than_the_session_timeout_raises_nothing(stack: RealStack) -> None:
+    bookie = stack.cluster.bookie(1)
+    started = time.time()
+    bookie.pause()
+    try:
+        time.sleep(1.5)  # well inside zkTimeout (4 s): the session, and the registration, live on
+        assert registered(stack.marks.client, bookie.bookie_id)
+    finally:
+        bookie.resume()
+    stack.wait_read_to_end()
+    time.sleep(2)
+    assert not stack.alerts.firing((*LEDGER_KINDS, "BOOKIE_LOST"), started)
+    assert not stack.marks.since(started)
