@@ -73,6 +73,29 @@ def port_open(port: int, host: str = LOOPBACK, timeout: float = 0.5) -> bool:
         return False
 
 
+def recorded_int(config_file: Path, key: str) -> int | None:
+    """The integer ``key=value`` line of a properties-style file a service was started with, or None.
+
+    A restarted service reuses the port its earlier start wrote into its own configuration file.
+
+    Example:
+        >>> import tempfile
+        >>> conf = Path(tempfile.mkdtemp()) / "zoo.cfg"
+        >>> _ = conf.write_text("tickTime=500\\nclientPort=2181\\n")
+        >>> recorded_int(conf, "clientPort"), recorded_int(conf, "bookiePort")
+        (2181, None)
+        >>> recorded_int(conf.with_name("missing.cfg"), "clientPort") is None
+        True
+    """
+    try:
+        for line in config_file.read_text().splitlines():
+            if line.startswith(f"{key}="):
+                return int(line.split("=", 1)[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def pid_alive(pid: int) -> bool:
     """True when ``pid`` exists and is not a zombie."""
     try:

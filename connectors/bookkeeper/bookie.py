@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from connectors.process import ManagedProcess, free_port, port_open
+from connectors.process import ManagedProcess, free_port, port_open, recorded_int
 from core.errors import ServiceError
 
 MAIN_CLASS = "org.apache.bookkeeper.server.Main"
@@ -144,13 +144,7 @@ class RealBookie:
         return self.pid() is not None
 
     def _recorded_port(self) -> int | None:
-        try:
-            for line in self.conf_file.read_text().splitlines():
-                if line.startswith("bookiePort="):
-                    return int(line.split("=", 1)[1])
-        except (OSError, ValueError):
-            return None
-        return None
+        return recorded_int(self.conf_file, "bookiePort")
 
     def conf_values(self, *, read_only: bool = False) -> dict[str, object]:
         """The bookie's server configuration (``extra_conf`` last, so it can override anything)."""

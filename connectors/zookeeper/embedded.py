@@ -21,7 +21,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from connectors.process import LOOPBACK, ManagedProcess, ensure_port_free, free_port, port_is_free
+from connectors.process import (
+    LOOPBACK,
+    ManagedProcess,
+    ensure_port_free,
+    free_port,
+    port_is_free,
+    recorded_int,
+)
 from core.errors import ServiceError
 
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
@@ -114,13 +121,7 @@ class EmbeddedZooKeeper:
         return self.pid() is not None
 
     def _recorded_port(self) -> int | None:
-        try:
-            for line in self.config_file.read_text().splitlines():
-                if line.startswith("clientPort="):
-                    return int(line.split("=", 1)[1])
-        except (OSError, ValueError):
-            return None
-        return None
+        return recorded_int(self.config_file, "clientPort")
 
     def _write_config(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
