@@ -49,6 +49,7 @@ logger.shell.appenderRef.out.ref = Out
 
 _BOOKIE_LINE = re.compile(r"^BookieID:(\S+?), IP:")
 _METADATA = re.compile(r"^LedgerMetadata\{(.*)\}$")
+_PASSWORD = re.compile(r"password=[^,}\s]*")
 
 
 def parse_listbookies(output: str) -> dict[str, list[str]]:
@@ -97,6 +98,23 @@ def parse_ledger_metadata(output: str) -> dict[str, Any]:
         >>> meta["ledger_id"], meta["state"], meta["ensembles"], meta["custom_metadata"]
         (7, 'OPEN', {0: ['b1:1', 'b2:2']}, {'application': b'pulsar'})
     """
+    try:
+        result = _metadata_lines(output)
+    except (ValueError, IndexError) as err:  # a bad number or bad base64: output we do not understand
+        reason = type(err).__name__
+        shown = _shown(output)
+        raise ServiceError(f"ledgermetadata printed what bkaudit cannot read ({reason}): {shown}") from None
+    if "state" not in result:
+        raise ServiceError(f"ledgermetadata printed no metadata: {_shown(output)}")
+    return result
+
+
+def _shown(output: str) -> str:
+    """The start of the shell's output for an error line, with the ledger password (which it prints) cut."""
+    return repr(_PASSWORD.sub("password=<redacted>", output.strip())[:300])
+
+
+def _metadata_lines(output: str) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for line in output.splitlines():
         line = line.strip()
@@ -104,8 +122,6 @@ def parse_ledger_metadata(output: str) -> dict[str, Any]:
             result["ledger_id"] = int(line.split(":", 1)[1])
         elif match := _METADATA.match(line):
             result.update(_metadata_fields(match.group(1)))
-    if "state" not in result:
-        raise ServiceError(f"ledgermetadata printed no metadata: {output.strip()[:300]!r}")
     return result
 
 
@@ -123,7 +139,7 @@ def _metadata_fields(body: str) -> dict[str, Any]:
         elif key == "customMetadata":
             items = _split_top(value.strip()[1:-1])
             fields["custom_metadata"] = {
-                name: base64.b64decode(encoded)
+                name: base64.b64decode(encoded, validate=True)
                 for name, _, encoded in (item.partition("=base64:") for item in items)
             }
         else:
