@@ -93,3 +93,17 @@ def test_a_bad_config_fails_with_one_line_naming_the_log(tmp_path: Path):
     assert str(kafka.log_file) in message
     assert "num.partitions" in kafka.log_file.read_text()
     assert not kafka.is_running()
+
+
+def test_a_producer_sees_a_topic_the_broker_creates_in_the_background(broker):
+    # Kafka answers the creating metadata request "unknown topic" and creates the topic afterwards: the
+    # sink's partition_count asks a producer again instead of failing the batch.
+    from connectors.kafka.client_config import partition_count
+
+    producer = Producer(producer_config(_settings(broker)))
+    assert partition_count(producer, "t.created-on-first-use", 20.0) == broker.num_partitions
+
+
+def test_the_broker_writes_kafkas_own_log(broker):
+    # Kafka 4.1 logs through slf4j 1.7: without its log4j binding on the classpath it logs nothing at all.
+    assert "Kafka Server started" in broker.log_file.read_text()
