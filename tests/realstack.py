@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -42,14 +41,18 @@ from connectors.delta.tables import read_table
 from connectors.kafka.topics import ensure_topic
 from core.domain.layout import available_path, ledger_path, readonly_path
 from core.domain.metadata import LedgerMetadata, decode_ledger_metadata
-from core.domain.underreplication import UnderreplicationPaths, parse_underreplicated_ledger
+from core.domain.underreplication import (
+    UnderreplicationPaths,
+    ledger_id_from_urledger_path,
+    parse_underreplicated_ledger,
+)
+from core.errors import FormatError
 from core.settings import KafkaSettings
 from tests.chaos.stack import STREAM_SETTINGS, WatcherProcess, job_log_tail, tail, wait_for
 from tests.integration.job_process import JobRun, kill_group, planned_offsets
 
 PARTITIONS = 2
 LEDGER_KINDS = ("LEDGER_UNDER_REPLICATED", "LEDGER_UNRECOVERABLE")
-_MARK = re.compile(r"urL(\d+)$")
 
 
 def mark_ledger_id(name: str) -> int | None:
@@ -59,8 +62,10 @@ def mark_ledger_id(name: str) -> int | None:
         >>> mark_ledger_id("urL0000065536")
         65536
     """
-    found = _MARK.search(name)
-    return int(found.group(1)) if found else None
+    try:
+        return ledger_id_from_urledger_path(name)
+    except FormatError:
+        return None
 
 
 def chrooted(hosts: str, prefix: str) -> str:
