@@ -114,7 +114,8 @@ class DevCluster:
         return addresses
 
     def down(self) -> dict[str, bool]:
-        """Stop both services; reports which were running."""
+        """Stop ZooKeeper, the broker and real bookies (when ``dev up --bookkeeper real`` started them);
+        reports which were running."""
         bookkeeper = self.bookkeeper(present=True)
         bookies = any(bookkeeper.stop().values()) if bookkeeper is not None else False
         report = {"zookeeper": self.zookeeper.stop(), "kafka": self.broker.stop()}

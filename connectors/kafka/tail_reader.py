@@ -31,7 +31,7 @@ Example:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -77,8 +77,10 @@ class TailingReader:
         max_records: int = 5000,
         gather_s: float = 0.0,
         skipped_gather_s: float = SKIPPED_GATHER_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._reader = reader
+        self._clock = clock  # when full plannings are due (tests step it; waits keep the real clock)
         self._wait_s = wait_s
         self._verify_every_s = verify_every_s
         self._max_records = max_records
@@ -117,7 +119,7 @@ class TailingReader:
     def latestOffset(self, start: dict, limit: Any) -> dict:
         position = _positions(start)
         if self.waits_for_records and position and position == self._at:
-            since = time.monotonic() - self._verified_at
+            since = self._clock() - self._verified_at
             # A full planning that is due waits while records are there to hand over (a loss does not
             # wait for it), but never past three intervals.
             if self._behind:
@@ -165,7 +167,7 @@ class TailingReader:
         self._held.clear()
         self._behind = False
         end = self._reader.latestOffset(start, limit)
-        self._verified_at = time.monotonic()
+        self._verified_at = self._clock()
         before, after = _positions(start), _positions(end)
         self._unconfirmed = not all(self._confirmed(key, offset, before) for key, offset in after.items())
         if self._unconfirmed:

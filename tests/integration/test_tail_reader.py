@@ -186,20 +186,44 @@ def test_the_full_planning_runs_again_when_its_time_comes(kafka_settings, topic)
 
 
 def test_a_due_full_planning_waits_while_the_consumer_holds_records(kafka_settings, topic) -> None:
+    """The reader's schedule runs on a stepped clock, and the record is known to be in the consumer's
+    queue (its last fetch saw it) before the due planning: the verdict does not depend on how soon the
+    machine runs the consumer's fetch or the test's next line."""
     name, mine = topic
-    tail = TailingReader(_source(kafka_settings, name), wait_s=0.2, verify_every_s=1.0)
+    clock = SteppedClock()
+    tail = TailingReader(_source(kafka_settings, name), wait_s=0.2, verify_every_s=1.0, clock=clock)
     try:
         end, _ = _batch(tail, tail.initialOffset())
         assert _batch(tail, end)[1] == []  # a tail planning: the consumer is at the end now
-        time.sleep(1.1)  # the full planning is due
+        clock.now += 1.5  # the full planning is due (and not yet three intervals late)
         produce(kafka_settings, name, [(CLUSTER, b"lost", mine)])
-        time.sleep(0.5)  # the consumer's fetch brings it in
+        _wait_until_fetched(tail, name, mine, end[name][str(mine)] + 1)
         after, values = _batch(tail, end)
         assert values == [b"lost"] and (tail.full_plannings, tail.tail_plannings) == (1, 2)
         _batch(tail, after)  # nothing held: the due full planning runs
         assert tail.full_plannings == 2
     finally:
         tail.stop()
+
+
+class SteppedClock:
+    """A clock that moves only when the test moves it."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _wait_until_fetched(tail: Any, topic: str, partition: int, high: int, timeout_s: float = 30.0) -> None:
+    """Until the tailing consumer's last fetch answered a high watermark of ``high`` or more: the records
+    below it are in its queue then (librdkafka caches the watermark of each fetch response)."""
+    deadline = time.monotonic() + timeout_s
+    where = TopicPartition(topic, partition)
+    while tail._consumer.get_watermark_offsets(where, cached=True)[1] < high:
+        assert time.monotonic() < deadline, f"no fetch up to offset {high} in {timeout_s} s"
+        time.sleep(0.02)
 
 
 def test_available_now_plans_in_full(kafka_settings, topic) -> None:
