@@ -25,7 +25,8 @@ def test_an_unreachable_zookeeper_is_one_line_within_the_connect_timeout(
     started = time.monotonic()
     result = cli(*command, "--zookeeper", nobody)
 
-    assert time.monotonic() - started < 5
+    # Under kazoo's own 15 s start timeout, with room for a busy machine: the 1 s bound is the one used.
+    assert time.monotonic() - started < 10
     assert result.exit_code == 2 and result.stdout == b""
     assert result.stderr == (
         f"bkaudit: ZooKeeper at {nobody}: no connection within 1 s; check zookeeper.connect "
