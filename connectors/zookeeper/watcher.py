@@ -620,6 +620,7 @@ class ChangeWatcher:
         self._bookies: dict[str, _Bookie] = {}
         self._delay: tuple[int, bool] | None = None  # (mzxid, present) last published
         self._autorecovery: bytes | None = None  # the AutoRecoveryState last published (serialized)
+        self._autorecovery_changed = False  # a notification under AutoRecovery's znodes awaits its read
         self._rack_published: tuple[Any, ...] | None = None
         self._rack_payload: pb.RackMap | None = None
         self._epoch = 0
@@ -1235,6 +1236,7 @@ class ChangeWatcher:
                 if self._process(item):
                     return
             self._flush_ledger_reads()
+            self._flush_autorecovery_read()
             if (
                 self._current is None
                 and self.publisher.holding
@@ -1346,7 +1348,7 @@ class ChangeWatcher:
             return
         route, info = router.route(path)
         if route == R_AUTORECOVERY:
-            self._read_autorecovery(None)
+            self._autorecovery_changed = True  # read once per chunk: a burst of lock changes is one read
             return
         if event_type == EventType.CHILD:
             self._relist(route, path, info)
@@ -1599,6 +1601,16 @@ class ChangeWatcher:
                 self.metrics.undecodable.labels("recovery_delay").inc()
                 error = events.redact_reason(str(err), data or b"")
         self._emit(events.recovery_delay(seconds, present=present, stat=stat, error=error), snapshot)
+
+    def _flush_autorecovery_read(self) -> None:
+        """Read AutoRecovery's znodes once for every notification under them in the chunk just processed.
+
+        ReplicationWorkers create and delete a lock per ledger they replicate: reading every lock on each
+        of those notifications would cost the square of the locks; one read per chunk sees the newest.
+        """
+        if self._autorecovery_changed:
+            self._autorecovery_changed = False
+            self._read_autorecovery(None)
 
     def _read_autorecovery(self, snapshot: Snapshot | None) -> None:
         """Read AutoRecovery's znodes (``disable``, the Auditor votes, the replication locks) and publish

@@ -25,6 +25,7 @@ from connectors.kafka.topics import ensure_topic
 from connectors.zookeeper.watcher import ChangeWatcher
 from core.domain.alerts import AlertKind
 from core.domain.rules.autorecovery import AutoRecoveryGraces
+from core.domain.underreplication import format_lock_data
 from core.pb import change_events_pb2 as pb
 from core.settings import Settings
 from streaming.job import start_membership_lane
@@ -208,3 +209,29 @@ def test_the_watcher_publishes_autorecovery_state_as_it_changes(
         sim.set_autorecovery(True)
         healthy = wait_for_state(reader, lambda s: not s.disabled and len(s.votes) == 1 and not s.locks)
         assert healthy.votes[0].bookie_id == SIM_AUDITOR_ID and not healthy.error
+
+
+def test_a_burst_of_replication_locks_is_read_once_per_chunk_not_once_per_lock(
+    bk_services: Any, kafka_settings: Any, zk_chroot: str, zk_client: Any, sim: SimulatedCluster
+) -> None:
+    """ReplicationWorkers take and drop a lock per ledger: reading every lock on each notification would
+    cost the square of the locks. 300 locks created in one transaction reach the watcher as 300
+    notifications back to back, all on its socket before the answer to its first read: at most a few
+    reads of AutoRecovery's znodes follow (300 without the coalescing)."""
+    locks = 300
+    settings = watcher_settings(bk_services, kafka_settings, zk_chroot, watch_mode="persistent")
+    with running_watcher(settings, SIM_PASSWORD) as (watcher, reader):
+        assert watcher.wait_for_snapshots(1, 30)
+        wait_for_state(reader, lambda s: not s.locks)
+        reads = watcher.metrics.zookeeper_reads.labels("autorecovery")
+        before = reads._value.get()
+        zk_client.ensure_path(sim.underreplication.locks)
+        transaction = zk_client.transaction()
+        for ledger_id in range(1, locks + 1):
+            data = format_lock_data(f"worker-{ledger_id % 7}").encode()
+            transaction.create(sim.underreplication.lock(ledger_id), data, ephemeral=True)
+        assert all(result is True or isinstance(result, str) for result in transaction.commit())
+        held = wait_for_state(reader, lambda s: len(s.locks) == locks)
+        assert [lock.ledger_id for lock in held.locks] == list(range(1, locks + 1))
+        print(f"\n{locks} locks: {reads._value.get() - before:.0f} reads of AutoRecovery's znodes")
+        assert reads._value.get() - before <= 5, reads._value.get() - before
