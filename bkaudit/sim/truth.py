@@ -448,6 +448,32 @@ def _entry_read_answers(
     return {**answers, **answers_from_reads(reads, md.last_entry_id)}
 
 
+#: BookKeeper's EIO status: the answer of a DbLedgerStorage bookie that lists an entry it cannot read.
+_EIO = 501
+
+
+def _eio_readers_kind(
+    snapshot: ClusterSnapshot, md: LedgerMetadata, answers: Mapping[str, BookieAnswer]
+) -> str | None:
+    """The replicas kind when this ledger's DbLedgerStorage bookies failing with ``EIO`` count as holding
+    nothing: what entry reads conclude once such a bookie is known to answer reads (its entry lists stay
+    unknown), so that kind may be raised."""
+    failing = [
+        b
+        for b in md.all_bookies
+        if (bookie := snapshot.bookies.get(b)) is not None
+        and bookie.fail_status == _EIO
+        and not bookie.answers_entry_lists
+        and bookie.serving
+        and bookie.registration is not Registration.NONE
+    ]
+    if not failing:
+        return None
+    return _REPLICAS_KIND.get(
+        _replicas_verdict(md, {**answers, **dict.fromkeys(failing, BookieStatus.NO_LEDGER)}).result
+    )
+
+
 #: How far from its deadline an AutoRecovery condition counts as either way (the two clocks differ).
 _DEADLINE_SLACK_MS = 1000
 
@@ -536,6 +562,9 @@ def ground_truth(snapshot: ClusterSnapshot, params: TruthParameters | None = Non
             may.update({k: may[k] | {ledger_id} for k in (kind, seen) if k is not None})
         elif kind is not None:
             alerts[kind].add(ledger_id)
+        unreadable = _eio_readers_kind(snapshot, md, answers)
+        if unreadable is not None:
+            may[unreadable].add(ledger_id)
         expected_but_unknown.update(verdict.unknown_bookies)
 
     for bookie_id, bookie in snapshot.bookies.items():

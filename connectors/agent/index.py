@@ -9,6 +9,12 @@ write-ahead log when the view was opened; the reader reopens a database when its
 every ``refresh_s``. (The bookie keeps recent entries in its write cache until its next flush, by default
 within a minute; the index shows them from then on.)
 
+An entry counts as held only when the entry log its location points into is there: in a ledger directory
+(one whose ``current/`` has the entry logger's ``lastId`` file) the reader lists the ``<hex id>.log`` files
+and leaves out entries whose log is missing or shorter than their offset, which a real bookie answers with
+``EIO`` while its index still lists them. A directory without ``lastId`` (a separate ``indexDirectories``
+entry) is not checked.
+
 :class:`DbStorageIndexWriter` writes the same layout with BookKeeper's table options, for the simulator's
 DbLedgerStorage bookies (:class:`IndexedEntryStore`), so the agent is tested against real RocksDB files.
 
@@ -55,11 +61,13 @@ from core.domain.dbstorage import (
     LedgerFlags,
     decode_ledger_data,
     encode_ledger_data,
+    entry_log_id,
     ledger_bounds,
     ledger_ids_of_keys,
     ledger_key,
     location_key,
     location_value,
+    readable_entries,
     stored_entries,
 )
 from core.errors import ServiceError
@@ -86,6 +94,33 @@ def index_dirs(ledger_dir: Path) -> Path:
 
 def _raw_options() -> Options:
     return Options(raw_mode=True)
+
+
+def entry_log_sizes(ledger_dir: Path) -> dict[int, int] | None:
+    """Entry log id → size of the entry logs in a DbLedgerStorage ledger directory, or None when the
+    directory holds no entry logger (no ``current/lastId``: an index-only directory).
+
+    Example:
+        >>> import tempfile
+        >>> current = Path(tempfile.mkdtemp()) / "current"; current.mkdir()
+        >>> entry_log_sizes(current)
+        >>> (current / "lastId").write_text("1\\n"); (current / "a.log").write_bytes(bytes(1024))
+        2
+        1024
+        >>> entry_log_sizes(current)
+        {10: 1024}
+    """
+    current = index_dirs(ledger_dir)
+    if not (current / "lastId").is_file():
+        return None
+    sizes: dict[int, int] = {}
+    with contextlib.suppress(FileNotFoundError):
+        for path in current.iterdir():
+            log_id = entry_log_id(path.name)
+            if log_id is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    sizes[log_id] = path.stat().st_size
+    return sizes
 
 
 def _fingerprint(db_dir: Path) -> tuple[tuple[str, int], ...]:
@@ -149,6 +184,19 @@ class _ReadOnlyView:
             self.view = None
 
 
+def _ledger_locations(locations: Rdict, ledger_id: int) -> tuple[bytes, bytes]:
+    """The joined keys and values of ``ledger_id``'s entries (ids >= 0) in one ``locations`` database."""
+    lower, upper = ledger_bounds(ledger_id)
+    bounds = ReadOptions()
+    bounds.set_iterate_upper_bound(upper)
+    keys: list[bytes] = []
+    values: list[bytes] = []
+    for key, value in locations.items(from_key=lower, read_opt=bounds):
+        keys.append(cast(bytes, key))  # raw mode: bytes in, bytes out
+        values.append(cast(bytes, value))
+    return b"".join(keys), b"".join(values)
+
+
 class DbStorageIndexReader:
     """Read-only answers from the indexes of every configured ledger directory of one bookie.
 
@@ -167,6 +215,8 @@ class DbStorageIndexReader:
         self.view_root = Path(tempfile.mkdtemp(prefix="bkaudit-agent-")) if view_root is None else view_root
         self.view_root.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._ledger_dirs = [Path(d) for d in ledger_dirs]
+        self._log_sizes: dict[int, tuple[float, dict[int, int] | None]] = {}
         self._views = [
             (
                 _ReadOnlyView(index_dirs(d) / LEDGERS_DB, self.view_root),
@@ -197,20 +247,35 @@ class DbStorageIndexReader:
         return None
 
     def entries_of(self, ledger_id: int) -> np.ndarray:
-        """The entry ids stored for ``ledger_id`` (ascending int64; empty when none)."""
-        lower, upper = ledger_bounds(ledger_id)
+        """The entry ids stored for ``ledger_id`` (ascending int64; empty when none), without those whose
+        entry log file is missing or too short (see the module's notes)."""
         found: list[np.ndarray] = []
         with self._lock:
-            for _, locations in self._databases():
-                bounds = ReadOptions()
-                bounds.set_iterate_upper_bound(upper)
-                keys: list[bytes] = []
-                values: list[bytes] = []
-                for key, value in locations.items(from_key=lower, read_opt=bounds):
-                    keys.append(cast(bytes, key))  # raw mode: bytes in, bytes out
-                    values.append(cast(bytes, value))
-                found.append(stored_entries(ledger_id, b"".join(keys), b"".join(values)))
+            for number, (_, locations_view) in enumerate(self._views):
+                locations = locations_view.current(self.refresh_s)
+                keys, values = _ledger_locations(locations, ledger_id)
+                sizes = self._entry_logs(number)
+                if sizes is None:
+                    found.append(stored_entries(ledger_id, keys, values))
+                    continue
+                kept = readable_entries(ledger_id, keys, values, sizes)
+                changed = _fingerprint(locations_view.db_dir) != locations_view.fingerprint
+                if changed and kept.size < stored_entries(ledger_id, keys, values).size:
+                    # A compaction moves entries to a new log before deleting the old one: read both again.
+                    keys, values = _ledger_locations(locations_view.open(), ledger_id)
+                    kept = readable_entries(
+                        ledger_id, keys, values, self._entry_logs(number, fresh=True) or {}
+                    )
+                found.append(kept)
         return np.unique(np.concatenate(found)) if found else np.empty(0, dtype=np.int64)
+
+    def _entry_logs(self, number: int, *, fresh: bool = False) -> dict[int, int] | None:
+        """The entry log sizes of ledger directory ``number``, listed again at most every ``refresh_s``."""
+        listed = self._log_sizes.get(number)
+        if fresh or listed is None or time.monotonic() - listed[0] >= self.refresh_s:
+            listed = (time.monotonic(), entry_log_sizes(self._ledger_dirs[number]))
+            self._log_sizes[number] = listed
+        return listed[1]
 
     def ledger_ids(self, after: int = -1, limit: int = 100_000) -> tuple[np.ndarray, bool]:
         """Up to ``limit`` ledger ids above ``after``, ascending, and whether more remain."""

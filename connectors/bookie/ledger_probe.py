@@ -8,7 +8,10 @@ the entries :func:`core.domain.rules.entry_reads.entries_to_read` picks (each fr
 entry, plus a sample), in the same wave; their answers reach the same rule. What a bookie-side agent
 already answered (``known``, see :mod:`connectors.agent.client`) is taken as that bookie's entry list and
 nothing is sent to the bookie for that ledger.
-A bookie that does not answer (timeout, refused, error) counts as *unknown*, never as missing data; one that
+A bookie that does not answer (timeout, refused, error) counts as *unknown*, never as missing data, except
+that ``EIO`` to a ``READ_ENTRY`` is an answer: the bookie cannot read that entry (a DbLedgerStorage bookie
+whose entry log file is gone answers so while its index still lists the entry), so it counts as missing,
+as in BookKeeper's LedgerChecker; ``EIO`` to an entry-list request stays unknown. One that
 cannot be resolved to an address (not registered) is unknown too. The caller decides what unknown means
 (``BOOKIE_UNRESPONSIVE`` for a bookie that stays registered but never answers).
 
@@ -28,6 +31,7 @@ from dataclasses import dataclass, field
 from connectors.bookie.client import (
     AGENT_KINDS,
     BlockingBookieClient,
+    BookieError,
     EntryPresent,
     NoEntry,
     NoLedger,
@@ -35,6 +39,7 @@ from connectors.bookie.client import (
     ProbeResult,
     availability_of,
 )
+from connectors.bookie.frames import EIO
 from core.domain.rules.entry_reads import ReadAnswer, answers_from_reads, entries_to_read
 from core.domain.rules.replicas import BookieStatus, ReplicasResult, ReplicasVerdict, classify_replicas
 
@@ -149,11 +154,14 @@ def _planned_reads(
 
 
 def read_answer(result: ProbeResult) -> ReadAnswer:
-    """What one ``READ_ENTRY`` probe says of its entry; anything inconclusive is UNKNOWN.
+    """What one ``READ_ENTRY`` probe says of its entry; ``EIO`` is UNREADABLE, anything else inconclusive is
+    UNKNOWN.
 
     Example:
         >>> [read_answer(r).value for r in (EntryPresent(3), NoEntry(), NoLedger(), ProbeResult())]
         ['PRESENT', 'NO_ENTRY', 'NO_LEDGER', 'UNKNOWN']
+        >>> read_answer(BookieError(EIO)).value, read_answer(BookieError(506)).value
+        ('UNREADABLE', 'UNKNOWN')
     """
     if isinstance(result, EntryPresent):
         return ReadAnswer.PRESENT
@@ -161,13 +169,25 @@ def read_answer(result: ProbeResult) -> ReadAnswer:
         return ReadAnswer.NO_ENTRY
     if isinstance(result, NoLedger):
         return ReadAnswer.NO_LEDGER
+    if isinstance(result, BookieError) and result.status == EIO:
+        return ReadAnswer.UNREADABLE
     return ReadAnswer.UNKNOWN
+
+
+def read_answered(result: ProbeResult) -> bool:
+    """Whether a ``READ_ENTRY`` probe was answered by the bookie (any conclusive answer, or ``EIO``).
+
+    Example:
+        >>> read_answered(NoEntry()), read_answered(BookieError(EIO)), read_answered(ProbeResult())
+        (True, True, False)
+    """
+    return read_answer(result) is not ReadAnswer.UNKNOWN
 
 
 def _read_kind(results: Mapping[int, ProbeResult]) -> str:
     """A bookie's ``answers`` kind for its reads: ``entry_reads`` when one was answered, else the first
     read's own kind (timeout, connection_failed, ...)."""
-    if any(result.conclusive for result in results.values()):
+    if any(read_answered(result) for result in results.values()):
         return ENTRY_READS
     return next(iter(results.values())).kind
 
@@ -283,11 +303,11 @@ def _answering_reads(
     addresses: Mapping[str, str],
     timeout: float,
 ) -> set[str]:
-    """Those of ``bookies`` that answer a ``READ_ENTRY`` (any conclusive answer, ENOENTRY included)."""
+    """Those of ``bookies`` that answer a ``READ_ENTRY`` (any conclusive answer, ENOENTRY and EIO too)."""
     requests: list[ProbeRequest] = []
     for bookie in bookies:
         target = next(t for t in targets if bookie in t.bookies and t.state == "CLOSED")
         first = _planned_reads(target, {bookie}, 0.0).get(bookie, [0])[0]
         requests.append(ProbeRequest(addresses[bookie], target.ledger_id, first))
     results = client.probe_many(requests, timeout=timeout) if requests else []
-    return {bookie for bookie, result in zip(bookies, results, strict=True) if result.conclusive}
+    return {bookie for bookie, result in zip(bookies, results, strict=True) if read_answered(result)}

@@ -30,6 +30,7 @@ Example:
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -226,6 +227,48 @@ def stored_entries(ledger_id: int, keys: bytes, values: bytes) -> np.ndarray:
     pairs = np.frombuffer(keys, dtype=_KEYS_DTYPE).reshape(-1, 2)
     locations = np.frombuffer(values, dtype=_KEYS_DTYPE)
     keep = (pairs[:, 0] == ledger_id) & (pairs[:, 1] >= 0) & (locations != 0)
+    return np.sort(pairs[keep, 1].astype(np.int64))
+
+
+def entry_log_id(name: str) -> int | None:
+    """The id of an entry log file named ``<hex id>.log`` (DbLedgerStorage's ``current/`` directory), else
+    None.
+
+    Example:
+        >>> entry_log_id("1a.log"), entry_log_id("lastId"), entry_log_id("000004.log.tmp")
+        (26, None, None)
+    """
+    stem, dot, suffix = name.partition(".")
+    if suffix != "log" or not dot or not stem or len(stem) > 16:
+        return None
+    try:
+        return int(stem, 16)
+    except ValueError:
+        return None
+
+
+def readable_entries(ledger_id: int, keys: bytes, values: bytes, log_sizes: Mapping[int, int]) -> np.ndarray:
+    """:func:`stored_entries` whose location is inside an entry log that exists: ``log_sizes`` maps entry log
+    id → file size, and an entry counts only when its log is there and its offset is below the size. A
+    bookie whose entry log was deleted or truncated answers ``EIO`` to a read of such an entry while its
+    index still lists it.
+
+    Example:
+        >>> keys = location_key(4, 0) + location_key(4, 1) + location_key(4, 2)
+        >>> values = location_value(1, 1028) + location_value(2, 1028) + location_value(3, 9000)
+        >>> readable_entries(4, keys, values, {1: 4096, 3: 4096}).tolist()
+        [0]
+    """
+    if len(keys) % _LONG_PAIR.size or len(values) % _LONG.size or len(keys) // 2 != len(values):
+        raise FormatError(f"locations: {len(keys)} key bytes do not pair with {len(values)} value bytes")
+    pairs = np.frombuffer(keys, dtype=_KEYS_DTYPE).reshape(-1, 2)
+    locations = np.frombuffer(values, dtype=_KEYS_DTYPE).astype(np.int64)
+    keep = (pairs[:, 0] == ledger_id) & (pairs[:, 1] >= 0) & (locations != 0)
+    logs, offsets = locations >> 32, locations & 0xFFFFFFFF
+    sizes = np.full(locations.shape, -1, dtype=np.int64)
+    for log_id in np.unique(logs[keep]).tolist():
+        sizes[logs == log_id] = log_sizes.get(int(log_id), -1)
+    keep &= offsets < sizes
     return np.sort(pairs[keep, 1].astype(np.int64))
 
 

@@ -10,6 +10,9 @@ asking end in the same rule:
 
 - a bookie that answered ``ENOENTRY`` for an entry misses it; every entry it was not asked about, or that
   got no answer, counts as held (unknown is not missing: BookKeeper's optimistic rule for silent bookies);
+- ``EIO`` to a read means the bookie lists the entry but cannot read it (a lost or truncated entry log on a
+  DbLedgerStorage bookie answers so): it counts as missing, as in BookKeeper's LedgerChecker, where any
+  failed read makes the fragment bad;
 - ``ENOLEDGER`` means the bookie holds nothing of the ledger;
 - a bookie none of whose reads was answered is ``UNAVAILABLE``.
 
@@ -50,6 +53,7 @@ class ReadAnswer(Enum):
     PRESENT = "PRESENT"  # EOK
     NO_ENTRY = "NO_ENTRY"  # ENOENTRY: the bookie has the ledger but not this entry
     NO_LEDGER = "NO_LEDGER"  # ENOLEDGER: the bookie has nothing of the ledger
+    UNREADABLE = "UNREADABLE"  # EIO: the bookie answered but cannot read the entry (counts as missing)
     UNKNOWN = "UNKNOWN"  # no usable answer (timeout, refused, another status)
 
 
@@ -139,6 +143,8 @@ def answers_from_reads(
         ...     {"a": {0: ReadAnswer.NO_LEDGER}, "b": {0: ReadAnswer.UNKNOWN}, "c": {}}, last_entry_id=3)
         >>> [answers[b].value for b in "abc"]
         ['NO_LEDGER', 'UNAVAILABLE', 'UNAVAILABLE']
+        >>> answers_from_reads({"d": {0: ReadAnswer.UNREADABLE, 3: ReadAnswer.PRESENT}}, 3)["d"].entry_list()
+        [1, 2, 3]
     """
     answers: dict[str, EntryAvailability | BookieStatus] = {}
     for bookie, answered in reads.items():
@@ -148,7 +154,8 @@ def answers_from_reads(
         elif not kinds - {ReadAnswer.UNKNOWN}:
             answers[bookie] = BookieStatus.UNAVAILABLE
         else:
-            missing = sorted(e for e, answer in answered.items() if answer is ReadAnswer.NO_ENTRY)
+            lost = (ReadAnswer.NO_ENTRY, ReadAnswer.UNREADABLE)
+            missing = sorted(e for e, answer in answered.items() if answer in lost)
             # Through the highest entry read too: a segment of odd metadata may reach past the last entry.
             answers[bookie] = _all_but(missing, max(last_entry_id, max(answered)))
     return answers
