@@ -10,7 +10,8 @@ and prints every alert as it arrives on the alerts topic:
 4. a bookie goes silent (a DbLedgerStorage bookie) → re-probed, then BOOKIE_UNRESPONSIVE, not a data alert.
 
 It ends with a table of open alerts per kind next to the simulator's ground truth. The Delta tables stay
-under ``<lakehouse_root>/demo`` for querying afterwards.
+under ``<lakehouse_root>/demo`` for querying afterwards. The same story on real bookies is
+:mod:`bkaudit.demo_real` (``bkaudit demo --bookkeeper real``).
 
 Example:
     $ bkaudit demo
@@ -25,6 +26,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TextIO
 
 from core.settings import Settings
@@ -118,6 +120,51 @@ def _wait(what: str, check: Callable[[], bool], printer: _Printer, timeout: floa
     return False
 
 
+def demo_run_settings(settings: Settings, lakehouse: Path, hosts: str, kafka: str, stamp: str) -> Settings:
+    """The demo's settings: its own tables, checkpoint, topics and ZooKeeper chroot, and short delays."""
+    return settings.model_copy(
+        update={
+            "lakehouse_root": lakehouse,
+            "checkpoint_root": settings.checkpoint_root / f"demo-{stamp}",
+            "zookeeper": settings.zookeeper.model_copy(update={"connect": hosts}),
+            "kafka": settings.kafka.model_copy(
+                update={
+                    "bootstrap_servers": kafka,
+                    "changes_topic": f"bkaudit.demo.{stamp}.changes",
+                    "alerts_topic": f"bkaudit.demo.{stamp}.alerts",
+                    "feedback_topic": f"bkaudit.demo.{stamp}.feedback",
+                    "topic_partitions": 2,
+                }
+            ),
+            "watcher": settings.watcher.model_copy(
+                update={"heartbeat_interval_s": 0.5, "rack_map_znode": "/bookies", "progress": "auto"}
+            ),
+            "stream": settings.stream.model_copy(
+                update={
+                    "app_id": f"bkaudit-demo-{stamp}",
+                    "trigger_interval_s": 0.5,
+                    "watermark_delay_s": 1.0,
+                    "probe_timeout_s": 0.5,
+                    "reprobe_delay_s": 1.0,
+                    "reprobe_rounds": 2,
+                    "scrutiny_ledgers_per_s": 20.0,
+                }
+            ),
+        }
+    )
+
+
+def print_comparison(printer: _Printer, rows: list[tuple[str, int, int]], truth_name: str) -> bool:
+    """The closing table: open alerts per kind beside the ground truth; True when every row agrees."""
+    printer.say(f"SUMMARY: open alerts per kind (auditor vs {truth_name})")
+    printer.say(f"  {'kind':28} {'auditor':>8} {'truth':>6}")
+    for kind, have, want in rows:
+        printer.say(f"  {kind:28} {have:>8} {want:>6}")
+    matches = all(have == want for _, have, want in rows)
+    printer.say(f"  auditor matches the ground truth: {'yes' if matches else 'NO'}")
+    return matches
+
+
 def run_demo(settings: Settings, *, keep_running: bool = False, out: TextIO | None = None) -> dict[str, Any]:
     """Run the story; returns the summary (open alerts per kind, ground truth, timings)."""
     from kazoo.client import KazooClient
@@ -141,36 +188,7 @@ def run_demo(settings: Settings, *, keep_running: bool = False, out: TextIO | No
     hosts = f"{addresses['zookeeper']}{chroot}"
     lakehouse = settings.lakehouse_root / "demo"
     shutil.rmtree(lakehouse, ignore_errors=True)
-    demo_settings = settings.model_copy(
-        update={
-            "lakehouse_root": lakehouse,
-            "checkpoint_root": settings.checkpoint_root / f"demo-{stamp}",
-            "zookeeper": settings.zookeeper.model_copy(update={"connect": hosts}),
-            "kafka": settings.kafka.model_copy(
-                update={
-                    "bootstrap_servers": addresses["kafka"],
-                    "changes_topic": f"bkaudit.demo.{stamp}.changes",
-                    "alerts_topic": f"bkaudit.demo.{stamp}.alerts",
-                    "feedback_topic": f"bkaudit.demo.{stamp}.feedback",
-                    "topic_partitions": 2,
-                }
-            ),
-            "watcher": settings.watcher.model_copy(
-                update={"heartbeat_interval_s": 0.5, "rack_map_znode": "/bookies", "progress": "auto"}
-            ),
-            "stream": settings.stream.model_copy(
-                update={
-                    "app_id": f"bkaudit-demo-{stamp}",
-                    "trigger_interval_s": 0.5,
-                    "watermark_delay_s": 1.0,
-                    "probe_timeout_s": 0.5,
-                    "reprobe_delay_s": 1.0,
-                    "reprobe_rounds": 2,
-                    "scrutiny_ledgers_per_s": 20.0,
-                }
-            ),
-        }
-    )
+    demo_settings = demo_run_settings(settings, lakehouse, hosts, addresses["kafka"], stamp)
     root_client = KazooClient(hosts=addresses["zookeeper"])
     root_client.start(timeout=15)
     root_client.ensure_path(chroot)
@@ -277,12 +295,7 @@ def run_demo(settings: Settings, *, keep_running: bool = False, out: TextIO | No
         rows = []
         for kind in sorted(set(found) | {k for k, v in truth["alerts"].items() if v}):
             rows.append((kind, found.get(kind, 0), len(truth["alerts"].get(kind, []))))
-        printer.say("SUMMARY: open alerts per kind (auditor vs simulator ground truth)")
-        printer.say(f"  {'kind':28} {'auditor':>8} {'truth':>6}")
-        for kind, have, want in rows:
-            printer.say(f"  {kind:28} {have:>8} {want:>6}")
-        matches = all(have == want for _, have, want in rows)
-        printer.say(f"  auditor matches the ground truth: {'yes' if matches else 'NO'}")
+        matches = print_comparison(printer, rows, "simulator ground truth")
         printer.say(f"Delta tables: {lakehouse} (ledgers, bookies, open_alerts, violations, dead_letters)")
         return {
             "open_alerts": dict(found),
