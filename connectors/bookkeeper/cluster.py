@@ -287,6 +287,7 @@ class RealBookKeeperCluster:
             java_binary(self.java_bin),
             "-Xmx256m",
             "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
             *JVM_OPENS,
             f"-Dlog4j2.configurationFile={self._writer_log4j()}",
             "-cp",
@@ -368,7 +369,8 @@ class RealBookKeeperCluster:
                 "logger.zk.name = org.apache.zookeeper\nlogger.zk.level = WARN\n"
             )
             argv = [
-                java_binary(self.java_bin), "-Xmx256m", "-XX:+UseSerialGC", *JVM_OPENS,
+                java_binary(self.java_bin), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+                *JVM_OPENS,
                 f"-Dlog4j2.configurationFile={log4j}", "-cp", self._classpath(), AUTORECOVERY_CLASS,
                 "--conf", str(conf),
             ]  # fmt: skip
