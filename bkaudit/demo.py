@@ -32,6 +32,8 @@ from typing import Any, TextIO
 from core.settings import Settings
 
 STEP_TIMEOUT_S = 90.0
+#: The demo's Spark JVM lives for minutes: C1 alone compiles enough, at ~40% less start-up CPU than C2 too.
+DEMO_SPARK_CONF = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
 
 
 class _Printer:
@@ -127,6 +129,9 @@ def demo_run_settings(settings: Settings, lakehouse: Path, hosts: str, kafka: st
             "lakehouse_root": lakehouse,
             "checkpoint_root": settings.checkpoint_root / f"demo-{stamp}",
             "zookeeper": settings.zookeeper.model_copy(update={"connect": hosts}),
+            "spark": settings.spark.model_copy(
+                update={"extra_conf": {**DEMO_SPARK_CONF, **settings.spark.extra_conf}}
+            ),
             "kafka": settings.kafka.model_copy(
                 update={
                     "bootstrap_servers": kafka,
