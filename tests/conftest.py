@@ -22,22 +22,8 @@ pytest_plugins = ["bkaudit.testing.pytest_plugin"]
 # cost it ~40% more CPU for no gain (docs/design.md, "Suite time"). Set SPARK_SUBMIT_OPTS to override.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
 
-# The order modules start in: the longest first (measured: ``--durations`` of a fresh-clone run), then the
-# other service-bound suites, so that with several workers (``make test`` runs two) the many short unit
-# modules fill the end instead of one long module running alone.
-_LONGEST_FIRST = (
-    "tests/integration/test_crash_recovery.py",
-    "tests/chaos/test_kill_driver_lane.py",
-    "tests/integration/test_demo_real.py",
-    "tests/integration/test_end_to_end.py",
-    "tests/chaos/test_process_kills.py",
-    "tests/integration/test_real_bookie_storage.py",
-    "tests/integration/test_real_cluster_faults.py",
-    "tests/integration/test_broker_loss.py",
-    "tests/integration/test_end_to_end_agents.py",
-    "tests/integration/test_spark_interop.py",
-    "tests/integration/test_stream_job.py",
-)
+# The order modules start in: the long, service-bound suites first, so that with several workers
+# (``make test`` runs two) the many short unit modules fill the end instead of one long module running alone.
 _START_ORDER = ("tests/chaos/", "tests/integration/")
 # Modules that read the session's one ``demo_run`` (tests/integration/conftest.py): one worker runs them all,
 # so the demo runs once.
@@ -46,11 +32,9 @@ _DEMO_RUN_MODULES = frozenset(
 )
 
 
-def _start_rank(item: pytest.Item) -> tuple[int, int]:
+def _start_rank(item: pytest.Item) -> int:
     path = item.nodeid.split("::", 1)[0]
-    if path in _LONGEST_FIRST:
-        return 0, _LONGEST_FIRST.index(path)
-    return 1, next(
+    return next(
         (rank for rank, prefix in enumerate(_START_ORDER) if path.startswith(prefix)), len(_START_ORDER)
     )
 
@@ -77,10 +61,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """With workers (``-n``): each :func:`worker_unit` goes to one worker, in collection order."""
     from xdist.scheduler import LoadScopeScheduling
-
-    # xdist's default reorders the units by their number of tests, which sends the long one-test modules
-    # (a crash test, the demo) to the end of the run, where one of them runs alone.
-    config.option.loadscopereorder = False
 
     class ModuleScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
