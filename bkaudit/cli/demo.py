@@ -1,8 +1,9 @@
 """`bkaudit demo`: the whole product on the embedded services and a BookKeeper cluster (the README's first
-command): bkaudit's simulator by default (:mod:`bkaudit.demo`), or real bookies (:mod:`bkaudit.demo_real`).
+command): real BookKeeper bookies by default (:mod:`bkaudit.demo_real`), or bkaudit's simulator
+(:mod:`bkaudit.demo`), which needs no Java.
 
 Example:
-    $ bkaudit demo --bookkeeper real
+    $ bkaudit demo --bookkeeper simulator
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from bkaudit.cli._io import emit_json
 from core.settings import load_settings
 
 #: The cluster the demo runs on when --bookkeeper is not given.
-DEFAULT_BOOKKEEPER = "simulator"
+DEFAULT_BOOKKEEPER = "real"
 
 
 def demo(

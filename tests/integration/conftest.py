@@ -96,7 +96,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
     started = time.monotonic()
     try:
         done = subprocess.run(
-            [*command, *_as_set_options(settings, keys), "demo", "--json"],
+            [*command, *_as_set_options(settings, keys), "demo", "--bookkeeper", "simulator", "--json"],
             capture_output=True,
             text=True,
             timeout=900,
