@@ -118,6 +118,32 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+class ProcessService:
+    """What an embedded service says of its one :class:`ManagedProcess` (``self._process``): its pid,
+    whether it runs, its log file.
+
+    Example:
+        >>> class Service(ProcessService):
+        ...     def __init__(self, state_dir: Path) -> None:
+        ...         self._process = ManagedProcess("svc", state_dir, marker="svc-marker")
+        >>> service = Service(Path("/tmp/bkaudit-doc-svc"))
+        >>> service.log_file.name, service.is_running()
+        ('svc.log', False)
+    """
+
+    _process: ManagedProcess
+
+    @property
+    def log_file(self) -> Path:
+        return self._process.log_file
+
+    def pid(self) -> int | None:
+        return self._process.pid()
+
+    def is_running(self) -> bool:
+        return self.pid() is not None
+
+
 @dataclass
 class ManagedProcess:
     """One server process owned by bkaudit, identified by ``name`` inside ``state_dir``.

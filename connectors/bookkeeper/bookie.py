@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from connectors.process import ManagedProcess, free_port, port_open, recorded_int
+from connectors.process import ManagedProcess, ProcessService, free_port, port_open, recorded_int
 from core.errors import ServiceError
 
 MAIN_CLASS = "org.apache.bookkeeper.server.Main"
@@ -97,7 +97,7 @@ def render_conf(values: dict[str, object]) -> str:
 
 
 @dataclass
-class RealBookie:
+class RealBookie(ProcessService):
     """A real bookie owned by bkaudit, state under ``state_dir`` (conf, dirs, pid and log).
 
     Example:
@@ -129,19 +129,9 @@ class RealBookie:
         return self.state_dir / f"{self.name}.conf"
 
     @property
-    def log_file(self) -> Path:
-        return self._process.log_file
-
-    @property
     def bookie_id(self) -> str:
         """``<address>:<port>``, as the bookie registers itself."""
         return f"{self.address}:{self.port}"
-
-    def pid(self) -> int | None:
-        return self._process.pid()
-
-    def is_running(self) -> bool:
-        return self.pid() is not None
 
     def _recorded_port(self) -> int | None:
         return recorded_int(self.conf_file, "bookiePort")

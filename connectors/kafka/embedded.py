@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from connectors.process import LOOPBACK, ManagedProcess, ensure_port_free, free_port
+from connectors.process import LOOPBACK, ManagedProcess, ProcessService, ensure_port_free, free_port
 from connectors.process import port_is_free as _port_is_free
 from core.errors import ServiceError
 
@@ -79,7 +79,7 @@ def broker_answers_metadata(bootstrap: str, timeout_s: float = 2.0) -> bool:
 
 
 @dataclass
-class EmbeddedBroker:
+class EmbeddedBroker(ProcessService):
     """A Tansu broker owned by bkaudit, state (pid, log, port) under ``state_dir``.
 
     Example:
@@ -103,10 +103,6 @@ class EmbeddedBroker:
         return f"{LOOPBACK}:{self.port}"
 
     @property
-    def log_file(self) -> Path:
-        return self._process.log_file
-
-    @property
     def _port_file(self) -> Path:
         return self.state_dir / "broker.json"
 
@@ -115,12 +111,6 @@ class EmbeddedBroker:
             return int(json.loads(self._port_file.read_text())["port"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
-
-    def pid(self) -> int | None:
-        return self._process.pid()
-
-    def is_running(self) -> bool:
-        return self.pid() is not None
 
     def start(self, timeout: float = 30.0) -> None:
         """Start (idempotent) and wait until the broker answers a metadata request."""

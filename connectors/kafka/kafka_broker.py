@@ -31,7 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from connectors.kafka.embedded import broker_answers_metadata
-from connectors.process import LOOPBACK, ManagedProcess, ensure_port_free, free_port, port_is_free
+from connectors.process import (
+    LOOPBACK,
+    ManagedProcess,
+    ProcessService,
+    ensure_port_free,
+    free_port,
+    port_is_free,
+)
 from core.errors import ServiceError
 
 #: Kafka's server main class and its storage formatter (``kafka-storage.sh``) in ``kafka_2.13``.
@@ -306,7 +313,7 @@ def server_argv(prefix: list[str], config: Path) -> list[str]:
 
 
 @dataclass
-class KafkaBroker:
+class KafkaBroker(ProcessService):
     """A real Kafka broker owned by bkaudit, state (pid, ports, data, log) under ``state_dir``.
 
     ``classpath`` defaults to the Maven-fetched ``kafka`` component; ``extra_properties`` add to or
@@ -344,10 +351,6 @@ class KafkaBroker:
         return f"{LOOPBACK}:{self.port}"
 
     @property
-    def log_file(self) -> Path:
-        return self._process.log_file
-
-    @property
     def config_file(self) -> Path:
         return self.state_dir / "server.properties"
 
@@ -365,12 +368,6 @@ class KafkaBroker:
         except (OSError, ValueError):
             return {}
         return recorded if isinstance(recorded, dict) else {}
-
-    def pid(self) -> int | None:
-        return self._process.pid()
-
-    def is_running(self) -> bool:
-        return self.pid() is not None
 
     def start(self, timeout: float = 60.0) -> None:
         """Start (idempotent), formatting the storage on first use; wait until it answers a metadata request.

@@ -24,6 +24,7 @@ from pathlib import Path
 from connectors.process import (
     LOOPBACK,
     ManagedProcess,
+    ProcessService,
     ensure_port_free,
     free_port,
     port_is_free,
@@ -74,7 +75,7 @@ def four_letter_word(port: int, word: str, host: str = LOOPBACK, timeout: float 
 
 
 @dataclass
-class EmbeddedZooKeeper:
+class EmbeddedZooKeeper(ProcessService):
     """A standalone ZooKeeper server owned by bkaudit, state under ``state_dir``.
 
     Example:
@@ -107,18 +108,8 @@ class EmbeddedZooKeeper:
         return self.state_dir / "zoo.cfg"
 
     @property
-    def log_file(self) -> Path:
-        return self.state_dir / "zookeeper.log"
-
-    @property
     def address(self) -> str:
         return f"{LOOPBACK}:{self.port}"
-
-    def pid(self) -> int | None:
-        return self._process.pid()
-
-    def is_running(self) -> bool:
-        return self.pid() is not None
 
     def _recorded_port(self) -> int | None:
         return recorded_int(self.config_file, "clientPort")

@@ -63,7 +63,11 @@ def test_expire_session_really_expires_the_session(bk_services, zk_chroot):
 
 
 def test_restart_zookeeper_keeps_data_and_clients_reconnect(bk_services, zk_chroot):
-    client = bk_services.kazoo_client(zk_chroot, connection_retry={"max_tries": -1, "max_delay": 0.5})
+    # A 30 s session: a restart on a busy machine (two workers starting bookies and Spark) took more than
+    # the default 10 s once; "short" is relative to the session, which the server restores from its data.
+    client = bk_services.kazoo_client(
+        zk_chroot, timeout=30.0, connection_retry={"max_tries": -1, "max_delay": 0.5}
+    )
     try:
         client.create("/persistent", b"kept")
         session = client.client_id[0]
