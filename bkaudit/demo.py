@@ -159,6 +159,21 @@ def demo_run_settings(settings: Settings, lakehouse: Path, hosts: str, kafka: st
     )
 
 
+def stop_pipeline(tail: Any, query: Any, sink: Any, watcher: Any) -> None:
+    """Stop what a demo started, in order, whichever parts did start (None: not started): the alert tail,
+    the job (gracefully, then its sink) and the watcher."""
+    from streaming import job
+
+    if tail is not None:
+        tail.stop_requested.set()
+    if query is not None:
+        job.stop_gracefully(query, sink, timeout_s=30)
+    if sink is not None:
+        sink.close()
+    if watcher is not None:
+        watcher.stop()
+
+
 def print_comparison(printer: _Printer, rows: list[tuple[str, int, int]], truth_name: str) -> bool:
     """The closing table: open alerts per kind beside the ground truth; True when every row agrees."""
     printer.say(f"SUMMARY: open alerts per kind (auditor vs {truth_name})")
@@ -328,14 +343,7 @@ def run_demo(settings: Settings, *, keep_running: bool = False, out: TextIO | No
             },
         }
     finally:
-        if tail is not None:
-            tail.stop_requested.set()
-        if query is not None:
-            job.stop_gracefully(query, sink, timeout_s=30)
-        if sink is not None:
-            sink.close()
-        if watcher is not None:
-            watcher.stop()
+        stop_pipeline(tail, query, sink, watcher)
         sim.close()
         if not keep_running:
             cluster_services.down()

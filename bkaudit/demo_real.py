@@ -30,7 +30,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from bkaudit.demo import STEP_TIMEOUT_S, _AlertTail, _Printer, _wait, demo_run_settings, print_comparison
+from bkaudit.demo import (
+    STEP_TIMEOUT_S,
+    _AlertTail,
+    _Printer,
+    _wait,
+    demo_run_settings,
+    print_comparison,
+    stop_pipeline,
+)
 from bkaudit.demo_truth import ClusterReader, lost_ledgers, naming, not_adhering, process_stopped
 from core.settings import Settings
 
@@ -125,13 +133,7 @@ def _auditor(run: _Run) -> Iterator[_AlertTail]:
         tail.start()
         yield tail
     finally:
-        if tail is not None:
-            tail.stop_requested.set()
-        if query is not None:
-            job.stop_gracefully(query, sink, timeout_s=30)
-        if sink is not None:
-            sink.close()
-        watcher.stop()
+        stop_pipeline(tail, query, sink, watcher)
 
 
 def _wait_ingested(run: _Run, ledger_ids: set[int]) -> None:
