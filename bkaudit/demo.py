@@ -147,7 +147,6 @@ def demo_run_settings(settings: Settings, lakehouse: Path, hosts: str, kafka: st
             "stream": settings.stream.model_copy(
                 update={
                     "app_id": f"bkaudit-demo-{stamp}",
-                    "trigger_interval_s": 0.5,
                     "watermark_delay_s": 1.0,
                     "probe_timeout_s": 0.5,
                     "reprobe_delay_s": 1.0,

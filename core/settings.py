@@ -185,13 +185,13 @@ class KafkaSettings(BaseModel):
     )
     tracked_topic: str = Field(
         "bkaudit.tracked",
-        description="with stream.ledger_lane = driver: the change events of ledgers that need timers "
+        description="the change events of ledgers that need timers "
         "(suspects, under-replication marks) and heartbeats (one every 30 s while no ledger needs a timer), "
         "forwarded by the ledger lane to the timers query",
     )
     decisions_topic: str = Field(
         "bkaudit.decisions",
-        description="with stream.ledger_lane = driver: the timers query's decisions (re-probes, confirmed "
+        description="the timers query's decisions (re-probes, confirmed "
         "failures, stuck marks), read back by the ledger lane",
     )
     topic_partitions: int = Field(4, ge=1, description="partitions of topics we create when absent")
@@ -302,26 +302,19 @@ class StreamSettings(BaseModel):
     source_format: Literal["bkaudit_kafka", "kafka"] = Field(
         "bkaudit_kafka", description="the Python Kafka source, or Spark's JVM kafka source (needs its jars)"
     )
-    trigger_interval_s: float = Field(1.0, ge=0, description="micro-batch interval (processing time)")
-    ledger_lane: Literal["spark", "driver"] | None = Field(
-        None,
-        description="where ledger changes are applied: driver = a driver thread applies them (librdkafka, "
-        "columnar) and only the changes of ledgers that need timers go through the stateful operator (a "
-        "second query); spark = one Structured Streaming query with the stateful operator over every "
-        "change (~800 changes/s); fixed for a checkpoint's life; unset = the checkpoint's lane, driver for a "
-        "new checkpoint",
-    )
     ledger_lane_interval_s: float = Field(
         1.0,
         ge=0,
-        description="with ledger_lane = driver: how long the ledger lane waits for a first record, and then "
-        "gathers records into one batch (a full planning of the topics' offsets every 5 s)",
+        description="how long the ledger lane (a driver thread that applies ledger changes in columns) waits "
+        "for a first record, and then gathers records into one batch (a full planning of the topics' offsets "
+        "every 30 s)",
     )
     timers_trigger_interval_s: float = Field(
         5.0,
         ge=0,
-        description="with ledger_lane = driver: micro-batch interval of the timers query (re-probe rounds "
-        "and grace periods are tens of seconds or more; each of its batches costs ~1 CPU-second)",
+        description="micro-batch interval of the timers query (the Structured Streaming query whose stateful "
+        "operator keeps the re-probe rounds and grace periods of the ledgers that need them; those are tens "
+        "of seconds or more, and each of its batches costs ~1 CPU-second)",
     )
     membership_trigger_interval_s: float = Field(
         0.1,

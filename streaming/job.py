@@ -1,9 +1,14 @@
-"""The Structured Streaming auditor (``bkaudit stream``): two queries of one application.
+"""The streaming auditor (``bkaudit stream``): two driver lanes and one Structured Streaming query.
 
-- The ledger lane: ``changes + feedback topics → decode → watermark → transformWithStateInPandas →
-  foreachBatch sink`` (:mod:`streaming.sink`): ledgers, placement, probes, snapshots, the rack map.
-- The membership lane: ``changes topic without ledger records → foreachBatch`` (:mod:`streaming.membership`),
-  no stateful operator, a short trigger: registrations, the recovery delay, a lost bookie's alerts.
+- The ledger lane (:mod:`streaming.ledger_lane`, a driver thread): ``changes + feedback + decisions topics →
+  columnar apply → sink`` (:mod:`streaming.sink`): ledgers, placement, probes, snapshots, the rack map. It
+  forwards only the changes of ledgers that need a timer (suspects, under-replication marks) to the tracked
+  topic.
+- The timers query (Structured Streaming): ``tracked + feedback topics → decode → watermark →
+  transformWithStateInPandas`` (:mod:`streaming.processor`) → the decisions topic, read back by the lane:
+  re-probe rounds and grace periods in event time.
+- The membership lane (:mod:`streaming.membership`, a driver thread): the changes topic's membership
+  partition: registrations, the recovery delay, a lost bookie's alerts.
 
 The lanes share one :class:`~streaming.loss.LossAuditor` (the lost-bookie alerts' only owner) and one alert
 producer; see docs/design.md for why state, timers and idempotency sit where they do.
@@ -26,7 +31,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from core.domain.rules.autorecovery import AutoRecoveryGraces
 from core.errors import BkauditError, ConfigError, ServiceError
@@ -51,8 +56,6 @@ if TYPE_CHECKING:
     from connectors.agent.client import AgentConfig
 
 logger = logging.getLogger(__name__)
-
-QUERY_NAME = "bkaudit"
 
 
 def processor_config(stream: StreamSettings, *, membership: bool = True) -> ProcessorConfig:
@@ -119,21 +122,20 @@ def agent_config(settings: Settings) -> AgentConfig | None:
 
 
 def ensure_topics(settings: Settings) -> int:
-    """Create the changes, feedback and alerts topics when absent; returns the changes topic's partitions."""
+    """Create the job's topics when absent; returns the changes topic's partitions."""
     from connectors.kafka.topics import ensure_topic
 
     kafka = settings.kafka
     partitions = ensure_topic(kafka, kafka.changes_topic)
     ensure_topic(kafka, kafka.feedback_topic)
     ensure_topic(kafka, kafka.alerts_topic)
-    if settings.stream.ledger_lane == "driver":
-        ensure_topic(kafka, kafka.tracked_topic)
-        ensure_topic(kafka, kafka.decisions_topic)
+    ensure_topic(kafka, kafka.tracked_topic)
+    ensure_topic(kafka, kafka.decisions_topic)
     return partitions
 
 
 def kafka_source_options(settings: Settings, topics: list[str], status_file: Path) -> dict[str, str]:
-    """The Kafka source's options for ``topics`` (both lanes read with the same ones).
+    """The Kafka source's options for ``topics`` (every lane reads with the same ones).
 
     Example:
         >>> options = kafka_source_options(Settings(), ["bkaudit.changes"], Path("/tmp/status.json"))
@@ -164,26 +166,14 @@ def _kafka_reader(spark: Any, settings: Settings, topics: list[str], status_file
 
 
 def decisions_frame(spark: Any, settings: Settings) -> Any:
-    """The streaming DataFrame of decisions (the processor's output, dead letters passed through).
-
-    With ``stream.ledger_lane = spark`` it reads every change and the feedback; with ``driver`` it is the
-    timers query, reading only what the ledger lane forwards (tracked ledgers' changes, marks, heartbeats)
-    and the feedback.
-    """
-    kafka = settings.kafka
-    if settings.stream.ledger_lane == "driver":
-        return _decided(
-            spark, settings, [kafka.tracked_topic, kafka.feedback_topic], timers_checkpoint(settings)
-        )
-    return _decided(spark, settings, [kafka.changes_topic, kafka.feedback_topic], None)
-
-
-def _decided(spark: Any, settings: Settings, topics: list[str], checkpoint: Path | None) -> Any:
+    """The timers query's streaming DataFrame of decisions (the processor's output, dead letters passed
+    through): it reads only what the ledger lane forwards (tracked ledgers' changes, marks, heartbeats) and
+    the feedback."""
     from pyspark.sql.functions import current_timestamp
 
     kafka, stream = settings.kafka, settings.stream
-    status = checkpoint / SOURCE_STATUS_FILE if checkpoint is not None else source_status_file(settings)
-    reader = _kafka_reader(spark, settings, topics, status)
+    topics = [kafka.tracked_topic, kafka.feedback_topic]
+    reader = _kafka_reader(spark, settings, topics, timers_checkpoint(settings) / SOURCE_STATUS_FILE)
     if stream.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(stream.max_offsets_per_trigger))
     raw = reader.load()
@@ -261,7 +251,7 @@ def ledger_lane_checkpoint(settings: Settings) -> Path:
 
 
 def timers_checkpoint(settings: Settings) -> Path:
-    """The timers query's Spark checkpoint (with ``stream.ledger_lane = driver``), inside the job's."""
+    """The timers query's Spark checkpoint, inside the job's."""
     return Path(settings.checkpoint_root) / settings.stream.app_id / "timers"
 
 
@@ -272,10 +262,8 @@ def membership_checkpoint(settings: Settings) -> Path:
 
 def source_status_file(settings: Settings) -> Path:
     """Where the ledger lane's Kafka source keeps its outage and reset counts (read by the job's
-    ``/metrics``): Spark's checkpoint, or the driver-run lane's own."""
-    if settings.stream.ledger_lane == "driver":
-        return ledger_lane_checkpoint(settings) / SOURCE_STATUS_FILE
-    return Path(settings.checkpoint_root) / settings.stream.app_id / SOURCE_STATUS_FILE
+    ``/metrics``), in the lane's checkpoint."""
+    return ledger_lane_checkpoint(settings) / SOURCE_STATUS_FILE
 
 
 SOURCE_STATUS_FILE = "bkaudit-source-status.json"
@@ -290,10 +278,15 @@ STATE_LAYOUT_FILE = "bkaudit-state-layout.json"
 STATE_LAYOUT_VERSION = 2  # 1: one state group per ledger; 2: ledger buckets with a map state
 
 
+#: The ledger lane a checkpoint records. Earlier versions could also run every change through Spark's
+#: stateful operator (``spark``); a checkpoint they wrote is refused, its state is not this lane's.
+LEDGER_LANE = "driver"
+
+
 def check_state_layout(checkpoint: Path, stream: StreamSettings) -> None:
     """Refuse a checkpoint whose state was grouped differently (its ledgers' state would be silently lost).
 
-    The first start records the layout next to Spark's own checkpoint files; later starts must match it.
+    The first start records the layout next to the lanes' checkpoints; later starts must match it.
 
     Example:
         >>> import tempfile
@@ -306,59 +299,42 @@ def check_state_layout(checkpoint: Path, stream: StreamSettings) -> None:
         refused: True
     """
     found = _recorded_layout(checkpoint)
-    lane = stream.ledger_lane or _lane_of(checkpoint, found)
-    wanted = {
-        "state_layout": STATE_LAYOUT_VERSION,
-        "ledger_state_buckets": stream.ledger_state_buckets,
-        "ledger_lane": lane,
-    }
     if found is not None:
-        if found.get("state_layout") != STATE_LAYOUT_VERSION:
-            raise ConfigError(
-                f"checkpoint {checkpoint} has state layout {found.get('state_layout')}, this version "
-                f"needs {STATE_LAYOUT_VERSION}: reset the checkpoint (infra/README.md, 'Checkpoint reset')"
-            )
-        if found.get("ledger_state_buckets") != stream.ledger_state_buckets:
-            raise ConfigError(
-                f"checkpoint {checkpoint} keeps ledger state in {found.get('ledger_state_buckets')} "
-                f"buckets; stream.ledger_state_buckets is {stream.ledger_state_buckets}: set it back or "
-                "reset the checkpoint"
-            )
-        if found.get("ledger_lane", "spark") != lane:
-            raise ConfigError(
-                f"checkpoint {checkpoint} was written with stream.ledger_lane = "
-                f"{found.get('ledger_lane', 'spark')}; it is {lane}: set it back (or unset it), or reset the "
-                "checkpoint (infra/README.md, 'Checkpoint reset')"
-            )
+        _check_recorded_layout(checkpoint, found, stream)
         return
     if (checkpoint / "offsets").exists():
         raise ConfigError(
-            f"checkpoint {checkpoint} was written before state layout {STATE_LAYOUT_VERSION} "
-            "(one state group per ledger): reset the checkpoint (infra/README.md, 'Checkpoint reset')"
+            f"checkpoint {checkpoint} was written by an earlier version's Spark ledger lane, which this "
+            "version does not run: reset the checkpoint (infra/README.md, 'Checkpoint reset')"
         )
     checkpoint.mkdir(parents=True, exist_ok=True)
+    wanted = {
+        "state_layout": STATE_LAYOUT_VERSION,
+        "ledger_state_buckets": stream.ledger_state_buckets,
+        "ledger_lane": LEDGER_LANE,
+    }
     (checkpoint / STATE_LAYOUT_FILE).write_text(json.dumps(wanted, sort_keys=True) + "\n")
 
 
-#: The ledger lane of a new checkpoint when ``stream.ledger_lane`` is unset: the driver-run lane, the one
-#: that meets 10,000 changes/s at a million ledgers (docs/design.md). A checkpoint keeps its lane.
-NEW_CHECKPOINT_LEDGER_LANE: Literal["spark", "driver"] = "driver"
-
-
-def resolved_ledger_lane(checkpoint: Path, stream: StreamSettings) -> Literal["spark", "driver"]:
-    """``stream.ledger_lane``; unset, the lane ``checkpoint`` was written with (``spark`` for one written
-    before the setting existed), and :data:`NEW_CHECKPOINT_LEDGER_LANE` for a new checkpoint.
-
-    Example:
-        >>> import tempfile
-        >>> with tempfile.TemporaryDirectory() as tmp:
-        ...     new = resolved_ledger_lane(Path(tmp) / "cp", StreamSettings())
-        ...     check_state_layout(Path(tmp) / "cp", StreamSettings(ledger_lane="spark"))
-        ...     kept = resolved_ledger_lane(Path(tmp) / "cp", StreamSettings())
-        >>> new, kept
-        ('driver', 'spark')
-    """
-    return stream.ledger_lane or _lane_of(checkpoint, _recorded_layout(checkpoint))
+def _check_recorded_layout(checkpoint: Path, found: dict[str, Any], stream: StreamSettings) -> None:
+    """Raise :class:`ConfigError` when the layout a checkpoint recorded is not this job's."""
+    if found.get("state_layout") != STATE_LAYOUT_VERSION:
+        raise ConfigError(
+            f"checkpoint {checkpoint} has state layout {found.get('state_layout')}, this version "
+            f"needs {STATE_LAYOUT_VERSION}: reset the checkpoint (infra/README.md, 'Checkpoint reset')"
+        )
+    if found.get("ledger_state_buckets") != stream.ledger_state_buckets:
+        raise ConfigError(
+            f"checkpoint {checkpoint} keeps ledger state in {found.get('ledger_state_buckets')} "
+            f"buckets; stream.ledger_state_buckets is {stream.ledger_state_buckets}: set it back or "
+            "reset the checkpoint"
+        )
+    if found.get("ledger_lane", "spark") != LEDGER_LANE:
+        raise ConfigError(
+            f"checkpoint {checkpoint} was written by an earlier version's Spark ledger lane "
+            f"(stream.ledger_lane = {found.get('ledger_lane', 'spark')}), which this version does not run: "
+            "reset the checkpoint (infra/README.md, 'Checkpoint reset')"
+        )
 
 
 def _recorded_layout(checkpoint: Path) -> dict[str, Any] | None:
@@ -370,24 +346,6 @@ def _recorded_layout(checkpoint: Path) -> dict[str, Any] | None:
         return dict(json.loads(marker.read_text()))
     except ValueError as err:
         raise ConfigError(f"{marker}: unreadable state layout ({err}); reset the checkpoint") from None
-
-
-def _lane_of(checkpoint: Path, found: dict[str, Any] | None) -> Literal["spark", "driver"]:
-    """The lane a checkpoint was written with: recorded, ``spark`` before it was recorded, and
-    :data:`NEW_CHECKPOINT_LEDGER_LANE` for a new checkpoint."""
-    if found is None:
-        return "spark" if (checkpoint / "offsets").exists() else NEW_CHECKPOINT_LEDGER_LANE
-    return "driver" if found.get("ledger_lane") == "driver" else "spark"
-
-
-def with_resolved_ledger_lane(settings: Settings) -> Settings:
-    """``settings`` with ``stream.ledger_lane`` set (:func:`resolved_ledger_lane` of the job's checkpoint)."""
-    if settings.stream.ledger_lane is not None:
-        return settings
-    checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
-    lane = resolved_ledger_lane(checkpoint, settings.stream)
-    stream = settings.stream.model_copy(update={"ledger_lane": lane})
-    return settings.model_copy(update={"stream": stream})
 
 
 @contextlib.contextmanager
@@ -409,32 +367,33 @@ def exclusive_checkpoint(settings: Settings) -> Iterator[Path]:
 
 
 class AuditQueries:
-    """The job's two lanes as one handle: ``isActive``, ``exception()``, ``stop()``, ``awaitTermination()``
-    and ``processAllAvailable()`` cover both; anything else is the ledger lane's query.
+    """The job's lanes and its timers query as one handle: ``isActive``, ``exception()``, ``stop()``,
+    ``awaitTermination()`` and ``processAllAvailable()`` cover all three; anything else is the ledger lane's.
 
-    ``ledgers`` is the Structured Streaming query (its ``foreachBatch`` is ``sink``); ``membership`` the
-    driver-run lane (:class:`~streaming.driver_batches.DriverMicroBatches`).
+    ``ledgers`` and ``membership`` are the driver-run lanes
+    (:class:`~streaming.driver_batches.DriverMicroBatches`), ``timers`` the Structured Streaming query whose
+    ``foreachBatch`` is ``relay`` (:class:`~streaming.ledger_lane.DecisionRelay`).
     """
 
     def __init__(
         self,
-        ledgers: Any,
+        ledgers: DriverMicroBatches,
         membership: DriverMicroBatches,
         sink: AuditSink,
-        queue: SinkQueue | None = None,
-        timers: Any = None,
-        relay: Any = None,
+        queue: SinkQueue | None,
+        timers: Any,
+        relay: Any,
     ) -> None:
         self.ledgers = ledgers
         self.membership = membership
         self.sink = sink
         self.queue = queue  # the ledger lane's pipelined sink (None: the sink runs inside each batch)
-        self.timers = timers  # with stream.ledger_lane = driver: the stateful timers query
-        self.relay = relay  # and its foreachBatch (streaming.ledger_lane.DecisionRelay)
+        self.timers = timers
+        self.relay = relay
 
     @property
     def queries(self) -> list[Any]:
-        return [q for q in (self.ledgers, self.membership, self.timers) if q is not None]
+        return [self.ledgers, self.membership, self.timers]
 
     @property
     def isActive(self) -> bool:
@@ -473,12 +432,6 @@ class AuditQueries:
         return getattr(self.ledgers, name)
 
 
-def _trigger(writer: Any, interval_s: float, available_now: bool) -> Any:
-    if available_now:
-        return writer.trigger(availableNow=True)
-    return writer.trigger(processingTime=f"{int(interval_s * 1000)} milliseconds")
-
-
 def start_membership_lane(settings: Settings, sink: AuditSink, *, available_now: bool) -> DriverMicroBatches:
     """Start the membership lane: micro-batches in a driver thread, with its own checkpoint directory."""
     stream = settings.stream
@@ -508,21 +461,12 @@ def start_membership_lane(settings: Settings, sink: AuditSink, *, available_now:
 
 
 def start(spark: Any, settings: Settings, *, available_now: bool = False) -> tuple[AuditQueries, AuditSink]:
-    """Start both lanes; returns them as one handle with the ledger lane's sink (whose reports, and whose
-    ``loss`` auditor's, tests and the demo read)."""
-    from streaming.metrics import StreamMetrics, make_listener
-
-    settings = with_resolved_ledger_lane(settings)
+    """Start the lanes and the timers query; returns them as one handle with the ledger lane's sink (whose
+    reports, and whose ``loss`` auditor's, tests and the demo read)."""
     checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
     check_state_layout(checkpoint, settings.stream)
     partitions = ensure_topics(settings)
-    metrics = StreamMetrics()
-    if settings.stream.source_format == "bkaudit_kafka":
-        metrics.source_status.path = source_status_file(settings)
-    spark.streams.addListener(make_listener(metrics))
-    if settings.stream.metrics_port:
-        metrics.serve(settings.stream.metrics_port)
-    sink = AuditSink(sink_config(settings, partitions), metrics)
+    sink = AuditSink(sink_config(settings, partitions), _start_metrics(spark, settings))
     if not available_now:
         sink.start_producer()  # a long-running job: its producer is connected before the first loss
         sink.start_folding()
@@ -531,24 +475,23 @@ def start(spark: Any, settings: Settings, *, available_now: bool = False) -> tup
         queue = SinkQueue(sink, checkpoint / "sink-queue", depth=settings.stream.sink_queue_depth)
         queue.recover()  # batches the last run queued and did not apply, before anything new
     membership = start_membership_lane(settings, sink, available_now=available_now)
-    if settings.stream.ledger_lane == "driver":
-        return _start_driver_lanes(spark, settings, sink, queue, membership, available_now), sink
-    discard_unplanned_first_batch(checkpoint)
-    writer = (
-        decisions_frame(spark, settings)
-        .writeStream.queryName(QUERY_NAME)
-        .foreachBatch(queue if queue is not None else sink)
-        .option("checkpointLocation", str(checkpoint))
-    )
-    try:
-        ledgers = _trigger(writer, settings.stream.trigger_interval_s, available_now).start()
-    except BaseException:
-        membership.stop()
-        raise
-    return AuditQueries(ledgers, membership, sink, queue), sink
+    return _start_ledger_lane_and_timers(spark, settings, sink, queue, membership, available_now), sink
 
 
-def _start_driver_lanes(
+def _start_metrics(spark: Any, settings: Settings) -> Any:
+    """The job's gauges, fed by Spark's query listener and served on ``stream.metrics_port`` when set."""
+    from streaming.metrics import StreamMetrics, make_listener
+
+    metrics = StreamMetrics()
+    if settings.stream.source_format == "bkaudit_kafka":
+        metrics.source_status.path = source_status_file(settings)
+    spark.streams.addListener(make_listener(metrics))
+    if settings.stream.metrics_port:
+        metrics.serve(settings.stream.metrics_port)
+    return metrics
+
+
+def _start_ledger_lane_and_timers(
     spark: Any,
     settings: Settings,
     sink: AuditSink,
@@ -556,8 +499,8 @@ def _start_driver_lanes(
     membership: DriverMicroBatches,
     available_now: bool,
 ) -> AuditQueries:
-    """``stream.ledger_lane = driver``: the ledger lane in a driver thread, and the timers query (the
-    stateful operator over what the lane forwards) as the application's Structured Streaming query."""
+    """The ledger lane in a driver thread, and the timers query (the stateful operator over what the lane
+    forwards) as the application's Structured Streaming query."""
     from streaming.ledger_lane import TIMERS_QUERY_NAME, DecisionRelay
 
     kafka = settings.kafka
@@ -578,7 +521,8 @@ def _start_driver_lanes(
     try:
         # Under --available-now both run on processing-time triggers until the loop between them settles
         # (LoopSettler): one available-now pass each would leave the relayed decisions unread.
-        timers = _trigger(writer, settings.stream.timers_trigger_interval_s, False).start()
+        interval_ms = int(settings.stream.timers_trigger_interval_s * 1000)
+        timers = writer.trigger(processingTime=f"{interval_ms} milliseconds").start()
         ledgers = start_ledger_lane(settings, sink, queue, send, available_now=available_now)
     except BaseException:
         membership.stop()
@@ -690,10 +634,9 @@ def stop_gracefully(query: Any, sink: AuditSink | None = None, timeout_s: float 
     A batch that reaches the sink after the stop began fails fast and is replayed on the next start.
     """
     if isinstance(query, AuditQueries):
-        query.membership.stop(timeout_s)  # its thread stops after the running batch
-        if query.timers is not None:  # the driver-run ledger lane: it stops after its running batch
-            query.ledgers.stop(timeout_s)
-            _stop_lane(query.timers, query.relay, timeout_s)
+        query.membership.stop(timeout_s)  # each lane's thread stops after its running batch
+        query.ledgers.stop(timeout_s)
+        _stop_lane(query.timers, query.relay, timeout_s)
         query.sink.stopping.set()  # no new batch is queued; the queued ones are applied first
         with contextlib.suppress(Exception):  # a failed sink: its batch stays queued for the restart
             query.drain(timeout_s)
@@ -740,7 +683,7 @@ def query_failure(exception: Any) -> Exception:
 def run(settings: Settings) -> None:
     """``bkaudit stream``: run until SIGTERM/SIGINT, then stop after the current batch."""
     with exclusive_checkpoint(settings):
-        _run_locked(settings)  # start() resolves the ledger lane
+        _run_locked(settings)
 
 
 class IngestProgress:
@@ -783,8 +726,7 @@ def _run_locked(settings: Settings) -> None:
     spark = build_spark_session(settings.spark)
     query, sink = start(spark, settings)
     checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
-    logger.info("query %s running (checkpoint %s)", MEMBERSHIP_QUERY_NAME, checkpoint / "membership")
-    logger.info("query %s running (checkpoint %s)", QUERY_NAME, checkpoint)
+    logger.info("lanes running (checkpoint %s)", checkpoint)
     stopping = threading.Event()
 
     def request_stop(signum: int, _frame: Any) -> None:
@@ -801,5 +743,5 @@ def _run_locked(settings: Settings) -> None:
         if query.exception() is not None and not sink.stopping.is_set():
             raise query_failure(query.exception())
     finally:
-        stop_gracefully(query, sink)  # both lanes (one may have stopped on its own)
+        stop_gracefully(query, sink)  # every lane (one may have stopped on its own)
         sink.close()

@@ -1,4 +1,4 @@
-"""The ledger lane run by a driver thread (``stream.ledger_lane = driver``): every change applied without
+"""The ledger lane, run by a driver thread: every change applied without
 Spark's per-record machinery, and only what needs a timer through the stateful operator.
 
 ``changes + feedback + decisions topics → LedgerLane.process → sink queue``, run by

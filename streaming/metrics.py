@@ -40,10 +40,8 @@ from core.metrics_http import serve_metrics
 if TYPE_CHECKING:
     from streaming.reports import BatchReport, LossReport
 
-#: The ledger lane's query name: its progress feeds the stream gauges (the membership lane's does not).
-LEDGER_LANE_QUERY = "bkaudit"
-#: With ``stream.ledger_lane = driver``: the lane's batches feed the batch gauges, and the timers query
-#: (the stateful operator, which holds the watermark) the watermark gauges.
+#: The ledger lane's batches feed the batch gauges, and the timers query (the stateful operator, which
+#: holds the watermark) the watermark gauges; the membership lane's tiny batches feed neither.
 DRIVER_LEDGER_LANE = "bkaudit-ledgers"
 TIMERS_QUERY = "bkaudit-timers"
 #: Kinds whose open count the loss owner reports (streaming.loss.OWNED_ALERT_KINDS' values).
@@ -342,7 +340,7 @@ class StreamMetrics:
         """Record one ``StreamingQueryProgress`` (as its JSON dict) of the ledger lane (others are ignored:
         the membership lane's tiny batches would hide the ledger lane's lag)."""
         name = progress.get("name")
-        if name not in (None, LEDGER_LANE_QUERY, DRIVER_LEDGER_LANE, TIMERS_QUERY):
+        if name not in (None, DRIVER_LEDGER_LANE, TIMERS_QUERY):
             return
         if name != TIMERS_QUERY:
             self._batch_progress(progress)

@@ -23,7 +23,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -39,7 +38,7 @@ from streaming.checkpoint_lock import LOCK_FILE, recorded_holder
 from streaming.driver_batches import OffsetLog
 
 MEMBERSHIP_DIR = "membership"
-LEDGER_LANE_DIR = "ledger-lane"  # the driver-run ledger lane (stream.ledger_lane = driver)
+LEDGER_LANE_DIR = "ledger-lane"  # the driver-run ledger lane's checkpoint
 STATUS_KAFKA_TIMEOUT_S = 10.0  # a status answers in seconds, whatever kafka.request_timeout_ms says
 
 
@@ -52,7 +51,7 @@ class StatusLimits:
 
     @classmethod
     def defaults(cls, settings: Settings) -> StatusLimits:
-        """Ten heartbeat intervals (at least 10 s), and a minute or five trigger intervals of lag.
+        """Ten heartbeat intervals (at least 10 s), and a minute or five ledger-lane intervals of lag.
 
         Example:
             >>> StatusLimits.defaults(Settings())
@@ -60,7 +59,7 @@ class StatusLimits:
         """
         return cls(
             heartbeat_timeout_s=max(10.0, 10 * settings.watcher.heartbeat_interval_s),
-            max_lag_s=max(60.0, 5 * settings.stream.trigger_interval_s),
+            max_lag_s=max(60.0, 5 * settings.stream.ledger_lane_interval_s),
         )
 
 
@@ -143,46 +142,25 @@ def job_holder(checkpoint: Path) -> dict[str, Any]:
     return holder
 
 
-def _source_offsets(lines: list[str], topic: str) -> dict[int, int]:
-    for line in lines:
-        try:
-            document = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(document, dict) and isinstance(document.get(topic), dict):
-            return {int(p): int(o) for p, o in document[topic].items()}
-    return {}
+def _source_offsets(end: dict[str, Any], topic: str) -> dict[int, int]:
+    """``topic``'s partition offsets in a batch's end offsets (``{topic: {partition: offset}}``)."""
+    offsets = end.get(topic)
+    return {int(p): int(o) for p, o in offsets.items()} if isinstance(offsets, dict) else {}
 
 
 def ledger_lane_position(checkpoint: Path, topic: str) -> LanePosition | None:
-    """The ledger lane's newest committed batch (Spark's ``commits/`` and ``offsets/`` files).
+    """The ledger lane's newest planned batch (``ledger-lane/offsets/<id>.json``).
 
     Example:
         >>> import tempfile
         >>> folder = Path(tempfile.mkdtemp())
-        >>> for name in ("offsets", "commits"):
-        ...     (folder / name).mkdir()
-        >>> _ = (folder / "offsets" / "3").write_text('v1\\n{"batchTimestampMs": 1}\\n{"t": {"0": 7}}\\n')
-        >>> _ = (folder / "commits" / "3").write_text("v1\\n{}\\n")
+        >>> (folder / "ledger-lane" / "offsets").mkdir(parents=True)
+        >>> _ = (folder / "ledger-lane" / "offsets" / "3.json").write_text('{"end": {"t": {"0": 7}}}')
         >>> position = ledger_lane_position(folder, "t")
         >>> position.batch_id, position.offsets
         (3, {0: 7})
     """
-    if (checkpoint / LEDGER_LANE_DIR / "offsets").is_dir():  # stream.ledger_lane = driver
-        return _driver_lane_position(checkpoint / LEDGER_LANE_DIR, "ledgers", topic)
-    commits = checkpoint / "commits"
-    done = sorted(int(p.name) for p in commits.glob("*") if p.name.isdigit()) if commits.is_dir() else []
-    for batch_id in reversed(done):
-        offsets = checkpoint / "offsets" / str(batch_id)
-        if offsets.is_file():
-            lines = offsets.read_text().splitlines()
-            return LanePosition(
-                "ledgers",
-                batch_id,
-                (commits / str(batch_id)).stat().st_mtime,
-                _source_offsets(lines[2:], topic),
-            )
-    return None
+    return _driver_lane_position(checkpoint / LEDGER_LANE_DIR, "ledgers", topic)
 
 
 def membership_lane_position(checkpoint: Path, topic: str) -> LanePosition | None:
@@ -208,9 +186,10 @@ def _driver_lane_position(directory: Path, lane: str, topic: str) -> LanePositio
     if latest is None:
         return None
     batch_id, entry = latest
-    end = entry.get("end") if isinstance(entry.get("end"), dict) else {}
+    end = entry.get("end")
     path = directory / "offsets" / f"{batch_id}.json"
-    return LanePosition(lane, batch_id, path.stat().st_mtime, _source_offsets([json.dumps(end)], topic))
+    offsets = _source_offsets(end, topic) if isinstance(end, dict) else {}
+    return LanePosition(lane, batch_id, path.stat().st_mtime, offsets)
 
 
 def _lag(

@@ -54,8 +54,8 @@ def setting_overrides(assignments: list[str]) -> dict[str, str]:
     they rank above the config file, as a command-line override should.
 
     Example:
-        >>> setting_overrides(["kafka.bootstrap_servers=k1:9092", "stream.trigger_interval_s=2"])
-        {'BKAUDIT_KAFKA__BOOTSTRAP_SERVERS': 'k1:9092', 'BKAUDIT_STREAM__TRIGGER_INTERVAL_S': '2'}
+        >>> setting_overrides(["kafka.bootstrap_servers=k1:9092", "stream.watermark_delay_s=2"])
+        {'BKAUDIT_KAFKA__BOOTSTRAP_SERVERS': 'k1:9092', 'BKAUDIT_STREAM__WATERMARK_DELAY_S': '2'}
     """
     from bkaudit.settings_docs import setting_docs
 

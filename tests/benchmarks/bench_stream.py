@@ -111,7 +111,6 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     add("--master", default="local[2]")
     add("--shuffle-partitions", type=int, default=4)
     add("--driver-memory", default="4g")
-    add("--trigger-s", type=float, default=0.5, help="stream.trigger_interval_s (the ledger lane)")
     add(
         "--membership-trigger-s",
         type=float,
@@ -128,15 +127,8 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
         "needs root), the membership lane's tail consumer on (TAIL 1, the default) or off (0)",
     )
     add("--max-offsets", type=int, default=0, help="stream.max_offsets_per_trigger (0: unlimited)")
-    add(
-        "--ledger-lane",
-        default="driver",
-        help="stream.ledger_lane: driver (a new checkpoint's) or spark; --replay takes a list (spark,driver) "
-        "and runs each, one after the other, the first's figures on the summary line and every one's under "
-        "by_variant",
-    )
-    add("--timers-trigger-s", type=float, default=5.0, help="stream.timers_trigger_interval_s (driver lane)")
-    add("--lane-interval-s", type=float, default=1.0, help="stream.ledger_lane_interval_s (driver lane)")
+    add("--timers-trigger-s", type=float, default=5.0, help="stream.timers_trigger_interval_s")
+    add("--lane-interval-s", type=float, default=1.0, help="stream.ledger_lane_interval_s")
     add("--fold-interval-s", type=float, default=30.0, help="stream.ledger_fold_interval_s")
     add(
         "--index-append-s",
@@ -1581,13 +1573,11 @@ def job_session_and_settings(args: argparse.Namespace, kafka: Any, state_dir: Pa
         lakehouse_root=state_dir / "lakehouse",
         checkpoint_root=state_dir / "checkpoints",
         stream={
-            "trigger_interval_s": args.trigger_s,
             "membership_trigger_interval_s": args.membership_trigger_s,
             "watermark_delay_s": args.watermark_s,
             "max_offsets_per_trigger": args.max_offsets or None,
             "maintenance_every_batches": 0,
             "sink_queue_depth": args.sink_queue_depth,
-            "ledger_lane": args.ledger_lane,
             "timers_trigger_interval_s": args.timers_trigger_s,
             "ledger_lane_interval_s": args.lane_interval_s,
             "ledger_fold_interval_s": args.fold_interval_s,

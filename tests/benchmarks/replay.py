@@ -236,12 +236,12 @@ def _start_writer(
 
 
 #: The options that take a list, each value run one after the other (every combination).
-VARIED = ("ledger_lane", "index_append_s")
+VARIED = ("index_append_s",)
 
 
 def run_replays(args: argparse.Namespace) -> dict[str, Any]:
     """:func:`run_replay` once per variant, one after the other: every combination of the values of the
-    list options (``--ledger-lane spark,driver``, ``--index-append-s 0,5``).
+    list options (``--index-append-s 0,5``).
     The first variant's figures, and with more than one every variant's under ``by_variant``."""
     import copy
     import itertools
@@ -296,7 +296,6 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         "load_average_at_start": _load(),
         "machine_probe_ms_at_start": machine_probe_ms(),
         "sink_queue_depth": args.sink_queue_depth,
-        "ledger_lane": args.ledger_lane,
         "index_append_s": args.index_append_s,
     }
     writer = query = sink = recorder = timers = None
@@ -426,7 +425,6 @@ def summary_line(figures: dict[str, Any]) -> dict[str, Any]:
     lag = figures.get("lag_s") or {}
     line = {
         "mode": "replay",
-        "ledger_lane": figures.get("ledger_lane"),
         "index_append_s": figures.get("index_append_s"),
         "ledgers": figures.get("ledgers"),
         "offered_per_s": figures.get("offered_per_s"),

@@ -1,7 +1,7 @@
-"""kill -9 of the job whose ledger lane runs in the driver (``stream.ledger_lane = driver``); restarts end in
-the reference's tables and alert ids.
+"""kill -9 of the job (its ledger lane runs in the driver) at random moments; restarts end in the reference's
+tables and alert ids.
 
-The crash test's history (:mod:`tests.integration.test_crash_recovery`: every rule, a lost bookie, deletions,
+The crash history (:mod:`tests.integration.crash_history`: every rule, a lost bookie, deletions,
 corrupt znodes, an under-replication mark whose grace timer fires in the timers query) is consumed once
 without interruption (the reference) and once with SIGKILLs of the whole process group at seeded random
 moments after the lane planned a new batch, restarted each time, then a final run to the end.
@@ -25,14 +25,7 @@ import pytest
 from connectors.delta.tables import TABLES, read_table
 from connectors.kafka.topics import ensure_topic
 from core.settings import KafkaSettings
-from tests.integration.job_process import (
-    JobRun,
-    alerts_by_id,
-    assert_same_alert_transitions,
-    kill_group,
-    run_to_completion,
-)
-from tests.integration.test_crash_recovery import (
+from tests.integration.crash_history import (
     APP_ID,
     JOB_TIMEOUT_S,
     PARTITIONS,
@@ -40,13 +33,19 @@ from tests.integration.test_crash_recovery import (
     STREAM_SETTINGS,
     publish_history,
 )
+from tests.integration.job_process import (
+    JobRun,
+    alerts_by_id,
+    assert_same_alert_transitions,
+    kill_group,
+    run_to_completion,
+)
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration]
 
 KILLS = 3
 DRIVER_SETTINGS = {
     **STREAM_SETTINGS,
-    "LEDGER_LANE": "driver",
     "LEDGER_LANE_INTERVAL_S": "0.05",
     "TIMERS_TRIGGER_INTERVAL_S": "0.5",
 }

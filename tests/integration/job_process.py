@@ -1,13 +1,12 @@
 """``bkaudit stream`` as a real subprocess, for tests that kill it: start, SIGKILL, restart, compare.
 
-Shared by the crash test (``test_crash_recovery.py``) and the chaos suite (``tests/chaos``). A
+Shared by the chaos suite (``tests/chaos``) and the real-bookie stack (``tests/realstack.py``). A
 :class:`JobRun` is where one run of the job keeps its state (lakehouse, checkpoint, logs) and the topics it
 reads and writes; each attempt is a process started in a new session, so the Python driver, its JVM and
 the Python workers form one process group and a SIGKILL takes them together (:func:`kill_group`).
 
-The ledger lane's batch logs tell where a kill landed (planned, done: Spark's ``offsets/`` and
-``commits/``, or the driver-run lane's ``ledger-lane/offsets/`` and ``ledger-lane/state/``), and
-:func:`data_batch_plans` which changes-topic offsets each batch read.
+The ledger lane's batch logs tell where a kill landed: ``ledger-lane/offsets/`` (planned) and
+``ledger-lane/state/`` (done), and :func:`planned_offsets` which changes-topic offsets each batch read.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ from deltalake import DeltaTable
 
 from connectors.delta.tables import TABLES, read_table, table_path
 from core.settings import KafkaSettings
-from streaming.job import NEW_CHECKPOINT_LEDGER_LANE
 from tests.integration.event_fixtures import alerts_on
 
 DEFAULT_APP_ID = "bkaudit-crash-test"
@@ -109,18 +107,11 @@ class JobRun:
         text = path.read_text(errors="replace") if path.exists() else ""
         return "\n".join(text.splitlines()[-lines:])
 
-    @property
-    def ledger_lane(self) -> str:
-        """The job's ledger lane: its ``LEDGER_LANE`` stream setting, else a new checkpoint's."""
-        return self.stream_settings.get("LEDGER_LANE") or NEW_CHECKPOINT_LEDGER_LANE
-
     def log_file(self, log: str, batch_id: int) -> Path:
-        """One batch's file in the ledger lane's ``offsets`` (planned) or ``commits`` (done) log: Spark's
-        checkpoint files, or the driver-run lane's offset log and saved states."""
-        if self.ledger_lane == "driver":
-            folder = "offsets" if log == "offsets" else "state"
-            return self.checkpoint / "ledger-lane" / folder / f"{batch_id}.json"
-        return self.checkpoint / log / str(batch_id)
+        """One batch's file in the ledger lane's ``offsets`` (planned) or ``commits`` (done) log: the
+        lane's offset log and saved states."""
+        folder = "offsets" if log == "offsets" else "state"
+        return self.checkpoint / "ledger-lane" / folder / f"{batch_id}.json"
 
     def batch_ids(self, log: str) -> list[int]:
         """Batch ids in the ledger lane's ``offsets`` (planned) or ``commits`` (done) log."""
@@ -137,14 +128,7 @@ class JobRun:
         """The changes-topic end offsets batch ``batch_id`` planned (``{"partition": offset}``); raises
         OSError or ValueError while the file is being written."""
         text = self.log_file("offsets", batch_id).read_text()
-        if self.ledger_lane == "driver":
-            return json.loads(text)["end"].get(self.kafka.changes_topic)
-        # "v1", the batch metadata, then one offset line per source (the query reads the topics twice).
-        lines = text.splitlines()
-        try:
-            return json.loads(lines[2]).get(self.kafka.changes_topic)
-        except IndexError:
-            raise ValueError(f"batch {batch_id}: offsets being written") from None
+        return json.loads(text)["end"].get(self.kafka.changes_topic)
 
     def queued_batches(self) -> list[int]:
         """Batches whose decisions wait in the checkpoint's sink queue (handed over, not applied yet)."""
@@ -300,10 +284,6 @@ def _batch_file(name: str) -> bool:
     return name.removesuffix(".json").isdigit()
 
 
-def commit_times(run: JobRun) -> list[float]:
-    return sorted(run.log_file("commits", i).stat().st_mtime for i in run.batch_ids("commits"))
-
-
 def table_rows(lakehouse: Path) -> dict[str, list[str]]:
     """Every table's rows, canonical and sorted (row order in Delta files is not part of the contract)."""
     return {
@@ -343,15 +323,4 @@ def planned_offsets(run: JobRun) -> dict[int, dict[str, int] | None]:
             plans[batch_id] = run.planned_end(batch_id)
         except (OSError, ValueError):
             continue  # being written right now
-    return plans
-
-
-def data_batch_plans(run: JobRun) -> dict[int, str]:
-    """batch id → changes-topic offsets it read, for the batches that read any (the batch plan)."""
-    plans, previous = {}, None
-    for batch_id, offsets in planned_offsets(run).items():
-        text = json.dumps(offsets, sort_keys=True)
-        if text != previous:
-            plans[batch_id] = text
-        previous = text
     return plans

@@ -54,13 +54,13 @@ def ring(first: int) -> list[str]:
     return [BOOKIES[(first + k) % len(BOOKIES)] for k in range(3)]
 
 
-def job_settings(kafka_settings, tmp_path: Path, ledger_lane: str | None = None) -> Settings:
+def job_settings(kafka_settings, tmp_path: Path) -> Settings:
     kafka = kafka_settings.model_copy(update={"topic_partitions": 2})
     return Settings(
         kafka=kafka,
         lakehouse_root=tmp_path / "lh",
         checkpoint_root=tmp_path / "cp",
-        stream={"watermark_delay_s": 0.5, "default_recovery_delay_s": 0, "ledger_lane": ledger_lane},
+        stream={"watermark_delay_s": 0.5, "default_recovery_delay_s": 0},
     )
 
 
@@ -86,16 +86,10 @@ def publish_cluster(watcher: Watcher, ledgers: range, at_ms: int, partitions: in
 
 
 def checkpointed_positions(settings: Settings) -> dict[str, dict[str, int]]:
-    """The changes topic's offsets in the ledger lane's newest offset log entry (Spark's checkpoint, or the
-    driver-run lane's own log)."""
-    checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
-    lane_log = checkpoint / "ledger-lane" / "offsets"
-    offsets = lane_log if lane_log.is_dir() else checkpoint / "offsets"
+    """The changes topic's offsets in the ledger lane's newest offset log entry."""
+    offsets = Path(settings.checkpoint_root) / settings.stream.app_id / "ledger-lane" / "offsets"
     newest = max(offsets.iterdir(), key=lambda p: int(p.stem) if p.stem.isdigit() else -1)
-    if lane_log.is_dir():
-        source = json.loads(newest.read_text())["end"]
-    else:
-        source = json.loads(newest.read_text().splitlines()[-1])
+    source = json.loads(newest.read_text())["end"]
     return {k: v for k, v in source.items() if k == settings.kafka.changes_topic}
 
 
@@ -185,15 +179,14 @@ def test_recreated_topic_shorter_than_the_checkpoint_is_read_from_its_start(
     assert firing(kafka) == expected_loss(range(1, 31))
 
 
-@pytest.mark.parametrize("ledger_lane", ["spark", "driver"])
 def test_a_running_job_reads_the_recreated_topic_after_the_broker_lost_its_data(
-    spark, bk_services, kafka_settings, tmp_path, ledger_lane
+    spark, bk_services, kafka_settings, tmp_path
 ):
     """The same loss under a running job: its planning waits out the restart (back-off), keeps its
     positions while the topic is absent, then finds the recreated topic and reads it from its start. The
     driver-run lane's tailing consumer must not start at positions the planning kept for an absent topic:
     it read the recreated topic from the middle once it grew past them (ledger 11 never arrived)."""
-    settings = job_settings(kafka_settings, tmp_path, ledger_lane)
+    settings = job_settings(kafka_settings, tmp_path)
     kafka = settings.kafka
     clock, t0, mzxid = publish_before_the_loss(kafka, range(1, 9))
     query, sink = job.start(spark, settings)

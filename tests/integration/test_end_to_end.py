@@ -105,7 +105,6 @@ def e2e_settings(hosts: str, kafka: Any, root: Path, **sections: Any) -> Setting
         checkpoint_root=root / "checkpoints",
         watcher={"heartbeat_interval_s": 0.5, "rack_map_znode": "/bookies", "progress": "off"},
         stream={
-            "trigger_interval_s": 0.5,
             "watermark_delay_s": 1.0,
             "probe_timeout_s": 0.5,
             "reprobe_delay_s": 1.0,

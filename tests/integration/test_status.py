@@ -109,7 +109,7 @@ def stack(bk_services: Any, spark: Any, tmp_path_factory: pytest.TempPathFactory
         lakehouse_root=root / "lakehouse",
         checkpoint_root=root / "checkpoints",
         watcher={"heartbeat_interval_s": 0.5, "progress": "off"},
-        stream={"app_id": "status-test", "trigger_interval_s": 0.5, "ledger_state_buckets": 2},
+        stream={"app_id": "status-test", "ledger_state_buckets": 2},
     )
     config = root / "bkaudit.json"
     config.write_text(settings.model_dump_json(exclude={"spark"}))

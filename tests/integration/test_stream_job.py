@@ -20,13 +20,7 @@ BOOKIES = [f"10.0.0.{i}:3181" for i in range(1, 7)]
 RACKS = {b: f"/rack{i % 3}" for i, b in enumerate(BOOKIES)}
 
 
-@pytest.fixture(params=["spark", "driver"])
-def ledger_lane(request):
-    """Each test runs with the ledger lane as a Spark query and as a driver thread (stream.ledger_lane)."""
-    return request.param
-
-
-def job_with_watcher(kafka_settings, tmp_path, *, clock_offset_ms, ledger_lane="spark", **stream):
+def job_with_watcher(kafka_settings, tmp_path, *, clock_offset_ms, **stream):
     """Settings for one job on a 2-partition changes topic, and a fake watcher whose clock starts at
     now + ``clock_offset_ms`` (10 ms per event)."""
     kafka = kafka_settings.model_copy(update={"topic_partitions": 2})
@@ -37,7 +31,6 @@ def job_with_watcher(kafka_settings, tmp_path, *, clock_offset_ms, ledger_lane="
         stream={
             "watermark_delay_s": 0.5,
             "default_recovery_delay_s": 0,
-            "ledger_lane": ledger_lane,
             "timers_trigger_interval_s": 0.5,
             **stream,
         },
@@ -67,11 +60,9 @@ def counted(sink, name):
 
 
 def test_lost_bookie_fans_out_to_exactly_its_ledgers_and_resolves_when_it_returns(
-    spark, kafka_settings, tmp_path, ledger_lane
+    spark, kafka_settings, tmp_path
 ):
-    settings, watcher, t0 = job_with_watcher(
-        kafka_settings, tmp_path, clock_offset_ms=-60_000, ledger_lane=ledger_lane
-    )
+    settings, watcher, t0 = job_with_watcher(kafka_settings, tmp_path, clock_offset_ms=-60_000)
     kafka = settings.kafka
     watcher.send(ev.rack_map_event("file:/racks.json", RackMap.from_racks(RACKS), present=True))
     for bookie in BOOKIES:
@@ -142,16 +133,12 @@ def test_lost_bookie_fans_out_to_exactly_its_ledgers_and_resolves_when_it_return
     assert [(d["source"], d["ledger_id"]) for d in dead] == [("znode", 5)]
 
 
-def test_undecodable_records_reach_dead_letters_even_behind_the_watermark(
-    spark, kafka_settings, tmp_path, ledger_lane
-):
+def test_undecodable_records_reach_dead_letters_even_behind_the_watermark(spark, kafka_settings, tmp_path):
     # The watcher's clock runs an hour ahead of the broker's: every garbage record's Kafka timestamp is far
     # behind the watermark, which must not drop it (dead letters carry no watermark time).
     from bkaudit.testing.kafka_io import produce
 
-    settings, watcher, t0 = job_with_watcher(
-        kafka_settings, tmp_path, clock_offset_ms=3_600_000, ledger_lane=ledger_lane
-    )
+    settings, watcher, t0 = job_with_watcher(kafka_settings, tmp_path, clock_offset_ms=3_600_000)
     # Allowed: this watcher's clock is known to run ahead (without it, its events would be dead letters).
     stream = settings.stream.model_copy(update={"max_event_time_skew_s": 7200})
     settings = settings.model_copy(update={"stream": stream})
@@ -188,7 +175,7 @@ def test_driver_lane_sends_a_marked_ledger_through_the_timers_query_to_its_stuck
     from bkaudit.testing.kafka_io import read_topic
 
     settings, watcher, t0 = job_with_watcher(
-        kafka_settings, tmp_path, clock_offset_ms=-60_000, ledger_lane="driver", under_replication_grace_s=2
+        kafka_settings, tmp_path, clock_offset_ms=-60_000, under_replication_grace_s=2
     )
     kafka = settings.kafka
     watcher.send(ev.rack_map_event("file:/racks.json", RackMap.from_racks(RACKS), present=True))
@@ -218,7 +205,7 @@ def test_a_running_driver_lane_tails_its_topics_and_its_timers_fire(spark, kafka
     """The long-running job with the driver-run ledger lane: changes published while it runs are planned from
     its tailing consumer and applied, and a mark's grace timer fires through the timers query."""
     settings, watcher, t0 = job_with_watcher(
-        kafka_settings, tmp_path, clock_offset_ms=-60_000, ledger_lane="driver", under_replication_grace_s=2
+        kafka_settings, tmp_path, clock_offset_ms=-60_000, under_replication_grace_s=2
     )
     kafka = settings.kafka
     query, sink = job.start(spark, settings)
@@ -250,16 +237,14 @@ def test_a_running_driver_lane_tails_its_topics_and_its_timers_fire(spark, kafka
 
 
 def test_a_kill_while_spark_planned_its_first_batch_does_not_block_the_restart(
-    spark, kafka_settings, tmp_path, ledger_lane
+    spark, kafka_settings, tmp_path
 ):
     """A kill before Spark renamed batch 0's offsets into place leaves its temporary file; Spark then refuses
     the query as a new one with a non-empty checkpoint, at every restart. The job starts and applies."""
-    settings, watcher, _ = job_with_watcher(
-        kafka_settings, tmp_path, clock_offset_ms=0, ledger_lane=ledger_lane
-    )
+    settings, watcher, _ = job_with_watcher(kafka_settings, tmp_path, clock_offset_ms=0)
     app = settings.checkpoint_root / settings.stream.app_id
     job.check_state_layout(app, settings.stream)  # the killed first start had recorded its layout
-    query_checkpoint = app / "timers" if ledger_lane == "driver" else app
+    query_checkpoint = app / "timers"  # the timers query: the application's Spark query
     offsets = query_checkpoint / "offsets"
     offsets.mkdir(parents=True)
     (offsets / ".0.be34dc68-a11c-46fd-a5ec-3d2134fb9a14.tmp").touch()  # what the kill left (the test's run)

@@ -63,10 +63,8 @@ def test_set_and_config_reach_the_settings_and_config_show_masks_secrets(cli: An
 def test_an_unknown_setting_or_a_bad_value_is_one_line(cli: Any):
     unknown = cli("--set", "kafka.bootstrap=k:1", "config", "show")
     assert unknown.exit_code == 2 and unknown.stderr.count("\n") == 1 and "no such setting" in unknown.stderr
-    bad = cli("--set", "stream.trigger_interval_s=soon", "config", "show")
-    assert bad.exit_code == 2 and bad.stderr.startswith(
-        "bkaudit: invalid settings: stream.trigger_interval_s"
-    )
+    bad = cli("--set", "stream.watermark_delay_s=soon", "config", "show")
+    assert bad.exit_code == 2 and bad.stderr.startswith("bkaudit: invalid settings: stream.watermark_delay_s")
 
 
 def test_config_docs_is_the_reference():

@@ -41,7 +41,7 @@ def sample(metrics: StreamMetrics, name: str, **labels: str) -> float | None:
 
 
 def test_with_the_driver_lane_its_batches_and_the_timers_watermark_feed_the_gauges():
-    """stream.ledger_lane = driver: the lane's batches set the batch gauges, the timers query (the stateful
+    """The ledger lane's batches set the batch gauges, the timers query (the stateful
     operator) the watermark and state gauges; neither overwrites the other's."""
     metrics = StreamMetrics()
     lane = {
