@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from pathlib import Path
 
 import pytest
 
@@ -322,3 +324,22 @@ def test_a_malformed_value_names_the_variable_or_the_file_it_came_from(monkeypat
     monkeypatch.setenv("BKAUDIT_DEV__ZOOKEEPER_PORT", "x")  # the variable, not the file, gave this one
     with pytest.raises(ConfigError, match=r"dev\.zookeeper_port: .* \(from BKAUDIT_DEV__ZOOKEEPER_PORT\)"):
         load_settings()
+
+
+SAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "bkaudit.toml"
+
+
+def test_the_sample_config_file_loads_with_its_commented_keys_too(monkeypatch, tmp_path):
+    monkeypatch.setenv(CONFIG_FILE_ENV, str(SAMPLE_CONFIG))
+    settings = load_settings()
+    assert settings.kafka.bootstrap_servers == "kafka1:9092,kafka2:9092,kafka3:9092"
+    assert settings.watcher.rack_map_znode == "/bookies"
+    assert settings.kafka.extra_config == {"socket.keepalive.enable": "true"}
+    # The keys shown commented out are settings too: the file stays true when they are switched on.
+    text = SAMPLE_CONFIG.read_text()
+    switched_on = re.sub(r"^# (\w+ = )", r"\1", text, flags=re.MULTILINE)
+    assert switched_on.count("\n") == text.count("\n") and switched_on != text
+    path = tmp_path / "bkaudit.toml"
+    path.write_text(switched_on)
+    monkeypatch.setenv(CONFIG_FILE_ENV, str(path))
+    assert load_settings().kafka.sasl_mechanism == "SCRAM-SHA-512"
