@@ -189,8 +189,14 @@ def configuration_markdown(model: type[BaseModel] = Settings) -> str:
         "(tests), `BKAUDIT_*` environment variables, the file named by "
         f"`{CONFIG_FILE_ENV}` (`.toml`, `.yaml`/`.yml` or `.json`), then the defaults below. "
         "Nested settings use `__` in environment variables (`BKAUDIT_KAFKA__BOOTSTRAP_SERVERS`) and a "
-        "nested mapping in the file (`kafka: {bootstrap_servers: ...}`). Unknown top-level keys are an "
-        "error.",
+        "nested mapping in the file (`kafka: {bootstrap_servers: ...}`). `examples/bkaudit.toml` is a sample "
+        "file.",
+        "",
+        "A key that is no setting (in any section of the file, in a nested `BKAUDIT_*__*` variable or in "
+        "`--set`) is an error naming it, where it came from and the setting it most likely means, e.g. "
+        "`bkaudit: invalid settings: kafka.bootstrap_server: no such setting; did you mean "
+        "kafka.bootstrap_servers? (from config file bkaudit.toml)`; so is a malformed value, e.g. "
+        "`kafka.extra_config: not JSON (Expecting value at column 1) (from --set)`. Both exit 2.",
         "",
         f"Secrets (`secret string`) print as `{MASK}` in every log, `repr` and JSON dump; pass them as "
         "environment variables from a secret store rather than in the config file. "

@@ -5,6 +5,9 @@ Settings come from, in priority order: keyword arguments, ``BKAUDIT_*`` environm
 (``.toml``, ``.yaml``/``.yml`` or ``.json``), then the defaults below. Secrets are ``SecretStr``: they
 print as ``**********`` in ``repr``, logs and JSON dumps.
 
+A key that no section has is an error, as is a malformed value: :func:`load_settings` names the key, where the
+value came from (``--set``, the variable, the config file) and, for a typo, the setting it most likely means.
+
 The Kafka client defaults are chosen to work against both the embedded Tansu broker and a real Kafka
 cluster; see :class:`KafkaSettings` for why each one is what it is.
 
@@ -18,13 +21,17 @@ Example:
 
 from __future__ import annotations
 
+import difflib
+import json
 import logging
 import os
 import re
+import typing
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     JsonConfigSettingsSource,
@@ -38,10 +45,19 @@ from core.domain.addresses import parse_bootstrap_servers, parse_zookeeper_conne
 from core.domain.rules.evaluate import PlacementPolicyConfig
 from core.errors import ConfigError
 
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
+
 CONFIG_FILE_ENV = "BKAUDIT_CONFIG_FILE"
 
 
-class DevSettings(BaseModel):
+class _Section(BaseModel):
+    """A section of the settings: a key it does not have is an error (a typo is never silently ignored)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class DevSettings(_Section):
     """The embedded default cluster (`bkaudit dev up`): ZooKeeper from pyspark's jars + the Tansu broker.
 
     Example:
@@ -77,7 +93,7 @@ class DevSettings(BaseModel):
     racks: int = Field(3, ge=1, le=250, description="real BookKeeper: racks the bookies are spread over")
 
 
-class ZooKeeperSettings(BaseModel):
+class ZooKeeperSettings(_Section):
     """The BookKeeper cluster's ZooKeeper, as the watcher and the simulator connect to it.
 
     Example:
@@ -144,7 +160,7 @@ def is_secret_property(name: str) -> bool:
     return bool(_SECRET_PROPERTY.search(name))
 
 
-class KafkaSettings(BaseModel):
+class KafkaSettings(_Section):
     """Kafka connection and client defaults; every client is librdkafka (confluent-kafka).
 
     Defaults that exist because of the embedded Tansu broker, each safe on real Kafka and overridable:
@@ -290,7 +306,7 @@ class KafkaSettings(BaseModel):
         }
 
 
-class StreamSettings(BaseModel):
+class StreamSettings(_Section):
     """``bkaudit stream``: the Structured Streaming auditor's knobs (times are event time, in seconds).
 
     Example:
@@ -503,7 +519,7 @@ class StreamSettings(BaseModel):
         )
 
 
-class WatcherSettings(BaseModel):
+class WatcherSettings(_Section):
     """``bkaudit watch``: heartbeats, snapshot pacing, reconciliation, rack map source, metrics.
 
     The rack map comes from at most one source: Pulsar's ``/bookies`` znode (``rack_map_znode``, on the
@@ -582,7 +598,7 @@ class WatcherSettings(BaseModel):
         return self
 
 
-class SparkSettings(BaseModel):
+class SparkSettings(_Section):
     """How the one Spark session helper builds the session (``streaming.session.build_spark_session``).
 
     Example:
@@ -623,7 +639,7 @@ class SparkSettings(BaseModel):
     extra_conf: dict[str, str] = Field(default_factory=dict, description="any other spark.* settings")
 
 
-class AgentSettings(BaseModel):
+class AgentSettings(_Section):
     """The bookie-side agent (``bkaudit agent``): how it serves, and how the job reaches agents.
 
     The job asks a bookie's agent first where ``addresses`` names one, then the bookie itself (entry
@@ -716,6 +732,16 @@ class Settings(BaseSettings):
 def _file_source(settings_cls: type[BaseSettings], path: Path) -> PydanticBaseSettingsSource:
     if not path.is_file():
         raise ConfigError(f"{CONFIG_FILE_ENV}={path}: no such file")
+    from yaml import YAMLError  # a dependency (config files may be YAML)
+
+    try:
+        return _parsed_file(settings_cls, path)
+    except (ValueError, OSError, YAMLError) as err:  # the file does not parse or cannot be read
+        detail = " ".join(str(err).split()) or type(err).__name__
+        raise ConfigError(f"{CONFIG_FILE_ENV}={path}: unreadable ({detail})") from None
+
+
+def _parsed_file(settings_cls: type[BaseSettings], path: Path) -> PydanticBaseSettingsSource:
     suffix = path.suffix.lower()
     if suffix == ".toml":
         return TomlConfigSettingsSource(settings_cls, toml_file=path)
@@ -726,24 +752,172 @@ def _file_source(settings_cls: type[BaseSettings], path: Path) -> PydanticBaseSe
     raise ConfigError(f"{CONFIG_FILE_ENV}={path}: use a .toml, .yaml, .yml or .json file")
 
 
+#: The ``BKAUDIT_*`` variables the command line wrote for ``--set`` (see :func:`note_command_line`).
+_set_on_command_line: dict[str, str] = {}
+
+
+def note_command_line(variables: Mapping[str, str]) -> None:
+    """Remember which ``BKAUDIT_*`` variables carry ``--set`` values, so that an error about one of them
+    says ``from --set`` instead of naming a variable the user never set (while it holds that value).
+
+    Example:
+        >>> note_command_line({"BKAUDIT_KAFKA__CLIENT_ID": "me"})
+        >>> setting_origin(("kafka", "client_id"), {}, {"BKAUDIT_KAFKA__CLIENT_ID": "me"})
+        '--set'
+        >>> note_command_line({})
+    """
+    _set_on_command_line.clear()
+    _set_on_command_line.update((name.upper(), value) for name, value in variables.items())
+
+
+def _variable_origin(variable: str, value: str) -> str:
+    """``--set`` for a variable the command line wrote (still with its value), else the variable."""
+    return "--set" if _set_on_command_line.get(variable) == value else variable
+
+
+def setting_env_var(path: Sequence[str]) -> str:
+    """The environment variable of the setting (or section) at ``path``.
+
+    Example:
+        >>> setting_env_var(("kafka", "extra_config"))
+        'BKAUDIT_KAFKA__EXTRA_CONFIG'
+    """
+    return "BKAUDIT_" + "__".join(part.upper() for part in path)
+
+
+def setting_origin(
+    path: Sequence[str], overrides: Mapping[str, Any], environ: Mapping[str, str]
+) -> str | None:
+    """Where the value at ``path`` came from: ``--set``, its ``BKAUDIT_*`` variable or ``config file
+    FILE``; None for keyword arguments. The source that holds the most of the path gave it (a variable
+    can carry a whole section as JSON); between equals, the one of higher priority.
+
+    Example:
+        >>> setting_origin(("dev", "zookeeper_port"), {}, {"BKAUDIT_DEV__ZOOKEEPER_PORT": "x"})
+        'BKAUDIT_DEV__ZOOKEEPER_PORT'
+        >>> setting_origin(("dev", "zookeeper_port"), {"dev": {"zookeeper_port": "x"}}, {}) is None
+        True
+    """
+    variables = {name.upper(): value for name, value in environ.items()}
+    env_depth = max((d for d in range(1, len(path) + 1) if setting_env_var(path[:d]) in variables), default=0)
+    config_file = environ.get(CONFIG_FILE_ENV)
+    file_depth = _depth(_file_data(Path(config_file)), path) if config_file else 0
+    init_depth = _depth(overrides, path)
+    best = max(init_depth, env_depth, file_depth)
+    if best == 0 or init_depth == best:
+        return None
+    if env_depth == best:
+        variable = setting_env_var(path[:env_depth])
+        return _variable_origin(variable, variables[variable])
+    return f"config file {config_file}"
+
+
+def _depth(data: Any, path: Sequence[str]) -> int:
+    """How many leading parts of ``path`` the nested mapping ``data`` holds."""
+    depth = 0
+    for part in path:
+        if not isinstance(data, Mapping) or part not in data:
+            break
+        data, depth = data[part], depth + 1
+    return depth
+
+
+def _file_data(path: Path) -> Mapping[str, Any]:
+    """The config file's settings as a nested mapping (empty when it cannot be read)."""
+    try:
+        return _file_source(Settings, path)()
+    except (ConfigError, ValueError, OSError):
+        return {}
+
+
+def _is_section(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def suggest_setting(key: str) -> str | None:
+    """The setting a mistyped dotted ``key`` most likely means (difflib over the field names of the
+    section the typo is in); None when nothing is close, or the key is no typo.
+
+    Example:
+        >>> suggest_setting("kafka.bootstrap_server"), suggest_setting("kafak.changes_topic")
+        ('kafka.bootstrap_servers', 'kafka.changes_topic')
+        >>> suggest_setting("nothing.like.it") is None
+        True
+    """
+    parts = key.split(".")
+    model: type[BaseModel] = Settings
+    for depth, part in enumerate(parts):
+        fields = model.model_fields
+        if part not in fields:
+            close = difflib.get_close_matches(part, list(fields), n=1)
+            return ".".join([*parts[:depth], close[0], *parts[depth + 1 :]]) if close else None
+        annotation = fields[part].annotation
+        if not _is_section(annotation):
+            return None
+        model = annotation  # type: ignore[assignment]
+    return None
+
+
+def _problem(error: ErrorDetails, overrides: Mapping[str, Any]) -> str:
+    """One validation error as ``key: what is wrong (from where)``."""
+    path = tuple(str(part) for part in error["loc"])
+    key = ".".join(path)
+    if error["type"] == "extra_forbidden":
+        suggestion = suggest_setting(key)
+        text = "no such setting" + (f"; did you mean {suggestion}?" if suggestion else "")
+    else:
+        text = error["msg"]
+    origin = setting_origin(path, overrides, os.environ)
+    return f"{key}: {text}" + (f" (from {origin})" if origin else "")
+
+
+def _json_paths(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """The sections and the map or list settings: what a ``BKAUDIT_*`` variable gives as JSON."""
+    for name, field in model.model_fields.items():
+        path = (*prefix, name)
+        if _is_section(field.annotation):
+            yield path
+            yield from _json_paths(field.annotation, path)  # type: ignore[arg-type]
+        elif typing.get_origin(field.annotation) in (dict, list):
+            yield path
+
+
+def _json_problem(environ: Mapping[str, str]) -> str | None:
+    """The first ``BKAUDIT_*`` variable that should hold JSON and does not, as ``key: why (from where)``."""
+    values = {name.upper(): value for name, value in environ.items()}
+    for path in _json_paths(Settings):
+        variable = setting_env_var(path)
+        if variable not in values:
+            continue
+        try:
+            json.loads(values[variable])
+        except json.JSONDecodeError as err:  # the value itself is not shown: it may hold a secret
+            origin = _variable_origin(variable, values[variable])
+            return f"{'.'.join(path)}: not JSON ({err.msg} at column {err.colno}) (from {origin})"
+    return None
+
+
 def load_settings(**overrides: Any) -> Settings:
-    """Build :class:`Settings`; any validation problem becomes one :class:`ConfigError` line.
+    """Build :class:`Settings`; any problem becomes one :class:`ConfigError` line naming the setting and
+    where its value came from (``--set``, a ``BKAUDIT_*`` variable or the config file), and for a key no
+    section has, the setting it most likely means.
 
     Example:
         >>> load_settings(lakehouse_root="/tmp/lh").lakehouse_root
         PosixPath('/tmp/lh')
+        >>> try:
+        ...     load_settings(kafka={"bootstrap_server": "k1:9092"})
+        ... except ConfigError as err:
+        ...     print(err)
+        invalid settings: kafka.bootstrap_server: no such setting; did you mean kafka.bootstrap_servers?
     """
     from pydantic import ValidationError
-    from yaml import YAMLError  # a dependency (config files may be YAML)
 
     try:
         return Settings(**overrides)
     except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors(include_url=False)
-        )
+        problems = "; ".join(_problem(error, overrides) for error in err.errors(include_url=False))
         raise ConfigError(f"invalid settings: {problems}") from None
-    except (ValueError, OSError, YAMLError) as err:  # the config file does not parse or cannot be read
-        detail = " ".join(str(err).split()) or type(err).__name__
-        config_file = os.environ.get(CONFIG_FILE_ENV)
-        raise ConfigError(f"{CONFIG_FILE_ENV}={config_file}: unreadable ({detail})") from None
+    except (ValueError, OSError) as err:  # a variable that should hold JSON does not
+        detail = _json_problem(os.environ) or " ".join(str(err).split()) or type(err).__name__
+        raise ConfigError(f"invalid settings: {detail}") from None

@@ -34,8 +34,8 @@ from bkaudit.cli import (
     watch,
 )
 from bkaudit.cli.helptext import tidy_help
-from core.errors import BkauditError, InvalidArgumentError
-from core.settings import CONFIG_FILE_ENV
+from core.errors import BkauditError, ConfigError, InvalidArgumentError
+from core.settings import CONFIG_FILE_ENV, note_command_line, suggest_setting
 
 app = typer.Typer(
     name="bkaudit",
@@ -51,7 +51,8 @@ def setting_overrides(assignments: list[str]) -> dict[str, str]:
     """``key=value`` assignments (dotted setting keys) as the ``BKAUDIT_*`` variables that carry them.
 
     The variables are how every part of a process reads its settings (Spark's Python workers too), and
-    they rank above the config file, as a command-line override should.
+    they rank above the config file, as a command-line override should. A key that is no setting is a
+    :class:`ConfigError` naming the setting it most likely means.
 
     Example:
         >>> setting_overrides(["kafka.bootstrap_servers=k1:9092", "stream.watermark_delay_s=2"])
@@ -66,11 +67,21 @@ def setting_overrides(assignments: list[str]) -> dict[str, str]:
         if not equals:
             raise InvalidArgumentError(f"--set wants key=value, got {assignment!r}")
         if key.strip() not in known:
-            raise InvalidArgumentError(
-                f"--set {key.strip()}: no such setting (`bkaudit config docs` lists them)"
-            )
+            raise ConfigError(_no_such_setting(key.strip()))
         variables[known[key.strip()]] = value
     return variables
+
+
+def _no_such_setting(key: str) -> str:
+    """The error for a ``--set`` key that is no setting, with the one it most likely means.
+
+    Example:
+        >>> _no_such_setting("kafka.bootstrap_server")
+        '--set kafka.bootstrap_server: no such setting; did you mean kafka.bootstrap_servers?'
+    """
+    suggestion = suggest_setting(key)
+    hint = f"did you mean {suggestion}?" if suggestion else "`bkaudit config docs` lists them"
+    return f"--set {key}: no such setting; {hint}"
 
 
 def _version(show: bool) -> None:
@@ -103,7 +114,9 @@ def main(
     """A continuously running auditor for Apache BookKeeper clusters."""
     if config_file is not None:
         os.environ[CONFIG_FILE_ENV] = str(config_file)
-    os.environ.update(setting_overrides(assignments or []))
+    variables = setting_overrides(assignments or [])
+    os.environ.update(variables)
+    note_command_line(variables)
 
 
 app.add_typer(metadata.app, name="metadata")
@@ -149,6 +162,8 @@ def run(argv: list[str] | None = None) -> int:
         return err.exit_code
     except BrokenPipeError:
         return 0
+    finally:
+        note_command_line({})  # what --set wrote is this run's alone
     return result if isinstance(result, int) else 0
 
 

@@ -29,7 +29,9 @@ Example:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -45,7 +47,7 @@ from connectors.delta.scan import view_typed_dataset
 from connectors.delta.tables import FOLD_METADATA_KEY, INDEX_LEDGER_COLUMNS, LEDGER_BUCKETS, TABLES, last_fold
 from core.domain.alerts import AlertKind
 from core.domain.rules.evaluate import PlacementPolicyConfig
-from core.errors import BkauditError, InvalidArgumentError, NotFoundError
+from core.errors import InvalidArgumentError, NotFoundError, ServiceError
 
 __all__ = [
     "ALERT_KINDS",
@@ -166,6 +168,47 @@ def _limit(value: int | None) -> int | None:
     return value
 
 
+#: What reading a damaged or unreadable table raises: deltalake, DuckDB, Arrow, the file system.
+_READ_ERRORS = (DeltaError, OSError, pa.ArrowException, duckdb.IOException, duckdb.InvalidInputException)
+_COLOURS = re.compile(r"\x1b\[[0-9;]*m")
+_BACKTRACE_LINE = re.compile(r"^(\d+: |at |Stack backtrace)")
+
+
+def read_failure(err: BaseException) -> str:
+    r"""Why a read failed, on one line: a reader's (multi-line, coloured) message without its colours,
+    arrows and backtrace, at most 300 characters.
+
+    Example:
+        >>> message = "Kernel error\n  \x1b[31m↳\x1b[0m Not a directory (os error 20)\n   0: <unknown>"
+        >>> read_failure(OSError(message))
+        'Kernel error: Not a directory (os error 20)'
+    """
+    parts = []
+    for line in _COLOURS.sub("", str(err)).splitlines():
+        text = line.strip().lstrip("↳").strip()
+        if _BACKTRACE_LINE.match(text):
+            break
+        if text:
+            parts.append(text)
+    return ": ".join(parts)[:300] or type(err).__name__
+
+
+def _is_table(path: Path) -> bool:
+    """Whether ``path`` is a Delta table's directory; a file, or a directory that cannot be read, is not."""
+    try:
+        return path.is_dir() and DeltaTable.is_deltatable(str(path))
+    except (DeltaError, OSError):
+        return False
+
+
+def _demo_hint(root: Path) -> str:
+    """Where the demo's tables are, when ``root`` holds them one or two levels down (a common slip)."""
+    for place in (root / "demo", root / "lakehouse" / "demo"):
+        if root.name != "demo" and place.is_dir():
+            return f" (the demo's tables are in {place})"
+    return ""
+
+
 class _Filters:
     """WHERE clauses with their bound parameters: values never enter the SQL text."""
 
@@ -210,7 +253,8 @@ class Lakehouse:
     """Read-only queries over the Delta tables under one lakehouse root; each returns a ``pyarrow.Table``.
 
     Every call reads the tables' current versions (a notebook kept open sees the auditor's new commits).
-    Raises :class:`~core.errors.NotFoundError` for a missing root or table and
+    Raises :class:`~core.errors.NotFoundError` for a missing root or table,
+    :class:`~core.errors.ServiceError` for a table that cannot be read (damaged, unreadable files) and
     :class:`~core.errors.InvalidArgumentError` for an argument it does not accept.
 
     Example:
@@ -227,10 +271,7 @@ class Lakehouse:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         if not self.root.is_dir():
-            hint = ""
-            if self.root.name != "demo" and (self.root / "demo").is_dir():
-                hint = f" (the demo's tables are in {self.root / 'demo'})"
-            raise NotFoundError(f"no lakehouse at {self.root}{hint}")
+            raise NotFoundError(f"no lakehouse at {self.root}{_demo_hint(self.root)}")
         self._con = duckdb.connect(":memory:")
         self._con.execute("SET TimeZone = 'UTC'")
         self._con.execute(_MACROS)
@@ -260,16 +301,34 @@ class Lakehouse:
             >>> "ledgers" in Lakehouse(write_example_lakehouse(tempfile.mkdtemp())).tables()
             True
         """
-        return sorted(p.name for p in self.root.iterdir() if DeltaTable.is_deltatable(str(p)))
+        try:
+            return sorted(p.name for p in self.root.iterdir() if _is_table(p))
+        except OSError as err:
+            raise ServiceError(f"cannot list the lakehouse at {self.root}: {err.strerror}") from None
 
     def _delta(self, name: str) -> DeltaTable:
+        """The table ``name``; one line (not a traceback) when it is missing or cannot be read."""
+        path = self.root / name
         try:
-            return DeltaTable(str(self.root / name))
+            if path.is_dir():
+                return DeltaTable(str(path))
         except TableNotFoundError:
-            hint = ""
-            if not self.tables() and (self.root / "demo").is_dir():
-                hint = f" (the demo's tables are in {self.root / 'demo'})"
-            raise NotFoundError(f"no Delta table '{name}' under {self.root}{hint}") from None
+            pass
+        except _READ_ERRORS as err:
+            raise ServiceError(
+                f"cannot read the Delta table '{name}' under {self.root}: {read_failure(err)}"
+            ) from None
+        hint = "" if self.tables() else _demo_hint(self.root) or " (it holds no Delta tables)"
+        raise NotFoundError(f"no Delta table '{name}' under {self.root}{hint}")
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Turn a failed read of the tables' files into one :class:`ServiceError` line."""
+        try:
+            yield
+        except _READ_ERRORS as err:
+            # A file vanished under us (a vacuum), or is damaged or unreadable.
+            raise ServiceError(f"cannot read the tables under {self.root}: {read_failure(err)}") from err
 
     def _view(self, name: str) -> None:
         """(Re)create the temp view ``name``: the table's current live files, and for ``ledgers`` and
@@ -278,7 +337,7 @@ class Lakehouse:
             self._files_view(name, name)
             return
         self._files_view("ledgers", "ledgers__folded")
-        if DeltaTable.is_deltatable(str(self.root / "ledger_changes")):
+        if _is_table(self.root / "ledger_changes"):
             self._files_view("ledger_changes", "ledger_changes__all")
         else:
             self._con.execute(
@@ -331,15 +390,10 @@ class Lakehouse:
         con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT {', '.join(columns)} FROM {source_view}")
 
     def _query(self, tables: Iterable[str], sql: str, params: Mapping[str, object] | None = None) -> pa.Table:
-        for name in tables:
-            self._view(name)
-        try:
+        with self._reading():
+            for name in tables:
+                self._view(name)
             return self._con.sql(sql, params=dict(params) if params else None).to_arrow_table()
-        except (duckdb.IOException, duckdb.InvalidInputException) as err:
-            # A file vanished under us (a vacuum) or is unreadable: one line for the CLI, not a traceback.
-            raise BkauditError(
-                f"cannot read the tables under {self.root}: {str(err).splitlines()[0]}"
-            ) from err
 
     def _table_of_rows(self, rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
         """Rows of Python values (timestamps naive UTC) as a table of ``schema``, built by DuckDB: pyarrow
@@ -652,8 +706,7 @@ class Lakehouse:
 
     def _plans_written(self) -> bool:
         """Whether a job has written ``placement_plans`` (one it only created is at version 0)."""
-        path = str(self.root / "placement_plans")
-        return DeltaTable.is_deltatable(path) and DeltaTable(path).version() > 0
+        return _is_table(self.root / "placement_plans") and self._delta("placement_plans").version() > 0
 
     def _computed_plans(self, config: PlacementPolicyConfig) -> pa.Table:
         """The ``placement_plans`` rows computed now from ``open_alerts``, ``ledgers``, ``bookies`` and the
@@ -929,7 +982,8 @@ class Lakehouse:
         """
         ledger_id = _ledger_id(ledger_id)
         rows: list[dict[str, Any]] = []
-        changes, complete_from = self._ledger_changes(ledger_id)
+        with self._reading():
+            changes, complete_from = self._ledger_changes(ledger_id)
         if complete_from is not None:
             rows.append(
                 {
@@ -1028,7 +1082,7 @@ class Lakehouse:
         folds = {int(c["version"]) for c in table.history() if FOLD_METADATA_KEY in c}
         rows, complete_from = _feed(table, predicate)
         rows = [r for r in rows if r["_commit_version"] not in folds]
-        if DeltaTable.is_deltatable(str(self.root / "ledger_changes")):
+        if _is_table(self.root / "ledger_changes"):
             appended, _ = _feed(self._delta("ledger_changes"), f"ledger_id = {ledger_id}")
             rows += appended
         return rows, complete_from

@@ -9,7 +9,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -208,3 +210,77 @@ def test_times_inside_the_detail_are_rfc3339_in_the_table_and_as_the_stream_has_
     assert '{"missing_since": "2024-05-01T12:09:00.000Z"}' in text, text
     (row,) = query(cli, example, *args, "-f", "json").json()
     assert json.loads(row["detail"]) == {"missing_since": 1714565340000}
+
+
+#: Every `bkaudit query` subcommand, as a user would first try it.
+EVERY_QUERY = (
+    ("alerts",),
+    ("alerts", "--group-by", "kind"),
+    ("under-replicated",),
+    ("placement",),
+    ("placement", "--ledgers"),
+    ("placement", "--plan"),
+    ("ledgers",),
+    ("history", "1"),
+    ("bookies",),
+    ("violations",),
+)
+
+
+def _damage(example: str, root: Path, case: str) -> Path:
+    """A lakehouse path that is not a usable lakehouse, one way per ``case``."""
+    target = root / case
+    if case == "a file":
+        target.write_text("not a lakehouse")
+        return target
+    if case == "a directory with files and no tables":  # `--lakehouse .` in a checkout
+        target.mkdir()
+        (target / "README.md").write_text("x")
+        (target / "docs").mkdir()
+        return target
+    shutil.copytree(example, target)
+    for table in [p for p in target.iterdir() if p.is_dir()]:
+        log = table / "_delta_log"
+        if case == "a damaged Delta log":
+            for commit in log.glob("*.json"):
+                commit.write_text("{not json")
+        elif case == "a Delta log that is a file":
+            shutil.rmtree(log)
+            log.write_text("x")
+        elif case == "tables that are files":
+            shutil.rmtree(table)
+            table.write_text("x")
+    if case == "damaged Parquet files":
+        for data in target.rglob("*.parquet"):
+            data.write_bytes(b"not parquet")
+    if case == "vanished Parquet files":
+        for data in target.rglob("*.parquet"):
+            data.unlink()
+    return target
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        ("a file", "no lakehouse at "),
+        ("a directory with files and no tables", "(it holds no Delta tables)"),
+        ("tables that are files", "(it holds no Delta tables)"),
+        ("a damaged Delta log", "cannot read the Delta table "),
+        ("a Delta log that is a file", "cannot read the Delta table "),
+        ("damaged Parquet files", "cannot read the tables under "),
+        ("vanished Parquet files", "cannot read the tables under "),
+    ],
+)
+def test_no_lakehouse_path_gives_a_traceback_to_any_query(cli, example, tmp_path, case, expected):
+    lakehouse = _damage(example, tmp_path, case)
+    for args in EVERY_QUERY:
+        message = one_error_line(query(cli, str(lakehouse), *args))
+        assert expected in message and str(lakehouse) in message, (args, message)
+        assert "\x1b[" not in message, (args, message)  # no terminal colours of the Rust readers
+
+
+def test_the_checkout_root_as_lakehouse_points_at_the_demo_tables(cli, tmp_path):
+    (tmp_path / "lakehouse" / "demo").mkdir(parents=True)
+    (tmp_path / "Makefile").write_text("demo:\n")
+    message = one_error_line(query(cli, str(tmp_path), "alerts"))
+    assert f"(the demo's tables are in {tmp_path / 'lakehouse' / 'demo'})" in message

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+from pathlib import Path
 
 import pytest
 
@@ -226,3 +229,117 @@ def test_extra_config_secrets_stay_out_of_help_and_the_effective_settings(cli, m
         shown = result.stdout.decode("utf-8") + result.stderr
         assert result.exit_code == 0 and "Usage" in shown
         assert "oauth-9922" not in shown and "sasl-9911" not in shown
+
+
+@pytest.mark.parametrize(
+    ("name", "body"),
+    [
+        ("c.toml", '[kafka]\nbootstrap_server = "k1:9092"\n'),
+        ("c.yaml", "kafka:\n  bootstrap_server: k1:9092\n"),
+        ("c.json", json.dumps({"kafka": {"bootstrap_server": "k1:9092"}})),
+    ],
+)
+def test_an_unknown_key_inside_a_config_file_section_names_it_the_file_and_the_likely_setting(
+    monkeypatch, tmp_path, name, body
+):
+    path = tmp_path / name
+    path.write_text(body)
+    monkeypatch.setenv(CONFIG_FILE_ENV, str(path))
+    with pytest.raises(ConfigError) as raised:
+        load_settings()
+    message = str(raised.value)
+    assert message == (
+        "invalid settings: kafka.bootstrap_server: no such setting; did you mean kafka.bootstrap_servers? "
+        f"(from config file {path})"
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "key", "suggestion"),
+    [
+        ('[kafak]\nclient_id = "me"\n', "kafak", "kafka"),  # a mistyped section
+        ('[stream]\napp_idd = "a"\n', "stream.app_idd", "stream.app_id"),
+        ('lakehouse = "lh"\n', "lakehouse", "lakehouse_root"),  # top level
+        ('[agent]\nadresses = {"b" = "h:1"}\n', "agent.adresses", "agent.addresses"),
+    ],
+)
+def test_every_section_of_a_config_file_refuses_unknown_keys(monkeypatch, tmp_path, body, key, suggestion):
+    path = tmp_path / "c.toml"
+    path.write_text(body)
+    monkeypatch.setenv(CONFIG_FILE_ENV, str(path))
+    with pytest.raises(ConfigError) as raised:
+        load_settings()
+    assert f"{key}: no such setting; did you mean {suggestion}? (from config file {path})" in str(
+        raised.value
+    )
+    assert "\n" not in str(raised.value)
+
+
+def test_an_unknown_key_with_nothing_close_says_so_without_a_guess(monkeypatch, tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[watcher]\nzzz = 1\n")
+    monkeypatch.setenv(CONFIG_FILE_ENV, str(path))
+    with pytest.raises(ConfigError, match=r"watcher\.zzz: no such setting \(from config file ") as raised:
+        load_settings()
+    assert "did you mean" not in str(raised.value)
+
+
+def test_an_unknown_set_key_is_one_line_with_the_likely_setting(cli, restored_environment):
+    result = cli("--set", "kafka.bootstrap_server=k1:9092", "config", "show")
+    assert result.exit_code == 2 and result.stdout == b""
+    assert result.stderr == (
+        "bkaudit: --set kafka.bootstrap_server: no such setting; did you mean kafka.bootstrap_servers?\n"
+    )
+
+
+def test_a_malformed_set_value_names_the_key_and_set_not_the_config_file(cli, restored_environment):
+    result = cli("--set", "kafka.extra_config=notjson", "config", "show")
+    assert result.exit_code == 2 and result.stdout == b""
+    assert result.stderr == (
+        "bkaudit: invalid settings: kafka.extra_config: not JSON (Expecting value at column 1) (from --set)\n"
+    )
+    os.environ.pop("BKAUDIT_KAFKA__EXTRA_CONFIG")  # --set left it in the environment (restored_environment)
+    typed = cli("--set", "dev.zookeeper_port=x", "config", "show")
+    assert typed.exit_code == 2 and typed.stderr.startswith("bkaudit: invalid settings: dev.zookeeper_port: ")
+    assert typed.stderr.endswith(" (from --set)\n")
+
+
+def test_a_malformed_value_names_the_variable_or_the_file_it_came_from(monkeypatch, tmp_path):
+    monkeypatch.setenv("BKAUDIT_KAFKA__EXTRA_CONFIG", '{"linger.ms": ')
+    with pytest.raises(ConfigError) as raised:
+        load_settings()
+    assert str(raised.value) == (
+        "invalid settings: kafka.extra_config: not JSON (Expecting value at column 15) "
+        "(from BKAUDIT_KAFKA__EXTRA_CONFIG)"
+    )
+    monkeypatch.delenv("BKAUDIT_KAFKA__EXTRA_CONFIG")
+    path = tmp_path / "c.toml"
+    path.write_text('[kafka]\nextra_config = "notjson"\n')
+    monkeypatch.setenv(CONFIG_FILE_ENV, str(path))
+    with pytest.raises(ConfigError) as raised:
+        load_settings()
+    assert str(raised.value) == (
+        f"invalid settings: kafka.extra_config: Input should be a valid dictionary (from config file {path})"
+    )
+    monkeypatch.setenv("BKAUDIT_DEV__ZOOKEEPER_PORT", "x")  # the variable, not the file, gave this one
+    with pytest.raises(ConfigError, match=r"dev\.zookeeper_port: .* \(from BKAUDIT_DEV__ZOOKEEPER_PORT\)"):
+        load_settings()
+
+
+SAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "bkaudit.toml"
+
+
+def test_the_sample_config_file_loads_with_its_commented_keys_too(monkeypatch, tmp_path):
+    monkeypatch.setenv(CONFIG_FILE_ENV, str(SAMPLE_CONFIG))
+    settings = load_settings()
+    assert settings.kafka.bootstrap_servers == "kafka1:9092,kafka2:9092,kafka3:9092"
+    assert settings.watcher.rack_map_znode == "/bookies"
+    assert settings.kafka.extra_config == {"socket.keepalive.enable": "true"}
+    # The keys shown commented out are settings too: the file stays true when they are switched on.
+    text = SAMPLE_CONFIG.read_text()
+    switched_on = re.sub(r"^# (\w+ = )", r"\1", text, flags=re.MULTILINE)
+    assert switched_on.count("\n") == text.count("\n") and switched_on != text
+    path = tmp_path / "bkaudit.toml"
+    path.write_text(switched_on)
+    monkeypatch.setenv(CONFIG_FILE_ENV, str(path))
+    assert load_settings().kafka.sasl_mechanism == "SCRAM-SHA-512"
