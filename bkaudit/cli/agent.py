@@ -90,8 +90,6 @@ def agent(
     except BaseException:
         reader.close()
         raise
-    host = settings.listen.rsplit(":", 1)[0]
-    typer.echo(json.dumps({"agent": f"{host}:{running.port}", "tls": tls is not None}))
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -99,8 +97,13 @@ def agent(
         stop.set()
 
     previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
+    host = settings.listen.rsplit(":", 1)[0]
+    typer.echo(json.dumps({"agent": f"{host}:{running.port}", "tls": tls is not None}))  # ready: stoppable
     try:
-        stop.wait()
+        # Python runs a signal's handler on the main thread, woken only when the kernel delivers the signal
+        # to it; one delivered to a gRPC thread would leave a wait without timeout blocked for good.
+        while not stop.wait(0.5):
+            pass
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

@@ -374,3 +374,47 @@ def test_a_simulated_db_ledger_storage_cluster_keeps_its_indexes_exact(bk_servic
             reader.close()
     finally:
         sim.close()
+
+
+def signal_a_thread_other_than_main(pid: int, signum: int) -> None:
+    """Deliver ``signum`` to one of ``pid``'s threads that is not its main thread (Linux ``tgkill``), as the
+    kernel may do with a signal sent to the process."""
+    import ctypes
+    import os
+
+    def accepts(tid: int) -> bool:  # the thread does not block the signal (gRPC's own threads may)
+        status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+        blocked = int(next(line for line in status.splitlines() if line.startswith("SigBlk:")).split()[1], 16)
+        return not blocked & (1 << (signum - 1))
+
+    threads = sorted(int(tid) for tid in os.listdir(f"/proc/{pid}/task") if int(tid) != pid)
+    threads = [tid for tid in threads if accepts(tid)]
+    assert threads, "the agent runs threads that accept the signal"
+    tgkill = 234  # x86-64 syscall number
+    assert ctypes.CDLL(None, use_errno=True).syscall(tgkill, pid, threads[0], signum) == 0
+
+
+def test_a_sigterm_the_kernel_hands_to_a_grpc_thread_stops_the_agent(
+    store: IndexedEntryStore, tls: TlsMaterial, tmp_path: Path
+) -> None:
+    """The handler runs on the main thread, which must wake up to run it: a wait without timeout never did
+    (the agent served on, and a supervisor's stop timed out)."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    (tmp_path / "token").write_bytes(f"{TOKEN}\n".encode())
+    command = [sys.executable, "-m", "bkaudit.cli.main", "agent", "--ledger-dirs", str(store.ledger_dir)]
+    command += ["--listen", "127.0.0.1:0", "--insecure", "--token-file", str(tmp_path / "token")]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ})
+    try:
+        json.loads(process.stdout.readline())  # type: ignore[union-attr]
+        signal_a_thread_other_than_main(process.pid, signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+        assert process.returncode == 0, stderr.decode(errors="replace")[-2000:]
+        assert b"signal 15: stopping" in stderr
+    finally:
+        process.kill()
+        process.wait()
