@@ -726,7 +726,9 @@ def _run_locked(settings: Settings) -> None:
     spark = build_spark_session(settings.spark)
     query, sink = start(spark, settings)
     checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
-    logger.info("lanes running (checkpoint %s)", checkpoint)
+    logger.info(
+        "bkaudit running: the ledger and membership lanes and the timers query (checkpoint %s)", checkpoint
+    )
     stopping = threading.Event()
 
     def request_stop(signum: int, _frame: Any) -> None:

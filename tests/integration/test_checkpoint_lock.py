@@ -26,7 +26,7 @@ import pytest
 pytestmark = pytest.mark.integration
 
 APP_ID = "bkaudit-lock-test"
-RUNNING = "query bkaudit running"
+RUNNING = "bkaudit running: "
 START_TIMEOUT_S = 400.0
 
 
