@@ -22,6 +22,10 @@
   leader election) shows in the acknowledgements: a partition's offsets go backwards. That sets
   :attr:`ChangePublisher.topic_lost`; the watcher then learns the topic's partitions again
   (:meth:`ChangePublisher.refresh_partitions`) and publishes a full snapshot into the new topic.
+* Either way the watcher asks for a new producer (:meth:`ChangePublisher.renew_producer_soon`): a
+  librdkafka producer that saw a topic deleted and re-created can keep the old partitions' leader epochs and
+  never deliver to the new topic. The publishing thread replaces it before its next send; the old one's
+  records (the full snapshot republishes them) are failed and their back-pressure permits returned.
 
 Example:
     >>> partition_for_key(b"ledger/59", 4) in range(4)
@@ -167,11 +171,18 @@ class ChangePublisher:
         self._topic_lost: str | None = None
         self._unacked = threading.BoundedSemaphore(max_unacked)
         self._poller: threading.Thread | None = None
+        self._renew = threading.Event()  # replace the producer before the next send
+        self.producers_replaced = 0
 
     def start(self) -> None:
         """Ensure the topic exists and open the producer."""
         self.partition_count = ensure_topic(self.settings, self.topic, self._wanted_partitions)
-        # The producer bootstraps on its own (the brokers may have gone between the two calls).
+        self._open_producer()
+        logger.info("publishing change events to %s (%d partitions)", self.topic, self.partition_count)
+
+    def _open_producer(self) -> None:
+        """A new producer, its sender and its delivery-report thread (a previous one's thread then ends)."""
+        # The producer bootstraps on its own (the brokers may have gone since the topic was checked).
         with kafka_errors(self.settings, "opening the producer"):
             self._producer = self._producer_factory(producer_config(self.settings))
         self._sender = TailSender(
@@ -188,7 +199,37 @@ class ChangePublisher:
             daemon=True,
         )
         self._poller.start()
-        logger.info("publishing change events to %s (%d partitions)", self.topic, self.partition_count)
+
+    def renew_producer_soon(self) -> None:
+        """Replace the producer before the next send (on the publishing thread; callable from any thread).
+
+        For when the topic was lost or records failed: the full snapshot that follows republishes
+        everything, so the old producer's undelivered records are failed, not waited for.
+        """
+        self._renew.set()
+
+    def _renew_if_asked(self) -> None:
+        """Replace the producer when :meth:`renew_producer_soon` asked for it (the publishing thread only)."""
+        if not self._renew.is_set() or self._producer is None:
+            return
+        self._renew.clear()
+        old_producer, old_sender, old_poller = self._producer, self._sender, self._poller
+        self._open_producer()  # the old poller stops: it serves only the current producer
+        if old_poller is not None:
+            old_poller.join(timeout=1.0)
+        replaced = ProducerReplaced("the producer was replaced; a full snapshot republishes its records")
+        abandoned = old_sender.abandon(replaced) if old_sender is not None else 0
+        old_producer.purge()
+        old_producer.flush(PURGE_REPORTS_S)  # runs the purged records' failure reports here
+        with self._lock:
+            self._acked = {}  # offsets of the new producer's topic start a new life
+        self.producers_replaced += 1
+        logger.warning(
+            "replaced the Kafka producer of %s (%d held and %d queued records left to the full snapshot)",
+            self.topic,
+            abandoned,
+            len(old_producer),
+        )
 
     def _serve_delivery_reports(self, producer: Any) -> None:
         """Run the delivery callbacks (acks, failures) as they come, like a client's I/O thread would."""
@@ -265,12 +306,15 @@ class ChangePublisher:
         value = encode_event(event)
         kind = payload_type(event)
         event_time_ms = event.event_time_ms
+        self._renew_if_asked()
         while not self._unacked.acquire(timeout=1.0):
             if self._stopping.is_set():
                 raise KafkaTimeout("shutting down with records still unacknowledged")
+            self._renew_if_asked()  # a stalled producer holds every permit: its replacement frees them
             logger.debug("waiting for Kafka to acknowledge earlier records")
         assert self._sender is not None, "start() first"
         while True:
+            self._renew_if_asked()
             try:
                 self._sender.send(
                     self.topic,
@@ -343,6 +387,9 @@ class ChangePublisher:
         self._unacked.release()
         with self._lock:
             self.delivery_failures += 1
+        if _purged(error):  # the producer was replaced or closed: known, and republished or reported
+            logger.debug("a %s event was abandoned with its producer", kind or "change")
+            return
         self._failed.set()
         logger.error("a %s event was not delivered after retries: %s", kind or "change", error_text(error))
 
@@ -379,3 +426,22 @@ class ChangePublisher:
     def abort(self) -> None:
         """Make a ``publish`` blocked on a dead broker give up (shutdown)."""
         self._stopping.set()
+
+
+class ProducerReplaced(Exception):
+    """The failure a replaced producer's held records are reported with (they were never sent)."""
+
+
+#: How long the replaced producer's purged records' failure reports are waited for.
+PURGE_REPORTS_S = 5.0
+
+
+def _purged(error: BaseException) -> bool:
+    """Whether a delivery failure is the publisher's own doing: a replaced producer's records (purged, or
+    held and never sent), not a broker's refusal."""
+    from confluent_kafka import KafkaError
+
+    if isinstance(error, ProducerReplaced):
+        return True
+    code = error.args[0].code() if error.args and isinstance(error.args[0], KafkaError) else None
+    return code in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)

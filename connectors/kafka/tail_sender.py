@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 from connectors.kafka.client_config import KafkaTimeout
 
@@ -227,6 +227,28 @@ class TailSender:
     def release_pending(self) -> bool:
         """True between :meth:`start_release` and the :meth:`finish_release` that sent the tails."""
         return self._release_pending
+
+    def abandon(self, error: BaseException) -> int:
+        """Fail every held record through its callback with ``error`` (they will never be sent: the
+        producer is being replaced); returns how many. Records already handed to the producer are the
+        producer's to fail (``purge``).
+
+        Example:
+            >>> failed = []
+            >>> sender = TailSender(object(), hold_tails=True)
+            >>> sender.send("t", key=b"k", value=b"v", partition=0, on_error=failed.append)
+            >>> sender.abandon(RuntimeError("replaced")), failed, sender.holding
+            (1, [RuntimeError('replaced')], 0)
+        """
+        held, self._held = self._held, {}
+        self._release_pending = False
+        records = [record for queued in held.values() for record in queued]
+        for record in records:
+            if record.on_delivery is not None:
+                record.on_delivery(KafkaError(KafkaError._PURGE_QUEUE, str(error)), None)
+            elif record.on_error is not None:
+                record.on_error(error)
+        return len(records)
 
     def _send_held(self, topic: str, partition: int, held: list[_Held], *, keep: int) -> None:
         """Send the oldest held records of a partition, in order, until ``keep`` remain; a record leaves the

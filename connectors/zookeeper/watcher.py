@@ -969,6 +969,7 @@ class ChangeWatcher:
                 break
             if self.publisher.failed and not self._force_full:
                 self.metrics.delivery_failures.inc()
+                self.publisher.renew_producer_soon()  # a producer that stopped delivering stays stuck
                 self.request_snapshot(pb.SnapshotBegin.PUBLISH_FAILED)
             if self.publisher.topic_lost:
                 self._on_topic_lost()
@@ -1003,6 +1004,7 @@ class ChangeWatcher:
         """
         reason = self.publisher.take_topic_lost()
         self.metrics.topic_losses.inc()
+        self.publisher.renew_producer_soon()  # one that knew the old topic may never deliver to the new
         try:
             partitions = self.publisher.refresh_partitions()
         except ServiceError as err:
