@@ -22,6 +22,8 @@
   leader election) shows in the acknowledgements: a partition's offsets go backwards. That sets
   :attr:`ChangePublisher.topic_lost`; the watcher then learns the topic's partitions again
   (:meth:`ChangePublisher.refresh_partitions`) and publishes a full snapshot into the new topic.
+* A producer that owes reports for :data:`PRODUCER_STALL_S` while the broker answers metadata requests
+  (:meth:`ChangePublisher.stalled_for`) is taken for stuck as well.
 * Either way the watcher asks for a new producer (:meth:`ChangePublisher.renew_producer_soon`): a
   librdkafka producer that saw a topic deleted and re-created can keep the old partitions' leader epochs and
   never deliver to the new topic. The publishing thread replaces it before its next send; the old one's
@@ -173,6 +175,9 @@ class ChangePublisher:
         self._poller: threading.Thread | None = None
         self._renew = threading.Event()  # replace the producer before the next send
         self.producers_replaced = 0
+        # The last delivery report, or the send that found nothing outstanding: how long the producer has
+        # owed an answer (see stalled_for).
+        self._progress_at = time.monotonic()
 
     def start(self) -> None:
         """Ensure the topic exists and open the producer."""
@@ -219,6 +224,7 @@ class ChangePublisher:
             old_poller.join(timeout=1.0)
         replaced = ProducerReplaced("the producer was replaced; a full snapshot republishes its records")
         abandoned = old_sender.abandon(replaced) if old_sender is not None else 0
+        queued = len(old_producer)
         old_producer.purge()
         old_producer.flush(PURGE_REPORTS_S)  # runs the purged records' failure reports here
         with self._lock:
@@ -228,7 +234,7 @@ class ChangePublisher:
             "replaced the Kafka producer of %s (%d held and %d queued records left to the full snapshot)",
             self.topic,
             abandoned,
-            len(old_producer),
+            queued,
         )
 
     def _serve_delivery_reports(self, producer: Any) -> None:
@@ -307,6 +313,8 @@ class ChangePublisher:
         kind = payload_type(event)
         event_time_ms = event.event_time_ms
         self._renew_if_asked()
+        if self.unacked <= 0:
+            self._progress_at = time.monotonic()  # nothing was owed until this record
         while not self._unacked.acquire(timeout=1.0):
             if self._stopping.is_set():
                 raise KafkaTimeout("shutting down with records still unacknowledged")
@@ -373,10 +381,20 @@ class ChangePublisher:
         return self._sender is not None and self._sender.release_pending
 
     def _delivered(self, kind: str, event_time_ms: int, change_time_ms: int | None, message: Any) -> None:
+        self._progress_at = time.monotonic()
         self._unacked.release()
         self._note_acknowledged(message)
         if self._on_delivered is not None:
             self._on_delivered(kind, event_time_ms, change_time_ms)
+
+    def stalled_for(self) -> float:
+        """Seconds the producer has owed a delivery report for records handed to it (0 when none are
+        outstanding): a broker that is away, or a producer that stopped delivering (see the module doc)."""
+        return time.monotonic() - self._progress_at if self.unacked > 0 else 0.0
+
+    def note_progress(self) -> None:
+        """Start counting :meth:`stalled_for` again from now (after acting on a stall)."""
+        self._progress_at = time.monotonic()
 
     @property
     def unacked(self) -> int:
@@ -384,6 +402,7 @@ class ChangePublisher:
         return self.sent - self.delivered - self.delivery_failures
 
     def _failed_delivery(self, kind: str, error: BaseException) -> None:
+        self._progress_at = time.monotonic()
         self._unacked.release()
         with self._lock:
             self.delivery_failures += 1
@@ -432,6 +451,9 @@ class ProducerReplaced(Exception):
     """The failure a replaced producer's held records are reported with (they were never sent)."""
 
 
+#: A producer that has owed delivery reports this long while the broker answers (the topic exists, its
+#: partitions are listed) has stopped delivering: a healthy one answers in milliseconds, seconds at worst.
+PRODUCER_STALL_S = 30.0
 #: How long the replaced producer's purged records' failure reports are waited for.
 PURGE_REPORTS_S = 5.0
 

@@ -48,6 +48,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from connectors.kafka.client_config import KafkaTimeout
 from connectors.kafka.publisher import (
+    PRODUCER_STALL_S,
     TAIL_RELEASE_IDLE_S,
     TAIL_RELEASE_MAX_INTERVAL_S,
     TAIL_RELEASE_MIN_INTERVAL_S,
@@ -973,6 +974,8 @@ class ChangeWatcher:
                 self.request_snapshot(pb.SnapshotBegin.PUBLISH_FAILED)
             if self.publisher.topic_lost:
                 self._on_topic_lost()
+            if self.publisher.stalled_for() > PRODUCER_STALL_S:
+                self._on_producer_stalled()
             if next_periodic is not None and time.monotonic() >= next_periodic:
                 next_periodic = self._next_periodic()
                 self.request_snapshot(pb.SnapshotBegin.PERIODIC)
@@ -1015,6 +1018,28 @@ class ChangeWatcher:
             self.publisher.topic,
             reason,
             partitions,
+        )
+        self.request_snapshot(pb.SnapshotBegin.PUBLISH_FAILED)
+
+    def _on_producer_stalled(self) -> None:
+        """The producer owed delivery reports for PRODUCER_STALL_S: when the broker answers (the topic is
+        listed), the producer is stuck (e.g. on a topic deleted and re-created): a new one, and a FULL
+        snapshot for what the old one never delivered. A broker that is away is waited for."""
+        stalled_s = self.publisher.stalled_for()
+        try:
+            partitions = self.publisher.refresh_partitions(timeout_s=5.0)
+        except Exception as err:  # the broker is away: the producer retries; look again in a while
+            logger.debug("Kafka owes acknowledgements for %.0f s and does not answer (%s)", stalled_s, err)
+            self.publisher.note_progress()
+            return
+        self.publisher.note_progress()
+        self.publisher.renew_producer_soon()
+        logger.warning(
+            "Kafka answers (%s, %d partitions) but acknowledged nothing for %.0f s: replacing the producer "
+            "and publishing a FULL snapshot",
+            self.publisher.topic,
+            partitions,
+            stalled_s,
         )
         self.request_snapshot(pb.SnapshotBegin.PUBLISH_FAILED)
 

@@ -1266,7 +1266,9 @@ def test_changes_during_a_broker_outage_are_delivered_when_it_returns(
                     {p.ledger_id for p in (e.ledger_upserted for e in evs_of(evs, "ledger_upserted"))}
                     >= set(range(100, 110))
                 ),
-                timeout_s=60,
+                # A real broker's re-created topic can stall the producer: it is replaced after
+                # PRODUCER_STALL_S without an acknowledgement, and a FULL snapshot republishes.
+                timeout_s=120,
             )
             if watcher.publisher.delivery_failures:
                 # Records the broker refused while it came back (e.g. before the topic was recreated) are

@@ -102,3 +102,21 @@ def test_without_a_request_the_producer_is_kept(producers):
     finally:
         publisher.abort()
         publisher.close(timeout_s=0.5)
+
+
+def test_stalled_for_counts_from_the_first_record_owed_and_restarts_at_each_report(producers):
+    publisher = ChangePublisher(KafkaSettings(producer_batch_size=0), "t", producer_factory=producers)
+    publisher.start()
+    try:
+        assert publisher.stalled_for() == 0.0  # nothing owed
+        publisher.publish(event(1))
+        time.sleep(0.3)
+        assert publisher.stalled_for() >= 0.3
+        publisher.note_progress()
+        assert publisher.stalled_for() < 0.3
+        _value, report = producers[0].queued.pop()
+        report(KafkaError(KafkaError._MSG_TIMED_OUT), None)  # a report (here a failure) answers the debt
+        assert publisher.unacked == 0 and publisher.stalled_for() == 0.0
+    finally:
+        publisher.abort()
+        publisher.close(timeout_s=0.5)
