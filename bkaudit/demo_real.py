@@ -1,8 +1,8 @@
 """`bkaudit demo --bookkeeper real`: the demo's story on a real Apache BookKeeper 4.17 cluster.
 
-Starts the embedded ZooKeeper and broker, six real bookies (DbLedgerStorage, 127.0.0.2-7) in three racks under
-a fresh ZooKeeper prefix, writes Pulsar-style ledgers with BookKeeper's own Java client, starts the watcher
-and the auditor, then breaks the cluster step by step:
+Starts the embedded ZooKeeper and a real Apache Kafka broker (:func:`demo_services`), six real bookies
+(DbLedgerStorage, 127.0.0.2-7) in three racks under a fresh ZooKeeper prefix, writes Pulsar-style ledgers
+with BookKeeper's own Java client, starts the watcher and the auditor, then breaks the cluster step by step:
 
 1. ``kill -9`` of a bookie (lostBookieRecoveryDelay 0): once its ZooKeeper session expires, BOOKIE_LOST and
    exactly the ledgers naming it under-replicated; the bookie is restarted and the alerts resolve;
@@ -40,7 +40,7 @@ from bkaudit.demo import (
     stop_pipeline,
 )
 from bkaudit.demo_truth import ClusterReader, lost_ledgers, naming, not_adhering, process_stopped
-from core.settings import Settings
+from core.settings import DevSettings, Settings
 
 BOOKIES, RACKS = 6, 3
 LEDGERS, OPEN_LEDGERS, ENTRIES = 18, 2, 30
@@ -336,6 +336,24 @@ def _story(run: _Run, ledger_ids: set[int]) -> dict[str, Any]:
     return summary
 
 
+def demo_services(dev: DevSettings) -> DevSettings:
+    """The embedded services of the real demo: a real Apache Kafka broker, unless ``dev.broker`` was set
+    (then that one), or a Tansu broker that ``bkaudit dev up`` started in the same state directory is
+    running (it is reused: the two listen on the same port).
+
+    Example:
+        >>> demo_services(DevSettings(state_dir="/tmp/bkaudit-doc-demo")).broker
+        'kafka'
+        >>> demo_services(DevSettings(state_dir="/tmp/bkaudit-doc-demo", broker="tansu")).broker
+        'tansu'
+    """
+    from connectors.devcluster import DevCluster
+
+    if "broker" in dev.model_fields_set or DevCluster(dev).broker.is_running():
+        return dev
+    return dev.model_copy(update={"broker": "kafka"})
+
+
 def run_real_demo(
     settings: Settings, *, keep_running: bool = False, out: TextIO | None = None
 ) -> dict[str, Any]:
@@ -347,9 +365,11 @@ def run_real_demo(
     printer = _Printer(out or sys.stdout)
     started = time.monotonic()
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    services = DevCluster(settings.dev)
+    dev = demo_services(settings.dev)
+    services = DevCluster(dev)
     addresses = services.up()
-    printer.say(f"embedded ZooKeeper {addresses['zookeeper']}, Kafka-protocol broker {addresses['kafka']}")
+    broker = "Apache Kafka broker" if dev.broker == "kafka" else "Kafka-protocol broker (Tansu)"
+    printer.say(f"embedded ZooKeeper {addresses['zookeeper']}, {broker} {addresses['kafka']}")
     prefix = f"/bkaudit-demo-{stamp}"
     lakehouse = settings.lakehouse_root / "demo"
     shutil.rmtree(lakehouse, ignore_errors=True)
@@ -377,6 +397,7 @@ def run_real_demo(
         with _auditor(run):
             summary = _story(run, set(truth.ledgers()))
         summary["timings_s"]["total_s"] = round(time.monotonic() - started, 1)
+        summary["broker"] = dev.broker
         return summary
     finally:
         if truth is not None:

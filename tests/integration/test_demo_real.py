@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
+from bkaudit.demo_real import demo_services
 from connectors.delta.tables import TABLES, read_table
 from connectors.devcluster import DevCluster
 from core.settings import Settings
@@ -78,12 +79,12 @@ def real_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealDemoRun]
         summary = json.loads(last)
         yield RealDemoRun(settings, summary, Path(summary["lakehouse"]), console, time.monotonic() - started)
     finally:
-        DevCluster(settings.dev).down()
+        DevCluster(demo_services(settings.dev)).down()
 
 
 def test_the_open_alerts_match_the_ground_truth_read_from_the_real_cluster(real_demo: RealDemoRun) -> None:
     summary = real_demo.summary
-    assert summary["bookkeeper"] == "real"
+    assert summary["bookkeeper"] == "real" and summary["broker"] == "kafka"  # a real Apache Kafka broker
     assert summary["matches_ground_truth"], real_demo.console[-4000:]
     assert summary["open_alert_ids"] == summary["ground_truth_ids"], real_demo.console[-4000:]
     # At the end: the broken rack diversity and the stopped bookie, nothing else.
@@ -115,7 +116,7 @@ def test_the_flap_under_the_recovery_delay_raised_nothing_and_was_counted(real_d
 
 
 def test_the_demo_stopped_its_bookies_and_services(real_demo: RealDemoRun) -> None:
-    status = DevCluster(real_demo.settings.dev).status()
+    status = DevCluster(demo_services(real_demo.settings.dev)).status()
     assert not status["zookeeper"]["running"] and not status["kafka"]["running"], status
     bookkeeper_dirs = real_demo.settings.dev.state_dir / "demo-bookkeeper"
     assert not any(bookkeeper_dirs.glob("*/bookie-*")), "the bookies' data was removed"
