@@ -126,7 +126,7 @@ class EmbeddedZooKeeper(ProcessService):
                     f"clientPortAddress={LOOPBACK}",
                     "maxClientCnxns=0",
                     f"minSessionTimeout={2 * self.tick_ms}",
-                    f"maxSessionTimeout={120 * self.tick_ms}",
+                    f"maxSessionTimeout={240 * self.tick_ms}",  # 2 minutes at 500 ms ticks
                     "4lw.commands.whitelist=ruok,srvr,mntr,envi",
                     "admin.enableServer=false",
                     "autopurge.snapRetainCount=3",
