@@ -58,7 +58,6 @@ ALWAYS = (
 )
 #: Short event-time delays: a lost bookie is alerted within a second or two of its loss.
 STREAM_SETTINGS = {
-    "TRIGGER_INTERVAL_S": "0.5",
     "WATERMARK_DELAY_S": "2",
     "DEFAULT_RECOVERY_DELAY_S": "0",
     "PROBE_TIMEOUT_S": str(PROBE_TIMEOUT_S),

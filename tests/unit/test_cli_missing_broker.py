@@ -15,7 +15,7 @@ from connectors.devcluster import DevCluster
 Cli = Callable[..., Any]
 
 
-@pytest.mark.parametrize("command", [("dev", "up"), ("demo",)])
+@pytest.mark.parametrize("command", [("dev", "up"), ("demo", "--bookkeeper", "simulator")])  # on Tansu
 def test_without_the_broker_package_the_command_names_the_extra(
     cli: Cli, command: tuple[str, ...], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
