@@ -126,13 +126,13 @@ def changes_behind_a_watermark_pushed_ahead(spark: Any, kafka_settings: Any, tmp
     return settings, first, run_once(spark, settings)
 
 
-def test_changes_dated_behind_a_watermark_pushed_ahead_are_applied_and_the_gauge_says_how_far(
+def test_the_driver_lane_applies_changes_dated_behind_a_watermark_pushed_ahead(
     spark, kafka_settings, tmp_path
 ):
     # Ledger changes do not pass the stateful operator (the ledger lane applies them): none is dropped as
-    # late. The gauge says how far the watermark is ahead.
-    settings, first, metrics = changes_behind_a_watermark_pushed_ahead(spark, kafka_settings, tmp_path)
-    assert first.get_sample_value("bkaudit_stream_watermark_ahead_seconds") > 3000
+    # late. (The ahead gauge is the timers query's, fed only by the heartbeats the lane forwards: its
+    # arithmetic is tests/unit/test_stream_metrics.py's.)
+    settings, _, metrics = changes_behind_a_watermark_pushed_ahead(spark, kafka_settings, tmp_path)
     assert ledger_ids(settings) == {1, 2, 3}
     assert metrics.get_sample_value("bkaudit_stream_rows_dropped_late_total") == 0
 
