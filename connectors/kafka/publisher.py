@@ -312,9 +312,8 @@ class ChangePublisher:
         value = encode_event(event)
         kind = payload_type(event)
         event_time_ms = event.event_time_ms
-        self._renew_if_asked()
         if self.unacked <= 0:
-            self._progress_at = time.monotonic()  # nothing was owed until this record
+            self.note_progress()  # nothing was owed until this record
         while not self._unacked.acquire(timeout=1.0):
             if self._stopping.is_set():
                 raise KafkaTimeout("shutting down with records still unacknowledged")
@@ -381,7 +380,7 @@ class ChangePublisher:
         return self._sender is not None and self._sender.release_pending
 
     def _delivered(self, kind: str, event_time_ms: int, change_time_ms: int | None, message: Any) -> None:
-        self._progress_at = time.monotonic()
+        self.note_progress()
         self._unacked.release()
         self._note_acknowledged(message)
         if self._on_delivered is not None:
@@ -393,7 +392,7 @@ class ChangePublisher:
         return time.monotonic() - self._progress_at if self.unacked > 0 else 0.0
 
     def note_progress(self) -> None:
-        """Start counting :meth:`stalled_for` again from now (after acting on a stall)."""
+        """Start counting :meth:`stalled_for` again from now (a report came, or a stall was acted on)."""
         self._progress_at = time.monotonic()
 
     @property
@@ -402,7 +401,7 @@ class ChangePublisher:
         return self.sent - self.delivered - self.delivery_failures
 
     def _failed_delivery(self, kind: str, error: BaseException) -> None:
-        self._progress_at = time.monotonic()
+        self.note_progress()
         self._unacked.release()
         with self._lock:
             self.delivery_failures += 1

@@ -1026,13 +1026,12 @@ class ChangeWatcher:
         listed), the producer is stuck (e.g. on a topic deleted and re-created): a new one, and a FULL
         snapshot for what the old one never delivered. A broker that is away is waited for."""
         stalled_s = self.publisher.stalled_for()
+        self.publisher.note_progress()  # either way, look again PRODUCER_STALL_S from now
         try:
             partitions = self.publisher.refresh_partitions(timeout_s=5.0)
-        except Exception as err:  # the broker is away: the producer retries; look again in a while
+        except Exception as err:  # the broker is away: the producer retries
             logger.debug("Kafka owes acknowledgements for %.0f s and does not answer (%s)", stalled_s, err)
-            self.publisher.note_progress()
             return
-        self.publisher.note_progress()
         self.publisher.renew_producer_soon()
         logger.warning(
             "Kafka answers (%s, %d partitions) but acknowledged nothing for %.0f s: replacing the producer "
