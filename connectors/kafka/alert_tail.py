@@ -46,6 +46,8 @@ def parse_alert(value: bytes | None) -> dict[str, Any]:
         body = json.loads(value)
     except ValueError as err:
         raise ValueError(f"not JSON ({err})") from None
+    except RecursionError:  # nested deeper than the decoder goes: hostile or broken, never an alert
+        raise ValueError("not JSON (nested too deeply)") from None
     if not isinstance(body, dict):
         raise ValueError(f"not an alert object (a JSON {type(body).__name__})")
     missing = [name for name in REQUIRED_FIELDS if name not in body]
