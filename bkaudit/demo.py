@@ -32,6 +32,10 @@ from typing import Any, TextIO
 from core.settings import Settings
 
 STEP_TIMEOUT_S = 90.0
+#: How long a demo waits for the timers query's first batch with input before the silent-bookie step: the
+#: re-probe rounds go through that query, and its first batch (a Python worker, a state store) takes
+#: seconds on a quiet machine and minutes on a busy one (116 s beside two CPU hogs).
+TIMERS_WARM_TIMEOUT_S = 300.0
 #: The demo's Spark JVM lives for minutes: C1 alone compiles enough, at ~40% less start-up CPU than C2 too.
 DEMO_SPARK_CONF = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}
 
@@ -120,6 +124,24 @@ def _wait(what: str, check: Callable[[], bool], printer: _Printer, timeout: floa
         time.sleep(0.5)
     printer.say(f"  (gave up waiting for {what} after {timeout:.0f} s)")
     return False
+
+
+def timers_warm(queries: Any) -> bool:
+    """Whether the job's timers query finished a batch that had input (its Python worker and state store
+    are up), so that a re-probe round costs one micro-batch, not the query's start-up."""
+    timers = getattr(queries, "timers", None)
+    if timers is None:
+        return True
+    return any((p.get("numInputRows") or 0) > 0 for p in timers.recentProgress)
+
+
+def wait_for_timers(queries: Any, printer: _Printer) -> None:
+    """Before a step that needs re-probes: wait (and say so) until the timers query is warm."""
+    if not timers_warm(queries):
+        printer.say(
+            "  (before step 4: the auditor's timers query finishes its first batch; re-probes go through it)"
+        )
+        _wait("the timers query's first batch", lambda: timers_warm(queries), printer, TIMERS_WARM_TIMEOUT_S)
 
 
 def demo_run_settings(settings: Settings, lakehouse: Path, hosts: str, kafka: str, stamp: str) -> Settings:
@@ -302,6 +324,7 @@ def run_demo(settings: Settings, *, keep_running: bool = False, out: TextIO | No
         )
 
         silent = sim.bookie_ids()[5]
+        wait_for_timers(query, printer)
         printer.say(
             f"STEP 4: bookie {silent} goes silent: registered, but never answers "
             "GET_LIST_OF_ENTRIES_OF_LEDGER"

@@ -38,6 +38,7 @@ from bkaudit.demo import (
     demo_run_settings,
     print_comparison,
     stop_pipeline,
+    wait_for_timers,
 )
 from bkaudit.demo_truth import ClusterReader, lost_ledgers, naming, not_adhering, process_stopped
 from core.settings import DevSettings, Settings
@@ -50,8 +51,6 @@ SESSION_TIMEOUT_MS = 4000
 #: busy machine (the most the embedded ZooKeeper grants, maxSessionTimeout = 240 ticks of 500 ms). It only
 #: bounds the wait: on a quiet machine the alert comes in ~15 s.
 SILENT_SESSION_TIMEOUT_MS = 120000
-#: How long step 4 waits for the timers query's first batch with input (tens of seconds when busy).
-TIMERS_WARM_TIMEOUT_S = 300.0
 #: The timers query's micro-batch interval here (5 s by default): each re-probe round waits for one.
 TIMERS_TRIGGER_INTERVAL_S = 1.0
 #: Re-probes before an alert: the finding round and one re-probe, so that the silent bookie's alert comes
@@ -230,24 +229,11 @@ def _step_flap(run: _Run) -> None:
     )
 
 
-def _timers_warm(run: _Run) -> bool:
-    """The timers query finished a batch that had input (its Python worker and state store are up)."""
-    timers = getattr(run.queries, "timers", None)
-    if timers is None:
-        return True
-    return any((p.get("numInputRows") or 0) > 0 for p in timers.recentProgress)
-
-
 def _step_silence(run: _Run) -> None:
     """Step 4: SIGSTOP; registered but silent until the background check's re-probes give up on it."""
     silent = run.bookie_id(SILENT)
-    # The re-probe rounds go through the timers query: its first batch with state takes tens of seconds
-    # on a busy machine, which must not be spent inside the stopped bookie's ZooKeeper session.
-    if not _timers_warm(run):
-        run.printer.say(
-            "  (before step 4: the auditor's timers query finishes its first batch; re-probes go through it)"
-        )
-        run.wait("the timers query's first batch", lambda: _timers_warm(run), timeout=TIMERS_WARM_TIMEOUT_S)
+    # Not inside the stopped bookie's ZooKeeper session: the timers query's first batch (minutes when busy).
+    wait_for_timers(run.queries, run.printer)
     run.printer.say(
         f"STEP 4: bookie {silent} is stopped (SIGSTOP): registered (zkTimeout "
         f"{SILENT_SESSION_TIMEOUT_MS // 1000} s), it answers nothing"

@@ -299,6 +299,16 @@ def registered(client: KazooClient, bookie_id: str, root: str = "/ledgers") -> b
     )
 
 
+def registration_session(client: KazooClient, bookie_id: str, root: str = "/ledgers") -> int | None:
+    """The ZooKeeper session that owns ``bookie_id``'s registration (its ephemeral owner), None when it is
+    not registered: the same session before and after a pause means the pause expired nothing."""
+    for path in (f"{available_path(root)}/{bookie_id}", f"{readonly_path(root)}/{bookie_id}"):
+        stat = client.exists(path)
+        if stat is not None:
+            return int(stat.ephemeralOwner)
+    return None
+
+
 @dataclass
 class Loss:
     """What both sides said about one loss of ``victims`` (bookie ids), times in epoch seconds."""
