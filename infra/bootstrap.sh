@@ -121,9 +121,10 @@ case "$action" in
     ensure_promtool
     ensure_jars
     # Exit code 5 (no tests collected) is a failure for us: a suite that ran nothing proves nothing.
-    # Two workers (BKAUDIT_TEST_WORKERS), each with its own services and Spark session; a worker runs a
-    # module whole (tests/conftest.py groups them), so module fixtures and file order hold.
-    exec python -m pytest -n "${BKAUDIT_TEST_WORKERS:-2}" "$@"
+    # Three workers (BKAUDIT_TEST_WORKERS), each with its own services and Spark session; a worker runs a
+    # module whole (tests/conftest.py groups them), so module fixtures and file order hold. Three on two
+    # cores: much of a test is waiting (sessions to expire, re-probe delays), which a third worker fills.
+    exec python -m pytest -n "${BKAUDIT_TEST_WORKERS:-3}" "$@"
     ;;
   bench)
     ensure_jars
