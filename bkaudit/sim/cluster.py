@@ -687,10 +687,22 @@ class SimulatedCluster:
                 target.session.delete(self._registration_path(target.bookie_id, target.mode))
             target.mode = new_mode
 
-    def make_silent(self, bookie: str | int, silent: bool = True) -> None:
-        """Read requests but never answer (a DbLedgerStorage bookie asked for its entry list)."""
+    def make_silent(self, bookie: str | int, silent: bool = True, *, requests: int | None = None) -> None:
+        """Read requests but never answer (a DbLedgerStorage bookie asked for its entry list); with
+        ``requests``, only the next that many, then answer again (a transient silence ended by count)."""
         with self._lock:
-            self._bookie(bookie).server.silent = silent
+            server = self._bookie(bookie).server
+            if requests is None:
+                server.silent = silent
+            elif requests < 0:
+                raise SimulatorError("requests must not be negative")
+            else:
+                server.drop_next = requests if silent else 0
+
+    def requests_dropped(self, bookie: str | int) -> int:
+        """How many requests ``bookie`` dropped by count (``make_silent(..., requests=N)``) so far."""
+        with self._lock:
+            return self._bookie(bookie).server.stats.requests_dropped
 
     def make_slow(self, bookie: str | int, delay_s: float) -> None:
         """Answer every request after ``delay_s`` seconds (0 makes it fast again)."""

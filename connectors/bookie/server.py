@@ -175,6 +175,8 @@ class BookieFaults:
     """
 
     silent: bool = False
+    #: Drop this many more requests, then answer again: a silence that ends by count, not by the clock.
+    drop_next: int = 0
     delay_s: float = 0.0
     delay_jitter_s: float = 0.0
     enoledger_for: frozenset[int] = frozenset()
@@ -194,6 +196,7 @@ class ServerStats:
     connections_accepted: int = 0
     requests_received: int = 0
     responses_sent: int = 0
+    requests_dropped: int = 0  # by ``drop_next``
 
 
 def _fault_property(name: str, doc: str) -> property:
@@ -228,6 +231,7 @@ class BookieServer:
     """
 
     silent = _fault_property("silent", "Read requests but never answer (the DbLedgerStorage bookie).")
+    drop_next = _fault_property("drop_next", "Read and drop this many more requests, then answer again.")
     delay_s = _fault_property("delay_s", "Seconds before every answer.")
     delay_jitter_s = _fault_property(
         "delay_jitter_s", "Extra uniform random delay in [0, jitter) per answer."
@@ -476,7 +480,7 @@ class BookieServer:
 
     def _dispatch(self, writer: asyncio.StreamWriter, request: pb.Request) -> None:
         faults = self.faults
-        if faults.silent or self._unanswered(request):
+        if faults.silent or self._unanswered(request) or self._dropped():
             return
         delay = faults.delay_s + (
             random.uniform(0.0, faults.delay_jitter_s) if faults.delay_jitter_s else 0.0
@@ -487,6 +491,15 @@ class BookieServer:
         task = asyncio.get_running_loop().create_task(self._answer_later(writer, request, delay))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _dropped(self) -> bool:
+        """Whether this request is one of the ``drop_next`` to drop (counted down atomically)."""
+        with self._faults_lock:
+            if self._faults.drop_next <= 0:
+                return False
+            self._faults = dataclasses.replace(self._faults, drop_next=self._faults.drop_next - 1)
+        self.stats.requests_dropped += 1
+        return True
 
     def _unanswered(self, request: pb.Request) -> bool:
         """A DbLedgerStorage bookie's silence: the entry-list request is read and dropped."""

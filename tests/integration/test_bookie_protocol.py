@@ -176,6 +176,20 @@ def test_silent_bookie_times_out_within_the_timeout(store):
     run(scenario())
 
 
+def test_a_count_silence_drops_exactly_that_many_requests_then_answers(store):
+    async def scenario() -> None:
+        async with running_bookie(store) as server, BookieClient() as client:
+            server.drop_next = 2
+            for _ in range(2):
+                assert await client.list_entries(server.address, 5, timeout=SILENT_TIMEOUT_S) == Timeout(
+                    SILENT_TIMEOUT_S
+                )
+            assert isinstance(await client.list_entries(server.address, 5), EntryList)
+            assert server.stats.requests_dropped == 2 and server.drop_next == 0 and not server.silent
+
+    run(scenario())
+
+
 def test_slow_bookie_is_answered_within_a_larger_timeout_and_late_answers_are_dropped(store, caplog):
     async def scenario() -> None:
         async with running_bookie(store) as server, BookieClient() as client:

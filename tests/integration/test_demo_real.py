@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from bkaudit.demo_real import demo_services
+from bkaudit.demo_real import FLAP_DELAY_S, demo_services
 from connectors.delta.tables import TABLES, read_table
 from connectors.devcluster import DevCluster
 from core.settings import Settings
@@ -110,7 +110,7 @@ def test_the_killed_bookie_put_exactly_its_ledgers_under_replicated(real_demo: R
 def test_the_flap_under_the_recovery_delay_raised_nothing_and_was_counted(real_demo: RealDemoRun) -> None:
     flap = real_demo.summary["checks"]["flap"]
     assert flap["bookie"] == real_demo.summary["story"]["flapping_bookie"]
-    assert 0 < flap["missing_s"] < 30 and flap["flaps"] >= 1
+    assert 0 < flap["missing_s"] < FLAP_DELAY_S and flap["flaps"] >= 1
     history = read_table(real_demo.lakehouse, "violations").to_pylist()
     assert not [r for r in history if r["kind"] == "BOOKIE_LOST" and flap["bookie"] in (r["bookies"] or [])]
 
