@@ -194,7 +194,7 @@ class KafkaSettings(_Section):
         "bkaudit.changes",
         description="the watcher's change events (protobuf), read by the job",
     )
-    alerts_topic: str = Field("bkaudit.alerts", description="alert transitions (JSON, interfaces §2)")
+    alerts_topic: str = Field("bkaudit.alerts", description="alert transitions (JSON, see docs/alerts.md)")
     feedback_topic: str = Field(
         "bkaudit.feedback",
         description="the job's re-probe results, read back by the job",

@@ -60,7 +60,7 @@ class LossReport:
 
     @property
     def alerts(self) -> list[dict[str, Any]]:
-        """The alerts published, as the JSON objects of interfaces §2."""
+        """The alerts published, as their JSON objects (docs/alerts.md, "The alert object")."""
         return [json.loads(value) for value in self.values]
 
 

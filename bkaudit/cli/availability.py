@@ -1,4 +1,4 @@
-"""`bkaudit availability encode | decode | missing` (shared interfaces §1).
+"""`bkaudit availability encode | decode | missing` (docs/reference.md, "Admin commands").
 
 Thin wrappers over :mod:`core.domain.availability`; all input checking happens here or
 there and surfaces as :class:`core.errors.FormatError` (exit 2, one line on stderr).

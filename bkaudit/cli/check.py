@@ -1,4 +1,4 @@
-"""`bkaudit check replicas | placement` (shared interfaces §1).
+"""`bkaudit check replicas | placement` (docs/reference.md, "Admin commands").
 
 Both commands read one JSON object on stdin, validate it here (bad input → exit 2 with one
 line on stderr) and apply the pure rules of :mod:`core.domain.rules.replicas` and

@@ -1,5 +1,5 @@
-"""`bkaudit metadata decode|encode|show`: ledger metadata znode bytes to JSON and back (shared interfaces §1),
-and one ledger's metadata read live from ZooKeeper.
+"""`bkaudit metadata decode|encode|show`: ledger metadata znode bytes to JSON and back, and one ledger's
+metadata read live from ZooKeeper (docs/reference.md, "Admin commands").
 
 ``decode`` reads the raw znode bytes (format 1, 2 or 3) on stdin and prints one JSON object;
 ``encode`` reads that object and writes the znode bytes exactly as BookKeeper's writer would, so

@@ -1,4 +1,5 @@
-"""`bkaudit path ...`: print the ZooKeeper znode path BookKeeper uses for a ledger (shared interfaces §1).
+"""`bkaudit path ...`: print the ZooKeeper znode path BookKeeper uses for a ledger (docs/reference.md,
+"Admin commands").
 
     $ bkaudit path ledger 59
     /ledgers/00/0000/L0059

@@ -772,7 +772,7 @@ class SimulatedCluster:
         if self.manager is LedgerManagerType.FLAT:
             prefix = f"{self.root}/{ID_GENERATOR_PREFIX}"
         else:
-            # Hierarchical and long-hierarchical use the short generator until it overflows (facts §1.4).
+            # Hierarchical and long-hierarchical use the short generator until it overflows.
             prefix = f"{self.root}/{IDGEN_NODE}/{ID_GENERATOR_PREFIX}"
         created = self.admin.create(prefix, b"", ephemeral=True, sequence=True, makepath=True)
         self.admin.delete(created)

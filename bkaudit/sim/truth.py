@@ -1,8 +1,8 @@
 """Ground truth: which ledgers and bookies a correct auditor must flag at one moment, per alert kind.
 
 Pure code: no I/O, no clock. The simulator builds a :class:`ClusterSnapshot` of what it
-knows (it broke things on purpose) and :func:`ground_truth` applies the behaviour contract of
-``architecture.md`` with the project's shared rules (``LedgerMetadata.is_recoverable``,
+knows (it broke things on purpose) and :func:`ground_truth` applies the rules below (each kind's section
+of docs/alerts.md) with the project's shared rules (``LedgerMetadata.is_recoverable``,
 ``core.domain.rules.placement.check_placement``,
 ``core.domain.rules.replicas.classify_replicas``). End-to-end tests and benchmarks compare the auditor's
 output with it.

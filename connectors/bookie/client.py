@@ -13,7 +13,7 @@ one ``send()``. A dropped connection fails its in-flight requests at once with :
 Every probe returns a :class:`ProbeResult`, never raises for anything the network or the bookie did:
 
 ================  =============================================  =============================================
-result            when                                           what the Auditor makes of it (facts §3.6)
+result            when                                           what the Auditor makes of it
 ================  =============================================  =============================================
 EntryList         ``EOK`` + availability bytes                   the entries the bookie holds
 NoLedger          ``ENOLEDGER``                                  holds nothing of the ledger
@@ -251,7 +251,7 @@ class BadResponse(ProbeResult):
 def availability_of(result: ProbeResult) -> EntryAvailability | None:
     """The entries a list probe says the bookie holds, as the Auditor reads it; None when unknown.
 
-    ``ENOLEDGER`` counts as the empty set (facts §3.6); every non-conclusive result is None, so a silent or
+    ``ENOLEDGER`` counts as the empty set; every non-conclusive result is None, so a silent or
     failing bookie is never mistaken for one that lost data.
 
     Example:

@@ -1,6 +1,6 @@
 """Probe whole ledgers: ask each bookie of a closed ledger what it holds and classify the replicas.
 
-This is the I/O half of BookKeeper's replicas check (facts §3.6) and of BP-34's re-probe: one
+This is the I/O half of BookKeeper's replicas check and of BP-34's re-probe: one
 ``GET_LIST_OF_ENTRIES_OF_LEDGER`` per distinct bookie per ledger, all ledgers of a round in one bounded,
 concurrent wave, then the pure :func:`core.domain.rules.replicas.classify_replicas` on correct set
 semantics. Bookies that cannot list entries (DbLedgerStorage) are asked with ``READ_ENTRY`` instead, for

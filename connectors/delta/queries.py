@@ -60,7 +60,7 @@ __all__ = [
     "write_example_lakehouse",
 ]
 
-#: Every alert kind (interfaces §2), from the one enum that defines them.
+#: Every alert kind, from the one enum that defines them.
 ALERT_KINDS = tuple(kind.value for kind in AlertKind)
 # The entity of each cluster-level kind, as SQL (enum constants, nothing from the user).
 _CLUSTER_ENTITY_CASES = " ".join(

@@ -1,4 +1,5 @@
-"""Alerts as published on ``bkaudit.alerts`` (interfaces §2) and recorded in the ``violations`` table.
+"""Alerts as published on ``bkaudit.alerts`` and recorded in the ``violations`` table (docs/alerts.md,
+"The alert object").
 
 An alert is one *condition* (a kind on one entity, starting at an event time) in one *state*: ``firing``
 when detected, ``resolved`` when it no longer holds. Its ``alert_id`` is a hash of the cluster, the kind, the
@@ -31,7 +32,7 @@ from typing import Any
 
 
 class AlertKind(enum.Enum):
-    """Every alert kind of interfaces §2."""
+    """Every alert kind (docs/alerts.md has a section and an example alert object per kind)."""
 
     LEDGER_UNDER_REPLICATED = "LEDGER_UNDER_REPLICATED"
     LEDGER_UNRECOVERABLE = "LEDGER_UNRECOVERABLE"
@@ -253,7 +254,7 @@ class Alert:
         return f"{self.cluster}/{self.entity}"
 
     def to_json(self) -> dict[str, Any]:
-        """The alert object of interfaces §2."""
+        """The alert object as published (docs/alerts.md, "The alert object")."""
         return {
             "alert_id": self.alert_id,
             "cluster": self.cluster,

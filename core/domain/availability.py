@@ -18,7 +18,7 @@ unless asked: membership, counting, gap finding and :func:`missing_entries` all 
 are produced lazily (:meth:`EntryAvailability.iter_entries`) or with an explicit cap.
 
 :func:`missing_entries` has correct set semantics, unlike BookKeeper's ``getUnavailableEntries``, which stops
-looking after a gap of two or more ids and reports every later expected id as missing (facts §5.1).
+looking after a gap of two or more ids and reports every later expected id as missing.
 
 Example:
     >>> data = encode_availability([1, 2, 3, 5, 6, 7, 8])

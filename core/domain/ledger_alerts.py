@@ -11,9 +11,9 @@ so the loss owner keeps its ledger alerts here as columns and goes from verdicts
 - :func:`ledger_transitions`: conditions against the open set → the transitions (:data:`TRANSITION_SCHEMA`,
   ordered like the book's: by ledger, then kind) and the open set after them;
 - :func:`alert_records` and :func:`alert_rows`: the transitions as the ``(key, value)`` records of
-  interfaces §2 and as ``open_alerts`` / ``violations`` rows. The values parse to exactly what
-  :meth:`Alert.to_json <core.domain.alerts.Alert.to_json>` gives for the same alert (a property test
-  holds the two to it); ``detail`` keys are sorted, as the tables store them.
+  docs/alerts.md ("The alert object") and as ``open_alerts`` / ``violations`` rows. The values
+  parse to exactly what :meth:`Alert.to_json <core.domain.alerts.Alert.to_json>` gives for the same
+  alert (a property test holds the two to it); ``detail`` keys are sorted, as the tables store them.
 
 Pure: Arrow, numpy, hashlib and json; no I/O, no Spark.
 
@@ -300,7 +300,7 @@ def _by_ledger_and_kind(transitions: pa.Table) -> pa.Table:
 
 def alert_records(cluster: str, transitions: pa.Table) -> list[tuple[bytes, bytes]]:
     """The transitions as Kafka ``(key, value)`` records: key ``<cluster>/ledger/<id>``, value the alert
-    object of interfaces §2 as UTF-8 JSON (fields in its order)."""
+    object (docs/alerts.md, "The alert object") as UTF-8 JSON (fields in its order)."""
     if not transitions.num_rows:
         return []
     transitions = transitions.combine_chunks()

@@ -56,7 +56,7 @@ def _summary(values: list[float]) -> dict[str, Any]:
 
 
 def _alert_record(index: int) -> tuple[bytes, bytes]:
-    """A record shaped like a ``LEDGER_UNDER_REPLICATED`` alert (interfaces §2), ~420 bytes."""
+    """A record shaped like a ``LEDGER_UNDER_REPLICATED`` alert (docs/alerts.md), ~420 bytes."""
     from core.domain.alerts import Alert, AlertKind
 
     alert = Alert.ledger(

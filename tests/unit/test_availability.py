@@ -40,7 +40,7 @@ def naive_runs(ids: set[int]) -> list[tuple[int, int]]:
     return runs
 
 
-# --- facts §5.2 examples -------------------------------------------------------------------------------
+# --- worked examples -------------------------------------------------------------------------------
 
 
 def test_three_consecutive_ids_are_one_group_of_88_bytes() -> None:

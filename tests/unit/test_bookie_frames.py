@@ -1,4 +1,4 @@
-"""Bookie wire frames: byte-exact requests and responses (facts §5.4), incremental framing, strict parsing,
+"""Bookie wire frames: byte-exact requests and responses, incremental framing, strict parsing,
 classification of answers into probe results, and a fuzz loop showing bad bytes only raise FormatError."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def list_header(ledger_id: int = 5, txn_id: int = 1) -> pb.BKPacketHeader:
     return list_entries_request(ledger_id, txn_id).header
 
 
-# --------------------------------------------------------------------------------------- facts §5.4 bytes
+# ----------------------------------------------------------------------------- bytes as BookKeeper sends them
 
 
 def test_list_entries_request_is_byte_exact_with_the_facts_example():

@@ -1,4 +1,5 @@
-"""`bkaudit metadata decode|encode` (shared interfaces §1), run in-process through the ``cli`` fixture."""
+"""`bkaudit metadata decode|encode` (docs/reference.md, "Admin commands"), run in-process through the
+``cli`` fixture."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""`bkaudit path ledger|underreplicated` (shared interfaces §1): one line on stdout, exit 2 on bad input."""
+"""`bkaudit path ledger|underreplicated` (docs/reference.md, "Admin commands"): one line on stdout, exit 2
+on bad input."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ from tests.budgets import allocation_peak
 HEADER = b"BookieMetadataFormatVersion\t"
 BOOKIES = ("192.0.2.1:1234", "192.0.2.2:1234", "192.0.2.3:1234")
 
-# facts §2.4, verbatim: the v2 text BookKeeper writes for a ledger in recovery.
+# Verbatim: the v2 text BookKeeper writes for a ledger in recovery.
 V2_IN_RECOVERY = (
     b"BookieMetadataFormatVersion\t2\n"
     b"quorumSize: 2\n"
@@ -217,7 +217,7 @@ def sample_ledger(**changes: Any) -> JavaLedger:
     return dataclasses.replace(ledger, **changes)
 
 
-# ------------------------------------------------------------------------------------ facts §2.4 examples
+# -------------------------------------------------------------------------------------- v2 text examples
 
 
 def test_v2_in_recovery_example_decodes_as_bookkeeper_reads_it() -> None:

@@ -1,4 +1,4 @@
-"""Replicas check (facts §3.6) on correct set semantics, against the worked scenarios and a brute force."""
+"""Replicas check on correct set semantics, against the worked scenarios and a brute force."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def classify(
     )
 
 
-# --- facts §3.6 worked classifications ------------------------------------------------------------------
+# --- worked classifications ------------------------------------------------------------------
 
 
 def test_nr1_all_bookies_empty_is_no_replica() -> None:
@@ -200,7 +200,7 @@ def test_bad_parameters_raise_value_error(kwargs: dict[str, object], message: st
         classify_replicas(**params)  # type: ignore[arg-type]
 
 
-# --- striping vectors (facts §4.6), which the rule relies on ----------------------------------------------
+# --- striping vectors, which the rule relies on ----------------------------------------------
 
 
 def test_striping_vectors() -> None:
@@ -226,7 +226,7 @@ def brute_force(
     segments: list[tuple[int, list[str]]],
     answers: Mapping[str, object],
 ) -> tuple[str, int | None, list[int], list[str]]:
-    """Per-entry multiset of missing copies, exactly as facts §3.6 describes, with no cleverness."""
+    """Per-entry multiset of missing copies, as BookKeeper's replicas check counts them, no cleverness."""
     if state != "CLOSED" or last < 0:
         return "SKIPPED", None, [], []
     missing_count: dict[int, int] = {}

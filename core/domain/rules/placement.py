@@ -1,4 +1,4 @@
-"""Placement-policy adherence of one ensemble: rack-aware, zone-aware and region-aware (facts §4).
+"""Placement-policy adherence of one ensemble: rack-aware, zone-aware and region-aware.
 
 Pure code: no I/O, no Spark; shared by ``bkaudit check placement``, the streaming job and
 the simulator. docs/placement.md states the rules in prose, including the region-aware rule BookKeeper
@@ -87,7 +87,7 @@ class PlacementVerdict:
     reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The CLI's JSON object (interfaces §1 keys plus ``soft_write_sets`` and ``reason``).
+        """The CLI's JSON object: ``adherence``, ``failing_write_sets``, ``soft_write_sets``, ``reason``.
 
         Example:
             >>> verdict = PlacementVerdict(PlacementAdherence.FAIL, (("a", "b"),), (), "x")
@@ -182,7 +182,7 @@ def rackaware_adherence(
     min_racks_per_write_quorum: int = DEFAULT_MIN_RACKS_PER_WRITE_QUORUM,
     enforce_min_racks_per_write_quorum: bool = DEFAULT_ENFORCE_MIN_RACKS_PER_WRITE_QUORUM,
 ) -> PlacementVerdict:
-    """BookKeeper's rack-aware check (facts §4.2), counting every member's rack; never MEETS_SOFT.
+    """BookKeeper's rack-aware check, counting every member's rack; never MEETS_SOFT.
 
     A window FAILs when it spans fewer than ``min(WQ, min_racks_per_write_quorum)`` racks, or, with
     enforcement on, when a member is in ``/default-rack``.
@@ -235,7 +235,7 @@ def zoneaware_adherence(
     min_zones_per_write_quorum: int = DEFAULT_MIN_ZONES_PER_WRITE_QUORUM,
     desired_zones_per_write_quorum: int = DEFAULT_DESIRED_ZONES_PER_WRITE_QUORUM,
 ) -> PlacementVerdict:
-    """BookKeeper's zone-aware check (facts §4.4), exactly; locations are ``/zone/upgradedomain``.
+    """BookKeeper's zone-aware check, exactly; locations are ``/zone/upgradedomain``.
 
     Ensemble-level FAIL (empty, ``E % WQ != 0``, ``WQ <= min zones``) lists no write set and says why in
     ``reason``. Per window: an unresolved member, fewer than ``min_zones`` zones, or a zone with several

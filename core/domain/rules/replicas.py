@@ -117,7 +117,7 @@ class ReplicasVerdict:
     unknown_bookies: tuple[str, ...]
 
     def to_json(self) -> dict[str, Any]:
-        """The CLI's JSON object (interfaces §1 keys plus ``worst_entry_count``).
+        """The CLI's JSON object (the ``bkaudit check replicas`` output).
 
         Example:
             >>> sorted(ReplicasVerdict(ReplicasResult.OK, 3, (), 0, ()).to_json())
@@ -136,7 +136,7 @@ _SKIPPED = ReplicasVerdict(ReplicasResult.SKIPPED, None, (), 0, ())
 
 
 def segment_ranges(segments: Sequence[LedgerSegment], last_entry_id: int) -> Iterator[tuple[int, int, int]]:
-    """``(segment_index, first, end)`` for every non-empty segment of a closed ledger (facts §3.6 step 3).
+    """``(segment_index, first, end)`` for every non-empty segment of a closed ledger.
 
     Example:
         >>> list(segment_ranges([LedgerSegment(0, ("a",)), LedgerSegment(3, ("b",))], 2))
