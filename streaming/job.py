@@ -47,6 +47,7 @@ from streaming.membership import (
     MembershipStateStore,
 )
 from streaming.processor import ProcessorConfig, make_processor
+from streaming.restarting_query import RestartingQuery
 from streaming.schemas import CHANGE_SCHEMA, DECISION_SCHEMA
 from streaming.sink import AuditSink, SinkConfig
 from streaming.sink_queue import SinkQueue
@@ -511,18 +512,23 @@ def _start_ledger_lane_and_timers(
         send_keyed(sink.kafka_producer(), kafka, topic, records)
 
     relay = DecisionRelay(send, kafka.decisions_topic)
-    discard_unplanned_first_batch(timers_checkpoint(settings))
+    # Under --available-now both run on processing-time triggers until the loop between them settles
+    # (LoopSettler): one available-now pass each would leave the relayed decisions unread.
+    interval_ms = int(settings.stream.timers_trigger_interval_s * 1000)
     writer = (
         decisions_frame(spark, settings)
         .writeStream.queryName(TIMERS_QUERY_NAME)
         .foreachBatch(relay)
         .option("checkpointLocation", str(timers_checkpoint(settings)))
+        .trigger(processingTime=f"{interval_ms} milliseconds")
     )
+
+    def start_timers() -> Any:
+        discard_unplanned_first_batch(timers_checkpoint(settings))
+        return writer.start()
+
     try:
-        # Under --available-now both run on processing-time triggers until the loop between them settles
-        # (LoopSettler): one available-now pass each would leave the relayed decisions unread.
-        interval_ms = int(settings.stream.timers_trigger_interval_s * 1000)
-        timers = writer.trigger(processingTime=f"{interval_ms} milliseconds").start()
+        timers = RestartingQuery(start_timers, name=TIMERS_QUERY_NAME)
         ledgers = start_ledger_lane(settings, sink, queue, send, available_now=available_now)
     except BaseException:
         membership.stop()
