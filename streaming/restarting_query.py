@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,8 @@ logger = logging.getLogger(__name__)
 TRANSIENT_FAILURES = ("Python worker failed to connect back",)
 #: Restarts in a row (no batch completed in between) before the failure stands.
 RESTARTS_IN_A_ROW = 3
+#: How often a watcher thread looks, so that a query nobody polls is restarted too.
+WATCH_EVERY_S = 1.0
 
 
 def is_transient_failure(error: Any) -> bool:
@@ -47,33 +50,54 @@ class RestartingQuery:
         ...     isActive, recentProgress = True, []
         ...     def exception(self): return None
         >>> started = iter([Failed(), Running()])
-        >>> query = RestartingQuery(lambda: next(started), name="timers")
+        >>> query = RestartingQuery(lambda: next(started), name="timers", watch_every_s=None)
         >>> query.isActive, query.restarts
         (True, 1)
     """
 
-    def __init__(self, start: Callable[[], Any], *, name: str, restarts_in_a_row: int = RESTARTS_IN_A_ROW):
+    def __init__(
+        self,
+        start: Callable[[], Any],
+        *,
+        name: str,
+        restarts_in_a_row: int = RESTARTS_IN_A_ROW,
+        watch_every_s: float | None = WATCH_EVERY_S,
+    ):
         self._start = start
         self.name = name
         self.limit = restarts_in_a_row
         self.restarts = 0  # all restarts so far
         self._in_a_row = 0
+        self._lock = threading.RLock()
+        self._stopped = threading.Event()
         self.query = start()
+        if watch_every_s is not None:  # also when nobody asks (a caller that only reads progress)
+            threading.Thread(
+                target=self._watch, args=(watch_every_s,), name=f"{name}-restarts", daemon=True
+            ).start()
+
+    def _watch(self, every_s: float) -> None:
+        while not self._stopped.wait(every_s):
+            with self._lock:
+                if self._stopped.is_set():
+                    return
+                self._renew()
+                if not self.query.isActive:
+                    return  # stopped, or a failure that stands: the callers see it
 
     def _renew(self) -> bool:
         """Start the query again while it failed transiently and the bound allows; True when it did."""
-        renewed = False
-        while self._restartable():
-            self.query = self._start()
-            renewed = True
-        return renewed
+        with self._lock:
+            renewed = False
+            while not self._stopped.is_set() and self._restartable():
+                self.query = self._start()
+                renewed = True
+            return renewed
 
     def _restartable(self) -> bool:
         """Whether the current query failed transiently and may start again (counted and logged if so)."""
         query = self.query
-        if query.isActive:
-            return False
-        error = query.exception()
+        error = query.exception()  # set once it failed, and then it has terminated
         if error is None or not is_transient_failure(error):
             return False
         if query.recentProgress:
@@ -93,12 +117,17 @@ class RestartingQuery:
 
     @property
     def isActive(self) -> bool:
-        self._renew()
-        return bool(self.query.isActive)
+        while True:
+            if self.query.isActive:
+                return True
+            if not self._renew():
+                return False
 
     def exception(self) -> Any:
-        self._renew()
-        return self.query.exception()
+        while True:  # a failure seen here, after a check found none, is still restarted first
+            error = self.query.exception()
+            if error is None or not self._renew():
+                return error
 
     def processAllAvailable(self) -> None:
         while True:
@@ -120,7 +149,9 @@ class RestartingQuery:
                     raise
 
     def stop(self) -> None:
-        self.query.stop()
+        with self._lock:
+            self._stopped.set()
+            self.query.stop()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.query, name)

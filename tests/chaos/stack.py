@@ -434,8 +434,16 @@ class ChaosStack:
         self.truths.clear()
         self.forgotten |= {(r["alert_id"], r["state"]) for r in self.table("violations")}
 
-    def assert_no_alert_lost(self) -> None:
+    def assert_no_alert_lost(self, timeout_s: float = 60.0) -> None:
+        """Every alert the tables and the truths hold is on the topic. Waited for: the topic and the two
+        tables are read one after the other (on a busy machine seconds apart) while a last batch may still
+        publish and record, so one reading can see a table ahead of the topic; an alert that is on the
+        topic a moment later was not lost."""
+        deadline = time.monotonic() + timeout_s
         lost = self.lost_alerts()
+        while lost and time.monotonic() < deadline:
+            time.sleep(1.0)
+            lost = self.lost_alerts()
         assert not lost, f"alerts missing from {self.kafka.alerts_topic}: {lost}"
 
     def topic_end_offsets(self) -> dict[str, int]:

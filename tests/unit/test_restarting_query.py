@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -112,3 +113,25 @@ def test_other_attributes_and_stop_are_the_current_querys() -> None:
     assert query.isActive and query.recentProgress == [{"batchId": 0}]
     query.stop()
     assert handed[1].stopped and not query.isActive
+
+
+def test_a_query_nobody_polls_is_restarted_by_its_watcher() -> None:
+    # A caller that only reads progress (the demo) never asks isActive: the watcher thread restarts it.
+    first = FakeQuery()
+    handed, start = starts(first, FakeQuery())
+    query = RestartingQuery(start, name="timers", watch_every_s=0.01)
+    first.error = WORKER_TIMEOUT  # fails after its start
+    deadline = time.monotonic() + 30
+    while len(handed) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(handed) == 2 and query.restarts == 1
+
+
+def test_a_stopped_query_is_never_started_again() -> None:
+    first = FakeQuery()
+    handed, start = starts(first, FakeQuery())
+    query = RestartingQuery(start, name="timers", watch_every_s=0.01)
+    query.stop()
+    first.error = WORKER_TIMEOUT  # a failure while stopping
+    time.sleep(0.1)
+    assert not query.isActive and len(handed) == 1
