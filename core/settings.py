@@ -629,12 +629,14 @@ class SparkSettings(_Section):
         description="progress updates Spark keeps (the metrics listener reads them)",
     )
     local_nice: int = Field(
-        10,
+        0,
         ge=0,
         le=19,
         description="in local mode, the nice value (lower CPU priority) of the Spark JVM and the Python "
-        "workers it starts, so that the driver, whose membership lane publishes a loss's alerts, gets the "
-        "cores first; 0 = the driver's priority",
+        "workers it starts; 0 (the default) = the driver's priority. A higher value lets the driver, "
+        "whose membership lane publishes a loss's alerts, get the cores first, but slows the timers "
+        "query (re-probe rounds) beside other busy processes. The timers query's execution thread and the "
+        "Python worker it starts in the JVM keep the driver's priority (Spark gives that worker 10 s)",
     )
     extra_conf: dict[str, str] = Field(default_factory=dict, description="any other spark.* settings")
 

@@ -49,6 +49,7 @@ from streaming.membership import (
 from streaming.processor import ProcessorConfig, make_processor
 from streaming.restarting_query import RestartingQuery
 from streaming.schemas import CHANGE_SCHEMA, DECISION_SCHEMA
+from streaming.session import start_at_driver_priority
 from streaming.sink import AuditSink, SinkConfig
 from streaming.sink_queue import SinkQueue
 from streaming.spark_checkpoint import discard_unplanned_first_batch
@@ -525,7 +526,7 @@ def _start_ledger_lane_and_timers(
 
     def start_timers() -> Any:
         discard_unplanned_first_batch(timers_checkpoint(settings))
-        return writer.start()
+        return start_at_driver_priority(spark, writer.start)
 
     try:
         timers = RestartingQuery(start_timers, name=TIMERS_QUERY_NAME)

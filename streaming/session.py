@@ -16,8 +16,10 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from core.logsetup import library_log
 from core.settings import SparkSettings
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -92,6 +96,74 @@ def build_spark_session(settings: SparkSettings | None = None, *, for_tests: boo
     return session
 
 
+class QueryStarter:
+    """A Python thread whose peer thread in the local JVM keeps the driver's CPU priority.
+
+    PySpark pins each Python thread to one JVM thread, which runs the calls that Python thread makes. A
+    query started from a JVM thread gets its execution thread from it, and with it that thread's priority,
+    which passes on to the processes it spawns. The timers query's execution thread spawns a Python worker
+    for ``transformWithStateInPandas`` and fails unless that worker connects back within Spark's fixed
+    10 s. At ``spark.local_nice`` 10 beside busy processes at nice 0, Python's start-up alone can take
+    longer. :func:`lower_local_priority` leaves this thread's peer as it is, so queries started through
+    :func:`start_at_driver_priority` get their workers started at the driver's priority.
+
+    Example:
+        >>> # starter = QueryStarter(session); starter.jvm_thread  → 6753 (a thread id of the JVM)
+    """
+
+    def __init__(self, session: SparkSession):
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="query-starter")
+        self.jvm_thread = self._thread.submit(_jvm_thread_of_the_caller, session).result()
+
+    def run(self, call: Callable[[], T]) -> T:
+        """Run ``call`` on this thread, so that the JVM work it starts begins at the driver's priority."""
+        return self._thread.submit(call).result()
+
+
+#: The query starter of each local JVM (by its process id), made before the JVM is reniced.
+_starters: dict[int, QueryStarter] = {}
+
+
+def _jvm_thread_of_the_caller(session: SparkSession) -> int | None:
+    """The Linux thread id of the JVM thread that serves the calling Python thread, or None off Linux."""
+    jvm = session.sparkContext._jvm
+    assert jvm is not None  # a live session's context has its gateway
+    path = str(jvm.java.io.File("/proc/thread-self").getCanonicalPath())  # /proc/PID/task/TID
+    parts = path.split("/")
+    return int(parts[-1]) if len(parts) == 5 and parts[3] == "task" else None
+
+
+def _local_jvm_pid(session: SparkSession) -> int | None:
+    process = getattr(session.sparkContext._gateway, "proc", None)  # the JVM that pyspark launched
+    return process.pid if process is not None else None
+
+
+def query_starter(session: SparkSession) -> QueryStarter | None:
+    """The local JVM's :class:`QueryStarter`, made on first use; None when the JVM is not this
+    process's child on Linux (priorities are the cluster's business then).
+
+    Example:
+        >>> # query_starter(session).jvm_thread  → 6753
+    """
+    pid = _local_jvm_pid(session)
+    if pid is None or not Path(f"/proc/{pid}/task").is_dir():
+        return None
+    if pid not in _starters:
+        _starters[pid] = QueryStarter(session)
+    return _starters[pid]
+
+
+def start_at_driver_priority(session: SparkSession, start: Callable[[], Any]) -> Any:
+    """Call ``start`` (a streaming query's start) so that the threads and Python workers Spark starts
+    for the query run at the driver's priority, whatever ``spark.local_nice`` made of the rest of the JVM.
+
+    Example:
+        >>> # query = start_at_driver_priority(spark, writer.start)
+    """
+    starter = query_starter(session)
+    return start() if starter is None else starter.run(start)
+
+
 def launch_jvm_into(log: Path, conf: dict[str, str]) -> bool:
     """Start Spark's JVM with its stdout and stderr appended to ``log``, unless one runs already.
 
@@ -117,20 +189,23 @@ def launch_jvm_into(log: Path, conf: dict[str, str]) -> bool:
 def lower_local_priority(session: SparkSession, nice: int) -> int:
     """Make every thread of the local Spark JVM at least ``nice``; threads it starts later, and the Python
     workers they spawn, inherit it. The driver keeps its priority, so when the cores are short the loss
-    path (a driver thread) runs first and the ledger lane's executors take what is left. Linux only (a
-    thread's priority is its own there); returns the threads changed.
+    path (a driver thread) runs first and the ledger lane's executors take what is left. The one
+    exception is the :class:`QueryStarter`'s peer thread, and what queries started through it start.
+    Linux only (a thread's priority is its own there); returns the threads changed.
 
     Example:
         >>> # lower_local_priority(build_spark_session(SparkSettings(master="local[2]")), 5)  → 57
     """
-    process = getattr(session.sparkContext._gateway, "proc", None)  # the JVM that pyspark launched
-    tasks = Path(f"/proc/{process.pid}/task") if process is not None else None
-    if tasks is None or not tasks.is_dir():
+    starter = query_starter(session)
+    if starter is None:
         logger.info("spark.local_nice applies only to a JVM this process launched on Linux; ignored")
         return 0
+    tasks = Path(f"/proc/{_local_jvm_pid(session)}/task")
     changed = 0
     for _ in range(2):  # a second pass for threads started during the first
         for task in tasks.iterdir():
+            if task.name == str(starter.jvm_thread):
+                continue  # it starts the queries (QueryStarter says why)
             try:
                 if os.getpriority(os.PRIO_PROCESS, int(task.name)) < nice:
                     os.setpriority(os.PRIO_PROCESS, int(task.name), nice)

@@ -29,12 +29,13 @@ import contextlib
 import logging
 import socket
 import threading
+import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, KazooState
 
 from connectors.bookie.server import BookieServer, InMemoryEntryStore
 from core.domain.registration import BOOKIE_RPC_PROTOCOL, BookieServiceInfo, Endpoint
@@ -149,6 +150,49 @@ def close_session(client: KazooClient) -> None:
         client.stop()
     finally:
         client.close()
+
+
+def expire_session(client: KazooClient, hosts: str, timeout_s: float = 30.0) -> None:
+    """Make ZooKeeper expire ``client``'s session, the way a long network partition or a stalled host would.
+
+    A second connection joins the same session (same id and password) and closes it; the server then
+    expires the session and ``client`` sees ``KazooState.LOST`` before kazoo reconnects with a new one.
+    Returns once ``client`` has seen the loss and is connected again (``ServiceError`` if not in time).
+
+    Example:
+        >>> # expire_session(bookie_session, "127.0.0.1:2181")  # its ephemeral znodes are gone now
+    """
+    lost = threading.Event()
+    reconnected = threading.Event()
+
+    def listener(state: str) -> bool:
+        if state == KazooState.LOST:
+            lost.set()
+        elif state == KazooState.CONNECTED and lost.is_set():
+            reconnected.set()
+            return True  # remove the listener
+        return False
+
+    session_id, password = client.client_id
+    client.add_listener(listener)
+    twin = KazooClient(hosts=hosts, client_id=(session_id, password), timeout=timeout_s)
+    try:
+        twin.start(timeout=timeout_s)
+    finally:
+        twin.stop()
+        twin.close()
+    # The original client learns of the expiry on its next request or ping.
+    deadline = time.monotonic() + timeout_s
+    while not lost.is_set() and time.monotonic() < deadline:
+        # SessionExpiredError / ConnectionLoss are exactly what we are causing.
+        with contextlib.suppress(Exception):
+            client.exists("/")
+        lost.wait(0.1)
+    if not lost.is_set():
+        client.remove_listener(listener)
+        raise ServiceError(f"session 0x{session_id:x} was not expired within {timeout_s:.0f} s")
+    if not reconnected.wait(timeout_s) and not client.connected:
+        raise ServiceError("client did not reconnect after its session expired")
 
 
 def abandon_session(client: KazooClient, timeout_s: float = 10.0) -> None:

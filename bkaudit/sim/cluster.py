@@ -52,7 +52,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch
 
@@ -62,6 +62,7 @@ from bkaudit.sim.bookie import (
     SimBookie,
     abandon_session,
     close_session,
+    expire_session,
     open_session,
     service_info_for,
 )
@@ -589,6 +590,46 @@ class SimulatedCluster:
             bookie.session = None
             raise
         bookie.mode = mode
+        session = bookie.session
+        session.add_listener(lambda state: self._on_bookie_session_state(bookie, session, state))
+
+    def _on_bookie_session_state(self, bookie: SimBookie, session: KazooClient, state: str) -> None:
+        """kazoo's listener, on its event thread (so nothing here blocks): a lost session is handled apart."""
+        if state == KazooState.LOST:
+            threading.Thread(
+                target=self._register_again,
+                args=(bookie, session, _now_ms()),
+                name=f"{bookie.bookie_id}-register-again",
+                daemon=True,
+            ).start()
+
+    def _register_again(self, bookie: SimBookie, session: KazooClient, lost_ms: int) -> None:
+        """After its session expired, a running bookie registers again with the new one, as BookKeeper's
+        bookies do; the ground truth records it missing from ``lost_ms`` until then. (kazoo also says LOST
+        when a session is closed or abandoned on purpose: a bookie killed or a cluster closed is left be.)"""
+
+        def still_running() -> bool:
+            return not self._closed and bookie.session is session and bookie.mode is not BookieMode.DOWN
+
+        with self._lock:
+            if not still_running():
+                return
+            self._open_absence(bookie.bookie_id, lost_ms)
+            logger.info("bookie %s: ZooKeeper session expired; registering again", bookie.bookie_id)
+        while True:
+            with self._lock:
+                if not still_running():
+                    return
+                if session.connected:  # kazoo opens the new session by itself
+                    try:
+                        self._register(bookie, bookie.mode)
+                    except (KazooException, SimulatorError) as err:  # disconnected again: retry
+                        logger.info("bookie %s: registering again failed (%s)", bookie.bookie_id, err)
+                    else:
+                        self._close_absence(bookie.bookie_id, _now_ms())
+                        logger.info("bookie %s: registered again after its session expired", bookie.bookie_id)
+                        return
+            time.sleep(0.1)
 
     def kill_bookie(self, bookie: str | int, *, hard: bool = False) -> None:
         """Stop a bookie. Graceful: session closed, its znode is gone at once. Hard: the process "dies",
@@ -686,6 +727,21 @@ class SimulatedCluster:
             with contextlib.suppress(NoNodeError):
                 target.session.delete(self._registration_path(target.bookie_id, target.mode))
             target.mode = new_mode
+
+    def expire_bookie_session(self, bookie: str | int) -> None:
+        """Make ZooKeeper expire a running bookie's session, as a partition or a stalled host longer than
+        its session timeout would. Its registration vanishes; the bookie registers again with a new
+        session, as BookKeeper's bookies do, and the ground truth has it missing in between.
+
+        Example:
+            >>> # sim.expire_bookie_session("bookie-02")  # available/bookie-02 is gone, then back
+        """
+        with self._lock:
+            target = self._bookie(bookie)
+            if target.mode is BookieMode.DOWN or target.session is None:
+                raise SimulatorError(f"bookie {target.bookie_id} is down: it has no session to expire")
+            session = target.session
+        expire_session(session, self.zk_hosts, timeout_s=self.bookie_session_timeout_s * 2 + 20.0)
 
     def make_silent(self, bookie: str | int, silent: bool = True, *, requests: int | None = None) -> None:
         """Read requests but never answer (a DbLedgerStorage bookie asked for its entry list); with

@@ -9,19 +9,16 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
-import threading
-import time
 import uuid
 from pathlib import Path
 
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooClient
 
+from bkaudit.sim.bookie import expire_session
 from connectors.bookkeeper import RealBookKeeperCluster
 from connectors.devcluster import DevCluster
-from core.errors import ServiceError
 from core.settings import DevSettings, KafkaSettings
 
 
@@ -112,43 +109,9 @@ class ServiceHarness:
         return client
 
     def expire_session(self, client: KazooClient, timeout: float = 30.0) -> None:
-        """Make the server expire ``client``'s session, the way a long network partition would.
-
-        A second connection joins the same session (same id and password) and closes it; the server then
-        expires the session and ``client`` sees ``KazooState.LOST`` before kazoo reconnects with a new one.
-        Returns once the original client has seen the loss and is connected again.
-        """
-        lost = threading.Event()
-        reconnected = threading.Event()
-
-        def listener(state: str) -> bool:
-            if state == KazooState.LOST:
-                lost.set()
-            elif state == KazooState.CONNECTED and lost.is_set():
-                reconnected.set()
-                return True  # remove the listener
-            return False
-
-        session_id, password = client.client_id
-        client.add_listener(listener)
-        twin = KazooClient(hosts=self.zookeeper_address, client_id=(session_id, password), timeout=timeout)
-        try:
-            twin.start(timeout=timeout)
-        finally:
-            twin.stop()
-            twin.close()
-        # The original client learns of the expiry on its next request or ping.
-        deadline = time.monotonic() + timeout
-        while not lost.is_set() and time.monotonic() < deadline:
-            # SessionExpiredError / ConnectionLoss are exactly what we are causing.
-            with contextlib.suppress(Exception):
-                client.exists("/")
-            lost.wait(0.1)
-        if not lost.is_set():
-            client.remove_listener(listener)
-            raise ServiceError(f"session 0x{session_id:x} was not expired within {timeout:.0f} s")
-        if not reconnected.wait(timeout) and not client.connected:
-            raise ServiceError("client did not reconnect after its session expired")
+        """Make the server expire ``client``'s session, the way a long network partition would
+        (:func:`bkaudit.sim.bookie.expire_session`); returns once ``client`` is connected again."""
+        expire_session(client, self.zookeeper_address, timeout)
 
     def restart_zookeeper(self, downtime: float = 0.0) -> None:
         """Stop ZooKeeper and start it again (same port, same data); clients see a disconnection."""

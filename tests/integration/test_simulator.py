@@ -230,6 +230,24 @@ def test_hard_kill_keeps_the_node_until_the_session_expires(
     assert six.ground_truth()["alerts"]["BOOKIE_LOST"] == []
 
 
+def test_a_running_bookie_whose_session_expires_registers_again(
+    six: SimulatedCluster, zk_client: KazooClient
+) -> None:
+    victim = six.bookie_ids()[1]
+    path = f"{ROOT}/available/{victim}"
+    first_owner = zk_client.exists(path).ephemeralOwner
+    six.expire_bookie_session(victim)
+
+    def registered_by_a_new_session() -> bool:
+        stat = zk_client.exists(path)
+        return stat is not None and stat.ephemeralOwner != first_owner
+
+    assert wait_until(registered_by_a_new_session, timeout_s=30.0)
+    truth = six.ground_truth()
+    assert truth["bookies"][victim]["flaps"] == 1  # missing in between, as ZooKeeper saw it
+    assert truth["alerts"]["BOOKIE_LOST"] == []
+
+
 def test_flap_goes_and_comes_back(six: SimulatedCluster, zk_client: KazooClient) -> None:
     six.set_lost_bookie_recovery_delay(30)
     victim = six.bookie_ids()[0]
