@@ -11,7 +11,8 @@
   partition: registrations, the recovery delay, a lost bookie's alerts.
 
 The lanes share one :class:`~streaming.loss.LossAuditor` (the lost-bookie alerts' only owner) and one alert
-producer; see docs/design.md for why state, timers and idempotency sit where they do.
+producer; see docs/design.md ("What runs where", "The commit protocol") for why state, timers and
+idempotency sit where they do.
 
 Example:
     >>> from core.settings import Settings

@@ -564,7 +564,7 @@ class AuditSink:
         A ledger vanished only if the tables hold it as not deleted, the snapshot did not report it, and
         nothing about it happened at or after the snapshot's begin: the watcher's event time never goes
         back within a run, so an event at or after the begin's time (a live create during or after the
-        scan, in this batch or an earlier one) proves the znode was there (docs/design.md, "Vanished
+        scan, in this batch or an earlier one) proves the znode was there (docs/journal.md, "Vanished
         ledgers"). A snapshot whose begin the job did not see is not used.
         """
         snapshot_id, partition = done["snapshot_id"], int(done["partition"])

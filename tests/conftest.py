@@ -19,7 +19,7 @@ pytest_plugins = ["bkaudit.testing.pytest_plugin"]
 
 # Every Spark driver JVM the suite starts (in-process sessions and the job subprocesses, which inherit the
 # environment) compiles with C1 only: a test's JVM lives for seconds to minutes, and C2's compiler threads
-# cost it ~40% more CPU for no gain (docs/design.md, "Suite time"). Set SPARK_SUBMIT_OPTS to override.
+# cost it ~40% more CPU for no gain (docs/journal.md, "The suite's time"). Set SPARK_SUBMIT_OPTS to override.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
 
 # The order modules start in: the long, service-bound suites first, so that with several workers

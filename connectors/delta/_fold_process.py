@@ -2,10 +2,10 @@
 
 At 1 M ledgers a fold rewrites the whole table. Run in the job's process it took 6–12 s of the job's CPU
 every fold interval at 10,000 changes/s, and delta-rs's write held the job's other Delta calls up meanwhile
-(the sink's reads stalled 1.5–4.4 s): the lag's tail was the fold's (docs/design.md, "The fold in a process
-of its own"). Here the child reads what it needs from Delta itself (the folded state, the changes after
-it), folds, commits, and leaves the new folded state as an Arrow file that the job memory-maps: the job
-spends no CPU on a fold, and the child runs at a lower priority and dies with the job.
+(the sink's reads stalled 1.5–4.4 s): the lag's tail was the fold's (docs/journal.md, "The fold in a
+process of its own"). Here the child reads what it needs from Delta itself (the folded state, the changes
+after it), folds, commits, and leaves the new folded state as an Arrow file that the job memory-maps: the
+job spends no CPU on a fold, and the child runs at a lower priority and dies with the job.
 
 The fold is the same function wherever it runs (:func:`connectors.delta.tables.fold_rows`);
 :class:`~connectors.delta.ledger_log.LedgerLog` folds small states in its own thread, where a process would

@@ -3,7 +3,7 @@
 A MERGE of one micro-batch's ledger rows into the 1 M-row ``ledgers`` table rewrote all of it (2–3 s on a
 quiet machine, 5–10 s loaded, whatever the batch's size), and replacing their rows in the
 ``ledger_bookies`` index did the same to that table; de-duplicating by znode version read ``ledgers`` every
-batch. The layout instead (docs/design.md, "Ledger state without a MERGE per batch"):
+batch. The layout instead (docs/journal.md, "Ledger state without a MERGE per batch"):
 
 - ``ledger_changes``: append-only; per micro-batch, one row per ledger it changed (the ledger's whole new
   row plus ``batch_id``), written with the batch's app transaction. It is also the ledgers' history.

@@ -19,7 +19,7 @@ Tables (under the lakehouse root, change data feed on, every column commented):
 Every write of a micro-batch carries an app transaction ``(app_id, batch_id)`` and the commit metadata
 ``bkaudit.batch_id``. :class:`BatchWriter` skips a table that already has the batch (a replay), and
 :func:`table_before_batch` reads a table as it was before a batch, so decisions on a replay see the same state
-as the first attempt. See docs/design.md.
+as the first attempt. See docs/design.md, "The commit protocol: why a replayed batch changes nothing".
 
 Example:
     >>> import tempfile

@@ -71,7 +71,8 @@ DeliveredHook = Callable[[str, int, int | None], None]
 MEMBERSHIP_PARTITION_KEY = b"cluster"
 #: Records of a partition held and sent together (one batch): the watcher publishes one event at a time, and
 #: librdkafka (linger 0) would send each few as a batch of its own. The embedded broker's offset lookups and
-#: fetches cost time in proportion to a partition's batches (docs/design.md, the membership lane at 1 M).
+#: fetches cost time in proportion to a partition's batches (docs/journal.md, "Why the broker was
+#: busy").
 HELD_RECORDS_PER_PARTITION = 64
 
 # When a publisher releases its held records (the cadence the watcher keeps, and the replay benchmark's

@@ -52,7 +52,7 @@ from connectors.kafka.spark_source import (
 #: for the gather's end anyway. While records stream in, every fetch finds some and the consumer fetches
 #: again at once, back to back; the embedded broker's fetch costs time in proportion to the partition's
 #: size: at 10,000 records/s into a million-record topic, fetching back to back cost it ~0.6 of a core
-#: (docs/design.md).
+#: (docs/journal.md, "The broker's fetches: the tail was the embedded broker's CPU").
 FETCHES_PER_GATHER = 5
 
 #: While every record a planning took is one the batch would skip (the membership lane's partition carries

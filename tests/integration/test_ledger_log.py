@@ -1,8 +1,8 @@
 """The ledgers' state on real Delta tables: appended per batch, folded in the background, read as current.
 
-What readers see (the staleness bound in docs/design.md): ``read_table``/``bkaudit query`` every finished
-batch at once; the raw ``ledgers`` table within the fold interval plus one fold; the index only the rows of
-current versions, before and after their cleanup.
+What readers see (the staleness bound in docs/design.md, "The ledger state and its fold"):
+``read_table``/``bkaudit query`` every finished batch at once; the raw ``ledgers`` table within the fold
+interval plus one fold; the index only the rows of current versions, before and after their cleanup.
 """
 
 from __future__ import annotations
