@@ -456,8 +456,8 @@ class StreamSettings(_Section):
     sink_queue_depth: int = Field(
         1,
         ge=0,
-        description="micro-batches whose decisions wait, on disk, for the ledger lane's sink while Spark "
-        "computes the next one (the two overlap); 0 = the sink runs inside each batch",
+        description="micro-batches whose decisions wait, on disk, for the ledger lane's sink while the "
+        "lane plans and decides the next one (the two overlap); 0 = the sink runs inside each batch",
     )
     index_cleanup_bookies_per_batch: int = Field(
         1,

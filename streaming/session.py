@@ -189,8 +189,8 @@ def launch_jvm_into(log: Path, conf: dict[str, str]) -> bool:
 def lower_local_priority(session: SparkSession, nice: int) -> int:
     """Make every thread of the local Spark JVM at least ``nice``; threads it starts later, and the Python
     workers they spawn, inherit it. The driver keeps its priority, so when the cores are short the loss
-    path (a driver thread) runs first and the ledger lane's executors take what is left. The one
-    exception is the :class:`QueryStarter`'s peer thread, and what queries started through it start.
+    path (a driver thread) runs first and Spark takes what is left. The one exception is the
+    :class:`QueryStarter`'s peer thread, and what queries started through it start.
     Linux only (a thread's priority is its own there); returns the threads changed.
 
     Example:

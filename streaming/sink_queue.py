@@ -1,19 +1,18 @@
-"""The ledger lane's sink, pipelined: Spark computes the next micro-batch while the sink applies this one.
+"""The ledger lane's sink, pipelined: the lane decides its next batch while the sink applies this one.
 
-Structured Streaming runs a query's micro-batches one after another: batch N+1's tasks start only when
-batch N's ``foreachBatch`` returned, so the sink's work and Spark's work add up (at 1 M ledgers, ~18 s and
-~16 s for 100 k changes on two cores). :class:`SinkQueue` is the ``foreachBatch`` function instead: it
-collects the batch's decisions, writes them durably to ``<checkpoint>/sink-queue/<batch id>.arrow`` and
-returns, while a worker thread runs :meth:`~streaming.sink.AuditSink.process` on the queued batches in
-order. At most ``depth`` batches wait (then ``foreachBatch`` blocks: back-pressure, memory bounded).
+Run one after the other, the lane's work and the sink's work add up. :class:`SinkQueue` takes a batch's
+decisions from the lane (:meth:`SinkQueue.put`), writes them durably to
+``<checkpoint>/sink-queue/<batch id>.arrow`` and returns, while a worker thread runs
+:meth:`~streaming.sink.AuditSink.process` on the queued batches in order. At most ``depth`` batches wait
+(then ``put`` blocks: back-pressure, memory bounded).
 
-No batch is lost: Spark records a batch done only after ``foreachBatch`` returned, i.e. after its
+No batch is lost: the lane saves its state (the batch's commit) only after ``put`` returned, i.e. after the
 decisions are on disk; a file is removed only after the sink processed it. A job that starts again first
-processes the files left over (:meth:`SinkQueue.recover`), in batch order, before its query starts. The
-sink is replay-safe per batch (see :meth:`~streaming.sink.AuditSink.process`), so a batch processed from its
-file and then again by Spark's own replay (a crash between the file and Spark's record) changes nothing the
-second time. A sink failure stops the job: the next ``foreachBatch`` (or :meth:`SinkQueue.drain`) raises it,
-and its file stays for the restart.
+processes the files left over (:meth:`SinkQueue.recover`), in batch order, before its lanes start. The sink
+is replay-safe per batch (see :meth:`~streaming.sink.AuditSink.process`), so a batch processed from its file
+and then again by the lane's own replay (a crash between the file and the lane's commit) changes nothing the
+second time. A sink failure stops the job: the next ``put`` (or :meth:`SinkQueue.drain`) raises it, and its
+file stays for the restart.
 
 Example:
     >>> class Sink:  # stands in for AuditSink in this doctest
@@ -45,7 +44,7 @@ _SUFFIX = ".arrow"
 
 
 class SinkQueue:
-    """``foreachBatch`` that queues the decisions durably and applies them in a worker thread."""
+    """Queues a batch's decisions durably and applies them in a worker thread, in batch order."""
 
     def __init__(self, sink: Any, directory: Path, *, depth: int = 1) -> None:
         self.sink = sink
@@ -168,7 +167,7 @@ class SinkQueue:
         """Apply the batches a previous run queued and did not apply, in order; returns how many."""
         done = 0
         for partial in self.directory.glob("*.partial"):
-            partial.unlink()  # written while Spark had not recorded the batch: Spark runs it again
+            partial.unlink()  # its batch was not committed: the lane runs it again
         for batch_id in self.leftovers():
             path = self._path(batch_id)
             try:

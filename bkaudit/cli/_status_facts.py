@@ -7,9 +7,8 @@ Nothing here talks to the processes themselves (their ``/metrics`` endpoints are
   timeout: ``down``.
 - **stream**: ``bkaudit stream`` holds an exclusive lock on ``<checkpoint>/bkaudit.lock`` while it runs
   (:mod:`streaming.checkpoint_lock`); the kernel's lock table (``/proc/locks``) says whether anyone holds
-  it, without touching it. Its position is the newest batch of each lane's checkpoint (Spark's
-  ``offsets/`` and ``commits/`` for the ledger lane, or ``ledger-lane/offsets/`` when it runs in the
-  driver; ``membership/offsets/`` for the membership lane);
+  it, without touching it. Its position is the newest batch of each lane's checkpoint
+  (``ledger-lane/offsets/`` for the ledger lane, ``membership/offsets/`` for the membership lane);
   the records of the changes topic past that position are its lag, and the age of the oldest of them its
   lag in seconds. Running but more than ``max_lag_s`` behind: ``lagging``.
 - **audit**: open alerts per kind and the lost and read-only bookies, from the Delta tables.
