@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 #: Failures that say nothing about the query: Spark's Python worker did not start in time.
 TRANSIENT_FAILURES = ("Python worker failed to connect back",)
 #: Restarts in a row (no batch completed in between) before the failure stands.
-RESTARTS_IN_A_ROW = 3
+RESTARTS_IN_A_ROW = 5
 #: How often a watcher thread looks, so that a query nobody polls is restarted too.
 WATCH_EVERY_S = 1.0
 
@@ -115,37 +115,48 @@ class RestartingQuery:
         )
         return True
 
+    def _replaced(self, failed: Any) -> bool:
+        """Whether the query that failed as ``failed`` runs again: restarted by another thread (the
+        watcher) since the caller looked, or now. Without the first check a caller could report a failure
+        that another thread had already got past."""
+        with self._lock:
+            return self.query is not failed or self._renew()
+
     @property
     def isActive(self) -> bool:
         while True:
-            if self.query.isActive:
+            query = self.query
+            if query.isActive:
                 return True
-            if not self._renew():
+            if not self._replaced(query):
                 return False
 
     def exception(self) -> Any:
         while True:  # a failure seen here, after a check found none, is still restarted first
-            error = self.query.exception()
-            if error is None or not self._renew():
+            query = self.query
+            error = query.exception()
+            if error is None or not self._replaced(query):
                 return error
 
     def processAllAvailable(self) -> None:
         while True:
+            query = self.query
             try:
-                self.query.processAllAvailable()
+                query.processAllAvailable()
                 return
             except Exception:
-                if not self._renew():
+                if not self._replaced(query):
                     raise
 
     def awaitTermination(self, timeout: float | None = None) -> Any:
         while True:
+            query = self.query
             try:
                 if timeout is None:
-                    return self.query.awaitTermination()
-                return self.query.awaitTermination(timeout)
+                    return query.awaitTermination()
+                return query.awaitTermination(timeout)
             except Exception:
-                if not self._renew():
+                if not self._replaced(query):
                     raise
 
     def stop(self) -> None:

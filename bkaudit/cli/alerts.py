@@ -25,6 +25,7 @@ from typing import Annotated, Any
 import typer
 
 from bkaudit.cli._io import emit_json
+from bkaudit.cli.live import DevOption, use_dev_services
 
 app = typer.Typer(
     help="Read and act on the alert stream (tail the alerts topic, republish the open alerts).",
@@ -49,6 +50,7 @@ def republish(
     fmt: Annotated[
         OutputFormat, typer.Option("--format", "-f", help="table (aligned text) or json (one object)")
     ] = OutputFormat.table,
+    dev: DevOption = False,
 ) -> None:
     """Re-send every open alert to the alerts topic (firing, same alert_id, same JSON as the job)."""
     import pyarrow as pa
@@ -57,6 +59,7 @@ def republish(
     from connectors.kafka.republish import republish_open_alerts
     from core.settings import load_settings
 
+    use_dev_services(dev)
     settings = load_settings()
     report = republish_open_alerts(
         lakehouse if lakehouse is not None else settings.lakehouse_root, settings.kafka, dry_run=dry_run
@@ -101,12 +104,14 @@ def tail(
         OutputFormat,
         typer.Option("--format", "-f", help="table (one line per transition) or json (one object per line)"),
     ] = OutputFormat.table,
+    dev: DevOption = False,
 ) -> None:
     """Print the newest alert transitions on the alerts topic (kafka.alerts_topic), then follow it."""
     from connectors.kafka.alert_tail import AlertTail
     from core.settings import load_settings
 
     wanted = _alert_kinds(kinds)
+    use_dev_services(dev)
     settings = load_settings()
     scan = last if not wanted else max(last, KIND_SCAN_RECORDS)
     with AlertTail(settings.kafka, last=scan) as reader:

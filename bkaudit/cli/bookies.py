@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from bkaudit.cli.formats import StateFormat, StateFormatOption, emit_state
-from bkaudit.cli.live import LedgersRootOption, ZooKeeperOption, admin_reader
+from bkaudit.cli.live import DevOption, LedgersRootOption, ZooKeeperOption, admin_reader, use_dev_services
 from core.domain.registration import bookie_rpc_address, decode_bookie_service_info
 from core.errors import FormatError
 
@@ -58,12 +58,14 @@ def list_command(
     fmt: StateFormatOption = StateFormat.table,
     zookeeper: ZooKeeperOption = None,
     ledgers_root: LedgersRootOption = None,
+    dev: DevOption = False,
 ) -> None:
     """List the writable and read-only bookies registered now (like `bookkeeper shell listbookies`).
 
     Example:
         $ bkaudit bookies list --rw --format json
     """
+    use_dev_services(dev)
     wanted = {WRITABLE: writable or not read_only, READ_ONLY: read_only or not writable}
     with admin_reader(zookeeper, ledgers_root) as reader:
         registered = reader.registered_bookies()

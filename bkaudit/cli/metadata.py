@@ -26,7 +26,7 @@ import typer
 
 from bkaudit.cli._io import emit_bytes, emit_json, positional_or_named, read_stdin_bytes
 from bkaudit.cli.formats import StateFormat, StateFormatOption, emit_state
-from bkaudit.cli.live import LedgersRootOption, ZooKeeperOption, admin_reader
+from bkaudit.cli.live import DevOption, LedgersRootOption, ZooKeeperOption, admin_reader, use_dev_services
 from bkaudit.cli.path import ID_ARGUMENT_SETTINGS, parse_ledger_id, parse_manager
 from core.domain.metadata import (
     LedgerMetadata,
@@ -100,6 +100,7 @@ def show_command(
         str | None,
         typer.Option("--manager", help="Ledger manager (default: the cluster's LAYOUT), e.g. flat."),
     ] = None,
+    dev: DevOption = False,
 ) -> None:
     """Print one ledger's metadata, read now from the cluster's ZooKeeper (like `bookkeeper shell
     ledgermetadata`): ensembles, quorums, state, last entry, custom metadata; never the password unless
@@ -109,6 +110,7 @@ def show_command(
         $ bkaudit metadata show 7
     """
     chosen = parse_ledger_id(positional_or_named(ledger_id, named_id, "--ledger-id"))
+    use_dev_services(dev)
     reader = admin_reader(zookeeper, ledgers_root, None if manager is None else parse_manager(manager))
     with reader:
         znode = reader.read_ledger(chosen)

@@ -27,6 +27,7 @@ import typer
 from bkaudit.cli._io import emit_json
 from bkaudit.cli._render import plain
 from bkaudit.cli.formats import StateFormat, StateFormatOption
+from bkaudit.cli.live import DevOption, use_dev_services
 
 
 def _moment(epoch_s: float | None) -> datetime | None:
@@ -101,12 +102,14 @@ def status(
         metavar="SECONDS",
         help="a running stream this far behind is lagging (default: 60)",
     ),
+    dev: DevOption = False,
 ) -> None:
     """Watcher and stream up or not, their lag and last batch, open alerts, lost and read-only bookies."""
     from bkaudit.cli._status_facts import StatusLimits, gather_status
     from connectors.kafka.client_config import LIBRDKAFKA_LOGGER
     from core.settings import load_settings
 
+    use_dev_services(dev)
     settings = load_settings()
     defaults = StatusLimits.defaults(settings)
     limits = StatusLimits(

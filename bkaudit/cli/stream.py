@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import typer
 
+from bkaudit.cli.live import DevOption, use_dev_services
 from core.errors import BkauditError
 from core.logsetup import configure_command_logging, register_secrets
 from core.settings import load_settings
@@ -21,8 +22,10 @@ def stream(
     verbose: bool = typer.Option(
         False, "--verbose", help="show the logs of Spark, py4j and the clients here, not in the log file"
     ),
+    dev: DevOption = False,
 ) -> None:
     """Consume the change stream, keep the Delta tables current, publish alerts."""
+    use_dev_services(dev)
     settings = load_settings()
     configure_command_logging(
         "stream", settings.log_dir, level="INFO", verbose=verbose, only_on_a_terminal=True

@@ -17,6 +17,7 @@ from typing import Any
 
 import typer
 
+from bkaudit.cli.live import DevOption, use_dev_services
 from core.errors import InvalidArgumentError
 from core.settings import load_settings
 
@@ -68,7 +69,7 @@ def watch(
     ),
     rack_map_file: str | None = typer.Option(None, "--rack-map-file", help="rack map JSON file"),
     metrics_port: int | None = typer.Option(None, "--metrics-port", help="Prometheus port; 0 = off"),
-    dev: bool = typer.Option(False, "--dev", help="use the services of `bkaudit dev up`"),
+    dev: DevOption = False,
     exit_after_snapshot: bool = typer.Option(
         False, "--exit-after-snapshot", help="publish the START snapshot, flush, exit"
     ),
@@ -88,12 +89,7 @@ def watch(
         only_on_a_terminal=True,
     )
     logging.getLogger("kazoo.client").setLevel(logging.WARNING)
-    if dev:
-        from connectors.devcluster import DevCluster
-
-        addresses = DevCluster(load_settings().dev).addresses()
-        zookeeper = zookeeper or addresses["zookeeper"]
-        bootstrap = bootstrap or addresses["kafka"]
+    use_dev_services(dev)  # --zookeeper and --bootstrap still win: they are applied on top below
     overrides = _overrides(
         zookeeper__connect=zookeeper,
         zookeeper__ledgers_root=ledgers_root,

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyspark
 import pytest
 
 from streaming.session import lower_local_priority, query_starter, start_at_driver_priority
@@ -45,10 +46,12 @@ def test_the_local_jvm_and_the_threads_it_starts_later_run_nicer_than_the_driver
     assert os.getpriority(os.PRIO_PROCESS, 0) == driver
 
 
-def _pre_init_worker_nice(spark: Any, marks: Path, start: Any, jvm: int, timeout_s: float = 180.0) -> int:
+def _pre_init_worker(
+    spark: Any, marks: Path, start: Any, jvm: int, timeout_s: float = 180.0
+) -> tuple[int, str]:
     """Start a ``transformWithStateInPandas`` query with ``start(writer)`` and return the nice value of the
-    Python worker Spark spawns for it in the JVM itself (its parent is the JVM, not the executors' daemon):
-    the worker that must connect back within Spark's fixed 10 s."""
+    Python worker Spark spawns for it in the JVM itself (its parent is the JVM, not the executors' daemon),
+    the worker that must connect back within Spark's fixed 10 s, and where it imported pyspark from."""
     from pyspark.sql.streaming import StatefulProcessor
 
     marks.mkdir()
@@ -58,7 +61,10 @@ def _pre_init_worker_nice(spark: Any, marks: Path, start: Any, jvm: int, timeout
         def init(self, handle: Any) -> None:
             import os as worker_os
 
-            line = f"{worker_os.getppid()} {worker_os.getpriority(worker_os.PRIO_PROCESS, 0)}"
+            import pyspark as worker_pyspark
+
+            nice = worker_os.getpriority(worker_os.PRIO_PROCESS, 0)
+            line = f"{worker_os.getppid()} {nice} {worker_pyspark.__file__}"
             with open(f"{folder}/{worker_os.getpid()}", "w") as mark:
                 mark.write(line)
 
@@ -88,9 +94,9 @@ def _pre_init_worker_nice(spark: Any, marks: Path, start: Any, jvm: int, timeout
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             for mark in marks.iterdir():
-                parent, nice = (int(word) for word in mark.read_text().split() or (0, 0))
-                if parent == jvm:
-                    return nice
+                words = mark.read_text().split(" ", 2)
+                if len(words) == 3 and int(words[0]) == jvm:
+                    return int(words[1]), words[2]
             assert query.exception() is None, query.exception()
             time.sleep(0.2)
         raise AssertionError(f"no driver-side Python worker recorded itself within {timeout_s:.0f} s")
@@ -106,9 +112,11 @@ def test_a_query_started_at_driver_priority_spawns_its_driver_side_python_worker
     jvm = spark.sparkContext._gateway.proc.pid
     lower_local_priority(spark, driver + 1)
     # Started from the JVM thread of this test's own Python thread, the worker takes the JVM's priority ...
-    plain = _pre_init_worker_nice(spark, tmp_path / "plain", lambda writer: writer.start(), jvm)
+    plain, _ = _pre_init_worker(spark, tmp_path / "plain", lambda writer: writer.start(), jvm)
     # ... started through the query starter, the driver's.
-    starter = _pre_init_worker_nice(
+    starter, imported_from = _pre_init_worker(
         spark, tmp_path / "starter", lambda writer: start_at_driver_priority(spark, writer.start), jvm
     )
     assert (plain, starter) == (driver + 1, driver)
+    # And it imported pyspark from the installed package (compiled), not from Spark's pyspark.zip.
+    assert Path(imported_from).parent == Path(pyspark.__file__).parent, imported_from

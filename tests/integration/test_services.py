@@ -162,6 +162,12 @@ def test_dev_up_status_down_twice_leaves_nothing_behind(tmp_path):
         again = _bkaudit(["dev", "up"], env, tmp_path)
         assert json.loads(again.stdout) == addresses
 
+        # --dev: the other commands reach these services with no address given.
+        bookies = _bkaudit(["bookies", "list", "--dev"], env, tmp_path)  # an empty ZooKeeper: no ledgers root
+        assert f"no /ledgers/available in ZooKeeper at {addresses['zookeeper']}" in bookies.stderr
+        tail = _bkaudit(["alerts", "tail", "--dev"], env, tmp_path)  # a broker without the alerts topic
+        assert "the alerts topic bkaudit.alerts does not exist" in tail.stderr, tail.stderr
+
         status = json.loads(_bkaudit(["dev", "status", "--format", "json"], env, tmp_path).stdout)
         pids = [status["zookeeper"]["pid"], status["kafka"]["pid"]]
         assert status["zookeeper"]["running"] and status["kafka"]["running"]

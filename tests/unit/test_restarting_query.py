@@ -135,3 +135,40 @@ def test_a_stopped_query_is_never_started_again() -> None:
     first.error = WORKER_TIMEOUT  # a failure while stopping
     time.sleep(0.1)
     assert not query.isActive and len(handed) == 1
+
+
+class RestartedWhileLookedAt(FakeQuery):
+    """A failed query whose restart by another thread (the watcher) lands right after a caller read it:
+    the first read of its state starts the successor, as the watcher would in between."""
+
+    def __init__(self) -> None:
+        super().__init__(WORKER_TIMEOUT)
+        self.owner: RestartingQuery | None = None
+        self.interleaved = False
+
+    def _interleave(self) -> None:
+        if self.owner is not None and not self.interleaved:
+            self.interleaved = True
+            self.owner._renew()  # the watcher's restart, between the caller's read and its check
+
+    def exception(self) -> str | None:
+        self._interleave()
+        return self.error
+
+    @property
+    def isActive(self) -> bool:
+        self._interleave()
+        return False
+
+
+@pytest.mark.parametrize("ask", ["exception", "isActive"])
+def test_a_failure_another_thread_already_restarted_is_not_reported(ask: str) -> None:
+    failed = RestartedWhileLookedAt()
+    handed, start = starts(failed, FakeQuery())
+    query = RestartingQuery(start, name="timers", watch_every_s=None)
+    failed.owner = query
+    if ask == "exception":
+        assert query.exception() is None
+    else:
+        assert query.isActive
+    assert failed.interleaved and len(handed) == 2 and query.restarts == 1
