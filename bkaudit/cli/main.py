@@ -41,7 +41,7 @@ app = typer.Typer(
     name="bkaudit",
     help="A continuously running auditor for Apache BookKeeper clusters.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )

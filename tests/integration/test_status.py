@@ -163,7 +163,10 @@ def test_healthy_shows_both_up_with_the_open_alerts_and_bookies(stack: Stack):
     assert lines[0].split() == ["component", "state", "last_seen", "lag_s", "detail"]
     assert lines[2].split()[:2] == ["watcher", "up"] and lines[3].split()[:2] == ["stream", "up"]
     assert f"lost bookies: {lost}" in lines and f"read-only bookies: {readonly}" in lines
-    assert any(line.startswith("open alerts: ") and "BOOKIE_LOST 1" in line for line in lines)
+    assert any(line.startswith("open alerts: ") and "BOOKIE_LOST 1" in line for line in lines), (
+        table,
+        report,
+    )
 
 
 def test_a_stream_that_holds_its_checkpoint_but_reads_nothing_is_lagging(stack: Stack):
