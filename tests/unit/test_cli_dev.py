@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,9 +27,11 @@ SERVICE_COMMANDS = [
 
 @pytest.fixture
 def no_address_variables(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Whatever ``--dev`` writes into the environment is undone after the test."""
+    """Whatever ``--dev`` writes into the environment is undone after the test. (``delenv`` of an absent
+    variable records nothing to undo; ``setenv`` first makes the absence the state restored.)"""
     for variable in DEV_VARIABLES.values():
-        monkeypatch.delenv(variable, raising=False)
+        monkeypatch.setenv(variable, "")
+        monkeypatch.delenv(variable)
 
 
 @pytest.mark.parametrize("args", SERVICE_COMMANDS, ids=" ".join)
@@ -84,3 +87,9 @@ def test_one_service_down_is_named_alone(
         Exception, match=r"^--dev: the kafka of `bkaudit dev up` is not running \(state dir s\)"
     ):
         use_dev_services(True)
+
+
+def test_the_addresses_dev_set_are_gone_after_the_test_that_set_them() -> None:
+    """Runs after the test above in the same process: a variable left behind would point every later
+    test of this worker at the fake addresses (it did, and failed four status tests)."""
+    assert not any(variable in os.environ for variable in DEV_VARIABLES.values())
