@@ -54,18 +54,11 @@ class SinkQueue:
         self._cond = threading.Condition()
         self._failure: BaseException | None = None
         self._running = False  # a batch is in the sink right now
-        self._putting = 0  # foreachBatch calls between their checks and their queueing
+        self._putting = 0  # put calls between their checks and their queueing
         self._worker: threading.Thread | None = None
         directory.mkdir(parents=True, exist_ok=True)
 
-    # -- Spark's side -----------------------------------------------------------------------------------
-    def __call__(self, batch_df: Any, batch_id: int) -> None:
-        if self.sink.stopping.is_set():
-            from streaming.sink import SinkStopping
-
-            raise SinkStopping(f"batch {batch_id} arrived while the job is stopping; it will be replayed")
-        self.put(batch_df.toArrow(), batch_id)
-
+    # -- the lane's side -------------------------------------------------------------------------------
     def put(self, decisions: pa.Table, batch_id: int) -> None:
         """Queue a batch (durably) once there is room; raises the sink's failure, if any."""
         with self._cond:
