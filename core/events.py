@@ -51,6 +51,7 @@ __all__ = [
     "SnapshotCounts",
     "auto_recovery_state",
     "bookie_key",
+    "bookie_probe",
     "bookie_status",
     "decode_event",
     "encode_event",
@@ -557,8 +558,21 @@ def heartbeat(
     )
 
 
+def bookie_probe(bookie_id: str, *, answered: bool, address: str, detail: str) -> pb.BookieProbe:
+    """The watcher's liveness probe of a bookie whose registration vanished.
+
+    Example:
+        >>> message = bookie_probe("10.0.0.1:3181", answered=False, address="10.0.0.1:3181",
+        ...                        detail="connection refused")
+        >>> entity_key_of(message), message.answered
+        ('bookie/10.0.0.1:3181', False)
+    """
+    return pb.BookieProbe(bookie_id=bookie_id, answered=answered, address=address, detail=detail)
+
+
 Payload = (
     pb.BookieStatus
+    | pb.BookieProbe
     | pb.LedgerUpserted
     | pb.LedgerDeleted
     | pb.LedgerUndecodable
@@ -573,6 +587,7 @@ Payload = (
 
 _FIELD_BY_TYPE: dict[type, str] = {
     pb.BookieStatus: "bookie_status",
+    pb.BookieProbe: "bookie_probe",
     pb.LedgerUpserted: "ledger_upserted",
     pb.LedgerDeleted: "ledger_deleted",
     pb.LedgerUndecodable: "ledger_undecodable",
@@ -596,7 +611,7 @@ def entity_key_of(payload: Payload) -> str:
         >>> entity_key_of(underreplication_cleared(3)), entity_key_of(recovery_delay(None, present=False))
         ('ledger/3', 'cluster')
     """
-    if isinstance(payload, pb.BookieStatus):
+    if isinstance(payload, pb.BookieStatus | pb.BookieProbe):
         return bookie_key(payload.bookie_id)
     if isinstance(
         payload, pb.LedgerUpserted | pb.LedgerDeleted | pb.LedgerUndecodable | pb.UnderReplicationMark
@@ -760,8 +775,8 @@ def validate_event(event: pb.ChangeEvent) -> None:
     payload = getattr(event, kind)
     if kind in _LEDGER_PAYLOADS and payload.ledger_id < 0:
         raise FormatError(f"change event: negative ledger id {payload.ledger_id}")
-    if kind == "bookie_status" and not payload.bookie_id:
-        raise FormatError("change event: bookie status without a bookie id")
+    if kind in ("bookie_status", "bookie_probe") and not payload.bookie_id:
+        raise FormatError(f"change event: {kind.replace('_', ' ')} without a bookie id")
     expected = entity_key_of(payload)
     if event.entity_key != expected:
         raise FormatError(

@@ -389,6 +389,23 @@ class StreamSettings(_Section):
         description="REPLICATION_STALLED once a replication lock (underreplication/locks/urL<id>) is this "
         "old; 0 disables",
     )
+    zookeeper_disruption_settle_s: float = Field(
+        1.0,
+        ge=0,
+        description="a bookie that vanished is judged once the watcher's liveness probe answered or after "
+        "this; bookies vanishing together in it (see zookeeper_disruption_share) are held, not lost, while "
+        "they answer (ZOOKEEPER_DISRUPTION); 0 = BookKeeper's rules only",
+    )
+    zookeeper_disruption_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="the share of the bookies not lost that must be missing together (and at least two) "
+        "for a ZooKeeper disruption",
+    )
+    zookeeper_disruption_grace_s: float = Field(
+        30.0, ge=0, description="a held bookie that no liveness probe reached is lost after this"
+    )
     placement_policy: Literal["rackaware", "regionaware", "zoneaware"] = Field(
         "rackaware",
         description="placement policy to check closed ledgers against",
@@ -586,6 +603,15 @@ class WatcherSettings(_Section):
         "auto", description="snapshot progress line on stderr (auto: only on a terminal)"
     )
     shutdown_timeout_s: float = Field(30.0, gt=0, description="how long a clean shutdown waits for Kafka")
+    bookie_probe_interval_s: float = Field(
+        5.0,
+        ge=0,
+        description="liveness probe of a bookie whose registration vanished: at once, then this often while "
+        "it stays missing (an answer tells a ZooKeeper disruption from a dead bookie); 0 = no probes",
+    )
+    bookie_probe_timeout_s: float = Field(
+        2.0, gt=0, description="how long a liveness probe waits for the bookie's answer"
+    )
 
     @model_validator(mode="after")
     def _one_rack_map_source(self) -> WatcherSettings:

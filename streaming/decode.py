@@ -217,6 +217,10 @@ def _event_row(event: pb.ChangeEvent, ledger_buckets: int) -> dict[str, Any]:
     if kind == "bookie_status":
         row["bookie_id"] = event.bookie_status.bookie_id
         payload = _bookie_payload(event.bookie_status)
+    elif kind == "bookie_probe":
+        probe = event.bookie_probe
+        row["bookie_id"] = probe.bookie_id
+        payload = {"answered": probe.answered, "address": probe.address, "detail": probe.detail}
     elif kind == "ledger_upserted":
         row["ledger_id"] = event.ledger_upserted.ledger_id
         # With the snapshot id, the payload is already the ledger_state decision's (a processor passes it on).

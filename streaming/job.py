@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.domain.rules.autorecovery import AutoRecoveryGraces
+from core.domain.rules.lost_bookie import DisruptionRule
 from core.errors import BkauditError, ConfigError, ServiceError
 from core.localfs import writable_directory
 from core.settings import Settings, StreamSettings
@@ -74,6 +75,11 @@ def processor_config(stream: StreamSettings, *, membership: bool = True) -> Proc
             disabled_s=stream.autorecovery_disabled_grace_s,
             auditor_missing_s=stream.auditor_missing_grace_s,
             lock_held_s=stream.replication_lock_grace_s,
+        ),
+        disruption=DisruptionRule(
+            settle_s=stream.zookeeper_disruption_settle_s,
+            grace_s=stream.zookeeper_disruption_grace_s,
+            share=stream.zookeeper_disruption_share,
         ),
     )
 

@@ -82,11 +82,15 @@ LOST_LEDGER_KINDS = (AlertKind.LEDGER_UNDER_REPLICATED, AlertKind.LEDGER_UNRECOV
 #: The lost-bookie kinds.
 LOSS_ALERT_KINDS = frozenset({AlertKind.BOOKIE_LOST, *LOST_LEDGER_KINDS})
 #: The kinds the membership lane decides and this module records, each kept as an object (a handful open).
-MEMBERSHIP_ALERT_KINDS = frozenset({AlertKind.BOOKIE_LOST, *AUTORECOVERY_KINDS})
+MEMBERSHIP_ALERT_KINDS = frozenset(
+    {AlertKind.BOOKIE_LOST, AlertKind.ZOOKEEPER_DISRUPTION, *AUTORECOVERY_KINDS}
+)
 #: Every kind this module owns; the ledger lane never touches these.
-OWNED_ALERT_KINDS = LOSS_ALERT_KINDS | AUTORECOVERY_KINDS
+OWNED_ALERT_KINDS = LOSS_ALERT_KINDS | MEMBERSHIP_ALERT_KINDS
 #: The decisions that carry membership (the processor's and the membership lane's vocabulary).
-MEMBERSHIP_DECISIONS = frozenset({"bookie_state", "bookie_lost", "bookie_returned", "autorecovery_alert"})
+MEMBERSHIP_DECISIONS = frozenset(
+    {"bookie_state", "bookie_lost", "bookie_returned", "autorecovery_alert", "cluster_alert"}
+)
 #: The ``bookies`` columns membership owns; ``rack`` is the ledger lane's (placement), kept on update.
 MEMBERSHIP_COLUMNS = (
     "bookie_id",
@@ -316,8 +320,8 @@ class LossAuditor:
             elif kind == "bookie_returned":
                 book.set_bookie_condition(AlertKind.BOOKIE_LOST, bookie_id, False, at_ms=at_ms)
                 lost_changed[bookie_id] = at_ms
-            elif kind == "autorecovery_alert":
-                _set_autorecovery_condition(book, row.get("ledger_id"), at_ms, payload)
+            elif kind in ("autorecovery_alert", "cluster_alert"):
+                _set_health_condition(book, row.get("ledger_id"), at_ms, payload)
         return bookie_rows, frozenset(lost), lost_changed
 
     def _evaluate(
@@ -456,10 +460,10 @@ def record_transitions(
     return written, appended
 
 
-def _set_autorecovery_condition(
+def _set_health_condition(
     book: AlertBook, ledger_id: int | None, at_ms: int, payload: Mapping[str, Any]
 ) -> None:
-    """Fire or resolve one AutoRecovery health alert (the rule's transition, as a decision payload)."""
+    """Fire or resolve one AutoRecovery or ZooKeeper health alert (a rule's transition, as a decision)."""
     kind, firing = AlertKind(payload["kind"]), bool(payload["firing"])
     detail = dict(payload["detail"]) if firing else None
     if ledger_id is None:

@@ -52,7 +52,9 @@ QUERY_NAME = "bkaudit-membership"
 #: Records the membership lane never needs (the source reads past them without building rows).
 SKIPPED_KEY_PREFIXES = ("ledger/",)
 #: The change kinds the lane applies; everything else on the changes topic is the ledger lane's.
-MEMBERSHIP_CHANGES = frozenset({"bookie_status", "recovery_delay", "auto_recovery_state", "heartbeat"})
+MEMBERSHIP_CHANGES = frozenset(
+    {"bookie_status", "bookie_probe", "recovery_delay", "auto_recovery_state", "heartbeat"}
+)
 
 
 #: The lane's state after each micro-batch, one small JSON file per batch in its checkpoint.

@@ -53,6 +53,7 @@ _LOSS_KINDS = frozenset(
         "AUTORECOVERY_DISABLED",
         "AUDITOR_MISSING",
         "REPLICATION_STALLED",
+        "ZOOKEEPER_DISRUPTION",
     }
 )
 
@@ -108,6 +109,10 @@ AUDIT_GAUGES = {
     "REPLICATION_STALLED": (
         "bkaudit_num_stalled_replication_locks",
         "ledgers whose replication lock has been held past the grace period",
+    ),
+    "ZOOKEEPER_DISRUPTION": (
+        "bkaudit_zookeeper_disruption",
+        "1 while bookies whose registration vanished still answer (ZooKeeper lost their sessions, not them)",
     ),
 }
 

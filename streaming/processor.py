@@ -47,7 +47,14 @@ from core.domain.rules.autorecovery import (
     HealthTransition,
     ReplicationLock,
 )
-from core.domain.rules.lost_bookie import BookieMembership, BookieStatus, Transition, TransitionKind
+from core.domain.rules.lost_bookie import (
+    NO_DISRUPTION_RULE,
+    BookieMembership,
+    BookieStatus,
+    DisruptionRule,
+    Transition,
+    TransitionKind,
+)
 from core.domain.rules.rounds import FailureRounds, confirms, count_round, failure_kind
 from streaming.state_keys import DEAD_LETTER_STATE_KEY
 
@@ -66,13 +73,16 @@ class ProcessorConfig:
     confirmed_recheck_s: float = 300.0  # how often a confirmed failure is re-probed to notice a repair
     under_replication_grace_s: float = 0.0  # 0 disables UNDER_REPLICATION_STUCK
     autorecovery: AutoRecoveryGraces = AUTORECOVERY_DEFAULT_GRACES  # AutoRecovery health (membership only)
+    disruption: DisruptionRule = NO_DISRUPTION_RULE  # many bookies vanishing together (membership only)
     # False in the job: registrations and the recovery delay are the membership lane's
     # (streaming.membership), and the cluster group keeps only the rack map and snapshot brackets.
     membership: bool = True
 
 
 #: Changes that only membership reads (skipped by a cluster group without it).
-_MEMBERSHIP_CHANGES = frozenset({"bookie_status", "recovery_delay", "auto_recovery_state", "heartbeat"})
+_MEMBERSHIP_CHANGES = frozenset(
+    {"bookie_status", "bookie_probe", "recovery_delay", "auto_recovery_state", "heartbeat"}
+)
 
 
 def _decision(kind: str, event_time_ms: int, **fields: Any) -> Decision:
@@ -118,6 +128,24 @@ def _health_decisions(transitions: list[HealthTransition]) -> list[Decision]:
     ]
 
 
+def _disruption_decisions(
+    membership: BookieMembership, before: list[str], at_ms: int, out: list[Decision]
+) -> list[str]:
+    """Fire ``ZOOKEEPER_DISRUPTION`` when bookies start answering without a registration, resolve it when
+    none does any more; returns the bookies that do now."""
+    now = membership.registration_lost()
+    if bool(now) != bool(before):
+        detail = {"bookies": now} if now else {}
+        out.append(
+            _decision(
+                "cluster_alert",
+                at_ms,
+                payload={"kind": "ZOOKEEPER_DISRUPTION", "firing": bool(now), "detail": detail},
+            )
+        )
+    return now
+
+
 class ClusterLogic:
     """Membership, recovery delay and rack map: the ``"cluster"`` group.
 
@@ -137,12 +165,12 @@ class ClusterLogic:
 
     def _load(self, state: dict[str, Any] | None) -> tuple[BookieMembership, dict[str, Any]]:
         if state is None:
-            return BookieMembership(default_delay_s=self.config.default_recovery_delay_s), {
-                "bookies": {},
-                "racks": {},
-            }
-        membership = BookieMembership.from_json(state["membership"])
-        membership.default_delay_s = self.config.default_recovery_delay_s
+            membership = BookieMembership(default_delay_s=self.config.default_recovery_delay_s)
+            state = {"bookies": {}, "racks": {}}
+        else:
+            membership = BookieMembership.from_json(state["membership"])
+            membership.default_delay_s = self.config.default_recovery_delay_s
+        membership.disruption = self.config.disruption
         return membership, state
 
     def _health(self, info: dict[str, Any]) -> AutoRecoveryHealth:
@@ -191,6 +219,7 @@ class ClusterLogic:
         membership, info = self._load(state)
         health = self._health(info)
         out: list[Decision] = []
+        registration_lost = membership.registration_lost()
         for row in rows:
             kind, at_ms, payload = row["kind"], row["event_time_ms"], row["payload"]
             if not self.config.membership and kind in _MEMBERSHIP_CHANGES:
@@ -204,6 +233,10 @@ class ClusterLogic:
                 out.extend(self._transitions(membership, info, transitions))
                 running = any(b.status is not BookieStatus.GONE for b in membership.bookies.values())
                 out.extend(_health_decisions(health.set_bookies_running(running, at_ms)))
+            elif kind == "bookie_probe":
+                answered = bool(payload.get("answered"))
+                transitions = membership.observe_probe(row["bookie_id"], answered=answered, at_ms=at_ms)
+                out.extend(self._transitions(membership, info, transitions))
             elif kind == "auto_recovery_state":
                 out.extend(_health_decisions(health.observe(autorecovery_znodes(payload, at_ms), at_ms)))
             elif kind == "recovery_delay":
@@ -241,6 +274,7 @@ class ClusterLogic:
             elif kind == "heartbeat":
                 out.extend(self._transitions(membership, info, membership.advance(at_ms)))
                 out.extend(_health_decisions(health.advance(at_ms)))
+            registration_lost = _disruption_decisions(membership, registration_lost, at_ms, out)
         info["membership"] = membership.to_json()
         info["autorecovery"] = health.to_json()
         return info, out, self._deadline(membership, health)
@@ -259,8 +293,10 @@ class ClusterLogic:
         health = self._health(info)
         out: list[Decision] = []
         if self.config.membership:
+            registration_lost = membership.registration_lost()
             out = self._transitions(membership, info, membership.advance(at_ms))
             out.extend(_health_decisions(health.advance(at_ms)))
+            _disruption_decisions(membership, registration_lost, at_ms, out)
         info["membership"] = membership.to_json()
         info["autorecovery"] = health.to_json()
         return info, out, self._deadline(membership, health)

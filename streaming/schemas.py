@@ -51,6 +51,7 @@ CHANGE_SCHEMA = StructType(
 
 CHANGE_KINDS = {
     "bookie_status": "payload: {status, rpc_address, host, port, has_cookie, registration_error}",
+    "bookie_probe": "payload: {answered, address, detail}",
     "ledger_upserted": "payload: metadata without password + "
     "{mzxid, version, znode_ctime_ms, znode_mtime_ms, path}",
     "ledger_deleted": "payload: {last_mzxid, inferred}",

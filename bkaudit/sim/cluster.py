@@ -269,6 +269,9 @@ class SimulatedCluster:
         self.rack_names = [f"/rack-{index}" for index in range(racks)]
         self.session_timeout_s = session_timeout_s
         self.bookie_session_timeout_s = bookie_session_timeout_s or session_timeout_s
+        #: How long a bookie whose session expired waits before it registers again (0: at once, as
+        #: BookKeeper's bookie does once ZooKeeper serves; more: a ZooKeeper that stays slow to serve it).
+        self.reregister_delay_s = 0.0
         self.rack_map_path = validate_root(rack_map_path)
         self.rack_map_group = rack_map_group
         self.lost_bookie_recovery_delay_s = lost_bookie_recovery_delay_s
@@ -462,9 +465,9 @@ class SimulatedCluster:
         self._absences.append(Absence(bookie.bookie_id, now))
         logger.info("bookie %s: registration expired", bookie.bookie_id)
 
-    def _open_absence(self, bookie_id: str, now: int) -> None:
+    def _open_absence(self, bookie_id: str, now: int, *, serving: bool = False) -> None:
         with self._membership_lock:
-            self._absences.append(Absence(bookie_id, now))
+            self._absences.append(Absence(bookie_id, now, serving=serving))
 
     def _close_absence(self, bookie_id: str, now: int) -> None:
         with self._membership_lock:
@@ -614,8 +617,9 @@ class SimulatedCluster:
         with self._lock:
             if not still_running():
                 return
-            self._open_absence(bookie.bookie_id, lost_ms)
+            self._open_absence(bookie.bookie_id, lost_ms, serving=True)  # its protocol server still answers
             logger.info("bookie %s: ZooKeeper session expired; registering again", bookie.bookie_id)
+        time.sleep(self.reregister_delay_s)
         while True:
             with self._lock:
                 if not still_running():

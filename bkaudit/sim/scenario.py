@@ -49,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from bkaudit.sim.actions import validate_action
 from bkaudit.sim.truth import TruthParameters
 from core.domain.rules.autorecovery import AutoRecoveryGraces
+from core.domain.rules.lost_bookie import DisruptionRule
 from core.errors import BkauditError, ConfigError
 
 __all__ = [
@@ -126,6 +127,9 @@ class TruthSpec(BaseModel):
     autorecovery_disabled_grace_s: float = Field(900.0, ge=0)
     auditor_missing_grace_s: float = Field(300.0, ge=0)
     replication_lock_grace_s: float = Field(1800.0, ge=0)
+    zookeeper_disruption_settle_s: float = Field(1.0, ge=0)
+    zookeeper_disruption_grace_s: float = Field(30.0, ge=0)
+    zookeeper_disruption_share: float = Field(0.5, gt=0, le=1)
 
     def to_parameters(self) -> TruthParameters:
         """The pure module's parameter object.
@@ -140,7 +144,12 @@ class TruthSpec(BaseModel):
             auditor_missing_s=values.pop("auditor_missing_grace_s"),
             lock_held_s=values.pop("replication_lock_grace_s"),
         )
-        return TruthParameters(**values, autorecovery=graces)
+        disruption = DisruptionRule(
+            settle_s=values.pop("zookeeper_disruption_settle_s"),
+            grace_s=values.pop("zookeeper_disruption_grace_s"),
+            share=values.pop("zookeeper_disruption_share"),
+        )
+        return TruthParameters(**values, autorecovery=graces, disruption=disruption)
 
 
 class Step(BaseModel):

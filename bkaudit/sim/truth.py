@@ -17,7 +17,9 @@ snapshot at all):
   for at least ``lost_bookie_recovery_delay_s``, or at once when another bookie was missing at the same
   time during its absence (BookKeeper: more than one bookie missing → no delay). A bookie that came back
   in time raises nothing; its closed absences are counted as ``flaps``. A bookie named in ledger metadata
-  that the snapshot does not know at all is lost.
+  that the snapshot does not know at all is lost. Bookies that vanished together in a ZooKeeper disruption
+  (:class:`~core.domain.rules.lost_bookie.DisruptionRule`, ``TruthParameters.disruption``) are lost only
+  if their absence is not ``serving``; while the serving ones are missing, ``ZOOKEEPER_DISRUPTION``.
 - ``LEDGER_UNDER_REPLICATED`` / ``LEDGER_UNRECOVERABLE``: every ledger (open, in recovery or closed) that
   names a lost bookie in any segment; UNRECOVERABLE (instead of UNDER_REPLICATED) when
   ``is_recoverable(lost)`` is false, i.e. some entry has no surviving copy.
@@ -69,6 +71,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from core.domain.alerts import AlertKind
 from core.domain.metadata import LedgerMetadata, LedgerState, Segment
 from core.domain.rules.autorecovery import (
     AutoRecoveryGraces,
@@ -77,7 +80,7 @@ from core.domain.rules.autorecovery import (
     holding_conditions,
 )
 from core.domain.rules.entry_reads import ReadAnswer, answers_from_reads, entries_to_read
-from core.domain.rules.lost_bookie import BookieMembership
+from core.domain.rules.lost_bookie import NO_DISRUPTION_RULE, BookieMembership, DisruptionRule
 from core.domain.rules.lost_bookie import BookieStatus as Membership
 from core.domain.rules.placement import (
     DEFAULT_DESIRED_ZONES_PER_WRITE_QUORUM,
@@ -122,8 +125,9 @@ LEDGER_KINDS = (
 BOOKIE_KINDS = ("BOOKIE_LOST", "BOOKIE_UNRESPONSIVE")
 """Alert kinds whose subjects are bookie ids."""
 
-CLUSTER_KINDS = ("AUTORECOVERY_DISABLED", "AUDITOR_MISSING")
-"""Alert kinds of the whole cluster; their subject is the alert's entity (``autorecovery``, ``auditor``)."""
+CLUSTER_KINDS = ("AUTORECOVERY_DISABLED", "AUDITOR_MISSING", "ZOOKEEPER_DISRUPTION")
+"""Alert kinds of the whole cluster; their subject is the alert's entity (``autorecovery``, ``auditor``,
+``zookeeper``)."""
 
 ALERT_KINDS = LEDGER_KINDS + BOOKIE_KINDS + CLUSTER_KINDS
 """Every alert kind of the alert stream (interfaces.md §2)."""
@@ -225,6 +229,7 @@ class Absence:
     bookie_id: str
     since_ms: int
     until_ms: int | None = None
+    serving: bool = False  # the bookie kept serving (its ZooKeeper session expired, the process did not die)
 
     @property
     def is_open(self) -> bool:
@@ -283,6 +288,7 @@ class TruthParameters:
     probe_timeout_s: float = 5.0
     under_replication_grace_s: float | None = 600.0
     autorecovery: AutoRecoveryGraces = field(default_factory=AutoRecoveryGraces)
+    disruption: DisruptionRule = field(default_factory=DisruptionRule)
 
     def __post_init__(self) -> None:
         if self.placement_policy not in POLICIES:
@@ -309,6 +315,9 @@ class TruthParameters:
             "autorecovery_disabled_grace_s": self.autorecovery.disabled_s,
             "auditor_missing_grace_s": self.autorecovery.auditor_missing_s,
             "replication_lock_grace_s": self.autorecovery.lock_held_s,
+            "zookeeper_disruption_settle_s": self.disruption.settle_s,
+            "zookeeper_disruption_grace_s": self.disruption.grace_s,
+            "zookeeper_disruption_share": self.disruption.share,
         }
 
 
@@ -328,7 +337,7 @@ def _missing_intervals(snapshot: ClusterSnapshot) -> dict[str, list[tuple[int, i
     return intervals
 
 
-def lost_bookies(snapshot: ClusterSnapshot) -> dict[str, int]:
+def lost_bookies(snapshot: ClusterSnapshot, rule: DisruptionRule = NO_DISRUPTION_RULE) -> dict[str, int]:
     """``{bookie id: missing since (ms)}`` for every bookie a correct auditor treats as lost now.
 
     Example:
@@ -343,25 +352,47 @@ def lost_bookies(snapshot: ClusterSnapshot) -> dict[str, int]:
         >>> lost_bookies(two)
         {'b1': 1000, 'b2': 1900}
     """
-    # One rule, one implementation: replay the registration history through the job's own debounce.
-    membership = BookieMembership(default_delay_s=snapshot.lost_bookie_recovery_delay_s)
-    changes: list[tuple[int, int, str, Membership]] = []
-    for bookie_id, intervals in _missing_intervals(snapshot).items():
-        for since, until in intervals:
-            changes.append((since, 1, bookie_id, Membership.GONE))
-            if until is not None:
-                changes.append((until, 0, bookie_id, Membership.WRITABLE))
-    for bookie_id in snapshot.bookies:
-        membership.observe(bookie_id, Membership.WRITABLE, at_ms=-1)
-    # Returns before departures at the same instant: an interval is [since, until).
-    for at_ms, _, bookie_id, status in sorted(changes):
-        membership.observe(bookie_id, status, at_ms)
-    membership.advance(snapshot.now_ms)
+    membership = replayed_membership(snapshot, rule)
     return {
         bookie_id: state.missing_since_ms
         for bookie_id, state in sorted(membership.bookies.items())
         if state.lost and state.missing_since_ms is not None and bookie_id in snapshot.bookies
     }
+
+
+def replayed_membership(
+    snapshot: ClusterSnapshot, rule: DisruptionRule = NO_DISRUPTION_RULE
+) -> BookieMembership:
+    """The registration history replayed through the job's own debounce (one rule, one implementation),
+    each absence with the liveness probe the watcher sends when a registration vanishes.
+
+    Example:
+        >>> bookies = {b: BookieSnapshot(b, Registration.NONE) for b in ("b1", "b2", "b3")}
+        >>> outage = ClusterSnapshot(now_ms=9000, bookies=bookies, ledgers={},
+        ...                          absences=tuple(Absence(b, 1000, serving=True) for b in bookies))
+        >>> membership = replayed_membership(outage, DisruptionRule())
+        >>> membership.lost(), membership.registration_lost()
+        ([], ['b1', 'b2', 'b3'])
+    """
+    membership = BookieMembership(default_delay_s=snapshot.lost_bookie_recovery_delay_s, disruption=rule)
+    serving = {(a.bookie_id, a.since_ms): a.serving for a in snapshot.absences}
+    changes: list[tuple[int, int, str, Membership | None]] = []
+    for bookie_id, intervals in _missing_intervals(snapshot).items():
+        for since, until in intervals:
+            changes.append((since, 1, bookie_id, Membership.GONE))
+            changes.append((since, 2, bookie_id, None))  # its liveness probe's answer
+            if until is not None:
+                changes.append((until, 0, bookie_id, Membership.WRITABLE))
+    for bookie_id in snapshot.bookies:
+        membership.observe(bookie_id, Membership.WRITABLE, at_ms=-1)
+    # Returns before departures at the same instant: an interval is [since, until).
+    for at_ms, _, bookie_id, status in sorted(changes, key=lambda c: c[:3]):
+        if status is None:
+            membership.observe_probe(bookie_id, answered=serving.get((bookie_id, at_ms), False), at_ms=at_ms)
+        else:
+            membership.observe(bookie_id, status, at_ms)
+    membership.advance(snapshot.now_ms)
+    return membership
 
 
 # ------------------------------------------------------------------------------------------- ground truth
@@ -518,7 +549,14 @@ def ground_truth(snapshot: ClusterSnapshot, params: TruthParameters | None = Non
     may: dict[str, set[Any]] = {kind: set() for kind in ALERT_KINDS}
     timeout = params.probe_timeout_s
 
-    lost = lost_bookies(snapshot)
+    membership = replayed_membership(snapshot, params.disruption)
+    lost = {
+        bookie_id: state.missing_since_ms
+        for bookie_id, state in membership.bookies.items()
+        if state.lost and state.missing_since_ms is not None and bookie_id in snapshot.bookies
+    }
+    if membership.registration_lost():
+        alerts["ZOOKEEPER_DISRUPTION"].add(AlertKind.ZOOKEEPER_DISRUPTION.cluster_entity)
     # A bookie named by a ledger but unknown to the snapshot never registered: lost from the start.
     for md in snapshot.ledgers.values():
         for bookie_id in md.all_bookies:

@@ -69,6 +69,8 @@ DeliveredHook = Callable[[str, int, int | None], None]
 
 
 MEMBERSHIP_PARTITION_KEY = b"cluster"
+#: Payloads published to the partition of :data:`MEMBERSHIP_PARTITION_KEY` (see :func:`partition_for_event`).
+MEMBERSHIP_PAYLOADS = frozenset({"bookie_status", "bookie_probe"})
 #: Records of a partition held and sent together (one batch): the watcher publishes one event at a time, and
 #: librdkafka (linger 0) would send each few as a batch of its own. The embedded broker's offset lookups and
 #: fetches cost time in proportion to a partition's batches (docs/journal.md, "Why the broker was
@@ -119,10 +121,11 @@ def partitions_for_keys(keys: Sequence[bytes], partition_count: int) -> list[int
 def partition_for_event(event: pb.ChangeEvent, partition_count: int) -> int:
     """The partition of a change event published without an explicit one.
 
-    Membership events (bookie status, like the recovery delay and the rack map keyed ``cluster``) all go to
-    the partition of ``cluster``: the lost-bookie rule spans bookies ("more than one missing → no delay")
-    and the recovery delay, so the consumer needs them in one total order, which only one partition gives;
-    the job's membership lane reads that partition alone. Their key stays the entity (``bookie/<id>``).
+    Membership events (bookie status and liveness probes, like the recovery delay and the rack map keyed
+    ``cluster``) all go to the partition of ``cluster``: the lost-bookie rule spans bookies ("more than one
+    missing → no delay") and the recovery delay, so the consumer needs them in one total order, which only
+    one partition gives; the job's membership lane reads that partition alone. Their key stays the entity
+    (``bookie/<id>``).
 
     Example:
         >>> from core import events
@@ -130,7 +133,7 @@ def partition_for_event(event: pb.ChangeEvent, partition_count: int) -> int:
         >>> partition_for_event(event, 4) == partition_for_key(MEMBERSHIP_PARTITION_KEY, 4)
         True
     """
-    key = MEMBERSHIP_PARTITION_KEY if payload_type(event) == "bookie_status" else kafka_key(event)
+    key = MEMBERSHIP_PARTITION_KEY if payload_type(event) in MEMBERSHIP_PAYLOADS else kafka_key(event)
     return partition_for_key(key, partition_count)
 
 

@@ -46,6 +46,7 @@ from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from connectors.bookie.liveness import LivenessProbes
 from connectors.kafka.client_config import KafkaTimeout
 from connectors.kafka.publisher import (
     PRODUCER_STALL_S,
@@ -89,6 +90,7 @@ from core.domain.rackmap import parse_rack_map
 from core.domain.registration import (
     BookieServiceInfo,
     RegistrationKind,
+    bookie_rpc_address,
     decode_bookie_service_info,
     is_valid_bookie_id,
     parse_registration_path,
@@ -473,6 +475,7 @@ OP_BATCH = 14  # a multiRead of ledgers or marks: extra = (leaf op, paths, ids)
 OP_DELETE_BARRIER = 15
 OP_AUTORECOVERY = 16  # a marker: read AutoRecovery's znodes now (extra = the snapshot, or None)
 OP_TAILS = 17  # a marker from the delivery-report thread: the held tails can go out alone now
+OP_PROBE = 18  # a liveness probe's answer (extra = bookie id, answered, address, detail)
 WATCH_EVENT = "watch-event"
 #: Of the worker's gathering sleep, the part during which kazoo's connection thread leaves the burst's
 #: notifications in the socket: it wakes once to read them all, and has handed them over when the worker
@@ -515,6 +518,7 @@ class _Bookie:
     cookie: bool = False
     published: tuple[Any, ...] | None = None
     published_in: str = ""  # snapshot id of the last status published inside a snapshot bracket
+    address: str = ""  # the bookie-rpc address of its last registration (probed once it vanishes)
     # Registration reads in flight: the status is held back until they answer, so that e.g. a cookie seen
     # before the registration data does not publish a transient GONE.
     pending_reads: int = 0
@@ -645,6 +649,13 @@ class ChangeWatcher:
         self._rack_file_seen: tuple[float, int] | None = None
         self._read_counter = {op: self.metrics.zookeeper_reads.labels(name) for op, name in _PURPOSE.items()}
         self._event_counters: dict[str, Any] = {}
+        self._liveness: LivenessProbes | None = None
+        if self.config.bookie_probe_interval_s > 0:
+            self._liveness = LivenessProbes(
+                self._on_probe_answer,
+                interval_s=self.config.bookie_probe_interval_s,
+                timeout_s=self.config.bookie_probe_timeout_s,
+            )
 
     # ============================================================================================ lifecycle
 
@@ -699,6 +710,8 @@ class ChangeWatcher:
         self._start_thread("bkaudit-watch-worker", self._worker_loop)
         self._start_rack_source()
         self._start_thread("bkaudit-watch-heartbeat", self._heartbeat_loop)
+        if self._liveness is not None:
+            self._liveness.start()
         self._started = True
         self.request_snapshot(pb.SnapshotBegin.START)
         self._start_thread("bkaudit-watch-controller", self._controller_loop)
@@ -732,6 +745,8 @@ class ChangeWatcher:
             return
         self._stopping.set()
         self._wake.set()
+        if self._liveness is not None:
+            self._liveness.stop()
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             if thread.name in (
@@ -1326,6 +1341,10 @@ class ChangeWatcher:
         # On the delivery-report thread: must not block.
         self._put(((OP_TAILS, "", None, None), None, None))
 
+    def _on_probe_answer(self, bookie_id: str, answered: bool, address: str, detail: str) -> None:
+        # On the liveness thread: the worker publishes it, in order with the bookie's status events.
+        self._put(((OP_PROBE, "", None, (bookie_id, answered, address, detail)), None, None))
+
     def _on_item(self, op: int, token: tuple[Any, ...], value: Any, error: Any) -> None:
         _, path, snapshot, extra = token
         if op == OP_TAILS:
@@ -1333,6 +1352,9 @@ class ChangeWatcher:
             return
         if op == OP_HEARTBEAT:
             self._emit_heartbeats()
+            return
+        if op == OP_PROBE:
+            self._publish_probe(*extra)
             return
         if op == OP_BEGIN:
             self._begin_snapshot(extra)
@@ -1747,6 +1769,9 @@ class ChangeWatcher:
             bookie.writable = registration
         else:
             bookie.readonly = registration
+        if registration is not None and registration.info is not None:
+            address = bookie_rpc_address(registration.info)
+            bookie.address = str(address) if address is not None else bookie.address
         self._publish_bookie(bookie_id, bookie, snapshot, ignore_pending=after_delete)
 
     def _set_cookie(self, bookie_id: str, present: bool, snapshot: Snapshot | None) -> None:
@@ -1785,8 +1810,24 @@ class ChangeWatcher:
             if snapshot is not None:
                 snapshot.counts.bookies_published += 1
             self._emit(payload, snapshot)
+            self._watch_liveness(bookie_id, bookie, status)
         if not bookie.exists and bookie.pending_reads <= 0:
             self._bookies.pop(bookie_id, None)
+
+    def _watch_liveness(self, bookie_id: str, bookie: _Bookie, status: events.BookieStatusValue) -> None:
+        """Probe a bookie while it is registered nowhere (a ZooKeeper outage or a dead bookie?)."""
+        if self._liveness is None:
+            return
+        if status == pb.BookieStatus.GONE:
+            self._liveness.watch(bookie_id, bookie.address or bookie_id)
+        else:
+            self._liveness.forget(bookie_id)
+
+    def _publish_probe(self, bookie_id: str, answered: bool, address: str, detail: str) -> None:
+        bookie = self._bookies.get(bookie_id)
+        if bookie is not None and bookie.status()[0] != pb.BookieStatus.GONE:
+            return  # registered again while the probe ran
+        self._emit(events.bookie_probe(bookie_id, answered=answered, address=address, detail=detail), None)
 
     def _on_bookie_list(
         self, path: str, kind: RegistrationKind, children: list[str], snapshot: Snapshot | None

@@ -49,6 +49,7 @@ class AlertKind(enum.Enum):
     AUTORECOVERY_DISABLED = "AUTORECOVERY_DISABLED"
     AUDITOR_MISSING = "AUDITOR_MISSING"
     REPLICATION_STALLED = "REPLICATION_STALLED"
+    ZOOKEEPER_DISRUPTION = "ZOOKEEPER_DISRUPTION"
 
     @property
     def severity(self) -> str:
@@ -82,6 +83,7 @@ _CLUSTER_ENTITIES = {
     AlertKind.RACK_MAP_INVALID: RACK_MAP_ENTITY,
     AlertKind.AUTORECOVERY_DISABLED: "autorecovery",
     AlertKind.AUDITOR_MISSING: "auditor",
+    AlertKind.ZOOKEEPER_DISRUPTION: "zookeeper",
 }
 
 
@@ -100,6 +102,7 @@ _SEVERITY = {
     AlertKind.AUTORECOVERY_DISABLED: "warning",
     AlertKind.AUDITOR_MISSING: "warning",
     AlertKind.REPLICATION_STALLED: "warning",
+    AlertKind.ZOOKEEPER_DISRUPTION: "warning",
     AlertKind.PLACEMENT_SOFT: "info",
 }
 

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ChangeEvent(_message.Message):
-    __slots__ = ("schema_version", "cluster", "event_time_ms", "entity_key", "watcher_run_id", "sequence", "snapshot_id", "bookie_status", "ledger_upserted", "ledger_deleted", "ledger_undecodable", "under_replication_mark", "recovery_delay", "rack_map", "snapshot_begin", "snapshot_end", "heartbeat", "auto_recovery_state")
+    __slots__ = ("schema_version", "cluster", "event_time_ms", "entity_key", "watcher_run_id", "sequence", "snapshot_id", "bookie_status", "ledger_upserted", "ledger_deleted", "ledger_undecodable", "under_replication_mark", "recovery_delay", "rack_map", "snapshot_begin", "snapshot_end", "heartbeat", "auto_recovery_state", "bookie_probe")
     SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     EVENT_TIME_MS_FIELD_NUMBER: _ClassVar[int]
@@ -27,6 +27,7 @@ class ChangeEvent(_message.Message):
     SNAPSHOT_END_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     AUTO_RECOVERY_STATE_FIELD_NUMBER: _ClassVar[int]
+    BOOKIE_PROBE_FIELD_NUMBER: _ClassVar[int]
     schema_version: int
     cluster: str
     event_time_ms: int
@@ -45,7 +46,8 @@ class ChangeEvent(_message.Message):
     snapshot_end: SnapshotEnd
     heartbeat: Heartbeat
     auto_recovery_state: AutoRecoveryState
-    def __init__(self, schema_version: _Optional[int] = ..., cluster: _Optional[str] = ..., event_time_ms: _Optional[int] = ..., entity_key: _Optional[str] = ..., watcher_run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., snapshot_id: _Optional[str] = ..., bookie_status: _Optional[_Union[BookieStatus, _Mapping]] = ..., ledger_upserted: _Optional[_Union[LedgerUpserted, _Mapping]] = ..., ledger_deleted: _Optional[_Union[LedgerDeleted, _Mapping]] = ..., ledger_undecodable: _Optional[_Union[LedgerUndecodable, _Mapping]] = ..., under_replication_mark: _Optional[_Union[UnderReplicationMark, _Mapping]] = ..., recovery_delay: _Optional[_Union[RecoveryDelay, _Mapping]] = ..., rack_map: _Optional[_Union[RackMap, _Mapping]] = ..., snapshot_begin: _Optional[_Union[SnapshotBegin, _Mapping]] = ..., snapshot_end: _Optional[_Union[SnapshotEnd, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., auto_recovery_state: _Optional[_Union[AutoRecoveryState, _Mapping]] = ...) -> None: ...
+    bookie_probe: BookieProbe
+    def __init__(self, schema_version: _Optional[int] = ..., cluster: _Optional[str] = ..., event_time_ms: _Optional[int] = ..., entity_key: _Optional[str] = ..., watcher_run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., snapshot_id: _Optional[str] = ..., bookie_status: _Optional[_Union[BookieStatus, _Mapping]] = ..., ledger_upserted: _Optional[_Union[LedgerUpserted, _Mapping]] = ..., ledger_deleted: _Optional[_Union[LedgerDeleted, _Mapping]] = ..., ledger_undecodable: _Optional[_Union[LedgerUndecodable, _Mapping]] = ..., under_replication_mark: _Optional[_Union[UnderReplicationMark, _Mapping]] = ..., recovery_delay: _Optional[_Union[RecoveryDelay, _Mapping]] = ..., rack_map: _Optional[_Union[RackMap, _Mapping]] = ..., snapshot_begin: _Optional[_Union[SnapshotBegin, _Mapping]] = ..., snapshot_end: _Optional[_Union[SnapshotEnd, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., auto_recovery_state: _Optional[_Union[AutoRecoveryState, _Mapping]] = ..., bookie_probe: _Optional[_Union[BookieProbe, _Mapping]] = ...) -> None: ...
 
 class ZnodeStat(_message.Message):
     __slots__ = ("czxid", "mzxid", "ctime_ms", "mtime_ms", "version", "data_length")
@@ -379,6 +381,18 @@ class SnapshotEnd(_message.Message):
     marks_published: int
     duration_ms: int
     def __init__(self, snapshot_id: _Optional[str] = ..., complete: _Optional[bool] = ..., mode: _Optional[_Union[SnapshotBegin.Mode, str]] = ..., partition: _Optional[int] = ..., partition_count: _Optional[int] = ..., partition_events: _Optional[int] = ..., ledgers_scanned: _Optional[int] = ..., ledgers_published: _Optional[int] = ..., ledgers_deleted: _Optional[int] = ..., ledgers_undecodable: _Optional[int] = ..., bookies_published: _Optional[int] = ..., marks_published: _Optional[int] = ..., duration_ms: _Optional[int] = ...) -> None: ...
+
+class BookieProbe(_message.Message):
+    __slots__ = ("bookie_id", "answered", "address", "detail")
+    BOOKIE_ID_FIELD_NUMBER: _ClassVar[int]
+    ANSWERED_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    bookie_id: str
+    answered: bool
+    address: str
+    detail: str
+    def __init__(self, bookie_id: _Optional[str] = ..., answered: _Optional[bool] = ..., address: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("watcher_time_ms", "partition", "partition_count", "last_zxid")

@@ -126,6 +126,12 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
         "variant i mod n: the Spark JVM and its Python workers reniced to NICE before it (lowering a nice "
         "needs root), the membership lane's tail consumer on (TAIL 1, the default) or off (0)",
     )
+    add(
+        "--disruption-settle-s",
+        type=float,
+        default=None,
+        help="stream.zookeeper_disruption_settle_s (default: the setting's; 0 = BookKeeper's rules only)",
+    )
     add("--max-offsets", type=int, default=0, help="stream.max_offsets_per_trigger (0: unlimited)")
     add("--timers-trigger-s", type=float, default=5.0, help="stream.timers_trigger_interval_s")
     add("--lane-interval-s", type=float, default=1.0, help="stream.ledger_lane_interval_s")
@@ -1582,6 +1588,11 @@ def job_session_and_settings(args: argparse.Namespace, kafka: Any, state_dir: Pa
             "ledger_lane_interval_s": args.lane_interval_s,
             "ledger_fold_interval_s": args.fold_interval_s,
             "index_append_interval_s": float(str(args.index_append_s).split(",")[0]),
+            **(
+                {}
+                if args.disruption_settle_s is None
+                else {"zookeeper_disruption_settle_s": args.disruption_settle_s}
+            ),
         },
     )
     return spark, settings

@@ -368,7 +368,7 @@ class ChaosStack:
                 problems.setdefault("bookies", {})[bookie_id] = {"want": want, "have": have}
         found: dict[str, set[str]] = {}
         for row in self.table("open_alerts"):
-            found.setdefault(row["kind"], set()).add(row["entity"].split("/", 1)[1])
+            found.setdefault(row["kind"], set()).add(row["entity"].split("/", 1)[-1])
         for kind in ALWAYS:
             required = {str(i) for i in truth["alerts"].get(kind, [])}
             allowed = required | {str(i) for i in truth.get("may_alert", {}).get(kind, [])}
@@ -412,7 +412,7 @@ class ChaosStack:
         for key, alert in alerts_on(self.kafka):
             published.add((alert["alert_id"], alert["state"]))
             if alert["state"] == "firing":
-                firing.add((alert["kind"], key.split("/", 1)[1].split("/", 1)[1]))
+                firing.add((alert["kind"], key.split("/", 1)[1].split("/", 1)[-1]))
         lost: dict[str, Any] = {}
         for index, truth in enumerate(self.truths):
             for kind in ALWAYS:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from bkaudit.testing.harness import ServiceHarness
+from connectors.bookie.liveness import LivenessProbes
 from connectors.bookkeeper import RealBookie, RealBookKeeperCluster
 from core.errors import ServiceError
 
@@ -137,6 +138,28 @@ def test_a_killed_bookie_leaves_both_listings_once_its_session_expires(
     finally:
         real_bk.start_bookie(2)
     assert victim.bookie_id in _listed(cli, real_bk, "--rw")
+
+
+def test_the_liveness_probe_is_answered_by_a_running_bookie_and_not_by_a_killed_one(
+    real_bk: RealBookKeeperCluster,
+) -> None:
+    """What tells a ZooKeeper outage from a dead bookie: a real bookie answers the watcher's liveness read
+    (of a ledger no cluster has), a killed one does not."""
+    answers: list[tuple[str, bool, str, str]] = []
+    probes = LivenessProbes(lambda *answer: answers.append(answer), interval_s=60.0, timeout_s=5.0)
+    alive, victim = real_bk.bookie(1), real_bk.bookie(3)
+    try:
+        probes.watch(alive.bookie_id, alive.bookie_id)
+        probes.probe_due()
+        victim.kill()
+        probes.watch(victim.bookie_id, victim.bookie_id)
+        probes.probe_due()
+    finally:
+        probes.stop()
+        real_bk.start_bookie(3)
+    by_bookie = {bookie: (answered, detail) for bookie, answered, _, detail in answers}
+    assert by_bookie[alive.bookie_id][0] is True, by_bookie
+    assert by_bookie[victim.bookie_id][0] is False, by_bookie
 
 
 def test_a_bookie_that_cannot_start_names_its_log_file(real_bk: RealBookKeeperCluster) -> None:

@@ -251,3 +251,32 @@ def test_simulated_faults_in_fallback_mode(
         reader.wait_for(lambda evs: bool(payloads(reader, "ledger_deleted", ledger_id=doomed)))
         quiesce(watcher, reader, 1.0)
         assert_replay_matches(reader, ClusterTree(zk_client, sim.root, sim.manager), sim.instance_id or "")
+
+
+def probe_answers(reader: TopicReader, bookie_id: str) -> list[bool]:
+    return [p.answered for p in payloads(reader, "bookie_probe", bookie_id=bookie_id)]
+
+
+def test_a_bookie_whose_registration_vanished_is_probed_and_its_answer_published(
+    bk_services: Any, kafka_settings: Any, zk_chroot: str, sim: SimulatedCluster
+) -> None:
+    """A session expiry (the bookie serves on) is published as an answering probe, a dead bookie as a silent
+    one, a bookie that answers and is then killed as a change; a bookie that registered is not probed."""
+    expired, killed, steady = (sim.add_bookie() for _ in range(3))
+    settings = watcher_settings(bk_services, kafka_settings, zk_chroot, bookie_probe_interval_s=0.5)
+    with running_watcher(settings, SIM_PASSWORD) as (watcher, reader):
+        assert watcher.wait_for_snapshots(1, 30)
+        sim.expire_bookie_session(expired)
+        sim.kill_bookie(killed)
+        reader.wait_for(lambda evs: probe_answers(reader, expired)[:1] == [True])
+        reader.wait_for(lambda evs: probe_answers(reader, killed) == [False])
+        probe = payloads(reader, "bookie_probe", bookie_id=killed)[0]
+        assert probe.address == sim.bookie_address(killed) and probe.detail
+        # The partition of the membership events: the lane sees the probe after the status it follows.
+        events = [e for e in reader.events() if e.entity_key == f"bookie/{killed}"]
+        assert [e.WhichOneof("payload") for e in events][-2:] == ["bookie_status", "bookie_probe"]
+
+        reader.wait_for(lambda evs: last_status(reader, expired) == "WRITABLE")  # it registered again
+        sim.kill_bookie(expired)
+        reader.wait_for(lambda evs: probe_answers(reader, expired) == [True, False])
+        assert probe_answers(reader, steady) == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.domain.rules.lost_bookie import BookieMembership, BookieStatus, TransitionKind
+from core.domain.rules.lost_bookie import BookieMembership, BookieStatus, DisruptionRule, TransitionKind
 
 W, R, G = BookieStatus.WRITABLE, BookieStatus.READ_ONLY, BookieStatus.GONE
 
@@ -131,3 +131,128 @@ def test_lost_iff_missing_long_enough_or_together(events, delay_s):
         fired.add(t.bookie_id)
     # At the end of time every missing bookie is lost and nothing else is.
     assert fired == set(m.missing()) == set(m.lost())
+
+
+# -- a ZooKeeper disruption: many bookies vanish together while they still serve --------------------------
+
+
+def disrupted_cluster(delay_s: int, *bookies: str) -> BookieMembership:
+    membership = BookieMembership(default_delay_s=delay_s, disruption=DisruptionRule(settle_s=2, grace_s=30))
+    for bookie in bookies:
+        membership.observe(bookie, W, at_ms=0)
+    return membership
+
+
+def test_bookies_that_vanish_together_but_answer_are_never_lost_and_show_as_registration_lost():
+    m = disrupted_cluster(0, "b1", "b2", "b3")
+    for bookie in ("b1", "b2", "b3"):
+        assert m.observe(bookie, G, 1_000) == []  # held for the settle time or the probe
+    for bookie in ("b1", "b2", "b3"):
+        assert m.observe_probe(bookie, answered=True, at_ms=1_050) == []
+    assert m.advance(10**9) == []  # past the grace too: they answer
+    assert m.registration_lost() == ["b1", "b2", "b3"] and m.lost() == []
+    assert m.next_deadline_ms() is None
+    assert kinds(m.observe("b2", W, 10**9 + 1)) == [("FLAPPED", "b2", 10**9 + 1)]
+    assert m.registration_lost() == ["b1", "b3"]
+
+
+def test_held_bookies_that_do_not_answer_are_lost_at_once_and_unprobed_ones_after_the_grace():
+    m = disrupted_cluster(0, "b1", "b2", "b3", "b4")
+    for bookie in ("b1", "b2", "b3"):
+        m.observe(bookie, G, 1_000)
+    assert m.next_deadline_ms() == 3_000  # judged when the settle time has passed
+    assert m.advance(3_000) == []  # three of four missing together: held
+    assert kinds(m.observe_probe("b1", answered=False, at_ms=3_020)) == [("LOST", "b1", 3_020)]
+    assert m.observe_probe("b2", answered=True, at_ms=3_030) == []
+    assert m.next_deadline_ms() == 31_000  # b3: never probed, lost when the grace has passed
+    assert kinds(m.advance(40_000)) == [("LOST", "b3", 31_000)]
+    assert m.lost() == ["b1", "b3"] and m.registration_lost() == ["b2"]
+    assert kinds(m.observe_probe("b2", answered=False, at_ms=50_000)) == [("LOST", "b2", 50_000)]
+
+
+def test_one_missing_bookie_keeps_bookkeepers_rules_after_the_settle_time():
+    m = disrupted_cluster(0, "b1", "b2", "b3")
+    assert m.observe("b1", G, 1_000) == []
+    assert m.next_deadline_ms() == 3_000
+    assert kinds(m.advance(3_000)) == [("LOST", "b1", 3_000)]
+    m = disrupted_cluster(0, "b1", "b2", "b3")
+    m.observe("b1", G, 1_000)
+    assert kinds(m.observe_probe("b1", answered=False, at_ms=1_005)) == [("LOST", "b1", 1_005)]
+    m = disrupted_cluster(60, "b1", "b2", "b3")
+    m.observe("b1", G, 1_000)
+    assert m.observe_probe("b1", answered=False, at_ms=1_005) == []  # the recovery delay still applies
+    assert kinds(m.advance(61_000)) == [("LOST", "b1", 61_000)]
+
+
+def test_two_of_ten_missing_together_is_not_a_disruption():
+    m = disrupted_cluster(60, *(f"b{i}" for i in range(10)))
+    m.observe("b0", G, 1_000)
+    m.observe("b1", G, 1_000)
+    assert m.observe_probe("b0", answered=True, at_ms=1_010) == []  # an answer waits for the settle time
+    assert m.observe_probe("b1", answered=True, at_ms=1_020) == []
+    assert kinds(m.advance(3_000)) == [("LOST", "b0", 3_000), ("LOST", "b1", 3_000)]
+
+
+def test_the_rule_off_is_bookkeepers_rule():
+    m = cluster(60, "b1", "b2", "b3")
+    m.observe("b1", G, 1_000)
+    assert kinds(m.observe("b2", G, 1_000)) == [("LOST", "b1", 1_000), ("LOST", "b2", 1_000)]
+
+
+def test_held_state_survives_serialisation():
+    m = disrupted_cluster(0, "b1", "b2", "b3")
+    m.observe("b1", G, 1_000)
+    m.observe("b2", G, 1_000)
+    m.observe_probe("b1", answered=True, at_ms=1_010)
+    m.observe_probe("b2", answered=True, at_ms=1_010)
+    m.advance(3_000)
+    again = BookieMembership.from_json(m.to_json())
+    again.disruption = m.disruption
+    assert again.registration_lost() == ["b1", "b2"]
+    assert again.advance(10**9) == []
+
+
+def test_state_saved_before_the_rule_still_loads():
+    old = (
+        '{"v":1,"default_delay_s":0,"znode_delay_s":null,"bookies":{"b1":["GONE",5,true,0]},'
+        '"last_change_ms":{}}'
+    )
+    assert BookieMembership.from_json(old).lost() == ["b1"]
+
+
+@given(
+    vanish=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 3_000)), min_size=1, max_size=8),
+    answers=st.dictionaries(st.integers(0, 4), st.booleans()),
+    delay_s=st.integers(0, 3),
+)
+@settings(max_examples=200, deadline=None)
+def test_a_bookie_whose_probe_answered_is_lost_only_when_judged_alone(vanish, answers, delay_s):
+    """Whatever the order: a bookie that answered its probe is never lost while it was held."""
+    m = disrupted_cluster(delay_s, *(f"b{i}" for i in range(5)))
+    lost_while_held = []
+    for bookie, at_ms in sorted(vanish, key=lambda v: v[1]):
+        m.observe(f"b{bookie}", G, at_ms)
+        if bookie in answers:
+            for t in m.observe_probe(f"b{bookie}", answered=answers[bookie], at_ms=at_ms + 1):
+                if m.bookies[t.bookie_id].held and m.bookies[t.bookie_id].answering:
+                    lost_while_held.append(t.bookie_id)
+    for t in m.advance(10**9):
+        if m.bookies[t.bookie_id].held and m.bookies[t.bookie_id].answering:
+            lost_while_held.append(t.bookie_id)
+    assert lost_while_held == []
+    for bookie_id, state in m.bookies.items():
+        if state.held and state.answering:
+            assert not state.lost, bookie_id
+
+
+def test_a_bookie_left_behind_by_a_wave_that_came_back_is_still_held():
+    """Found by the chaos freeze: the others re-registered before the last one was judged; the wave is who
+    vanished together, not who is still missing."""
+    m = disrupted_cluster(0, "b1", "b2", "b3", "b4")
+    for bookie in ("b1", "b2", "b3", "b4"):
+        m.observe(bookie, G, 1_000 + int(bookie[1]) * 50)
+        m.observe_probe(bookie, answered=True, at_ms=1_300)
+    for bookie in ("b2", "b3", "b4"):
+        assert kinds(m.observe(bookie, W, 1_500)) == [("FLAPPED", bookie, 1_500)]
+    assert m.advance(3_100) == []  # b1's settle time: it vanished with the others, so it is held
+    assert m.registration_lost() == ["b1"] and m.lost() == []
