@@ -364,6 +364,7 @@ def exclusive_checkpoint(settings: Settings) -> Iterator[Path]:
     Runs before the Spark session is built, so an operator error is one line at once: an unwritable
     checkpoint or lakehouse root, a checkpoint another job holds, a state layout that does not match.
     """
+    from connectors.delta.health import check_lakehouse
     from streaming.checkpoint_lock import CheckpointLock
 
     writable_directory(Path(settings.lakehouse_root), "lakehouse_root")
@@ -371,6 +372,7 @@ def exclusive_checkpoint(settings: Settings) -> Iterator[Path]:
     writable_directory(checkpoint, "checkpoint_root")
     with CheckpointLock(checkpoint):
         check_state_layout(checkpoint, settings.stream)
+        check_lakehouse(settings.lakehouse_root)
         logger.info("checkpoint %s locked by this job (pid %d)", checkpoint, os.getpid())
         yield checkpoint
 

@@ -42,6 +42,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
+from connectors.delta.health import REPAIR_DOC, table_damage
 from connectors.delta.placement_plans import BOOKIE_COLUMNS, LEDGER_COLUMNS, plan_rows
 from connectors.delta.scan import view_typed_dataset
 from connectors.delta.tables import FOLD_METADATA_KEY, INDEX_LEDGER_COLUMNS, LEDGER_BUCKETS, TABLES, last_fold
@@ -315,9 +316,9 @@ class Lakehouse:
         except TableNotFoundError:
             pass
         except _READ_ERRORS as err:
-            raise ServiceError(
-                f"cannot read the Delta table '{name}' under {self.root}: {read_failure(err)}"
-            ) from None
+            damage = table_damage(path)
+            why = f"it is damaged: {damage}; {REPAIR_DOC}" if damage else read_failure(err)
+            raise ServiceError(f"cannot read the Delta table '{name}' under {self.root}: {why}") from None
         hint = "" if self.tables() else _demo_hint(self.root) or " (it holds no Delta tables)"
         raise NotFoundError(f"no Delta table '{name}' under {self.root}{hint}")
 

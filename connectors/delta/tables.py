@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Field, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
+from connectors.delta.health import record_tables, recorded_tables
 from connectors.delta.scan import scan
 
 logger = logging.getLogger(__name__)
@@ -353,11 +354,14 @@ def table_path(root: str | Path, name: str) -> str:
 def ensure_tables(root: str | Path) -> list[str]:
     """Create every table that does not exist yet (CDF on, comments set); returns the table names."""
     Path(root).mkdir(parents=True, exist_ok=True)
+    existing = recorded_tables(root)
     for spec in TABLES.values():
         path = table_path(root, spec.name)
         if DeltaTable.is_deltatable(path):
             _add_missing_columns(DeltaTable(path), spec)
             continue
+        if existing:
+            logger.warning("creating the Delta table '%s' (empty) in the lakehouse %s", spec.name, root)
         DeltaTable.create(
             path,
             spec.schema,
@@ -366,6 +370,7 @@ def ensure_tables(root: str | Path) -> list[str]:
             description=spec.description,
             configuration={"delta.enableChangeDataFeed": "true"},
         )
+    record_tables(root, set(TABLES))
     return sorted(TABLES)
 
 

@@ -383,3 +383,50 @@ def test_dev_up_with_an_unwritable_state_dir(cli, monkeypatch, tmp_path):
     monkeypatch.setenv("BKAUDIT_DEV__STATE_DIR", str(blocker / "state"))
     stderr = one_line_error(cli("dev", "up"))
     assert f"dev.state_dir (BKAUDIT_DEV__STATE_DIR) is not a writable directory: {blocker}/state" in stderr
+
+
+def _cut_short(table: Path) -> Path:
+    """Cut the table's newest commit in half, as a full disk or a half copy leaves it; returns it."""
+    newest = sorted((table / "_delta_log").glob("*.json"))[-1]
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    return newest
+
+
+def test_stream_on_a_lakehouse_with_a_commit_cut_short_names_the_table_and_the_file(
+    cli, monkeypatch, no_spark, tmp_path
+):
+    from connectors.delta.tables import ensure_tables
+
+    lakehouse = tmp_path / "lakehouse"
+    ensure_tables(lakehouse)
+    damaged = _cut_short(lakehouse / "ledgers")
+    monkeypatch.setenv("BKAUDIT_LAKEHOUSE_ROOT", str(lakehouse))
+    monkeypatch.setenv("BKAUDIT_CHECKPOINT_ROOT", str(tmp_path / "checkpoints"))
+    stderr = one_line_error(cli("stream"))
+    assert f"the Delta table 'ledgers' is damaged: {damaged} is cut short or corrupt" in stderr
+    assert "A Delta table is damaged or gone" in stderr
+    assert not no_spark  # refused before the Spark session was asked for
+
+
+def test_stream_never_recreates_a_table_it_created_and_that_is_gone(cli, monkeypatch, no_spark, tmp_path):
+    import shutil
+
+    from connectors.delta.tables import ensure_tables
+
+    lakehouse = tmp_path / "lakehouse"
+    ensure_tables(lakehouse)
+    shutil.rmtree(lakehouse / "violations")
+    monkeypatch.setenv("BKAUDIT_LAKEHOUSE_ROOT", str(lakehouse))
+    monkeypatch.setenv("BKAUDIT_CHECKPOINT_ROOT", str(tmp_path / "checkpoints"))
+    stderr = one_line_error(cli("stream"))
+    assert f"the Delta table 'violations' is gone from {lakehouse}" in stderr
+    assert not (lakehouse / "violations").exists()
+
+
+def test_query_on_a_commit_cut_short_names_the_file(cli, tmp_path):
+    from connectors.delta.queries import write_example_lakehouse
+
+    lakehouse = Path(write_example_lakehouse(str(tmp_path / "lakehouse")))
+    damaged = _cut_short(lakehouse / "open_alerts")
+    stderr = one_line_error(cli("query", "alerts", "--lakehouse", str(lakehouse)))
+    assert f"cannot read the Delta table 'open_alerts' under {lakehouse}: it is damaged: {damaged}" in stderr

@@ -1,0 +1,166 @@
+"""Is a lakehouse whole? Damaged commits, missing data files and vanished tables, named on one line.
+
+A Delta table is its ``_delta_log``: numbered JSON commits (one action per line) and Parquet checkpoints.
+A disk that filled up or a hand that copied half a directory leaves a commit cut short, or a data file the
+log still names; delta-rs then fails with a kernel error and a backtrace that names neither the table nor
+the file. :func:`table_damage` finds the file; :func:`check_lakehouse` runs it on every table the job
+created before, and also fails when such a table is gone, since recreating it empty would lose its
+history without a word. Which tables the job created is recorded in ``_bkaudit_tables.json`` at the
+lakehouse root (:func:`record_tables`), so a table added by a newer bkaudit is created, not reported.
+
+Example:
+    >>> import tempfile
+    >>> from connectors.delta.tables import ensure_tables
+    >>> root = tempfile.mkdtemp(); _ = ensure_tables(root)
+    >>> check_lakehouse(root)  # whole: nothing raised
+    >>> log = Path(root, "violations", "_delta_log", "00000000000000000000.json")
+    >>> _ = log.write_text(log.read_text()[:40])
+    >>> try:
+    ...     check_lakehouse(root)
+    ... except ServiceError as err:
+    ...     print(str(err).split(":")[0])
+    the Delta table 'violations' is damaged
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
+
+from core.errors import ServiceError
+
+#: At the lakehouse root: the tables the job created there (a JSON list of names).
+TABLES_RECORD = "_bkaudit_tables.json"
+#: Where the repair of each kind of damage is described.
+REPAIR_DOC = 'docs/troubleshooting.md, "A Delta table is damaged or gone"'
+_COMMITS_CHECKED = 200
+
+
+def recorded_tables(root: str | Path) -> set[str]:
+    """The tables the job created under ``root`` (empty when nothing was recorded).
+
+    Example:
+        >>> import tempfile
+        >>> recorded_tables(tempfile.mkdtemp())
+        set()
+    """
+    try:
+        return set(json.loads((Path(root) / TABLES_RECORD).read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        return set()
+    except (OSError, ValueError) as err:
+        raise ServiceError(f"cannot read {Path(root) / TABLES_RECORD}: {err}; {REPAIR_DOC}") from None
+
+
+def record_tables(root: str | Path, names: set[str]) -> None:
+    """Add ``names`` to the record of the tables the job created under ``root`` (atomically)."""
+    known = recorded_tables(root)
+    if names <= known:
+        return
+    path = Path(root) / TABLES_RECORD
+    partial = path.with_suffix(".tmp")
+    partial.write_text(json.dumps(sorted(known | names)), encoding="utf-8")
+    partial.replace(path)
+
+
+def table_damage(path: str | Path) -> str | None:
+    """What is wrong with the Delta table at ``path``, naming the file; None when it opens and its files
+    are there.
+
+    Example:
+        >>> import tempfile
+        >>> from connectors.delta.tables import ensure_tables
+        >>> root = tempfile.mkdtemp(); _ = ensure_tables(root)
+        >>> table_damage(Path(root, "bookies")) is None
+        True
+    """
+    log = Path(path) / "_delta_log"
+    broken = _unparsable_commit(log)
+    if broken is not None:
+        return broken
+    try:
+        table = DeltaTable(str(path))
+        files = table.file_uris()
+    except (DeltaError, OSError) as err:
+        return f"its log cannot be read ({_first_line(err)})"
+    for uri in files:
+        local = Path(uri.removeprefix("file://"))
+        if uri.startswith(("/", "file://")) and not local.exists():
+            return f"its log names {local}, which is gone"
+    return None
+
+
+def check_lakehouse(root: str | Path) -> None:
+    """Raise one :class:`ServiceError` line when a table the job created under ``root`` is damaged or gone.
+
+    Runs before the job builds anything, so a damaged lakehouse stops it with exit 2 and the file's name
+    instead of a traceback, and a deleted table is never recreated empty.
+    """
+    base = Path(root)
+    for name in sorted(recorded_tables(base)):
+        path = base / name
+        if not (path / "_delta_log").is_dir():
+            raise ServiceError(
+                f"the Delta table '{name}' is gone from {base}, where this job created it: recreating it "
+                f"empty would lose its history; restore it, or rebuild it ({REPAIR_DOC})"
+            )
+        damage = table_damage(path)
+        if damage is not None:
+            raise ServiceError(f"the Delta table '{name}' is damaged: {damage}; {REPAIR_DOC}")
+
+
+def _unparsable_commit(log: Path) -> str | None:
+    """The first commit file (newest first) with a line that is not JSON, among those a reader reads: the
+    ones after the last checkpoint (at most ``_COMMITS_CHECKED``)."""
+    try:
+        commits = sorted(log.glob("*.json"), reverse=True)
+    except OSError as err:
+        return f"{log} cannot be listed ({err.strerror})"
+    checkpoint = _last_checkpoint(log)
+    for commit in commits[:_COMMITS_CHECKED]:
+        if checkpoint is not None and _version(commit) <= checkpoint:
+            break
+        try:
+            lines = commit.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as err:
+            return f"{commit} cannot be read ({err})"
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                json.loads(line)
+            except ValueError:
+                return f"{commit} is cut short or corrupt (line {number} is not JSON)"
+    return None
+
+
+def _last_checkpoint(log: Path) -> int | None:
+    try:
+        return int(json.loads((log / "_last_checkpoint").read_text(encoding="utf-8"))["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _version(commit: Path) -> int:
+    try:
+        return int(commit.stem)
+    except ValueError:
+        return -1
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:200] if text else type(err).__name__
+
+
+__all__ = [
+    "REPAIR_DOC",
+    "TABLES_RECORD",
+    "check_lakehouse",
+    "record_tables",
+    "recorded_tables",
+    "table_damage",
+]
