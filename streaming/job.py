@@ -491,9 +491,11 @@ def start(spark: Any, settings: Settings, *, available_now: bool = False) -> tup
 
 def _start_metrics(spark: Any, settings: Settings) -> Any:
     """The job's gauges, fed by Spark's query listener and served on ``stream.metrics_port`` when set."""
+    from streaming.disk_space import job_directories
     from streaming.metrics import StreamMetrics, make_listener
 
     metrics = StreamMetrics()
+    metrics.watch_free_space(job_directories(settings))
     if settings.stream.source_format == "bkaudit_kafka":
         metrics.source_status.path = source_status_file(settings)
     spark.streams.addListener(make_listener(metrics))

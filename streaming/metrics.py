@@ -29,6 +29,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -224,6 +225,12 @@ class StreamMetrics:
             registry=self.registry,
         )
         self.batch_id = Gauge("bkaudit_stream_batch_id", "id of the last batch", registry=self.registry)
+        self.disk_free_ratio = Gauge(
+            "bkaudit_stream_disk_free_ratio",
+            "free share of the volume holding each of the job's directories (lakehouse, checkpoint, logs)",
+            ["setting"],
+            registry=self.registry,
+        )
         self.sink_duration = Histogram(
             "bkaudit_stream_sink_duration_seconds",
             "seconds the foreachBatch sink took per batch (tables, probes, alerts; not the stateful stage)",
@@ -371,6 +378,18 @@ class StreamMetrics:
         operators = progress.get("stateOperators") or []
         self.state_rows.set(sum(op.get("numRowsTotal") or 0 for op in operators))
         self.rows_dropped_late.inc(rows_dropped_late(operators))
+
+    def watch_free_space(self, directories: Mapping[str, str | Path]) -> None:
+        """Serve the free share of each directory's volume, measured when scraped."""
+        from streaming.disk_space import free_space
+
+        for setting, path in directories.items():
+
+            def ratio(one: Mapping[str, str | Path] = {setting: path}) -> float:
+                found = free_space(one)
+                return found[0].ratio if found else float("nan")
+
+            self.disk_free_ratio.labels(setting).set_function(ratio)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

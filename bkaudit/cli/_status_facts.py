@@ -34,6 +34,7 @@ from connectors.process import pid_alive
 from core.errors import BkauditError, ConfigError, ServiceError
 from core.settings import Settings
 from streaming.checkpoint_lock import LOCK_FILE, recorded_holder
+from streaming.disk_space import low_free_space
 from streaming.driver_batches import OffsetLog
 
 MEMBERSHIP_DIR = "membership"
@@ -331,5 +332,6 @@ def gather_status(settings: Settings, limits: StatusLimits, now_s: float | None 
         "watcher": watcher,
         "stream": stream,
         **audit_summary(Path(settings.lakehouse_root)),
+        "low_disk": low_free_space(settings),
         "limits": {"heartbeat_timeout_s": limits.heartbeat_timeout_s, "max_lag_s": limits.max_lag_s},
     }

@@ -82,6 +82,8 @@ def render_status(report: dict[str, Any], out: IO[str]) -> None:
     out.write(f"open alerts: {listed}\n")
     out.write(f"lost bookies: {', '.join(report['lost_bookies']) or 'none'}\n")
     out.write(f"read-only bookies: {', '.join(report['read_only_bookies']) or 'none'}\n")
+    for volume in report.get("low_disk") or ():
+        out.write(f"low disk: {volume}\n")
     if report.get("error"):
         out.write(f"tables: {report['error']}\n")
 

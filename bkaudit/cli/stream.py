@@ -14,7 +14,7 @@ import typer
 from bkaudit.cli.live import DevOption, use_dev_services
 from core.errors import BkauditError
 from core.logsetup import configure_command_logging, register_secrets
-from core.settings import load_settings
+from core.settings import Settings, load_settings
 
 
 def stream(
@@ -31,6 +31,20 @@ def stream(
         "stream", settings.log_dir, level="INFO", verbose=verbose, only_on_a_terminal=True
     )
     register_secrets(settings)
+    try:
+        _stream(settings, available_now=available_now)
+    except BkauditError:
+        raise
+    except Exception as err:  # a full disk fails a write deep in delta-rs, Spark or Python: one line
+        from streaming.disk_space import full_disk_failure, job_directories
+
+        full = full_disk_failure(err, job_directories(settings))
+        if full is not None:
+            raise full from None
+        raise
+
+
+def _stream(settings: Settings, *, available_now: bool) -> None:
     if available_now:
         from streaming.job import exclusive_checkpoint, query_failure, start
         from streaming.session import build_spark_session

@@ -1,0 +1,135 @@
+"""Full disks: the free space of the job's directories, and one line when a write found none.
+
+A full lakehouse or checkpoint volume makes a write fail deep inside delta-rs, Spark or Python, with a
+traceback per layer that names neither the directory nor the setting. :func:`full_disk_failure` turns
+such a failure (errno ``ENOSPC`` anywhere in its chain or text) into one :class:`ServiceError` line naming
+the fullest of the job's directories and its setting; :func:`free_space` feeds the
+``bkaudit_stream_disk_free_ratio`` gauge (a Prometheus rule warns before it happens) and ``bkaudit status``.
+
+Example:
+    >>> import errno, tempfile
+    >>> dirs = {"lakehouse_root": tempfile.gettempdir()}
+    >>> err = OSError(errno.ENOSPC, "No space left on device")
+    >>> str(full_disk_failure(err, dirs)).startswith("no space left on the device of lakehouse_root")
+    True
+    >>> full_disk_failure(ValueError("something else"), dirs) is None
+    True
+"""
+
+from __future__ import annotations
+
+import errno
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.errors import ServiceError
+from core.settings import Settings
+
+#: The text each layer uses for ENOSPC (strerror; Java's IOException says the same).
+_NO_SPACE = "No space left on device"
+#: Below this free share a volume is reported by ``bkaudit status`` (and the Prometheus rule fires).
+LOW_FREE_RATIO = 0.1
+
+
+def job_directories(settings: Settings) -> dict[str, str | Path]:
+    """The directories the job writes, by setting (their volumes must not fill up).
+
+    Example:
+        >>> sorted(job_directories(Settings()))
+        ['checkpoint_root', 'lakehouse_root', 'log_dir']
+    """
+    return {
+        "lakehouse_root": settings.lakehouse_root,
+        "checkpoint_root": settings.checkpoint_root,
+        "log_dir": settings.log_dir,
+    }
+
+
+def low_free_space(settings: Settings) -> list[str]:
+    """The job's directories whose volume is less than a tenth free, described (for ``bkaudit status``)."""
+    return [f.describe() for f in free_space(job_directories(settings)) if f.ratio < LOW_FREE_RATIO]
+
+
+@dataclass(frozen=True)
+class FreeSpace:
+    """Free and total bytes of the volume holding one of the job's directories."""
+
+    setting: str
+    path: str
+    free: int
+    total: int
+
+    @property
+    def ratio(self) -> float:
+        return self.free / self.total if self.total else 0.0
+
+    def describe(self) -> str:
+        """``lakehouse_root /data/lh: 1.2 GiB free of 100.0 GiB (1 %)``.
+
+        Example:
+            >>> FreeSpace("lakehouse_root", "/lh", 2**30, 100 * 2**30).describe()
+            'lakehouse_root /lh: 1.0 GiB free of 100.0 GiB (1 %)'
+        """
+        return (
+            f"{self.setting} {self.path}: {self.free / 2**30:.1f} GiB free of {self.total / 2**30:.1f} GiB "
+            f"({self.ratio * 100:.0f} %)"
+        )
+
+
+def free_space(directories: Mapping[str, str | Path]) -> list[FreeSpace]:
+    """The free space of each directory's volume (the nearest existing parent of a path not made yet).
+
+    Example:
+        >>> import tempfile
+        >>> [f.setting for f in free_space({"checkpoint_root": tempfile.gettempdir()})]
+        ['checkpoint_root']
+    """
+    found = []
+    for setting, path in directories.items():
+        existing = Path(path)
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        try:
+            usage = shutil.disk_usage(existing)
+        except OSError:
+            continue
+        found.append(FreeSpace(setting, str(path), usage.free, usage.total))
+    return found
+
+
+def full_disk_failure(failure: object, directories: Mapping[str, str | Path]) -> ServiceError | None:
+    """One line for a failure that is a full disk (None for anything else), naming the fullest directory."""
+    if not _is_no_space(failure):
+        return None
+    spaces = sorted(free_space(directories), key=lambda f: f.ratio)
+    where = spaces[0].describe() if spaces else "the job's directories"
+    setting = spaces[0].setting if spaces else "lakehouse_root"
+    return ServiceError(
+        f"no space left on the device of {where}; free space there (or move {setting}) and start the job "
+        f"again: it resumes from its checkpoint"
+    )
+
+
+def _is_no_space(failure: object) -> bool:
+    seen: set[int] = set()
+    current: object = failure
+    while isinstance(current, BaseException) and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno == errno.ENOSPC:
+            return True
+        if _NO_SPACE in str(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return isinstance(failure, str) and _NO_SPACE in failure
+
+
+__all__ = [
+    "LOW_FREE_RATIO",
+    "FreeSpace",
+    "free_space",
+    "full_disk_failure",
+    "job_directories",
+    "low_free_space",
+]
