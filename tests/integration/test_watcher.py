@@ -1333,13 +1333,20 @@ def test_a_broker_that_lost_the_topic_gets_a_full_snapshot_in_the_new_topic(
 
 
 def _republished(evs: list[pb.ChangeEvent]) -> bool:
-    """A complete FULL snapshot with reason PUBLISH_FAILED is on the topic."""
+    """A complete FULL snapshot with reason PUBLISH_FAILED is on the topic: its end on every partition (the
+    reader reads the partitions one after the other, so one end alone says nothing of the others)."""
     failed = {
         e.snapshot_id
         for e in evs_of(evs, "snapshot_begin")
         if e.snapshot_begin.reason == pb.SnapshotBegin.PUBLISH_FAILED
     }
-    return any(e.snapshot_id in failed and e.snapshot_end.complete for e in evs_of(evs, "snapshot_end"))
+    ended: dict[str, set[int]] = {}
+    counts: dict[str, int] = {}
+    for e in evs_of(evs, "snapshot_end"):
+        if e.snapshot_id in failed and e.snapshot_end.complete:
+            ended.setdefault(e.snapshot_id, set()).add(e.snapshot_end.partition)
+            counts[e.snapshot_id] = e.snapshot_end.partition_count
+    return any(parts == set(range(counts[sid])) for sid, parts in ended.items())
 
 
 # ============================================================================================ no services
