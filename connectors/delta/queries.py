@@ -1191,7 +1191,7 @@ def write_example_lakehouse(root: str | Path) -> Path:
 
     Example:
         >>> import tempfile
-        >>> sorted(p.name for p in write_example_lakehouse(tempfile.mkdtemp()).iterdir())[:2]
+        >>> sorted(p.name for p in write_example_lakehouse(tempfile.mkdtemp()).iterdir() if p.is_dir())[:2]
         ['bookies', 'dead_letters']
     """
     from connectors.delta.tables import BatchWriter, ensure_tables, index_rows_of_versions

@@ -58,12 +58,16 @@ def expired_since(stack: ChaosStack, since_ms: int) -> list[Absence]:
 
 def freeze_until_sessions_expire(
     stack: ChaosStack, services: ServiceHarness, during: Any = None, attempts: int = 3
-) -> list[Absence]:
-    """Freeze ZooKeeper until at least half the running bookies lost their session in one freeze."""
+) -> int:
+    """Freeze ZooKeeper until at least half the running bookies lost their session in one freeze; returns
+    when the first freeze began (epoch ms): the expiries since are :func:`expired_since` that moment, read
+    once the bookies are back (the simulator records each when kazoo reports it, some after others)."""
     running = running_bookies(stack)
     expired: list[Absence] = []
+    first_ms: int | None = None
     for _ in range(attempts):
         started_ms = int(time.time() * 1000)
+        first_ms = started_ms if first_ms is None else first_ms
         pid = services.cluster.zookeeper.pid()
         assert pid is not None
         os.kill(pid, signal.SIGSTOP)
@@ -78,7 +82,7 @@ def freeze_until_sessions_expire(
         while time.monotonic() < deadline:  # the simulator records an expiry when kazoo reports it
             expired = expired_since(stack, started_ms)
             if len(expired) * 2 >= len(running):
-                return expired
+                return first_ms
             time.sleep(0.2)
     raise AssertionError(f"{attempts} freezes of {FREEZE_S} s expired only {expired} of {running}")
 
@@ -88,8 +92,9 @@ def test_bookies_that_lose_their_sessions_to_a_frozen_zookeeper_page_no_one(
 ) -> None:
     stack.start_healthy("the ZooKeeper freeze")
     earlier = published_ids(stack)
-    expired = freeze_until_sessions_expire(stack, chaos_services)
+    frozen_ms = freeze_until_sessions_expire(stack, chaos_services)
     wait_for("every bookie to register again", lambda: all(a.until_ms for a in expired_since(stack, 0)), 60)
+    expired = expired_since(stack, frozen_ms)
     stack.assert_final(f"after a {FREEZE_S:.0f} s ZooKeeper freeze expired {len(expired)} bookie sessions")
     paged = [(a["kind"], a["state"]) for a in new_alerts(stack, earlier) if a["kind"] in LOSS_KINDS]
     assert paged == [], f"alerts for bookies that never stopped serving: {paged[:10]}"
@@ -110,12 +115,13 @@ def test_a_lasting_disruption_warns_once_and_bookies_dead_during_it_are_still_lo
             for bookie in dead:
                 stack.cluster.kill_bookie(bookie, hard=True)
 
-        expired = freeze_until_sessions_expire(stack, chaos_services, during=kill_two)
+        frozen_ms = freeze_until_sessions_expire(stack, chaos_services, during=kill_two)
         wait_for(
             "the expired bookies to register again",
             lambda: all(a.until_ms for a in expired_since(stack, 0)),
             60,
         )
+        expired = expired_since(stack, frozen_ms)
     finally:
         stack.cluster.reregister_delay_s = 0.0
     stack.assert_final(f"after {', '.join(dead)} died in a ZooKeeper disruption")
