@@ -40,7 +40,7 @@ import pyarrow as pa
 from streaming.decode import decode_batches
 from streaming.driver_batches import LaneStates
 from streaming.loss import MEMBERSHIP_DECISIONS, LossAuditor, membership_app
-from streaming.processor import ClusterLogic, ProcessorConfig, rows_from_frames
+from streaming.processor import MEMBERSHIP_CHANGES, ClusterLogic, ProcessorConfig, rows_from_frames
 from streaming.reports import REPORTS_KEPT, LossReport, keep_recent
 
 if TYPE_CHECKING:
@@ -51,10 +51,6 @@ logger = logging.getLogger(__name__)
 QUERY_NAME = "bkaudit-membership"
 #: Records the membership lane never needs (the source reads past them without building rows).
 SKIPPED_KEY_PREFIXES = ("ledger/",)
-#: The change kinds the lane applies; everything else on the changes topic is the ledger lane's.
-MEMBERSHIP_CHANGES = frozenset(
-    {"bookie_status", "bookie_probe", "recovery_delay", "auto_recovery_state", "heartbeat"}
-)
 
 
 #: The lane's state after each micro-batch, one small JSON file per batch in its checkpoint.

@@ -79,8 +79,8 @@ class ProcessorConfig:
     membership: bool = True
 
 
-#: Changes that only membership reads (skipped by a cluster group without it).
-_MEMBERSHIP_CHANGES = frozenset(
+#: Changes that only membership reads (skipped by a cluster group without it; the membership lane's input).
+MEMBERSHIP_CHANGES = frozenset(
     {"bookie_status", "bookie_probe", "recovery_delay", "auto_recovery_state", "heartbeat"}
 )
 
@@ -222,7 +222,7 @@ class ClusterLogic:
         registration_lost = membership.registration_lost()
         for row in rows:
             kind, at_ms, payload = row["kind"], row["event_time_ms"], row["payload"]
-            if not self.config.membership and kind in _MEMBERSHIP_CHANGES:
+            if not self.config.membership and kind in MEMBERSHIP_CHANGES:
                 continue
             if kind == "bookie_status":
                 bookie_id = row["bookie_id"]

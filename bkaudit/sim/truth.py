@@ -352,7 +352,10 @@ def lost_bookies(snapshot: ClusterSnapshot, rule: DisruptionRule = NO_DISRUPTION
         >>> lost_bookies(two)
         {'b1': 1000, 'b2': 1900}
     """
-    membership = replayed_membership(snapshot, rule)
+    return _lost_in(replayed_membership(snapshot, rule), snapshot)
+
+
+def _lost_in(membership: BookieMembership, snapshot: ClusterSnapshot) -> dict[str, int]:
     return {
         bookie_id: state.missing_since_ms
         for bookie_id, state in sorted(membership.bookies.items())
@@ -550,11 +553,7 @@ def ground_truth(snapshot: ClusterSnapshot, params: TruthParameters | None = Non
     timeout = params.probe_timeout_s
 
     membership = replayed_membership(snapshot, params.disruption)
-    lost = {
-        bookie_id: state.missing_since_ms
-        for bookie_id, state in membership.bookies.items()
-        if state.lost and state.missing_since_ms is not None and bookie_id in snapshot.bookies
-    }
+    lost = _lost_in(membership, snapshot)
     if membership.registration_lost():
         alerts["ZOOKEEPER_DISRUPTION"].add(AlertKind.ZOOKEEPER_DISRUPTION.cluster_entity)
     # A bookie named by a ledger but unknown to the snapshot never registered: lost from the start.
