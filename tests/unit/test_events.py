@@ -215,6 +215,15 @@ def test_inconsistent_envelopes_are_rejected() -> None:
     event.entity_key = "bookie/"
     with pytest.raises(FormatError, match="without a bookie id"):
         events.decode_event(events.encode_event(event))
+    event = builder().build(events.bookie_probe("bk", answered=True, address="bk", detail="answered"))
+    event.bookie_probe.bookie_id = ""
+    event.entity_key = "bookie/"
+    with pytest.raises(FormatError, match="bookie probe without a bookie id"):
+        events.decode_event(events.encode_event(event))
+    event = builder().build(events.bookie_probe("bk", answered=True, address="bk", detail="answered"))
+    event.entity_key = "cluster"
+    with pytest.raises(FormatError, match="does not match its bookie_probe payload"):
+        events.decode_event(events.encode_event(event))
     with pytest.raises(FormatError, match="expected bytes"):
         events.decode_event("text")  # type: ignore[arg-type]
     with pytest.raises(FormatError, match="accepted"):
