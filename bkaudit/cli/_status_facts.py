@@ -12,6 +12,11 @@ Nothing here talks to the processes themselves (their ``/metrics`` endpoints are
   the records of the changes topic past that position are its lag, and the age of the oldest of them its
   lag in seconds. Running but more than ``max_lag_s`` behind: ``lagging``.
 - **audit**: open alerts per kind and the lost and read-only bookies, from the Delta tables.
+- **autorecovery**: who BookKeeper's Auditor is, whether re-replication is enabled and the
+  ``lostBookieRecoveryDelay`` in force, read from ZooKeeper (one short session).
+
+The exit code (:func:`status_exit_code`) sums it up for scripts and probes: :data:`EXIT_HEALTHY`,
+:data:`EXIT_CLUSTER_UNHEALTHY` or :data:`EXIT_AUDITOR_UNHEALTHY`.
 
 Example:
     >>> stream_state(holder_alive=True, lag_s=0.4, limits=StatusLimits(heartbeat_timeout_s=10, max_lag_s=60))
@@ -25,12 +30,14 @@ from __future__ import annotations
 import os
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from connectors.kafka.positions import TopicPositions
 from connectors.process import pid_alive
+from core.domain.alerts import AlertKind
 from core.errors import BkauditError, ConfigError, ServiceError
 from core.settings import Settings
 from streaming.checkpoint_lock import LOCK_FILE, recorded_holder
@@ -40,6 +47,15 @@ from streaming.driver_batches import OffsetLog
 MEMBERSHIP_DIR = "membership"
 LEDGER_LANE_DIR = "ledger-lane"  # the driver-run ledger lane's checkpoint
 STATUS_KAFKA_TIMEOUT_S = 10.0  # a status answers in seconds, whatever kafka.request_timeout_ms says
+STATUS_ZOOKEEPER_TIMEOUT_S = 5.0
+
+EXIT_HEALTHY = 0
+"""bkaudit is up and the cluster is healthy."""
+EXIT_CLUSTER_UNHEALTHY = 1
+"""bkaudit is up; the cluster is not: an open warning or critical alert, AutoRecovery off, or no Auditor."""
+EXIT_AUDITOR_UNHEALTHY = 3
+"""bkaudit cannot vouch for the cluster: the watcher or the stream is down or lagging, the tables or
+ZooKeeper cannot be read, or a volume of the job is almost full."""
 
 
 @dataclass(frozen=True)
@@ -318,6 +334,16 @@ def gather_status(settings: Settings, limits: StatusLimits, now_s: float | None 
     """
     now_s = time.time() if now_s is None else now_s
     topic = settings.kafka.changes_topic
+    with ThreadPoolExecutor(1, thread_name_prefix="status-zookeeper") as pool:
+        autorecovery = pool.submit(autorecovery_status, settings)  # beside Kafka: both may wait for a timeout
+        report = _processes_and_tables(settings, limits, topic, now_s)
+        report["autorecovery"] = autorecovery.result()
+    return report
+
+
+def _processes_and_tables(
+    settings: Settings, limits: StatusLimits, topic: str, now_s: float
+) -> dict[str, Any]:
     with TopicPositions(settings.kafka, timeout_s=STATUS_KAFKA_TIMEOUT_S) as positions:
         try:
             ends = positions.end_offsets(topic)
@@ -335,3 +361,63 @@ def gather_status(settings: Settings, limits: StatusLimits, now_s: float | None 
         "low_disk": low_free_space(settings),
         "limits": {"heartbeat_timeout_s": limits.heartbeat_timeout_s, "max_lag_s": limits.max_lag_s},
     }
+
+
+def autorecovery_status(settings: Settings) -> dict[str, Any]:
+    """BookKeeper's AutoRecovery as ZooKeeper says now (an ``error`` instead when it cannot be read).
+
+    Example:
+        >>> # autorecovery_status(settings)["auditor"]  → "10.0.0.1:3181"
+    """
+    from connectors.zookeeper.admin_reads import AdminReader
+
+    try:
+        timeout_s = min(
+            STATUS_ZOOKEEPER_TIMEOUT_S, settings.zookeeper.connect_timeout_s or STATUS_ZOOKEEPER_TIMEOUT_S
+        )
+        with AdminReader(settings.zookeeper, timeout_s=timeout_s) as reader:
+            view = reader.autorecovery()
+    except BkauditError as err:
+        return {"auditor": None, "enabled": None, "recovery_delay_s": None, "error": str(err)}
+    return {"auditor": view.auditor, "enabled": view.enabled, "recovery_delay_s": view.recovery_delay_s}
+
+
+def status_exit_code(report: dict[str, Any]) -> int:
+    """The exit code of ``bkaudit status`` for ``report`` (:func:`gather_status`'s document).
+
+    Example:
+        >>> up = {"state": "up"}
+        >>> fine = {"watcher": up, "stream": up, "open_alerts": {"PLACEMENT_SOFT": 2},
+        ...         "autorecovery": {"auditor": "b1", "enabled": True}}
+        >>> status_exit_code(fine)
+        0
+        >>> status_exit_code({**fine, "open_alerts": {"BOOKIE_LOST": 1}})
+        1
+        >>> status_exit_code({**fine, "stream": {"state": "lagging"}})
+        3
+    """
+    autorecovery = report.get("autorecovery") or {}
+    if (
+        report["watcher"]["state"] != "up"
+        or report["stream"]["state"] != "up"
+        or report.get("error")
+        or autorecovery.get("error")
+        or report.get("low_disk")
+    ):
+        return EXIT_AUDITOR_UNHEALTHY
+    if (
+        any(_pages(kind) for kind in report.get("open_alerts") or {})
+        or autorecovery.get("enabled") is False
+        or autorecovery.get("auditor") is None
+    ):
+        return EXIT_CLUSTER_UNHEALTHY
+    return EXIT_HEALTHY
+
+
+def _pages(kind: str) -> bool:
+    """An open alert of ``kind`` makes the cluster unhealthy (severity warning or critical; a kind this
+    version does not know counts too)."""
+    try:
+        return AlertKind(kind).severity != "info"
+    except ValueError:
+        return True

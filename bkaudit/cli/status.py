@@ -1,8 +1,11 @@
 """`bkaudit status`: is the auditor working? Watcher and stream up or not, their lag, open alerts, bookies.
 
 Reads what the processes leave behind (the changes topic's heartbeats, the job's checkpoint and lock, the
-Delta tables; see :mod:`bkaudit.cli._status_facts`), so it needs no metrics port. A table by default, one JSON
-object with ``--format json``; exit 0 whatever the state (``healthy`` in the JSON says it).
+Delta tables; see :mod:`bkaudit.cli._status_facts`), so it needs no metrics port, and AutoRecovery's znodes
+from ZooKeeper. A table by default, one JSON object with ``--format json``. The exit code sums it up: 0 when
+bkaudit is up and the cluster healthy, 1 when bkaudit is up and the cluster is not (an open warning or
+critical alert, AutoRecovery off, no Auditor), 3 when bkaudit cannot vouch for it (watcher or stream down
+or lagging, tables or ZooKeeper unreadable, a volume almost full), 2 for bad input.
 
 Example:
     $ bkaudit status
@@ -13,6 +16,7 @@ Example:
     open alerts: BOOKIE_LOST 1, LEDGER_UNDER_REPLICATED 7
     lost bookies: bookie-03
     read-only bookies: none
+    autorecovery: on; Auditor 10.0.0.7:3181; lostBookieRecoveryDelay 0 s
 """
 
 from __future__ import annotations
@@ -82,10 +86,29 @@ def render_status(report: dict[str, Any], out: IO[str]) -> None:
     out.write(f"open alerts: {listed}\n")
     out.write(f"lost bookies: {', '.join(report['lost_bookies']) or 'none'}\n")
     out.write(f"read-only bookies: {', '.join(report['read_only_bookies']) or 'none'}\n")
+    if "autorecovery" in report:
+        out.write(f"autorecovery: {_autorecovery_line(report['autorecovery'])}\n")
     for volume in report.get("low_disk") or ():
         out.write(f"low disk: {volume}\n")
     if report.get("error"):
         out.write(f"tables: {report['error']}\n")
+
+
+def _autorecovery_line(autorecovery: dict[str, Any]) -> str:
+    """AutoRecovery in one line.
+
+    Example:
+        >>> print(_autorecovery_line({"auditor": None, "enabled": False, "recovery_delay_s": None}))
+        OFF (disable znode present); no Auditor elected; lostBookieRecoveryDelay not set (the Auditor's own)
+    """
+    if autorecovery.get("error"):
+        return f"unknown ({autorecovery['error']})"
+    enabled = "on" if autorecovery.get("enabled") else "OFF (disable znode present)"
+    auditor = autorecovery.get("auditor")
+    elected = "no Auditor elected" if auditor is None else f"Auditor {auditor or '(vote names no bookie)'}"
+    delay = autorecovery.get("recovery_delay_s")
+    shown = "not set (the Auditor's own)" if delay is None else f"{delay} s"
+    return f"{enabled}; {elected}; lostBookieRecoveryDelay {shown}"
 
 
 def status(
@@ -106,8 +129,9 @@ def status(
     ),
     dev: DevOption = False,
 ) -> None:
-    """Watcher and stream up or not, their lag and last batch, open alerts, lost and read-only bookies."""
-    from bkaudit.cli._status_facts import StatusLimits, gather_status
+    """Watcher and stream up or not, their lag and last batch, open alerts, lost and read-only bookies,
+    AutoRecovery. Exit 0: all healthy; 1: the cluster is not; 3: bkaudit cannot vouch for it."""
+    from bkaudit.cli._status_facts import StatusLimits, gather_status, status_exit_code
     from connectors.kafka.client_config import LIBRDKAFKA_LOGGER
     from core.settings import load_settings
 
@@ -129,3 +153,6 @@ def status(
         emit_json(_json_ready(report))
     else:
         render_status(report, sys.stdout)
+    code = status_exit_code(report)
+    if code:
+        raise typer.Exit(code)

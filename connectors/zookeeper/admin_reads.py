@@ -18,9 +18,10 @@ Example:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
@@ -35,6 +36,12 @@ from core.domain.layout import (
     parse_layout,
     readonly_path,
     validate_root,
+)
+from core.domain.underreplication import (
+    UnderreplicationPaths,
+    parse_auditor_vote,
+    parse_lost_bookie_recovery_delay,
+    vote_sequence,
 )
 from core.errors import FormatError, NotFoundError, ServiceError
 from core.settings import ZooKeeperSettings
@@ -77,6 +84,23 @@ class RegisteredBookie:
     bookie_id: str
     read_only: bool
     data: bytes
+
+
+@dataclass(frozen=True)
+class AutoRecoveryView:
+    """AutoRecovery as its znodes say now: the elected Auditor (the lowest vote's bookie id; ``""`` when the
+    vote does not name one, None without a vote), whether re-replication is enabled (no ``disable`` znode),
+    and ``lostBookieRecoveryDelay`` in seconds (None: the znode is absent, the Auditor's configured value
+    applies).
+
+    Example:
+        >>> AutoRecoveryView(auditor="10.0.0.1:3181", enabled=True, recovery_delay_s=None).enabled
+        True
+    """
+
+    auditor: str | None
+    enabled: bool
+    recovery_delay_s: int | None
 
 
 class AdminReader:
@@ -188,6 +212,38 @@ class AdminReader:
             bookies.append(RegisteredBookie(bookie_id, read_only, data or b""))
         return bookies
 
+    def autorecovery(self) -> AutoRecoveryView:
+        """Who the Auditor is, whether AutoRecovery may re-replicate, and the recovery delay in force.
+
+        A vote or a delay that does not decode is a :class:`FormatError` naming its znode.
+
+        Example:
+            >>> # with AdminReader(settings) as reader: reader.autorecovery().auditor  → '10.0.0.1:3181'
+        """
+        paths = UnderreplicationPaths(self.root)
+        try:
+            names = self._children(paths.auditor_election)
+            votes = sorted((n for n in names if n.startswith("V_")), key=vote_sequence)
+        except NoNodeError:
+            votes = []
+        auditor = None
+        for vote in votes:  # the lowest vote that still exists
+            path = f"{paths.auditor_election}/{vote}"
+            try:
+                data, _ = self._get(path)
+            except NoNodeError:
+                continue
+            auditor = _decoded(path, parse_auditor_vote, data) or ""
+            break
+        enabled = self._wait(self._session().exists_async(paths.disable), paths.disable) is None
+        try:
+            data, _ = self._get(paths.lost_bookie_recovery_delay)
+        except NoNodeError:
+            delay = None
+        else:
+            delay = _decoded(paths.lost_bookie_recovery_delay, parse_lost_bookie_recovery_delay, data)
+        return AutoRecoveryView(auditor, enabled, delay)
+
     # -------------------------------------------------------------------------------------- plumbing
 
     def _get(self, path: str) -> tuple[bytes, Any]:
@@ -216,3 +272,14 @@ class AdminReader:
 
 
 __all__ = ["DEFAULT_TIMEOUT_S", "AdminReader", "LedgerZnode", "RegisteredBookie"]
+
+
+_Decoded = TypeVar("_Decoded")
+
+
+def _decoded(path: str, parse: Callable[[bytes], _Decoded], data: bytes | None) -> _Decoded:
+    """``parse(data)``, with the znode named in a decode error."""
+    try:
+        return parse(data or b"")
+    except FormatError as err:
+        raise FormatError(f"{path}: {err}") from None

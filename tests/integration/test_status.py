@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from bkaudit.cli.main import run
-from bkaudit.sim.cluster import SimulatedCluster
+from bkaudit.sim.cluster import SIM_AUDITOR_ID, SimulatedCluster
 from connectors.delta.tables import read_table
 from connectors.kafka.topics import ensure_topic
 from connectors.zookeeper.watcher import ChangeWatcher
@@ -58,11 +58,12 @@ class Stack:
         return code, out.getvalue()
 
     def report(self) -> dict[str, Any]:
+        """The JSON report, with the command's exit code under ``exit_code``."""
         code, text = self.status(
             "--format", "json", "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT_S), "--max-lag", str(MAX_LAG_S)
         )
-        assert code == 0, text
-        return json.loads(text)
+        assert code in (0, 1, 3), text
+        return {**json.loads(text), "exit_code": code}
 
     def wait_for(self, what: str, check: Callable[[dict[str, Any]], bool], timeout: float = 60.0) -> dict:
         deadline = time.monotonic() + timeout
@@ -157,8 +158,12 @@ def test_healthy_shows_both_up_with_the_open_alerts_and_bookies(stack: Stack):
     assert report["open_alerts"]["BOOKIE_LOST"] == 1
     assert report["watcher"]["last_seen"].endswith("Z")  # RFC 3339 UTC
 
+    # bkaudit is up; the cluster is not (a lost bookie): exit 1. AutoRecovery is as the simulator set it.
+    assert report["exit_code"] == 1
+    assert report["autorecovery"] == {"auditor": SIM_AUDITOR_ID, "enabled": True, "recovery_delay_s": 0}
     code, table = stack.status()  # the human view
-    assert code == 0
+    assert code == 1
+    assert f"autorecovery: on; Auditor {SIM_AUDITOR_ID}; lostBookieRecoveryDelay 0 s" in table.splitlines()
     lines = table.splitlines()
     assert lines[0].split() == ["component", "state", "last_seen", "lag_s", "detail"]
     assert lines[2].split()[:2] == ["watcher", "up"] and lines[3].split()[:2] == ["stream", "up"]
@@ -169,11 +174,25 @@ def test_healthy_shows_both_up_with_the_open_alerts_and_bookies(stack: Stack):
     )
 
 
+def test_autorecovery_switched_off_and_no_auditor_are_shown(stack: Stack):
+    stack.cluster.set_autorecovery(False)
+    stack.cluster.set_auditor(False)
+    try:
+        report = stack.wait_for("AutoRecovery off", lambda r: r["autorecovery"]["enabled"] is False)
+        assert report["autorecovery"]["auditor"] is None and report["exit_code"] == 1
+        _, table = stack.status()
+        assert "autorecovery: OFF (disable znode present); no Auditor elected" in table
+    finally:
+        stack.cluster.set_autorecovery(True)
+        stack.cluster.set_auditor(True)
+
+
 def test_a_stream_that_holds_its_checkpoint_but_reads_nothing_is_lagging(stack: Stack):
     stack.stop_stream_queries()  # the job's process lives on (the lock is held) but no batch runs
     report = stack.wait_for("the stream lagging", lambda r: r["stream"]["state"] == "lagging")
     assert report["stream"]["lag_s"] > MAX_LAG_S and report["stream"]["lag_records"] > 0
     assert report["watcher"]["state"] == "up" and not report["healthy"]
+    assert report["exit_code"] == 3  # bkaudit cannot vouch for the cluster
 
 
 def test_a_stream_without_a_job_on_its_checkpoint_is_down(stack: Stack):
@@ -181,10 +200,11 @@ def test_a_stream_without_a_job_on_its_checkpoint_is_down(stack: Stack):
     report = stack.report()
     assert report["stream"]["state"] == "down", report["stream"]
     assert report["stream"]["holder"]["alive"] is False and "no job holds" in report["stream"]["detail"]
-    assert report["watcher"]["state"] == "up"
+    assert report["watcher"]["state"] == "up" and report["exit_code"] == 3
 
 
 def test_a_silent_watcher_is_down(stack: Stack):
     stack.stop_watcher()
     report = stack.wait_for("the watcher down", lambda r: r["watcher"]["state"] == "down", timeout=30)
     assert report["watcher"]["lag_s"] > HEARTBEAT_TIMEOUT_S and not report["healthy"]
+    assert report["exit_code"] == 3

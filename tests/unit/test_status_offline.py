@@ -1,7 +1,8 @@
-"""`bkaudit status` when Kafka does not answer: it still reports what the lock and the tables say, at once.
+"""`bkaudit status` when Kafka and ZooKeeper do not answer: it still reports what the lock and the tables say,
+at once, and exits 3 (bkaudit cannot vouch for the cluster).
 
-No broker runs here on purpose (an unreachable address is the case under test); the checkpoint lock is a
-real ``flock`` seen through the kernel's lock table, as with a running job.
+No broker and no ZooKeeper run here on purpose (an unreachable address is the case under test); the
+checkpoint lock is a real ``flock`` seen through the kernel's lock table, as with a running job.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ def status(cli: Any, root: Path, *extra: str) -> Any:
     settings = {
         "kafka.bootstrap_servers": "127.0.0.1:1",
         "kafka.request_timeout_ms": "1000",
+        "zookeeper.connect": "127.0.0.1:1",
+        "zookeeper.connect_timeout_s": "1",
         "lakehouse_root": str(root / "lakehouse"),
         "checkpoint_root": str(root / "checkpoints"),
         "stream.app_id": "offline",
@@ -36,9 +39,10 @@ def status(cli: Any, root: Path, *extra: str) -> Any:
 def test_without_kafka_the_watcher_is_unknown_and_a_stream_without_a_lock_is_down(cli: Any, tmp_path: Path):
     started = time.monotonic()
     result = status(cli, tmp_path, "--format", "json")
-    assert result.exit_code == 0, result.stderr
-    assert time.monotonic() - started < 10
+    assert result.exit_code == 3, result.stderr
+    assert time.monotonic() - started < 10  # Kafka's and ZooKeeper's 1 s waits run side by side
     report = result.json()
+    assert "127.0.0.1:1" in report["autorecovery"]["error"] and report["autorecovery"]["auditor"] is None
     assert report["watcher"]["state"] == "unknown" and "did not answer" in report["watcher"]["detail"]
     assert report["stream"]["state"] == "down" and report["stream"]["lag_s"] is None
     assert not report["healthy"] and "no lakehouse at" in report["error"]
@@ -59,6 +63,7 @@ def test_a_job_holding_its_checkpoint_is_up_with_an_unknown_lag(cli: Any, tmp_pa
 def test_as_a_process_it_prints_the_report_and_nothing_else(tmp_path: Path):
     """The Kafka client's retry lines would only repeat what the report says."""
     options = ["--set", "kafka.bootstrap_servers=127.0.0.1:1", "--set", "kafka.request_timeout_ms=1000"]
+    options += ["--set", "zookeeper.connect=127.0.0.1:1", "--set", "zookeeper.connect_timeout_s=1"]
     options += ["--set", f"lakehouse_root={tmp_path}", "--set", f"checkpoint_root={tmp_path}"]
     done = subprocess.run(
         [sys.executable, "-m", "bkaudit.cli.main", *options, "status"],
@@ -66,5 +71,5 @@ def test_as_a_process_it_prints_the_report_and_nothing_else(tmp_path: Path):
         text=True,
         timeout=60,
     )
-    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.returncode == 3 and done.stderr == "", done.stderr
     assert done.stdout.splitlines()[2].split()[:2] == ["watcher", "unknown"]
