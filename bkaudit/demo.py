@@ -26,6 +26,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from itertools import combinations
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -195,6 +196,21 @@ def stop_pipeline(tail: Any, query: Any, sink: Any, watcher: Any) -> None:
         watcher.stop()
 
 
+def say_what_if(printer: _Printer, lakehouse: Path, truth: dict[str, dict[str, list[int]]]) -> None:
+    """Ask the tables what losing the worst pair of bookies would do, as an SRE would before maintenance."""
+    from connectors.delta.queries import Lakehouse
+
+    pair = max(truth, key=lambda key: (len(truth[key]["UNRECOVERABLE"]), key))
+    down = pair.split(",")
+    with Lakehouse(lakehouse) as tables:
+        answer = tables.what_if(down)
+    counts = ", ".join(f"{count} {verdict}" for verdict, count in answer.by_verdict.items())
+    printer.say(f"WHAT IF {' and '.join(down)} went down now? ({counts})")
+    printer.say(
+        f"  safe: {'yes' if answer.safe else 'no'}; see bkaudit query what-if --down {' --down '.join(down)}"
+    )
+
+
 def print_comparison(printer: _Printer, rows: list[tuple[str, int, int]], truth_name: str) -> bool:
     """The closing table: open alerts per kind beside the ground truth; True when every row agrees."""
     printer.say(f"SUMMARY: open alerts per kind (auditor vs {truth_name})")
@@ -338,6 +354,8 @@ def run_demo(settings: Settings, *, keep_running: bool = False, out: TextIO | No
         for kind in sorted(set(found) | {k for k, v in truth["alerts"].items() if v}):
             rows.append((kind, found.get(kind, 0), len(truth["alerts"].get(kind, []))))
         matches = print_comparison(printer, rows, "simulator ground truth")
+        what_if = {",".join(pair): sim.what_if_truth(pair) for pair in combinations(sim.bookie_ids(), 2)}
+        say_what_if(printer, lakehouse, what_if)
         printer.say(f"Delta tables: {lakehouse} (ledgers, bookies, open_alerts, violations, dead_letters)")
         return {
             "open_alerts": dict(found),
@@ -357,6 +375,8 @@ def run_demo(settings: Settings, *, keep_running: bool = False, out: TextIO | No
             "ground_truth_ids": {
                 "alerts": {k: v for k, v in truth["alerts"].items() if v},
                 "may_alert": {k: v for k, v in truth.get("may_alert", {}).items() if v},
+                # Per pair of bookies "a,b": what `bkaudit query what-if --down a --down b` must answer.
+                "what_if_pairs": what_if,
                 "while_dead_bookie_was_lost": {
                     k: v
                     for k, v in death_truth["alerts"].items()

@@ -13,6 +13,9 @@ Example:
     $ bkaudit query under-replicated --group-by rack
     $ bkaudit query ledgers --bookie bookie-00 --format csv
     $ bkaudit query history 7
+    $ bkaudit query what-if --down bookie-01 --down bookie-02 --format json
+    $ bkaudit query drain bookie-01
+    $ bkaudit query auditor-diff --grace 600
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from bkaudit.cli._io import positional_or_named
+from bkaudit.cli.formats import StateFormat, emit_state
 from core.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -83,6 +87,16 @@ NARROW: dict[str, tuple[str, ...]] = {
     "ledgers": ("ledger_id", "state", "bookies", "pulsar_topic", "placement", "open_alerts", "updated_at"),
     "bookies": ("bookie_id", "status", "lost", "missing_since", "flaps", "rack", "ledgers", "open_alerts"),
     "violations": ("detected_at", "kind", "state", "entity", "pulsar_topic"),
+    "auditor-diff": (
+        "diff",
+        "ledger_id",
+        "findings",
+        "lost_bookies",
+        "since",
+        "marked_since",
+        "pulsar_topic",
+    ),
+    "drain": ("ledger_id", "reason", "state", "under_replication_marked", "pulsar_topic", "open_alerts"),
 }
 
 
@@ -378,4 +392,86 @@ def violations(
         ),
         columns,
         NARROW["violations"],
+    )
+
+
+@app.command("what-if")
+def what_if(
+    down: Annotated[
+        list[str], typer.Option("--down", help="a bookie that would go away (repeatable)", show_default=False)
+    ],
+    lakehouse: LakehouseOption = None,
+    fmt: Annotated[
+        StateFormat,
+        typer.Option("--format", "-f", help="table (aligned text, the default) or json (one object)"),
+    ] = StateFormat.table,
+    limit: LimitOption = DEFAULT_LIMIT,
+) -> None:
+    """What happens if these bookies go away now (with those already gone): safe, and each ledger's verdict
+    (UNRECOVERABLE, BELOW_ACK_QUORUM, UNDER_REPLICATED). Exits 1 when not safe."""
+    if limit < 0:
+        raise InvalidArgumentError(f"--limit must be 0 (all) or more, got {limit}")
+    with _lakehouse(lakehouse) as opened:
+        answer = opened.what_if(down)
+    document = answer.to_document()
+    if limit and len(document["ledgers"]) > limit:
+        document["ledgers"] = document["ledgers"][:limit]
+        sys.stderr.write(f"bkaudit: listing the first {limit} ledgers; --limit 0 lists all\n")
+    if fmt is StateFormat.table:
+        document["ledgers"] = [_readable_what_if_row(row) for row in document["ledgers"]]
+    emit_state(document, fmt)
+    if not answer.safe:
+        raise typer.Exit(1)
+
+
+def _readable_what_if_row(row: dict[str, Any]) -> dict[str, Any]:
+    """The columns that fit a terminal: the sample and quorums stay in the JSON."""
+    keep = ("ledger_id", "verdict", "lost_bookies", "fewest_copies_left", "topic")
+    return {name: row[name] for name in keep}
+
+
+@app.command("drain")
+def drain(
+    bookie: Annotated[str | None, typer.Argument(help="the bookie being drained (or --bookie)")] = None,
+    named_bookie: BookieOption = None,
+    lakehouse: LakehouseOption = None,
+    fmt: FormatOption = OutputFormat.table,
+    limit: LimitOption = DEFAULT_LIMIT,
+    columns: ColumnsOption = None,
+) -> None:
+    """Ledgers that still name a bookie and why each has not moved (unrecoverable, stuck, open, marked,
+    not_marked), most pressing first."""
+    chosen = positional_or_named(bookie, named_bookie, "--bookie")
+    _print(lakehouse, fmt, limit, lambda lh, rows: _first(lh.drain(chosen), rows), columns, NARROW["drain"])
+
+
+def _first(table: pa.Table, rows: int | None) -> pa.Table:
+    return table if rows is None else table.slice(0, rows)
+
+
+@app.command("auditor-diff")
+def auditor_diff(
+    grace: Annotated[
+        float,
+        typer.Option(
+            "--grace",
+            min=0,
+            metavar="SECONDS",
+            help="how long BookKeeper's Auditor may take to mark a ledger bkaudit finds at risk",
+        ),
+    ] = 300.0,
+    lakehouse: LakehouseOption = None,
+    fmt: FormatOption = OutputFormat.table,
+    limit: LimitOption = DEFAULT_LIMIT,
+    columns: ColumnsOption = None,
+) -> None:
+    """Where BookKeeper's Auditor and bkaudit disagree: ledgers at risk with no under-replication mark past
+    the grace (at_risk_unmarked), and marks on ledgers bkaudit finds healthy (marked_healthy)."""
+    _print(
+        lakehouse,
+        fmt,
+        limit,
+        lambda lh, rows: _first(lh.auditor_diff(grace_s=grace), rows),
+        columns,
+        NARROW["auditor-diff"],
     )

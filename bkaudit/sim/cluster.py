@@ -75,6 +75,7 @@ from bkaudit.sim.truth import (
     Registration,
     TruthParameters,
     ground_truth,
+    what_if_truth,
 )
 from connectors.agent.index import IndexedEntryStore
 from connectors.bookie.server import BookieServer, InMemoryEntryStore
@@ -1429,6 +1430,11 @@ class SimulatedCluster:
         """What a correct auditor must flag now (see :mod:`bkaudit.sim.truth`), as JSON."""
         snapshot = self.snapshot(now_ms)
         return ground_truth(snapshot, params or self.truth_parameters)
+
+    def what_if_truth(self, down: Iterable[str]) -> dict[str, list[int]]:
+        """What ``bkaudit query what-if`` must answer now for the ``down`` bookies (see
+        :func:`bkaudit.sim.truth.what_if_truth`)."""
+        return what_if_truth(self.snapshot(), down)
 
 
 def replace_metadata(md: LedgerMetadata, **changes: Any) -> LedgerMetadata:

@@ -106,6 +106,7 @@ __all__ = [
     "TruthParameters",
     "ground_truth",
     "lost_bookies",
+    "what_if_truth",
 ]
 
 LEDGER_KINDS = (
@@ -656,3 +657,38 @@ def ground_truth(snapshot: ClusterSnapshot, params: TruthParameters | None = Non
             "underreplication_marks": len(snapshot.underreplicated),
         },
     }
+
+
+def what_if_truth(snapshot: ClusterSnapshot, down: Iterable[str]) -> dict[str, list[int]]:
+    """What ``bkaudit query what-if`` must answer: per verdict, the ledgers naming a ``down`` bookie.
+
+    With the ``down`` bookies gone, and those already gone (not registered, or named by a ledger but unknown
+    to the snapshot): ``UNRECOVERABLE`` when ``is_recoverable`` is false, ``BELOW_ACK_QUORUM`` when some
+    entry keeps fewer copies than the ack quorum (``fewest_copies_left``), else ``UNDER_REPLICATED``.
+    Corrupt ledgers are not graded (nobody can read their bookies).
+
+    Example:
+        >>> md = LedgerMetadata(ensemble_size=2, write_quorum=2, ack_quorum=2, state=LedgerState.CLOSED,
+        ...                     last_entry_id=1, length=2, segments=(Segment(0, ("b1", "b2")),))
+        >>> snapshot = ClusterSnapshot(now_ms=0, ledgers={7: md}, bookies={
+        ...     "b1": BookieSnapshot("b1", Registration.WRITABLE, "/r1"),
+        ...     "b2": BookieSnapshot("b2", Registration.WRITABLE, "/r1")})
+        >>> what_if_truth(snapshot, ["b1"])
+        {'UNRECOVERABLE': [], 'BELOW_ACK_QUORUM': [7], 'UNDER_REPLICATED': []}
+    """
+    down_set = frozenset(down)
+    gone = set(down_set)
+    gone.update(b for b, bookie in snapshot.bookies.items() if bookie.registration is Registration.NONE)
+    graded: dict[str, list[int]] = {"UNRECOVERABLE": [], "BELOW_ACK_QUORUM": [], "UNDER_REPLICATED": []}
+    for ledger_id, md in sorted(snapshot.ledgers.items()):
+        if ledger_id in snapshot.corrupt_ledgers or down_set.isdisjoint(md.all_bookies):
+            continue
+        gone_here = gone | {b for b in md.all_bookies if b not in snapshot.bookies}
+        fewest = md.fewest_copies_left(gone_here)
+        if not md.is_recoverable(gone_here):
+            graded["UNRECOVERABLE"].append(ledger_id)
+        elif fewest is not None and fewest < md.ack_quorum:
+            graded["BELOW_ACK_QUORUM"].append(ledger_id)
+        else:
+            graded["UNDER_REPLICATED"].append(ledger_id)
+    return graded

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import duckdb
@@ -50,6 +50,9 @@ from core.domain.alerts import AlertKind
 from core.domain.rules.evaluate import PlacementPolicyConfig
 from core.errors import InvalidArgumentError, NotFoundError, ServiceError
 
+if TYPE_CHECKING:
+    from connectors.delta.removal import WhatIf
+
 __all__ = [
     "ALERT_KINDS",
     "DEFAULT_RACK",
@@ -64,6 +67,18 @@ __all__ = [
 #: Every alert kind, from the one enum that defines them.
 ALERT_KINDS = tuple(kind.value for kind in AlertKind)
 # The entity of each cluster-level kind, as SQL (enum constants, nothing from the user).
+#: The ledger columns the lost-bookie rule reads besides the id (``LOST_BOOKIE_INPUT_SCHEMA``; not imported
+#: here: the rule needs pyarrow.compute, which every CLI call would then import).
+_RULE_COLUMNS = (
+    "state",
+    "format_version",
+    "ensemble_size",
+    "write_quorum",
+    "ack_quorum",
+    "last_entry_id",
+    "length",
+    "segments",
+)
 _CLUSTER_ENTITY_CASES = " ".join(
     f"WHEN v.kind = '{kind.value}' THEN '{kind.cluster_entity}'" for kind in AlertKind if kind.is_cluster_kind
 )
@@ -847,6 +862,120 @@ class Lakehouse:
             FROM every e LEFT JOIN alerts a ON a.bookie = e.bookie_id
             {filters.where()} ORDER BY e.bookie_id"""
         return self._query(("bookies", "ledger_bookies", "open_alerts"), sql, filters.params)
+
+    # -- taking bookies away ---------------------------------------------------------------------------------
+
+    def what_if(self, down: Sequence[str]) -> WhatIf:
+        """What happens to every ledger naming one of the ``down`` bookies if they all went away now.
+
+        Bookies already gone (deregistered, or named by ledgers but never registered) count as gone too.
+        Each ledger is graded by the lost-bookie rule (:class:`~connectors.delta.removal.WhatIf`); the
+        answer is as fresh as the tables. An id that is neither a known bookie nor named by any ledger is
+        an :class:`~core.errors.InvalidArgumentError`.
+
+        Example:
+            >>> import tempfile
+            >>> answer = Lakehouse(write_example_lakehouse(tempfile.mkdtemp())).what_if(["bookie-2"])
+            >>> answer.safe, answer.unavailable, answer.by_verdict
+            (False, ['bookie-1'], {'UNRECOVERABLE': 1, 'BELOW_ACK_QUORUM': 1, 'UNDER_REPLICATED': 0})
+            >>> [(r["ledger_id"], r["verdict"], r["lost_bookies"]) for r in answer.ledgers.to_pylist()]
+            [(1, 'UNRECOVERABLE', ['bookie-1', 'bookie-2']), (3, 'BELOW_ACK_QUORUM', ['bookie-2'])]
+        """
+        from connectors.delta.removal import checked_bookies, unavailable_bookies, what_if_answer
+
+        membership = self.bookies().select(["bookie_id", "status"])
+        asked = checked_bookies(down, membership, "--down")
+        sql = f"""
+            SELECT l.ledger_id, l.pulsar_topic AS topic, {", ".join(f"l.{c}" for c in _RULE_COLUMNS)}
+            FROM ledgers l
+            WHERE NOT coalesce(l.deleted, false)
+              AND l.ledger_id IN (SELECT ledger_id FROM ledger_bookies WHERE list_contains($down, bookie))
+            ORDER BY l.ledger_id"""
+        rows = self._query(("ledgers", "ledger_bookies"), sql, {"down": asked})
+        return what_if_answer(asked, unavailable_bookies(membership, asked), rows)
+
+    def drain(self, bookie: str) -> pa.Table:
+        """The ledgers whose metadata still names ``bookie``, each with why it has not moved yet.
+
+        Columns: ``ledger_id, reason`` (the most pressing of
+        :data:`~connectors.delta.removal.DRAIN_REASONS`), ``reasons`` (all that hold), ``state,
+        under_replication_marked, marked_since, pulsar_topic, length, open_alerts, bookies``. An unknown
+        bookie id is an :class:`~core.errors.InvalidArgumentError`.
+
+        Example:
+            >>> import tempfile
+            >>> drained = Lakehouse(write_example_lakehouse(tempfile.mkdtemp())).drain("bookie-1")
+            >>> drained.select(["ledger_id", "reason"]).to_pylist()
+            [{'ledger_id': 1, 'reason': 'not_marked'}, {'ledger_id': 2, 'reason': 'not_marked'}]
+        """
+        from connectors.delta.removal import checked_bookies, drain_answer
+
+        checked_bookies([bookie], self.bookies().select(["bookie_id", "status"]), "drain")
+        sql = """
+            WITH named AS (SELECT ledger_id FROM ledger_bookies WHERE bookie = $bookie),
+            alerts AS (
+                SELECT ledger_id, list(DISTINCT kind ORDER BY kind) AS open_alerts FROM open_alerts
+                WHERE ledger_id IN (SELECT ledger_id FROM named) GROUP BY ledger_id
+            )
+            SELECT l.ledger_id, l.state,
+                   coalesce(l.under_replication_marked, false) AS under_replication_marked,
+                   CAST(epoch_ms(l.under_replication_ctime_ms) AS TIMESTAMPTZ) AS marked_since,
+                   l.pulsar_topic, l.length, coalesce(a.open_alerts, []) AS open_alerts, l.bookies
+            FROM ledgers l LEFT JOIN alerts a USING (ledger_id)
+            WHERE NOT coalesce(l.deleted, false) AND l.ledger_id IN (SELECT ledger_id FROM named)
+            ORDER BY l.ledger_id"""
+        return drain_answer(
+            self._query(("ledgers", "ledger_bookies", "open_alerts"), sql, {"bookie": bookie})
+        )
+
+    def auditor_diff(self, *, grace_s: float = 300.0, now: datetime | None = None) -> pa.Table:
+        """Where BookKeeper's Auditor and bkaudit disagree about what needs re-replication.
+
+        ``at_risk_unmarked``: ledgers with an open ``LEDGER_UNDER_REPLICATED`` or ``LEDGER_UNRECOVERABLE``
+        for longer than ``grace_s`` (the alert starts when the bookie is lost, after
+        ``lostBookieRecoveryDelay``, as the Auditor's own audit does) and no under-replication mark: nothing
+        will repair them. ``marked_healthy``: ledgers with a mark and no open finding of bkaudit (no
+        ``LEDGER_*``, ``REPLICAS_*`` or ``PLACEMENT_*`` alert): a false mark (a read timeout in the Auditor's
+        ledger check), or a repair bkaudit has not seen the need for. Columns: ``diff, ledger_id, findings``
+        (open kinds), ``lost_bookies, since`` (the finding's start), ``marked_since, marked_replicas,
+        pulsar_topic``.
+
+        Example:
+            >>> import tempfile
+            >>> diff = Lakehouse(write_example_lakehouse(tempfile.mkdtemp())).auditor_diff()
+            >>> [(r["diff"], r["ledger_id"], r["lost_bookies"]) for r in diff.to_pylist()]
+            [('at_risk_unmarked', 1, ['bookie-1']), ('at_risk_unmarked', 2, ['bookie-1'])]
+        """
+        if grace_s < 0:
+            raise InvalidArgumentError(f"--grace must be 0 or more seconds, got {grace_s}")
+        cutoff = _utc(now or datetime.now(UTC), "now").timestamp() - grace_s
+        risk = ", ".join(f"'{kind}'" for kind in LEDGER_RISK_KINDS)
+        sql = f"""
+            WITH findings AS (
+                SELECT ledger_id, list(DISTINCT kind ORDER BY kind) AS findings,
+                       list_sort(list_distinct(flatten(list(bookies) FILTER (WHERE kind IN ({risk})))))
+                           AS lost_bookies,
+                       min(started_at) FILTER (WHERE kind IN ({risk})) AS since
+                FROM open_alerts
+                WHERE ledger_id IS NOT NULL
+                  AND (kind LIKE 'LEDGER\\_%' ESCAPE '\\' OR kind LIKE 'REPLICAS\\_%' ESCAPE '\\'
+                       OR kind LIKE 'PLACEMENT\\_%' ESCAPE '\\')
+                GROUP BY ledger_id
+            ),
+            current AS (
+                SELECT ledger_id, coalesce(under_replication_marked, false) AS marked,
+                       CAST(epoch_ms(under_replication_ctime_ms) AS TIMESTAMPTZ) AS marked_since,
+                       under_replication_replicas AS marked_replicas, pulsar_topic
+                FROM ledgers WHERE NOT coalesce(deleted, false)
+            )
+            SELECT CASE WHEN c.marked THEN 'marked_healthy' ELSE 'at_risk_unmarked' END AS diff,
+                   c.ledger_id, coalesce(f.findings, []) AS findings, coalesce(f.lost_bookies, []) AS lost_bookies,
+                   f.since, c.marked_since, c.marked_replicas, c.pulsar_topic
+            FROM current c LEFT JOIN findings f USING (ledger_id)
+            WHERE (NOT c.marked AND f.since <= to_timestamp($cutoff))
+               OR (c.marked AND f.ledger_id IS NULL)
+            ORDER BY diff, c.ledger_id"""
+        return self._query(("ledgers", "open_alerts"), sql, {"cutoff": cutoff})
 
     # -- history --------------------------------------------------------------------------------------------
 

@@ -651,6 +651,40 @@ class LedgerMetadata:
                     return False
         return True
 
+    def fewest_copies_left(self, lost: Iterable[str]) -> int | None:
+        """The fewest copies any entry keeps when the ``lost`` bookies are gone (None: no entry at all).
+
+        An entry's copies are the members of its write set that are not lost. A closed or bounded segment
+        counts only the entries it holds; the open-ended last segment of a ledger that is not closed counts
+        every write set (its next entries may land on any of them), as :meth:`is_recoverable` does. Below
+        ``ack_quorum`` the ledger keeps fewer copies of some entry than its writer was promised.
+
+        Example:
+            >>> _doc_example().fewest_copies_left({"b1:3181"})
+            1
+            >>> _doc_example().fewest_copies_left({"b3:3181"})  # entries 0-4 lose one copy; 5-9 keep both
+            1
+            >>> _doc_example().fewest_copies_left(set())
+            2
+        """
+        lost_set = _lost_set(lost)
+        fewest: int | None = None
+        for segment in self.segment_ranges():
+            if segment.is_empty:
+                continue
+            counts = _write_set_loss_counts(segment.ensemble, lost_set, self.write_quorum)
+            count = segment.entry_count
+            if count is not None and count < self.ensemble_size:
+                size = self.ensemble_size
+                held = {
+                    entry_id % size
+                    for entry_id in range(segment.first_entry_id, segment.first_entry_id + count)
+                }
+                counts = [lost_count for start, lost_count in enumerate(counts) if start in held]
+            left = self.write_quorum - max(counts)
+            fewest = left if fewest is None else min(fewest, left)
+        return fewest
+
 
 # The slots' own setters (bypassing the frozen __setattr__), called unrolled: about twice as fast as the
 # generated frozen __init__, which matters because decode builds one model per znode.

@@ -50,6 +50,9 @@ def test_the_console_tells_the_story_and_the_libraries_write_to_the_log_file(dem
     assert lines[0].endswith(f"{demo_run.log_file} (--verbose shows them)"), lines[0]  # said once, first
     assert sum(str(demo_run.log_file) in line for line in lines) == 1
     assert any("STEP 1: bookie" in line for line in lines) and any("SUMMARY" in line for line in lines)
+    # It ends by asking what losing the worst pair of bookies would do, with the command to ask it.
+    assert any("] WHAT IF " in line for line in lines), demo_run.narration
+    assert any("bkaudit query what-if --down" in line for line in lines)
     logged = library_lines(demo_run.log_file.read_text(errors="replace"))
     assert {"Spark", "Spark Python workers", "py4j", "Kafka client", "ZooKeeper client"} <= set(logged), {
         name: len(found) for name, found in logged.items()

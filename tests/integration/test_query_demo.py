@@ -105,3 +105,43 @@ def test_the_history_of_a_ledger_the_demo_never_had_is_exit_2(cli, demo_run):
         result.exit_code == 2
         and result.stderr == f"bkaudit: ledger {unknown} is not in the lakehouse at {demo_run.lakehouse}\n"
     )
+
+
+def test_what_if_answers_the_ground_truth_for_every_pair_of_bookies(cli, demo_run):
+    pairs = demo_run.summary["ground_truth_ids"]["what_if_pairs"]
+    assert len(pairs) == 15  # six bookies
+    assert any(truth["UNRECOVERABLE"] for truth in pairs.values())  # some pair is not safe to take down
+    for pair, truth in pairs.items():
+        down = [arg for bookie in pair.split(",") for arg in ("--down", bookie)]
+        result = cli(
+            "query", "what-if", *down, "--lakehouse", str(demo_run.lakehouse), "-f", "json", "--limit", "0"
+        )
+        answer = result.json()
+        assert isinstance(answer, dict), result.stdout
+        assert result.exit_code == (0 if answer["safe"] else 1), result.stderr
+        assert answer["down"] == pair.split(",")
+        assert answer["unavailable"] == []  # every bookie is registered at the end of the story
+        graded = {
+            verdict: [r["ledger_id"] for r in answer["ledgers"] if r["verdict"] == verdict]
+            for verdict in truth
+        }
+        assert graded == truth, pair
+        assert answer["safe"] is (not truth["UNRECOVERABLE"])
+        assert answer["by_verdict"] == {verdict: len(ids) for verdict, ids in truth.items()}
+        assert all(r["topic"] for r in answer["ledgers"])  # the demo's ledgers belong to Pulsar topics
+
+
+def test_what_if_of_an_unknown_bookie_is_one_line_and_exit_2(cli, demo_run):
+    result = cli("query", "what-if", "--down", "no-such-bookie:3181", "--lakehouse", str(demo_run.lakehouse))
+    assert result.exit_code == 2
+    assert result.stdout == b""
+    assert result.stderr.count("\n") == 1 and "unknown bookie no-such-bookie:3181" in result.stderr
+
+
+def test_drain_lists_every_ledger_that_still_names_the_bookie(cli, demo_run):
+    bookie = demo_run.summary["story"]["moved_bookies"][0]
+    drained = rows(cli, demo_run, "drain", bookie, "--limit", "0")
+    named = rows(cli, demo_run, "ledgers", "--bookie", bookie, "--limit", "0")
+    assert sorted(r["ledger_id"] for r in drained) == [r["ledger_id"] for r in named]
+    # Nothing marks a healthy bookie's ledgers: each waits for BookKeeper to ask for a move.
+    assert {r["reason"] for r in drained if r["state"] == "CLOSED"} == {"not_marked"}

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from bkaudit.testing.harness import ServiceHarness
+from connectors.delta.queries import Lakehouse
 from core.domain.metadata import LedgerMetadata
 from tests.chaos.stack import wait_for
 from tests.realstack import (
@@ -69,6 +70,11 @@ def _lost_entries(md: LedgerMetadata, lost: set[str]) -> bool:
     return False
 
 
+def _auditor_diff(stack: RealStack) -> list[tuple[str, int]]:
+    with Lakehouse(stack.run.lakehouse) as tables:
+        return [(r["diff"], r["ledger_id"]) for r in tables.auditor_diff(grace_s=0).to_pylist()]
+
+
 def _assert_agree(stack: RealStack, loss: Loss) -> None:
     where = f"Auditor log {stack.cluster.auditor_log_file}; watcher log {stack.watcher.log}"
     assert loss.expected, "the victims hold ledgers"
@@ -95,6 +101,9 @@ def test_kill_9_of_a_bookie_alerts_exactly_the_ledgers_the_auditor_marks(stack: 
             i for i, md in read_ledgers(stack.marks.client, loss.expected).items() if not md.is_closed
         }
         assert open_ids, "open ledgers on the victim are marked and alerted too"
+        # `bkaudit query auditor-diff` agrees: once the marks reached the tables, no ledger at risk is
+        # unmarked and no mark is on a ledger bkaudit finds healthy.
+        wait_for("auditor-diff to find the Auditor's marks", lambda: _auditor_diff(stack) == [], 60)
     finally:
         stack.restore([2], loss)
     assert not stack.alerts.open_ledgers()

@@ -23,23 +23,21 @@ from core.domain.metadata import LedgerMetadata, LedgerState, Segment
 from core.domain.rules.lost_ledgers import (
     LOST_BOOKIE_INPUT_SCHEMA,
     VERDICT_SCHEMA,
+    WHAT_IF_SCHEMA,
     lost_bookie_verdicts,
+    what_if_verdicts,
 )
 from core.errors import FormatError
 
 POOL = ["b0:3181", "b1:3181", "b2:3181", "b3:3181", "b4:3181", "b5:3181"]
 
 
-def per_ledger_condition(row: dict[str, Any], lost: set[str]) -> tuple[str, dict[str, Any]] | None:
-    """The rule for one ledger through :class:`LedgerMetadata` (what the simulator asks of one ledger)."""
+def row_metadata(row: dict[str, Any]) -> LedgerMetadata | None:
+    """The row read as the sink reads it, or None when it is not valid metadata."""
     segments = [(s["first_entry_id"], list(s["ensemble"])) for s in row["segments"] or []]
-    named = sorted({b for _, ensemble in segments for b in ensemble} & lost)
-    if not named or not row["state"]:
-        return None
-    detail: dict[str, Any] = {"lost_bookies": named}
     try:
         closed = row["state"] == "CLOSED"
-        metadata = LedgerMetadata(
+        return LedgerMetadata(
             format_version=int(row["format_version"] or 3),
             ensemble_size=int(row["ensemble_size"]),
             write_quorum=int(row["write_quorum"]),
@@ -50,6 +48,21 @@ def per_ledger_condition(row: dict[str, Any], lost: set[str]) -> tuple[str, dict
             segments=tuple(Segment(int(first), tuple(ensemble)) for first, ensemble in segments),
         )
     except (FormatError, KeyError, ValueError, TypeError):
+        return None
+
+
+def named_lost(row: dict[str, Any], lost: set[str]) -> list[str]:
+    return sorted({b for s in row["segments"] or [] for b in s["ensemble"]} & lost)
+
+
+def per_ledger_condition(row: dict[str, Any], lost: set[str]) -> tuple[str, dict[str, Any]] | None:
+    """The rule for one ledger through :class:`LedgerMetadata` (what the simulator asks of one ledger)."""
+    named = named_lost(row, lost)
+    if not named or not row["state"]:
+        return None
+    detail: dict[str, Any] = {"lost_bookies": named}
+    metadata = row_metadata(row)
+    if metadata is None:
         return "LEDGER_UNDER_REPLICATED", detail
     if metadata.is_recoverable(named):
         return "LEDGER_UNDER_REPLICATED", detail
@@ -199,6 +212,32 @@ def test_vectorised_and_per_ledger_rules_agree(batch: tuple[list[dict[str, Any]]
         assert alerted == per_ledger_condition(row, lost), (row, lost)
         named = {b for s in row["segments"] for b in s["ensemble"]} & lost
         assert verdict["lost_bookies"] == sorted(named)
+        metadata = row_metadata(row) if named and row["state"] else None
+        expected_fewest = metadata.fewest_copies_left(named) if metadata is not None else None
+        assert verdict["fewest_copies_left"] == expected_fewest, (row, lost)
+
+
+def copies_by_entry(metadata: LedgerMetadata, lost: set[str]) -> list[int]:
+    """Brute force: for every entry the ledger holds (for an open last segment, one entry of each write
+    set), the members of its write set that are not lost."""
+    size, quorum = metadata.ensemble_size, metadata.write_quorum
+    copies = []
+    for segment in metadata.segment_ranges():
+        last = segment.first_entry_id + size - 1 if segment.is_open_ended else segment.last_entry_id
+        for entry_id in range(segment.first_entry_id, (last if last is not None else -1) + 1):
+            write_set = [segment.ensemble[(entry_id + i) % size] for i in range(quorum)]
+            copies.append(sum(1 for member in write_set if member not in lost))
+    return copies
+
+
+@settings(max_examples=300, deadline=None)
+@given(valid_rows(1), st.sets(st.sampled_from(POOL), max_size=4))
+def test_fewest_copies_left_is_the_fewest_of_any_entry(row: dict[str, Any], lost: set[str]) -> None:
+    assume(all(s["first_entry_id"] < 200 for s in row["segments"]))
+    metadata = row_metadata(row)
+    assert metadata is not None
+    copies = copies_by_entry(metadata, lost)
+    assert metadata.fewest_copies_left(lost) == (min(copies) if copies else None)
 
 
 def closed(ledger_id: int, size: int, wq: int, aq: int, last: int, *segments: tuple[int, list[str]]) -> dict:
@@ -255,3 +294,39 @@ def test_text_columns_of_either_physical_type_are_read() -> None:
         (v["kind"], v["lost_bookies"], v["unrecoverable_entries_sample"])
         for v in lost_bookie_verdicts(viewed, {"a", "b"}).to_pylist()
     ]
+
+
+def per_ledger_what_if(row: dict[str, Any], down: set[str]) -> str | None:
+    """The what-if grade of one ledger through :class:`LedgerMetadata`."""
+    condition = per_ledger_condition(row, down)
+    if condition is None:
+        return None
+    if condition[0] == "LEDGER_UNRECOVERABLE":
+        return "UNRECOVERABLE"
+    metadata = row_metadata(row)
+    fewest = metadata.fewest_copies_left(named_lost(row, down)) if metadata is not None else None
+    return "BELOW_ACK_QUORUM" if fewest is not None and fewest < row["ack_quorum"] else "UNDER_REPLICATED"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches())
+def test_what_if_grades_each_ledger_as_the_per_ledger_rules_do(
+    batch: tuple[list[dict[str, Any]], set[str]],
+) -> None:
+    rows, down = batch
+    graded = what_if_verdicts(pa.Table.from_pylist(rows, schema=LOST_BOOKIE_INPUT_SCHEMA), down)
+    assert graded.schema == WHAT_IF_SCHEMA
+    assert graded.column("verdict").to_pylist() == [per_ledger_what_if(row, down) for row in rows], down
+
+
+def test_what_if_separates_a_lost_copy_from_a_copy_below_the_ack_quorum() -> None:
+    # E=3 WQ=3 AQ=2, entries 0..4: one bookie down leaves 2 copies, two leave 1, three leave none.
+    row = closed(1, 3, 3, 2, 4, (0, ["a", "b", "c"]))
+    table = pa.Table.from_pylist([row], schema=LOST_BOOKIE_INPUT_SCHEMA)
+    answers = [what_if_verdicts(table, down).to_pylist()[0] for down in ({"a"}, {"a", "b"}, {"a", "b", "c"})]
+    assert [(a["verdict"], a["fewest_copies_left"]) for a in answers] == [
+        ("UNDER_REPLICATED", 2),
+        ("BELOW_ACK_QUORUM", 1),
+        ("UNRECOVERABLE", 0),
+    ]
+    assert answers[2]["unrecoverable_entries_sample"] == [0, 1, 2, 3, 4]

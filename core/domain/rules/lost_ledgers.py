@@ -60,13 +60,16 @@ LOST_BOOKIE_INPUT_SCHEMA = pa.schema(
     ]
 )
 #: One verdict per input row, in input order. ``kind`` is null when no condition holds; ``lost_bookies`` are
-#: the lost bookies the ledger names (sorted); the sample is set for ``LEDGER_UNRECOVERABLE`` only.
+#: the lost bookies the ledger names (sorted); the sample is set for ``LEDGER_UNRECOVERABLE`` only;
+#: ``fewest_copies_left`` is the fewest copies an entry of the ledger keeps (null when the ledger names no
+#: lost bookie, its metadata is not valid, or it holds no entry), as ``LedgerMetadata.fewest_copies_left``.
 VERDICT_SCHEMA = pa.schema(
     [
         ("ledger_id", pa.int64()),
         ("kind", pa.string()),
         ("lost_bookies", pa.list_(pa.string())),
         ("unrecoverable_entries_sample", pa.list_(pa.int64())),
+        ("fewest_copies_left", pa.int32()),
     ]
 )
 
@@ -94,7 +97,9 @@ def lost_bookie_verdicts(ledgers: pa.Table, lost: Set[str], *, sample_limit: int
     rows = ledgers.num_rows
     lost_names = sorted(lost)
     if rows == 0 or not lost_names:
-        return _verdict_table(columns["ledger_id"], pa.nulls(rows, pa.string()), _empty_lists(rows), None)
+        return _verdict_table(
+            columns["ledger_id"], pa.nulls(rows, pa.string()), _empty_lists(rows), None, None
+        )
     shape = _Shape.of(columns)
     named, named_counts = _named_lost(shape, lost_names)
     state = columns["state"]
@@ -108,7 +113,60 @@ def lost_bookie_verdicts(ledgers: pa.Table, lost: Set[str], *, sample_limit: int
     no_kind = pa.scalar(None, pa.string())
     kinds = pc.if_else(unrecoverable, UNRECOVERABLE, pc.if_else(holds, UNDER_REPLICATED, no_kind))
     sample = windows.sample(unrecoverable, sample_limit)
-    return _verdict_table(columns["ledger_id"], kinds, named, sample)
+    return _verdict_table(columns["ledger_id"], kinds, named, sample, windows.fewest_left)
+
+
+#: What losing some bookies would do to one ledger, worst first (``what_if_verdicts``).
+WHAT_IF_VERDICTS = ("UNRECOVERABLE", "BELOW_ACK_QUORUM", "UNDER_REPLICATED")
+WHAT_IF_SCHEMA = pa.schema(
+    [
+        ("ledger_id", pa.int64()),
+        ("verdict", pa.string()),
+        ("lost_bookies", pa.list_(pa.string())),
+        ("fewest_copies_left", pa.int32()),
+        ("unrecoverable_entries_sample", pa.list_(pa.int64())),
+    ]
+)
+
+
+def what_if_verdicts(ledgers: pa.Table, down: Set[str]) -> pa.Table:
+    """What each ledger would suffer if the ``down`` bookies went away: the lost-bookie rule's verdict graded.
+
+    ``UNRECOVERABLE`` when the rule says ``LEDGER_UNRECOVERABLE`` (some entry keeps no copy, or an open
+    ledger could never be closed); ``BELOW_ACK_QUORUM`` when every entry keeps a copy but some keeps fewer
+    than the ledger's ack quorum; ``UNDER_REPLICATED`` otherwise; null for a ledger that names none of them.
+    One row per input row (:data:`WHAT_IF_SCHEMA`).
+
+    Example:
+        >>> rows = pa.Table.from_pylist([{"ledger_id": 7, "state": "CLOSED", "ensemble_size": 3,
+        ...     "write_quorum": 3, "ack_quorum": 2, "last_entry_id": 4,
+        ...     "segments": [{"first_entry_id": 0, "ensemble": ["b1", "b2", "b3"]}]}],
+        ...     schema=LOST_BOOKIE_INPUT_SCHEMA)
+        >>> [what_if_verdicts(rows, down).column("verdict")[0].as_py()
+        ...  for down in ({"b1"}, {"b1", "b2"}, {"b1", "b2", "b3"})]
+        ['UNDER_REPLICATED', 'BELOW_ACK_QUORUM', 'UNRECOVERABLE']
+    """
+    verdicts = lost_bookie_verdicts(ledgers, down)
+    kind = verdicts.column("kind")
+    fewest = verdicts.column("fewest_copies_left")
+    ack_quorum = _typed_columns(ledgers)["ack_quorum"]
+    below = pc.fill_null(pc.less(fewest, pc.cast(ack_quorum, pa.int32())), False)
+    no_verdict = pa.scalar(None, pa.string())
+    verdict = pc.if_else(
+        pc.equal(kind, UNRECOVERABLE),
+        "UNRECOVERABLE",
+        pc.if_else(pc.is_null(kind), no_verdict, pc.if_else(below, "BELOW_ACK_QUORUM", "UNDER_REPLICATED")),
+    )
+    return pa.Table.from_arrays(
+        [
+            verdicts.column("ledger_id"),
+            verdict,
+            verdicts.column("lost_bookies"),
+            fewest,
+            verdicts.column("unrecoverable_entries_sample"),
+        ],
+        schema=WHAT_IF_SCHEMA,
+    )
 
 
 # ----------------------------------------------------------------------------------------------- columns
@@ -254,6 +312,7 @@ class _Windows:
         self.fully_lost_later = np.empty(0, dtype=np.int64)  # how many more entries that window has
         self.fully_lost_size = np.empty(0, dtype=np.int64)
         self.fully_lost_ledger = np.empty(0, dtype=np.int64)
+        self.fewest_left: pa.Array | None = None  # per ledger: fewest copies an entry keeps (null: no entry)
 
     @classmethod
     def of(
@@ -287,21 +346,27 @@ class _Windows:
 
         worst = np.zeros(len(ledger), dtype=np.int64)
         np.maximum.at(worst, segment, lost_count)
-        # A window fully lost: its entries have no copy. Its first entry in the segment (ids are absolute).
-        fully = (lost_count == write_quorum[segment]) & ~empty[segment]
-        full_segment, full_start = segment[fully], window_start[fully]
-        full_size, full_first = size[full_segment], first[full_segment]
-        offset = np.mod(full_start - full_first, full_size)
-        bound = np.where(open_ended[full_segment], _INT64_MAX, last[full_segment])
-        exists = offset <= bound - full_first
-        bounded_loss = np.bincount(full_segment[exists], minlength=len(ledger)) > 0
+        # A window holds entries when its first entry in the segment (ids are absolute) is in the segment's
+        # range; the open-ended last segment of a ledger that is not closed holds every window.
+        offset = np.mod(window_start - first[segment], size[segment])
+        bound = np.where(open_ended[segment], _INT64_MAX, last[segment])
+        exists = ~empty[segment] & (offset <= bound - first[segment])
+        windows.fewest_left = _min_per_ledger(
+            write_quorum[segment][exists] - lost_count[exists],
+            ledger[segment][exists],
+            len(shape.segment_counts),
+        )
+        # A window fully lost: its entries have no copy.
+        fully = (lost_count == write_quorum[segment]) & exists
+        full_segment = segment[fully]
+        bounded_loss = np.bincount(full_segment, minlength=len(ledger)) > 0
         windows.segment_unrecoverable = np.where(open_ended, worst >= ack_quorum, bounded_loss & ~empty)
         windows.segment_ledger = ledger
-        entry = full_first[exists] + offset[exists]
+        entry = first[full_segment] + offset[fully]
         windows.fully_lost_first = entry
-        windows.fully_lost_size = full_size[exists]
-        windows.fully_lost_later = (bound[exists] - entry) // windows.fully_lost_size
-        windows.fully_lost_ledger = ledger[full_segment][exists]
+        windows.fully_lost_size = size[full_segment]
+        windows.fully_lost_later = (bound[fully] - entry) // windows.fully_lost_size
+        windows.fully_lost_ledger = ledger[full_segment]
         return windows
 
     def unrecoverable_ledgers(self, rows: int) -> np.ndarray:
@@ -329,6 +394,14 @@ class _Windows:
         offsets = pa.array(np.concatenate(([0], np.cumsum(counts))).astype(np.int32))
         values = pa.array(entries[listed], pa.int64())
         return pa.ListArray.from_arrays(offsets, values, mask=pa.array(~unrecoverable))
+
+
+def _min_per_ledger(values: np.ndarray, owner: np.ndarray, rows: int) -> pa.Array:
+    """Per row, the smallest of its ``values`` (null for a row that owns none)."""
+    fewest = np.full(rows, _INT64_MAX, dtype=np.int64)
+    np.minimum.at(fewest, owner, values)
+    none = fewest == _INT64_MAX
+    return pa.array(np.where(none, 0, fewest).astype(np.int32), pa.int32(), mask=none)
 
 
 def _segment_ranges(
@@ -365,12 +438,14 @@ def _empty_lists(rows: int) -> pa.Array:
 
 
 def _verdict_table(
-    ledger_id: pa.Array, kinds: pa.Array, named: pa.Array, sample: pa.Array | None
+    ledger_id: pa.Array, kinds: pa.Array, named: pa.Array, sample: pa.Array | None, fewest: pa.Array | None
 ) -> pa.Table:
     rows = len(ledger_id)
     if sample is None:
         sample = pa.nulls(rows, pa.list_(pa.int64()))
-    return pa.Table.from_arrays([ledger_id, kinds, named, sample], schema=VERDICT_SCHEMA)
+    if fewest is None:
+        fewest = pa.nulls(rows, pa.int32())
+    return pa.Table.from_arrays([ledger_id, kinds, named, sample, fewest], schema=VERDICT_SCHEMA)
 
 
 __all__ = [
@@ -379,5 +454,8 @@ __all__ = [
     "UNDER_REPLICATED",
     "UNRECOVERABLE",
     "VERDICT_SCHEMA",
+    "WHAT_IF_SCHEMA",
+    "WHAT_IF_VERDICTS",
     "lost_bookie_verdicts",
+    "what_if_verdicts",
 ]
