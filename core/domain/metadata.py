@@ -25,9 +25,11 @@ Validation (all of it raises :class:`FormatError`, on decode and on direct const
 - at least one segment, the first at entry 0, strictly ascending, each with exactly ``ensemble_size`` bookie
   ids valid under BookKeeper's ``BookieId`` rule;
 - a CLOSED ledger's last entry ``>= -1`` and length ``>= 0``;
-- whatever cannot be re-encoded byte-identically is rejected rather than silently changed: unknown protobuf
-  fields (including unknown enum numbers), custom-metadata entries without key or value, strings that are not
-  UTF-8, v1 text that is not in the writer's canonical layout;
+- enum numbers the schema does not define (a v3 ``state`` or ``digestType``; v2 text names): BookKeeper's own
+  reader cannot open a ledger whose required ``state`` it does not know, and an unknown digest would have to
+  be read as CRC32, which the writer did not mean; a known field number with a wire type it cannot have;
+- custom-metadata entries without key or value, strings that are not UTF-8, v1 text that is not in the
+  writer's canonical layout, unknown field names in v2 text (BookKeeper's text parser refuses them too);
 - bytes after a complete record ("N trailing bytes after the metadata"): after v3's length-delimited message,
   or after the canonical v2 text. BookKeeper's reader ignores them, but no BookKeeper writer produces them,
   so a znode carrying them was not written by BookKeeper as it stands (a torn or hostile write) and must not
@@ -35,6 +37,11 @@ Validation (all of it raises :class:`FormatError`, on decode and on direct const
 
 Protobuf bodies that encode known fields non-canonically (other field order, padded varints, duplicates) are
 accepted and re-encode canonically; no BookKeeper version writes them.
+
+Field numbers the v3 schema does not define (at the top level, in a segment or in a custom-metadata entry) are
+skipped, as BookKeeper's protobuf reader skips them: a newer writer may add fields, and its ledgers must stay
+audited. They are named in :attr:`WireLayout.unknown_fields`, and :func:`encode_ledger_metadata` refuses such
+a model, since it cannot write the znode back byte for byte.
 
 Example:
     >>> blob = (b"BookieMetadataFormatVersion\\t1\\n2\\n3\\n0\\n"
@@ -288,6 +295,10 @@ class WireLayout:
       ignores (the writer stores ``-1`` and ``0``); ``None`` when they were the usual values.
     - ``ignored_digest_type``: a ``digestType`` stored without a password (the reader ignores it).
     - ``v1_final_newline``: a v1 OPEN ledger ends with a newline (today's writer) or not (BookKeeper 4.0).
+    - ``unknown_fields``: v3 protobuf fields this schema does not define, skipped on decode (a newer writer's
+      additions), e.g. ``("field 100", "field 3 in segment 0")``; at most five are named, then ``"N more"``
+      counts the other unknown fields.
+      Encoding refuses a model that has any: their bytes are not kept.
 
     Example:
         >>> WireLayout() == WireLayout(has_ack_quorum=True)
@@ -303,6 +314,7 @@ class WireLayout:
     ignored_length: int | None = None
     ignored_digest_type: DigestType | None = None
     v1_final_newline: bool = True
+    unknown_fields: tuple[str, ...] = ()
 
     @property
     def is_writer_layout(self) -> bool:
@@ -951,6 +963,18 @@ def _validate_wire(md: LedgerMetadata) -> None:
         raise FormatError("ledger metadata: an absent ackQuorumSize reads as the write quorum")
     if md.format_version != 1 and not wire.v1_final_newline:
         raise FormatError("ledger metadata: wire.v1_final_newline only applies to format version 1")
+    if wire.unknown_fields:
+        _validate_unknown_fields(wire.unknown_fields, md.format_version)
+    elif type(wire.unknown_fields) is not tuple:
+        raise FormatError("ledger metadata: wire.unknown_fields must be a tuple of strings")
+
+
+def _validate_unknown_fields(unknown: object, version: int) -> None:
+    """Unknown fields are named by non-empty strings, and only v3's binary protobuf can carry them."""
+    if type(unknown) is not tuple or not all(type(name) is str and name for name in unknown):
+        raise FormatError("ledger metadata: wire.unknown_fields must be a tuple of strings")
+    if version != 3:
+        raise FormatError("ledger metadata: wire.unknown_fields only applies to format version 3")
 
 
 def _validate_segments(segments: object, ensemble_size: int) -> None:
@@ -1152,20 +1176,21 @@ def _decode_v3(data: bytes, start: int, znode_ctime: int | None, ledger_id: int 
         message.ParseFromString(body)
     except DecodeError:
         raise FormatError("ledger metadata v3: body is not a valid LedgerMetadataFormat message") from None
-    # Unknown fields (new field numbers, unknown enum numbers) cannot be re-encoded in place: reject them.
-    # Cheap test first: without them, the canonical size of the known fields is the body size. ByteSize also
-    # refuses a message with a required field missing, which saves a separate IsInitialized walk.
+    # Cheap test first: without unknown fields, the canonical size of the known fields is the body size.
+    # (Only a negative int32 or enum has an encoding shorter than the canonical one, and validation refuses
+    # negative sizes and quorums, so an accepted body with unknown fields never passes this test.) ByteSize
+    # also refuses a message with a required field missing, which saves a separate IsInitialized walk.
     message.DiscardUnknownFields()
     try:
         canonical_size = message.ByteSize()
     except EncodeError:
-        # An unknown state number also lands here (it is kept as an unknown field, so state is "missing").
-        _reject_unknown_fields(body)
+        # An unknown state number also lands here (it is kept as an unknown field, so state is "missing"):
+        # _unknown_fields names it.
+        _unknown_fields(body)
         missing = ", ".join(_initialization_errors(message))
         raise FormatError(f"ledger metadata v3: missing required field(s): {missing}") from None
-    if canonical_size != size:
-        _reject_unknown_fields(body)
-    return _from_proto(message, 3, znode_ctime, ledger_id)
+    unknown = _unknown_fields(body) if canonical_size != size else ()
+    return _from_proto(message, 3, znode_ctime, ledger_id, unknown)
 
 
 def _reject_v2_trailing_bytes(md: LedgerMetadata, data: bytes) -> LedgerMetadata:
@@ -1188,35 +1213,79 @@ def _initialization_errors(message: Any) -> list[str]:
     return list(message.FindInitializationErrors())
 
 
-def _reject_unknown_fields(body: bytes) -> None:
+_VARINT_WIRE_TYPE = 0
+_MAX_UNKNOWN_NAMED = 5
+
+
+def _unknown_fields(body: bytes) -> tuple[str, ...]:
+    """The field numbers of a v3 body that the schema does not define, named for :class:`WireLayout`.
+
+    Such fields are skipped, as BookKeeper's protobuf reader skips them: a newer writer may add some. Two
+    other things also land among protobuf's unknown fields and are not additions, so they raise FormatError:
+    an enum number the schema does not define (BookKeeper cannot read an unknown ``state``, a required field;
+    an unknown ``digestType`` would read as CRC32, which its writer did not mean) and a known field number
+    with a wire type that field cannot have.
+    """
     probe = _Proto()
     probe.ParseFromString(body)  # parsed fine once already
-    unknown = _describe_unknown_fields(probe)
-    if unknown:
-        raise FormatError(f"ledger metadata v3: cannot represent {unknown}")
+    found = _UnknownNames()
+    _scan_unknown_fields(probe, "", found)
+    for index, segment in enumerate(probe.segment):
+        _scan_unknown_fields(segment, f" in segment {index}", found)
+    for index, entry in enumerate(probe.customMetadata):
+        _scan_unknown_fields(entry, f" in customMetadata {index}", found)
+    return found.as_tuple()
 
 
-def _describe_unknown_fields(message: _Proto) -> str:
+class _UnknownNames:
+    """The first few distinct unknown-field names of a body, then a count of the others (bounded memory).
+
+    Example:
+        >>> names = _UnknownNames()
+        >>> for name in ["field 13", "field 13", *(f"field {n}" for n in range(100, 106))]:
+        ...     names.add(name)
+        >>> names.as_tuple()
+        ('field 13', 'field 100', 'field 101', 'field 102', 'field 103', '2 more')
+    """
+
+    __slots__ = ("more", "names")
+
+    def __init__(self) -> None:
+        self.names: dict[str, None] = {}
+        self.more = 0
+
+    def add(self, name: str) -> None:
+        """Record one unknown field by its name."""
+        if name in self.names:
+            return
+        if len(self.names) < _MAX_UNKNOWN_NAMED:
+            self.names[name] = None
+        else:
+            self.more += 1
+
+    def as_tuple(self) -> tuple[str, ...]:
+        """The names for :attr:`WireLayout.unknown_fields`."""
+        return (*self.names, f"{self.more} more") if self.more else tuple(self.names)
+
+
+def _scan_unknown_fields(message: Any, where: str, found: _UnknownNames) -> None:
+    """Add ``field N<where>`` for each unknown field of ``message`` (not its children); raise for the rest."""
     from google.protobuf.unknown_fields import UnknownFieldSet
 
-    enum_fields = {5: "state", 7: "digestType"}
-
-    def scan(msg: Any, path: str, found: list[str]) -> None:
-        unknown: Any = UnknownFieldSet(msg)  # iterable at runtime; the stubs only declare __getitem__
-        for item in unknown:
-            number = item.field_number
-            if path == "" and number in enum_fields:
-                found.append(f"unknown {enum_fields[number]} value {item.data}")
-            else:
-                found.append(f"unknown field number {number}{' in ' + path if path else ''}")
-
-    found: list[str] = []
-    scan(message, "", found)
-    for index, segment in enumerate(message.segment):
-        scan(segment, f"segment {index}", found)
-    for index, entry in enumerate(message.customMetadata):
-        scan(entry, f"customMetadata {index}", found)
-    return ", ".join(found[:5])
+    known = message.DESCRIPTOR.fields_by_number
+    unknown: Any = UnknownFieldSet(message)  # iterable at runtime; the stubs only declare __getitem__
+    for item in unknown:
+        number, wire_type = item.field_number, item.wire_type
+        field = known.get(number)
+        if field is None:
+            found.add(f"field {number}{where}")
+        elif field.enum_type is not None and wire_type == _VARINT_WIRE_TYPE:
+            raise FormatError(f"ledger metadata v3: unknown {field.name} value {item.data}{where}")
+        else:
+            raise FormatError(
+                f"ledger metadata v3: field {number} ({field.name}){where} has wire type {wire_type}, "
+                "which that field cannot have"
+            )
 
 
 _TEXT_POSITION = re.compile(r"invalid text format: (\d+):(\d+)")
@@ -1251,7 +1320,11 @@ def _parse_v2_text(body: bytes) -> _Proto:
 
 
 def _from_proto(
-    message: _Proto, version: int, znode_ctime: int | None, ledger_id: int | None
+    message: _Proto,
+    version: int,
+    znode_ctime: int | None,
+    ledger_id: int | None,
+    unknown_fields: tuple[str, ...] = (),
 ) -> LedgerMetadata:
     # This runs once per ledger znode, so it reads each field once, slices repeated fields (much faster than
     # iterating them with the upb backend) and skips presence checks that the common case makes needless.
@@ -1285,7 +1358,7 @@ def _from_proto(
     has_digest_field = True
     if stored_password or has("password"):
         password = _new_password(stored_password)
-        digest_type = _DIGEST_BY_NUMBER[digest_number]  # unknown numbers were rejected as unknown fields
+        digest_type = _DIGEST_BY_NUMBER[digest_number]  # unknown numbers were rejected by _unknown_fields
         has_digest_field = has_digest
     elif has_digest:
         ignored_digest = _DIGEST_BY_NUMBER[digest_number]
@@ -1310,7 +1383,14 @@ def _from_proto(
                         f"ledger metadata v{version}: custom metadata entry {index} lacks a key or value"
                     )
 
-    if has_last and has_ack and has_digest_field and ignored_last is None and ignored_length is None:
+    if (
+        has_last
+        and has_ack
+        and has_digest_field
+        and ignored_last is None
+        and ignored_length is None
+        and not unknown_fields
+    ):
         wire = _WRITER_LAYOUT if ignored_digest is None else WireLayout(ignored_digest_type=ignored_digest)
     else:
         wire = WireLayout(
@@ -1320,6 +1400,7 @@ def _from_proto(
             ignored_last_entry_id=ignored_last,
             ignored_length=ignored_length,
             ignored_digest_type=ignored_digest,
+            unknown_fields=unknown_fields,
         )
     md: LedgerMetadata = object.__new__(LedgerMetadata)
     _fill(
@@ -1419,7 +1500,8 @@ def encode_ledger_metadata(md: LedgerMetadata) -> bytes:
 
     v2 and v3 set quorumSize, ackQuorumSize, ensembleSize, length, lastEntryId, state, digestType and password
     (empty when none), ctime and cToken only when present, custom metadata in the model's order; ``md.wire``
-    reproduces the rare znodes older writers laid out differently.
+    reproduces the rare znodes older writers laid out differently. A model decoded from a znode with unknown
+    protobuf fields (``md.wire.unknown_fields``) is refused: writing it would drop them.
 
     Example:
         >>> encode_ledger_metadata(_doc_example())[:30]
@@ -1427,6 +1509,11 @@ def encode_ledger_metadata(md: LedgerMetadata) -> bytes:
     """
     if not isinstance(md, LedgerMetadata):
         raise FormatError(f"ledger metadata: cannot encode a {type(md).__name__}")
+    if md.wire.unknown_fields:
+        raise FormatError(
+            "ledger metadata: cannot re-encode byte for byte: the znode had protobuf fields this schema does "
+            f"not define ({', '.join(md.wire.unknown_fields)}), and writing it would drop them"
+        )
     if md.format_version == 1:
         return _HEADER_BY_VERSION[1] + _encode_v1_text(md).encode("ascii")
     message = _to_proto(md)
@@ -1564,6 +1651,7 @@ _WIRE_JSON_DEFAULTS: dict[str, Any] = {
     "ignored_length": None,
     "ignored_digest_type": None,
     "v1_final_newline": True,
+    "unknown_fields": (),
 }
 
 
@@ -1606,9 +1694,27 @@ def metadata_to_json(md: LedgerMetadata, *, include_password: bool = False) -> d
         for name, default in _WIRE_JSON_DEFAULTS.items():
             value = getattr(md.wire, name)
             if value != default:
-                wire_doc[name] = value.value if isinstance(value, DigestType) else value
+                wire_doc[name] = _wire_json_value(value)
         doc["wire"] = wire_doc
     return doc
+
+
+def _wire_json_value(value: object) -> Any:
+    """A :class:`WireLayout` value as JSON: a digest by name, the unknown-field names as a list."""
+    if isinstance(value, DigestType):
+        return value.value
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _wire_json_kind(name: str) -> str:
+    """The JSON kind (see :func:`_json_field`) of the ``wire`` key ``name``."""
+    if name == "unknown_fields":
+        return "list"
+    if name.startswith(("has_", "v1_")):
+        return "bool"
+    return "str?" if name.endswith("digest_type") else "int?"
 
 
 def _json_field(doc: Mapping[str, Any], key: str, kind: str) -> Any:
@@ -1713,14 +1819,9 @@ def metadata_from_json(doc: object) -> LedgerMetadata:
             raise FormatError(f"ledger metadata JSON: 'wire' may only hold {', '.join(_WIRE_JSON_DEFAULTS)}")
         values: dict[str, Any] = {}
         for name in wire_doc:
-            kind = (
-                "bool"
-                if name.startswith(("has_", "v1_"))
-                else "str?"
-                if name.endswith("digest_type")
-                else "int?"
-            )
-            values[name] = _json_field(wire_doc, name, kind)
+            values[name] = _json_field(wire_doc, name, _wire_json_kind(name))
+        if "unknown_fields" in values:
+            values["unknown_fields"] = tuple(values["unknown_fields"])  # _validate checks the items
         if "ignored_digest_type" in values:
             values["ignored_digest_type"] = _json_enum(
                 values["ignored_digest_type"], DigestType, "ignored_digest_type"

@@ -968,6 +968,34 @@ def test_a_ledger_znode_with_garbage_after_valid_metadata_is_undecodable(
         assert bad.reason == f"ledger metadata v3: {len(garbage)} trailing bytes after the metadata"
 
 
+def with_new_field(znode: bytes) -> bytes:
+    """A v3 ledger znode plus field 100, which a newer BookKeeper might write and this schema lacks."""
+    header = znode[: znode.index(b"\n") + 1]
+    after = znode[len(header) :]
+    prefix_length = next(index + 1 for index, byte in enumerate(after) if byte < 0x80)
+    body = after[prefix_length:] + b"\xa0\x06\x05"  # field 100, varint 5
+    assert len(body) < 0x80  # a one-byte length prefix
+    return header + bytes([len(body)]) + body
+
+
+@pytest.mark.integration
+def test_a_ledger_znode_with_a_field_a_newer_bookkeeper_added_is_published_not_undecodable(
+    bk_services: Any, kafka_settings: Any, zk_chroot: str, tree: ClusterTree
+) -> None:
+    znode = with_new_field(ledger_metadata(3, state=LedgerState.CLOSED, last_entry_id=9))
+    tree.zk.create(tree.path(3), znode, makepath=True)
+    settings = watcher_settings(bk_services, kafka_settings, zk_chroot)
+    with running_watcher(settings) as (watcher, reader):
+        assert watcher.wait_for_snapshots(1, 30)
+        reader.wait_for(lambda evs: any(e.HasField("ledger_upserted") for e in evs))
+        quiesce(watcher, reader)
+        assert payloads(reader, "ledger_undecodable") == []
+        [upserted] = payloads(reader, "ledger_upserted")
+        md = upserted.metadata
+        assert upserted.ledger_id == 3 and md.last_entry_id == 9 and md.length == 1000
+        assert [tuple(segment.ensemble) for segment in md.segments] == [BOOKIES]
+
+
 def ignored_count(watcher: ChangeWatcher, reason: str) -> float:
     value = watcher.metrics.registry.get_sample_value(
         "bkaudit_watcher_ignored_znodes_total", {"reason": reason}

@@ -17,7 +17,10 @@ from tests.unit.test_metadata import (
     java_v1,
     java_v2,
     java_v3,
+    java_v3_fields,
+    pb_varint,
     sample_ledger,
+    v3_blob,
 )
 
 Cli = Callable[..., Any]
@@ -267,3 +270,15 @@ def test_encode_bad_json_exits_2_with_one_line(cli: Cli, stdin: bytes, fragment:
 def test_encode_without_the_password_refuses_instead_of_writing_a_different_znode(cli: Cli) -> None:
     doc = cli("metadata", "decode", stdin=V2_IN_RECOVERY).json()
     assert_bad_input(cli("metadata", "encode", stdin=json.dumps(doc)), "password_b64 is missing")
+
+
+def test_decode_reads_a_znode_with_a_new_field_and_encode_refuses_it_naming_the_field(cli: Cli) -> None:
+    newer = v3_blob(b"".join(java_v3_fields(sample_ledger(password=SECRET))) + pb_varint(100, 5))
+    decoded = cli("metadata", "decode", "--include-password", stdin=newer)
+    assert decoded.exit_code == 0, decoded.stderr
+    doc = decoded.json()
+    assert doc["state"] == "CLOSED" and doc["ensemble_size"] == 3 and len(doc["segments"]) == 2
+    assert doc["wire"] == {"unknown_fields": ["field 100"]}
+    assert_bad_input(
+        cli("metadata", "encode", stdin=decoded.stdout), "cannot re-encode byte for byte", "(field 100)"
+    )

@@ -24,9 +24,11 @@ from core.domain.registration import decode_bookie_service_info
 from core.domain.underreplication import UnderreplicatedLedger
 from core.errors import FormatError
 from core.pb import change_events_pb2 as pb
+from tests.unit.test_metadata import varint
 
 Stat = namedtuple("Stat", "czxid mzxid ctime mtime version dataLength")
 PASSWORD = b"s3cret-ledger-password"
+V3_HEADER = b"BookieMetadataFormatVersion\t3\n"
 
 
 def metadata(password: bytes = PASSWORD, **overrides: object) -> LedgerMetadata:
@@ -393,3 +395,15 @@ def test_replay_counts_live_events_inside_a_full_bracket_as_seen() -> None:
     )  # fmt: skip
     state.apply(b.build(end, snapshot_id="s"), partition=0)
     assert set(state.ledger_versions()) == {9}
+
+
+def test_a_ledger_znode_with_a_field_a_newer_bookkeeper_added_is_published_like_the_ledger_without_it():
+    """The watcher publishes what decode reads: the new field is skipped, the ledger is not undecodable."""
+    after_header = encode_ledger_metadata(metadata())[len(V3_HEADER) :]
+    prefix_length = next(index + 1 for index, byte in enumerate(after_header) if byte < 0x80)  # a varint
+    body = after_header[prefix_length:] + b"\xa0\x06\x05\xa2\x06\x03new"  # field 100: varint, then bytes
+    newer = V3_HEADER + varint(len(body)) + body
+    md = decode_ledger_metadata(newer, ledger_id=7)
+    stat = Stat(1, 2, 3, 4, 5, len(newer))
+    assert md.wire.unknown_fields == ("field 100",)
+    assert events.ledger_upserted(7, md, stat, "/p") == events.ledger_upserted(7, metadata(), stat, "/p")

@@ -521,12 +521,18 @@ def test_v3_required_fields_must_be_present() -> None:
 @pytest.mark.parametrize(
     ("extra", "reason"),
     [
-        (pb_varint(13, 1), "unknown field number 13"),
-        (pb_bytes(1000, b"x"), "unknown field number 1000"),
         (pb_varint(7, 9), "unknown digestType value 9"),
+        (pb_varint(1, 2) + bytes([1 << 3 | 5]) + b"\x02\x00\x00\x00", "field 1 (quorumSize) has wire type 5"),
+        (pb_varint(11, 1), "field 11 (customMetadata) has wire type 0"),
+        (
+            pb_bytes(11, pb_bytes(1, b"k") + pb_bytes(2, b"v") + pb_varint(1, 7)),
+            "field 1 (key) in customMetadata",
+        ),
     ],
 )
-def test_v3_unknown_fields_and_enum_numbers_are_rejected(extra: bytes, reason: str) -> None:
+def test_v3_unknown_enum_numbers_and_known_fields_of_another_wire_type_are_rejected(
+    extra: bytes, reason: str
+) -> None:
     assert reason in one_line_format_error(v3_blob(v3_body() + extra))
 
 
@@ -535,10 +541,92 @@ def test_v3_unknown_state_number_is_rejected_not_read_as_open() -> None:
     assert "unknown state value 7" in one_line_format_error(v3_blob(body))
 
 
-def test_v3_unknown_field_inside_a_segment_is_rejected() -> None:
-    segment = pb_bytes(1, b"a:1") + pb_varint(2, 0) + pb_varint(3, 1)
-    body = pb_varint(1, 1) + pb_varint(2, 1) + pb_varint(3, 0) + pb_varint(5, 1) + pb_bytes(6, segment)
-    assert "unknown field number 3 in segment 0" in one_line_format_error(v3_blob(body))
+# ------------------------------------------------------------------ new field numbers (a newer writer's)
+
+
+def with_segment_field(extra: bytes) -> bytes:
+    """A v3 body whose first segment carries ``extra`` after its known fields."""
+    segment = b"".join(pb_bytes(1, member.encode()) for member in BOOKIES) + pb_varint(2, 0) + extra
+    fields = java_v3_fields(sample_ledger())
+    return b"".join(pb_bytes(6, segment) if index == 5 else field for index, field in enumerate(fields))
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        (v3_body() + pb_varint(100, 5), "field 100"),
+        (v3_body() + pb_bytes(100, b"a newer writer's field"), "field 100"),
+        (v3_body() + varint(100 << 3 | 1) + b"\x01" * 8, "field 100"),  # fixed64
+        (v3_body() + varint(100 << 3 | 5) + b"\x01" * 4, "field 100"),  # fixed32
+        (pb_varint(13, 1) + v3_body(), "field 13"),  # first, before the known fields
+        (v3_body() + varint(15 << 3 | 3) + pb_varint(1, 1) + varint(15 << 3 | 4), "field 15"),  # a group
+        (with_segment_field(pb_varint(3, 1)), "field 3 in segment 0"),
+        (
+            v3_body() + pb_bytes(11, pb_bytes(1, b"k") + pb_bytes(2, b"v") + pb_varint(3, 1)),
+            "field 3 in customMetadata 3",
+        ),
+    ],
+)
+def test_v3_new_field_numbers_are_skipped_and_the_ledger_reads_as_without_them(
+    body: bytes, named: str
+) -> None:
+    plain = decode_ledger_metadata(java_v3(sample_ledger()))
+    md = decode_ledger_metadata(v3_blob(body), ledger_id=7)
+    assert md.wire.unknown_fields == (named,)
+    assert not md.wire.is_writer_layout
+    assert (md.state, md.last_entry_id, md.length) == (LedgerState.CLOSED, 99, 12345)
+    assert (md.ensemble_size, md.write_quorum, md.ack_quorum) == (3, 2, 2)
+    assert md.segments == plain.segments and md.digest_type is DigestType.CRC32C
+    assert md.pulsar_topic == "persistent://public/default/orders-partition-3"
+    assert md.unrecoverable_entries({BOOKIES[0], BOOKIES[1]}) == plain.unrecoverable_entries(
+        {BOOKIES[0], BOOKIES[1]}
+    )
+    custom = plain.custom_metadata + ((("k", b"v"),) if "customMetadata" in named else ())
+    assert dataclasses.replace(
+        md, wire=plain.wire, ledger_id=None, custom_metadata=custom
+    ) == dataclasses.replace(plain, custom_metadata=custom)
+
+
+def test_reencoding_a_znode_with_unknown_fields_refuses_and_names_them() -> None:
+    md = decode_ledger_metadata(v3_blob(with_segment_field(pb_varint(3, 1)) + pb_bytes(100, b"x")))
+    assert md.wire.unknown_fields == ("field 100", "field 3 in segment 0")
+    expected = (
+        "ledger metadata: cannot re-encode byte for byte: the znode had protobuf fields this schema does not "
+        "define (field 100, field 3 in segment 0), and writing it would drop them"
+    )
+    with pytest.raises(FormatError) as caught:
+        encode_ledger_metadata(md)
+    assert str(caught.value) == expected
+    doc = metadata_to_json(md, include_password=True)
+    assert doc["wire"] == {"unknown_fields": ["field 100", "field 3 in segment 0"]}
+    assert metadata_from_json(doc) == md
+    with pytest.raises(FormatError, match="cannot re-encode byte for byte"):
+        encode_ledger_metadata(metadata_from_json(doc))
+    del doc["wire"]  # dropping them on purpose writes the known fields, the way BookKeeper's writer would
+    assert encode_ledger_metadata(metadata_from_json(doc)) == java_v3(sample_ledger())
+
+
+def test_many_unknown_fields_are_named_up_to_five_then_counted() -> None:
+    extra = b"".join(pb_varint(number, 1) for number in range(100, 110)) + pb_varint(100, 2)
+    md = decode_ledger_metadata(v3_blob(v3_body() + extra))
+    assert md.wire.unknown_fields == (
+        "field 100",
+        "field 101",
+        "field 102",
+        "field 103",
+        "field 104",
+        "5 more",
+    )
+
+
+def test_unknown_fields_in_a_wire_layout_are_strings_and_only_for_v3() -> None:
+    md = decode_ledger_metadata(java_v3(sample_ledger()))
+    for bad in (("",), (100,), ["field 100"]):
+        with pytest.raises(FormatError, match="unknown_fields must be a tuple of strings"):
+            dataclasses.replace(md, wire=WireLayout(unknown_fields=bad))  # type: ignore[arg-type]
+    v2 = decode_ledger_metadata(java_v2(sample_ledger()))
+    with pytest.raises(FormatError, match="only applies to format version 3"):
+        dataclasses.replace(v2, wire=WireLayout(unknown_fields=("field 100",)))
 
 
 def test_v2_unknown_enum_names_and_numbers_are_rejected() -> None:
@@ -1064,6 +1152,66 @@ def test_any_trailing_bytes_after_a_valid_encoding_are_rejected(md: LedgerMetada
         assert md.format_version == 1 and encode_ledger_metadata(whole) == blob + tail
 
 
+UNKNOWN_NUMBERS = st.integers(13, 2**29 - 1)
+
+
+def append_to_submessage(field: bytes, extra: bytes) -> bytes:
+    """A length-delimited field with a one-byte tag (segment, customMetadata), ``extra`` added at its end."""
+    size, position = 0, 1
+    for shift in range(0, 64, 7):
+        byte = field[position]
+        position += 1
+        size |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            break
+    payload = field[position:]
+    assert len(payload) == size
+    return field[:1] + varint(size + len(extra)) + payload + extra
+
+
+@st.composite
+def unknown_fields(draw: st.DrawFn) -> tuple[int, bytes]:
+    """A field number no LedgerMetadataFormat message defines, with a value of any non-group wire type."""
+    number = draw(UNKNOWN_NUMBERS)
+    wire_type = draw(st.sampled_from([0, 1, 2, 5]))
+    payload = {
+        0: lambda: varint(draw(st.integers(0, 2**64 - 1))),
+        1: lambda: draw(st.binary(min_size=8, max_size=8)),
+        2: lambda: (lambda data: varint(len(data)) + data)(draw(st.binary(max_size=40))),
+        5: lambda: draw(st.binary(min_size=4, max_size=4)),
+    }[wire_type]()
+    return number, varint(number << 3 | wire_type) + payload
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_new_field_anywhere_in_a_v3_body_leaves_the_ledger_as_bookkeeper_reads_it(
+    data: st.DataObject,
+) -> None:
+    java = data.draw(java_ledgers(version=3))
+    number, extra = data.draw(unknown_fields())
+    fields = java_v3_fields(java)
+    places = ["top"] + [f"segment {i}" for i in range(len(java.segments))]
+    places += [f"customMetadata {i}" for i in range(len(java.custom))]
+    place = data.draw(st.sampled_from(places))
+    if place == "top":
+        at = data.draw(st.integers(0, len(fields)))
+        fields.insert(at, extra)
+        named = f"field {number}"
+    else:
+        kind, index = place.split()
+        first = 5 if kind == "segment" else 5 + len(java.segments) + 3 + (java.ctime is not None)
+        at = first + int(index)
+        fields[at] = append_to_submessage(fields[at], extra)
+        named = f"field {number} in {place}"
+    md = decode_ledger_metadata(v3_blob(b"".join(fields)))
+    plain = decode_ledger_metadata(java_v3(java))
+    assert md.wire.unknown_fields == (named,)
+    assert dataclasses.replace(md, wire=plain.wire) == plain
+    with pytest.raises(FormatError, match=f"define \\({named}\\)"):
+        encode_ledger_metadata(md)
+
+
 # ------------------------------------------------------------------------------------------------ fuzzing
 
 
@@ -1120,10 +1268,14 @@ def test_fuzzed_inputs_raise_only_format_error() -> None:
             assert "\n" not in message and "cannot decode (" not in message, (blob, message)
             continue
         accepted += 1
-        # Whatever is accepted is a valid model whose derived facts work and whose encoding is stable.
+        # Whatever is accepted is a valid model whose derived facts work and whose encoding is stable, or
+        # whose encoding is refused because the znode had fields the schema does not define.
         metadata_module._validate(md)
-        again = decode_ledger_metadata(encode_ledger_metadata(md))
-        assert again == md
+        if md.wire.unknown_fields:
+            with pytest.raises(FormatError, match="cannot re-encode byte for byte"):
+                encode_ledger_metadata(md)
+        else:
+            assert decode_ledger_metadata(encode_ledger_metadata(md)) == md
         md.segment_ranges()
         md.is_recoverable(set(list(md.all_bookies)[:2]))
         md.unrecoverable_entries(md.all_bookies, limit=5)
