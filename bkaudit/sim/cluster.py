@@ -102,6 +102,7 @@ from core.domain.metadata import (
     decode_ledger_metadata,
     encode_ledger_metadata,
 )
+from core.domain.rackmap import PULSAR_RACK_MAP_ZNODE
 from core.domain.registration import (
     cookie_path,
     encode_bookie_service_info,
@@ -135,7 +136,7 @@ SORTED_STORAGE = "SortedLedgerStorage"
 DB_STORAGE = "DbLedgerStorage"
 STORAGES = (SORTED_STORAGE, DB_STORAGE)
 
-DEFAULT_RACK_MAP_PATH = "/bookies"
+DEFAULT_RACK_MAP_PATH = PULSAR_RACK_MAP_ZNODE
 DEFAULT_RACK_MAP_GROUP = "default"
 _JAVA_INT_MAX = 2**31 - 1
 
