@@ -30,6 +30,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any, TextIO
 
+from core.domain.rackmap import PULSAR_RACK_MAP_ZNODE
 from core.settings import Settings
 
 STEP_TIMEOUT_S = 90.0
@@ -165,7 +166,11 @@ def demo_run_settings(settings: Settings, lakehouse: Path, hosts: str, kafka: st
                 }
             ),
             "watcher": settings.watcher.model_copy(
-                update={"heartbeat_interval_s": 0.5, "rack_map_znode": "/bookies", "progress": "auto"}
+                update={
+                    "heartbeat_interval_s": 0.5,
+                    "rack_map_znode": PULSAR_RACK_MAP_ZNODE,
+                    "progress": "auto",
+                }
             ),
             "stream": settings.stream.model_copy(
                 update={

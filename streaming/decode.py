@@ -246,7 +246,11 @@ def _event_row(event: pb.ChangeEvent, ledger_buckets: int) -> dict[str, Any]:
         }
     elif kind == "recovery_delay":
         delay = event.recovery_delay
-        payload = {"seconds": delay.seconds if delay.HasField("seconds") else None, "present": delay.present}
+        payload = {
+            "seconds": delay.seconds if delay.HasField("seconds") else None,
+            "present": delay.present,
+            "mzxid": delay.znode.mzxid,  # a new write of the same value is a triggered audit
+        }
     elif kind == "rack_map":
         racks = event.rack_map
         payload = {

@@ -240,7 +240,9 @@ class ClusterLogic:
             elif kind == "auto_recovery_state":
                 out.extend(_health_decisions(health.observe(autorecovery_znodes(payload, at_ms), at_ms)))
             elif kind == "recovery_delay":
-                transitions = membership.set_recovery_delay(payload.get("seconds"), at_ms)
+                transitions = membership.set_recovery_delay(
+                    payload.get("seconds"), at_ms, mzxid=payload.get("mzxid")
+                )
                 out.append(
                     _decision("recovery_delay", at_ms, payload={"seconds": membership.delay_ms // 1000})
                 )

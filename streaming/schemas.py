@@ -57,7 +57,7 @@ CHANGE_KINDS = {
     "ledger_deleted": "payload: {last_mzxid, inferred}",
     "ledger_undecodable": "payload: {reason, mzxid, version, path, data_length}",
     "under_replication_mark": "payload: {state: SET|CLEARED, replicas, mark_ctime_ms, mzxid, inferred}",
-    "recovery_delay": "payload: {seconds (or null), present}",
+    "recovery_delay": "payload: {seconds (or null), present, mzxid}",
     "rack_map": "payload: {racks: {bookie: rack|null}, hostnames: {bookie: host}, error}",
     "auto_recovery_state": "payload: {disabled, disabled_ctime_ms, auditor (lowest vote's bookie id, null: "
     "no vote), votes, locks: [[ledger_id, holder, ctime_ms]], error}",

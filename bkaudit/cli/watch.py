@@ -6,6 +6,9 @@ below override the most common ones. Logs go to stderr; credentials are never lo
 Example:
     $ bkaudit watch --zookeeper zk1:2181,zk2:2181/pulsar --bootstrap kafka:9092 --metrics-port 9464
     $ bkaudit watch --dev --exit-after-snapshot      # against `bkaudit dev up`, one snapshot, then exit
+
+With ``--dev`` the rack map is Pulsar's ``/bookies`` znode on that ZooKeeper (where ``bkaudit sim up`` writes
+it) unless ``--rack-map-znode``, ``--rack-map-file`` or a setting names another source.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from typing import Any
 import typer
 
 from bkaudit.cli.live import DevOption, use_dev_services
+from core.domain.rackmap import PULSAR_RACK_MAP_ZNODE
 from core.errors import InvalidArgumentError
-from core.settings import load_settings
+from core.settings import Settings, WatcherSettings, load_settings
 
 
 def _overrides(**options: Any) -> dict[str, Any]:
@@ -31,6 +35,27 @@ def _overrides(**options: Any) -> dict[str, Any]:
         section, _, name = key.partition("__")
         sections[section][name] = value
     return {section: values for section, values in sections.items() if values}
+
+
+def dev_rack_map(watcher: WatcherSettings) -> WatcherSettings:
+    """``--dev``'s rack map source: Pulsar's ``/bookies`` znode, where ``bkaudit sim up``, ``bkaudit dev up
+    --bookkeeper real`` and the demos write theirs, unless a rack map source is configured. Without one every
+    bookie sits in the default rack and every closed ledger fails placement. An absent znode is an empty map,
+    published when it appears.
+
+    Example:
+        >>> dev_rack_map(WatcherSettings()).rack_map_znode
+        '/bookies'
+        >>> dev_rack_map(WatcherSettings(rack_map_file="racks.json")).rack_map_znode is None
+        True
+    """
+    if watcher.rack_map_znode is not None or watcher.rack_map_file is not None:
+        return watcher
+    return watcher.model_copy(update={"rack_map_znode": PULSAR_RACK_MAP_ZNODE})
+
+
+def _with_dev_rack_map(settings: Settings) -> Settings:
+    return settings.model_copy(update={"watcher": dev_rack_map(settings.watcher)})
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -63,7 +88,9 @@ def watch(
         None, "--snapshot-concurrency", min=1, help="ZooKeeper reads in flight during a snapshot"
     ),
     watch_mode: str | None = typer.Option(None, "--watch-mode", help="auto | persistent | fallback"),
-    rack_map_znode: str | None = typer.Option(None, "--rack-map-znode", help="Pulsar's rack map znode"),
+    rack_map_znode: str | None = typer.Option(
+        None, "--rack-map-znode", help="Pulsar's rack map znode (with --dev and no other source: /bookies)"
+    ),
     rack_map_zookeeper: str | None = typer.Option(
         None, "--rack-map-zookeeper", help="ZooKeeper holding --rack-map-znode (default: --zookeeper)"
     ),
@@ -111,6 +138,8 @@ def watch(
         section: {**getattr(base, section).model_dump(), **values} for section, values in overrides.items()
     }
     settings = load_settings(**merged) if merged else base
+    if dev:
+        settings = _with_dev_rack_map(settings)
     register_secrets(settings)  # before any client exists: none of its log records may carry them
 
     from connectors.zookeeper.watcher import ChangeWatcher

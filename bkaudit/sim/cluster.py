@@ -103,6 +103,7 @@ from core.domain.metadata import (
     decode_ledger_metadata,
     encode_ledger_metadata,
 )
+from core.domain.rackmap import PULSAR_RACK_MAP_ZNODE
 from core.domain.registration import (
     cookie_path,
     encode_bookie_service_info,
@@ -136,7 +137,7 @@ SORTED_STORAGE = "SortedLedgerStorage"
 DB_STORAGE = "DbLedgerStorage"
 STORAGES = (SORTED_STORAGE, DB_STORAGE)
 
-DEFAULT_RACK_MAP_PATH = "/bookies"
+DEFAULT_RACK_MAP_PATH = PULSAR_RACK_MAP_ZNODE
 DEFAULT_RACK_MAP_GROUP = "default"
 _JAVA_INT_MAX = 2**31 - 1
 
@@ -298,6 +299,7 @@ class SimulatedCluster:
         self._ledger_order: list[int] = []
         self._aliases: dict[str, int] = {}
         self._absences: list[Absence] = []
+        self._audits_ms: list[int] = []  # when the recovery delay was written again (a triggered audit)
         self._marks: dict[int, int | None] = {}
         # AutoRecovery: the Auditor's vote path (None: dropped) and since when there is none, the disable
         # znode's ctime, the held locks, and since when at least one bookie is registered.
@@ -1137,13 +1139,17 @@ class SimulatedCluster:
             self._marks.pop(target.ledger_id, None)
 
     def set_lost_bookie_recovery_delay(self, seconds: int) -> None:
-        """Set ``underreplication/lostBookieRecoveryDelay`` (the value the Auditor obeys)."""
+        """Set ``underreplication/lostBookieRecoveryDelay`` (the value the Auditor obeys). Writing the value
+        in force again (``bookkeeper shell triggeraudit``) or 0 triggers an audit: the ground truth records
+        when, since it ends the delay of every bookie missing then."""
         with self._lock:
             try:
                 data = format_lost_bookie_recovery_delay(seconds).encode("ascii")
             except FormatError as err:
                 raise SimulatorError(str(err)) from None
             self.admin.set(self.underreplication.lost_bookie_recovery_delay, data)
+            if seconds in (0, self.lost_bookie_recovery_delay_s):
+                self._audits_ms.append(_now_ms())
             self.lost_bookie_recovery_delay_s = seconds
 
     # ====================================================================================== AutoRecovery
@@ -1406,6 +1412,7 @@ class SimulatedCluster:
                 corrupt_ledgers=corrupt,
                 underreplicated=dict(self._marks),
                 lost_bookie_recovery_delay_s=self.lost_bookie_recovery_delay_s,
+                audits_ms=tuple(self._audits_ms),
                 autorecovery=AutoRecoveryZnodes(
                     disabled_since_ms=self._disabled_since_ms,
                     auditor=SIM_AUDITOR_ID if self._auditor_vote is not None else None,

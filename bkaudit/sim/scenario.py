@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from bkaudit.sim.actions import validate_action
 from bkaudit.sim.truth import TruthParameters
+from core.domain.rackmap import PULSAR_RACK_MAP_ZNODE
 from core.domain.rules.autorecovery import AutoRecoveryGraces
 from core.domain.rules.lost_bookie import DisruptionRule
 from core.errors import BkauditError, ConfigError
@@ -94,7 +95,7 @@ class ClusterSpec(BaseModel):
     storage: Literal["SortedLedgerStorage", "DbLedgerStorage", "mixed"] = "SortedLedgerStorage"
     manager: Literal["hierarchical", "longhierarchical", "legacyhierarchical", "flat"] = "hierarchical"
     root: str = "/ledgers"
-    rack_map_path: str = "/bookies"
+    rack_map_path: str = PULSAR_RACK_MAP_ZNODE
     lost_bookie_recovery_delay_s: int = Field(0, ge=0)
     session_timeout_s: float = Field(10.0, gt=0)
     bookie_session_timeout_s: float = Field(10.0, gt=0)

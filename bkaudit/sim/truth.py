@@ -15,8 +15,9 @@ snapshot at all):
   (read-only is not missing). A bookie that is neither is *missing since* the start of its open
   :class:`Absence` (the time its znode disappeared). It is *lost* (``BOOKIE_LOST``) when it has been missing
   for at least ``lost_bookie_recovery_delay_s``, or at once when another bookie was missing at the same
-  time during its absence (BookKeeper: more than one bookie missing → no delay). A bookie that came back
-  in time raises nothing; its closed absences are counted as ``flaps``. A bookie named in ledger metadata
+  time during its absence (BookKeeper: more than one bookie missing → no delay), or from a triggered audit
+  during its absence (``audits_ms``: the delay written again with its value or with 0). A bookie that came
+  back in time raises nothing; its closed absences are counted as ``flaps``. A bookie named in ledger metadata
   that the snapshot does not know at all is lost. Bookies that vanished together in a ZooKeeper disruption
   (:class:`~core.domain.rules.lost_bookie.DisruptionRule`, ``TruthParameters.disruption``) are lost only
   if their absence is not ``serving``; while the serving ones are missing, ``ZOOKEEPER_DISRUPTION``.
@@ -249,7 +250,9 @@ class ClusterSnapshot:
 
     ``ledgers`` holds the live, decodable ledgers by id; ``corrupt_ledgers`` the ids whose znode does not
     decode; ``underreplicated`` maps each ``urL`` mark's ledger id to its stored ctime (``None``: no ctime);
-    ``absences`` is the history of bookies being missing (closed ones count as flaps).
+    ``absences`` is the history of bookies being missing (closed ones count as flaps); ``audits_ms`` the
+    times ``lostBookieRecoveryDelay`` was written again with the value in force or with 0 (a triggered audit,
+    as ``bookkeeper shell triggeraudit``), which end the delay of every bookie missing then.
 
     Example:
         >>> ClusterSnapshot(now_ms=0, bookies={}, ledgers={}).lost_bookie_recovery_delay_s
@@ -263,6 +266,7 @@ class ClusterSnapshot:
     corrupt_ledgers: frozenset[int] = frozenset()
     underreplicated: Mapping[int, int | None] = field(default_factory=dict)
     lost_bookie_recovery_delay_s: int = 0
+    audits_ms: tuple[int, ...] = ()
     autorecovery: AutoRecoveryZnodes = field(default_factory=AutoRecoveryZnodes)
     auditor_missing_since_ms: int | None = None
 
@@ -364,11 +368,16 @@ def _lost_in(membership: BookieMembership, snapshot: ClusterSnapshot) -> dict[st
     }
 
 
+#: A triggered audit's place among the changes of one instant: after returns, departures and probes.
+_AUDIT = 3
+
+
 def replayed_membership(
     snapshot: ClusterSnapshot, rule: DisruptionRule = NO_DISRUPTION_RULE
 ) -> BookieMembership:
     """The registration history replayed through the job's own debounce (one rule, one implementation),
-    each absence with the liveness probe the watcher sends when a registration vanishes.
+    each absence with the liveness probe the watcher sends when a registration vanishes, and each triggered
+    audit after the changes of its instant.
 
     Example:
         >>> bookies = {b: BookieSnapshot(b, Registration.NONE) for b in ("b1", "b2", "b3")}
@@ -377,6 +386,11 @@ def replayed_membership(
         >>> membership = replayed_membership(outage, DisruptionRule())
         >>> membership.lost(), membership.registration_lost()
         ([], ['b1', 'b2', 'b3'])
+        >>> two = {"b1": bookies["b1"], "b2": BookieSnapshot("b2", Registration.WRITABLE)}
+        >>> audited = ClusterSnapshot(now_ms=9000, bookies=two, ledgers={}, absences=(Absence("b1", 1000),),
+        ...                           lost_bookie_recovery_delay_s=60, audits_ms=(5000,))
+        >>> replayed_membership(audited).lost()
+        ['b1']
     """
     membership = BookieMembership(default_delay_s=snapshot.lost_bookie_recovery_delay_s, disruption=rule)
     serving = {(a.bookie_id, a.since_ms): a.serving for a in snapshot.absences}
@@ -387,11 +401,14 @@ def replayed_membership(
             changes.append((since, 2, bookie_id, None))  # its liveness probe's answer
             if until is not None:
                 changes.append((until, 0, bookie_id, Membership.WRITABLE))
+    changes.extend((at_ms, _AUDIT, "", None) for at_ms in snapshot.audits_ms)
     for bookie_id in snapshot.bookies:
         membership.observe(bookie_id, Membership.WRITABLE, at_ms=-1)
     # Returns before departures at the same instant: an interval is [since, until).
-    for at_ms, _, bookie_id, status in sorted(changes, key=lambda c: c[:3]):
-        if status is None:
+    for at_ms, order, bookie_id, status in sorted(changes, key=lambda c: c[:3]):
+        if order == _AUDIT:
+            membership.trigger_audit(at_ms)
+        elif status is None:
             membership.observe_probe(bookie_id, answered=serving.get((bookie_id, at_ms), False), at_ms=at_ms)
         else:
             membership.observe(bookie_id, status, at_ms)

@@ -43,6 +43,10 @@ from core.domain.registration import is_valid_bookie_id, parse_host_port
 from core.domain.textformat import java_trim
 from core.errors import FormatError
 
+#: Where Pulsar keeps its rack map, at its metadata root (``BookieRackAffinityMapping``); the simulator, the
+#: real dev cluster and the demos write it there too.
+PULSAR_RACK_MAP_ZNODE = "/bookies"
+
 # net/NetworkTopology.java
 DEFAULT_RACK = "/default-rack"
 DEFAULT_REGION = "/default-region"

@@ -258,6 +258,23 @@ def test_flap_goes_and_comes_back(six: SimulatedCluster, zk_client: KazooClient)
     assert wait_until(lambda: six.ground_truth()["bookies"][victim]["flaps"] == 1, timeout_s=2.0)
 
 
+def test_writing_the_delay_in_force_again_is_a_triggered_audit_in_the_truth(
+    six: SimulatedCluster, zk_client: KazooClient
+) -> None:
+    path = UnderreplicationPaths(ROOT).lost_bookie_recovery_delay
+    six.set_lost_bookie_recovery_delay(600)
+    victim = six.bookie_ids()[0]
+    six.kill_bookie(victim)
+    assert six.ground_truth()["alerts"]["BOOKIE_LOST"] == []  # one missing bookie, within the delay
+    before = zk_client.exists(path)
+    six.set_lost_bookie_recovery_delay(600)  # `bookkeeper shell triggeraudit`: the same bytes again
+    data, after = zk_client.get(path)
+    assert data == b"600" and after.mzxid > before.mzxid and after.version == before.version + 1
+    assert six.ground_truth()["alerts"]["BOOKIE_LOST"] == [victim]
+    six.restart_bookie(victim)
+    assert six.ground_truth()["alerts"]["BOOKIE_LOST"] == []
+
+
 def test_read_only_moves_the_registration(six: SimulatedCluster, zk_client: KazooClient) -> None:
     victim = six.bookie_ids()[3]
     six.set_readonly(victim)

@@ -87,6 +87,9 @@ from core.domain.underreplication import (
 from core.events import ReplayedState
 from core.pb import change_events_pb2 as pb
 from core.settings import Settings
+from streaming.membership import membership_rows
+from streaming.processor import ClusterLogic, ProcessorConfig
+from tests.unit.test_membership_lane import lane_config, records
 
 PASSWORD = b"pw-7f3a-SECRET-91c2"
 INSTANCE_ID = "6b1c0e5e-0000-4000-8000-00000000beef"
@@ -622,6 +625,50 @@ def test_start_snapshot_then_every_live_change(
 
 def reader_partitions(reader: TopicReader) -> int:
     return len(reader.partitions)
+
+
+@pytest.mark.integration
+def test_the_recovery_delay_written_again_with_the_same_bytes_reaches_the_rule_and_ends_the_delay(
+    bk_services: Any, kafka_settings: Any, zk_chroot: str, tree: ClusterTree, bookie_client: KazooClient
+) -> None:
+    """`bookkeeper shell triggeraudit` writes the delay in force again: ZooKeeper bumps the znode's version
+    and fires NodeDataChanged, the watcher publishes the same value with the new mzxid, and the job's
+    decoding and membership rule take it as an audit: the bookie missing within its delay is lost then."""
+    path = UnderreplicationPaths(tree.root).lost_bookie_recovery_delay
+    for bookie in BOOKIES:
+        tree.add_cookie(bookie)
+        tree.register(bookie_client, bookie)
+    tree.set_delay(b"600")
+    written = tree.zk.exists(path).mzxid
+    settings = watcher_settings(bk_services, kafka_settings, zk_chroot)
+    with running_watcher(settings) as (watcher, reader):
+        assert watcher.wait_for_snapshots(1, 30)
+        tree.unregister(bookie_client, BOOKIES[0])
+        reader.wait_for(lambda evs: any(s.status == pb.BookieStatus.GONE for s in _statuses(evs, BOOKIES[0])))
+        tree.set_delay(b"600")
+        rewritten = tree.zk.exists(path).mzxid
+        assert rewritten > written and tree.zk.get(path)[0] == b"600"
+        reader.wait_for(lambda evs: any(d.znode.mzxid == rewritten for d in _delays(evs)))
+    delays = _delays(reader.events())
+    assert [(d.seconds, d.znode.mzxid) for d in delays] == [(600, written), (600, rewritten)]
+    audit_ms = next(
+        e.event_time_ms for e in reader.events("recovery_delay") if e.recovery_delay.znode.mzxid == rewritten
+    )
+    _, decisions, _ = ClusterLogic(ProcessorConfig()).apply(
+        None, membership_rows(records(reader.events()), lane_config())
+    )
+    lost = [(d["bookie_id"], d["event_time_ms"]) for d in decisions if d["kind"] == "bookie_lost"]
+    assert lost == [(BOOKIES[0], audit_ms)]
+
+
+def _statuses(evs: list[pb.ChangeEvent], bookie_id: str) -> list[pb.BookieStatus]:
+    return [
+        e.bookie_status for e in evs if e.HasField("bookie_status") and e.bookie_status.bookie_id == bookie_id
+    ]
+
+
+def _delays(evs: list[pb.ChangeEvent]) -> list[pb.RecoveryDelay]:
+    return [e.recovery_delay for e in evs if e.HasField("recovery_delay")]
 
 
 @pytest.mark.integration

@@ -9,12 +9,16 @@ topic reproduces the simulator's ZooKeeper state, and no record carries the ledg
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from bkaudit.cli.live import DEV_VARIABLES
 from bkaudit.sim.cluster import CORRUPTIONS, SimulatedCluster
+from bkaudit.sim.scenario import ClusterSpec, build_cluster
+from bkaudit.sim.truth import ground_truth
 from core.domain.registration import decode_bookie_service_info
 from core.pb import change_events_pb2 as pb
 from tests.integration.test_watcher import (
@@ -283,3 +287,50 @@ def test_a_bookie_whose_registration_vanished_is_probed_and_its_answer_published
         sim.kill_bookie(expired)
         reader.wait_for(lambda evs: probe_answers(reader, expired) == [True, False])
         assert probe_answers(reader, steady) == []
+
+
+def test_watch_dev_after_sim_up_places_the_bookies_in_the_simulators_racks(
+    bk_services: Any, kafka_settings: Any, zk_chroot: str, cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The documented sequence: `bkaudit sim up --bookies 6 --racks 3 --ledgers 20` on the embedded cluster,
+    then `bkaudit watch --dev`. The watcher must publish the simulator's rack map (Pulsar's `/bookies`):
+    without it every bookie is in the default rack and all 20 ledgers fail placement."""
+    sim = build_cluster(
+        ClusterSpec(bookies=6, racks=3, ledgers=20, seed=5), bk_services.zookeeper_hosts(zk_chroot)
+    )
+    try:
+        monkeypatch.setenv("BKAUDIT_DEV__STATE_DIR", str(bk_services.state_dir))  # `dev up`: the harness's
+        for variable in DEV_VARIABLES.values():  # what --dev sets is undone after the test
+            monkeypatch.setenv(variable, "")
+            monkeypatch.delenv(variable)
+        result = cli(
+            "watch",
+            "--dev",
+            "--zookeeper",  # the test's chroot stands for the dev ZooKeeper's root
+            bk_services.zookeeper_hosts(zk_chroot),
+            "--topic",
+            kafka_settings.changes_topic,
+            "--partitions",
+            "1",
+            "--exit-after-snapshot",
+        )
+        assert result.exit_code == 0, result.stderr
+        reader = TopicReader(kafka_settings, kafka_settings.changes_topic, SIM_PASSWORD)
+        try:
+            reader.drain()
+            maps = evs_of(reader.events(), "rack_map")
+        finally:
+            reader.close()
+        snapshot = sim.snapshot()
+        published = {e.bookie_id: e.rack for e in maps[-1].rack_map.entries} if maps else {}
+        # The job places each ledger with the published racks: as the simulator placed them, rack-aware.
+        seen = dataclasses.replace(
+            snapshot,
+            bookies={b: dataclasses.replace(s, rack=published.get(b)) for b, s in snapshot.bookies.items()},
+        )
+        assert len(snapshot.ledgers) == 20
+        assert ground_truth(seen)["alerts"]["PLACEMENT_NOT_ADHERING"] == []
+        assert maps[-1].rack_map.source == "zookeeper:/bookies"
+        assert published == {bookie_id: bookie.rack for bookie_id, bookie in snapshot.bookies.items()}
+    finally:
+        sim.close()

@@ -105,6 +105,81 @@ def test_state_survives_serialisation():
     assert kinds(restored.advance(41_000)) == [("LOST", "b1", 41_000)]
 
 
+# -- a triggered audit: the delay znode written again (`bookkeeper shell triggeraudit`) ---------------------
+
+
+def test_rewriting_the_delay_in_force_ends_a_pending_delay_as_triggeraudit_does():
+    m = cluster(0, "b1", "b2", "b3")
+    m.set_recovery_delay(600, at_ms=0, mzxid=5)
+    m.observe("b1", G, 1_000)
+    assert m.next_deadline_ms() == 601_000
+    assert m.set_recovery_delay(600, at_ms=2_000, mzxid=5) == []  # the same write, published again
+    transitions = m.set_recovery_delay(600, at_ms=3_000, mzxid=8)  # written again: a new mzxid
+    assert kinds(transitions) == [("LOST", "b1", 3_000)]
+    assert transitions[0].missing_since_ms == 1_000
+    assert m.next_deadline_ms() is None and m.delay_ms == 600_000
+    # A bookie that goes missing after the audit waits for the whole delay again.
+    assert kinds(m.observe("b1", W, 4_000)) == [("RETURNED", "b1", 4_000)]
+    assert m.observe("b2", G, 5_000) == []
+    assert m.next_deadline_ms() == 605_000
+    assert kinds(m.advance(605_000)) == [("LOST", "b2", 605_000)]
+
+
+def test_only_a_new_write_of_the_value_in_force_or_of_zero_triggers_an_audit():
+    m = cluster(600, "b1", "b2", "b3")
+    m.observe("b1", G, 1_000)
+    assert m.set_recovery_delay(600, at_ms=2_000, mzxid=5) == []  # the first value seen: nothing says new
+    assert m.set_recovery_delay(300, at_ms=3_000, mzxid=6) == []  # another value: a new delay, no audit
+    assert m.set_recovery_delay(300, at_ms=4_000, mzxid=4) == []  # an older write read late
+    assert m.set_recovery_delay(300, at_ms=5_000, mzxid=6) == []  # the write seen before, again
+    assert m.set_recovery_delay(300, at_ms=6_000) == []  # no mzxid: unknown, never an audit
+    assert kinds(m.set_recovery_delay(0, at_ms=7_000, mzxid=9)) == [("LOST", "b1", 7_000)]
+    m = cluster(600, "b1", "b2")
+    m.set_recovery_delay(None, at_ms=0, mzxid=0)  # the znode absent: the default 600 applies
+    m.observe("b1", G, 1_000)
+    assert kinds(m.set_recovery_delay(600, at_ms=2_000, mzxid=3)) == [("LOST", "b1", 2_000)]  # created
+
+
+def test_a_triggered_audit_ends_delays_not_disruption_holds():
+    m = disrupted_cluster(600, "b1", "b2", "b3", "b4")
+    m.set_recovery_delay(600, at_ms=0, mzxid=5)
+    for bookie in ("b1", "b2", "b3"):
+        m.observe(bookie, G, 1_000)  # three of four at once: held once judged
+    m.observe_probe("b1", answered=True, at_ms=1_010)
+    m.advance(3_000)
+    assert all(m.bookies[b].held for b in ("b1", "b2", "b3"))
+    assert m.set_recovery_delay(600, at_ms=4_000, mzxid=7) == []  # b1 answers; b2, b3 wait for the grace
+    assert m.registration_lost() == ["b1"] and m.lost() == []
+    assert kinds(m.advance(31_000)) == [("LOST", "b2", 31_000), ("LOST", "b3", 31_000)]
+    assert m.registration_lost() == ["b1"]
+
+
+def test_a_bookie_not_yet_judged_at_the_audit_is_lost_once_judged_alone():
+    m = disrupted_cluster(600, "b1", "b2", "b3", "b4", "b5")
+    m.set_recovery_delay(600, at_ms=0, mzxid=5)
+    m.observe("b1", G, 1_000)
+    assert m.set_recovery_delay(600, at_ms=1_500, mzxid=6) == []  # b1 waits for its settle time (2 s)
+    assert m.next_deadline_ms() == 3_000
+    assert kinds(m.advance(3_000)) == [("LOST", "b1", 3_000)]
+
+
+def test_a_triggered_audit_survives_serialisation():
+    m = cluster(0, "b1", "b2", "b3")
+    m.set_recovery_delay(600, at_ms=0, mzxid=5)
+    restored = BookieMembership.from_json(m.to_json())
+    restored.observe("b1", G, 1_000)
+    assert restored.set_recovery_delay(600, at_ms=2_000, mzxid=5) == []  # still the write seen before
+    assert kinds(restored.set_recovery_delay(600, at_ms=3_000, mzxid=6)) == [("LOST", "b1", 3_000)]
+    m = cluster(600, "b1", "b2", "b3", "b4")
+    m.disruption = DisruptionRule(settle_s=2, grace_s=30)
+    m.observe("b1", G, 1_000)
+    m.trigger_audit(1_500)
+    again = BookieMembership.from_json(m.to_json())
+    again.disruption = m.disruption
+    assert again.audit_ms == 1_500
+    assert kinds(again.advance(3_000)) == [("LOST", "b1", 3_000)]
+
+
 events = st.lists(
     st.tuples(st.sampled_from(["b1", "b2", "b3"]), st.sampled_from([W, R, G]), st.integers(0, 5_000)),
     max_size=30,

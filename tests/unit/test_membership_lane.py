@@ -4,6 +4,7 @@ membership, and the lane's selection of raw Kafka records."""
 from __future__ import annotations
 
 import json
+from collections import namedtuple
 from datetime import UTC, datetime
 
 import pyarrow as pa
@@ -14,6 +15,8 @@ from core import events as ev
 from core.domain.rules.lost_bookie import BookieMembership
 from streaming.membership import MembershipLaneConfig, MembershipStateStore, membership_rows
 from streaming.processor import ClusterLogic, ProcessorConfig
+
+Stat = namedtuple("Stat", "czxid mzxid ctime mtime version dataLength")
 
 # --- MembershipStateStore ---------------------------------------------------------------------------------
 
@@ -240,3 +243,33 @@ def test_membership_rows_of_a_batch_without_membership_changes_are_empty():
     )
     assert membership_rows(only_ledgers, lane_config()) == []
     assert membership_rows(only_ledgers.slice(0, 0), lane_config()) == []
+
+
+def test_the_delay_written_again_with_its_value_ends_a_pending_delay_through_the_lane():
+    """`bookkeeper shell triggeraudit` writes the delay in force again: the same bytes, a new mzxid. The
+    watcher's snapshots publish the old write again (same mzxid): that is no audit."""
+
+    def delay_event(builder, mzxid, at_ms):
+        stat = Stat(czxid=5, mzxid=mzxid, ctime=0, mtime=at_ms, version=mzxid - 5, dataLength=3)
+        return builder(ev.recovery_delay(600, present=True, stat=stat), event_time_ms=at_ms)
+
+    build = ev.EventBuilder("c1", "run-1").build
+    restarted = ev.EventBuilder("c1", "run-2").build  # a restarted watcher's START snapshot
+    written = delay_event(build, 5, 1_000)  # built first: a builder's event time never goes back
+    bookies = [
+        build(ev.bookie_status(b, ev.BookieStatusValue.WRITABLE, has_cookie=True), event_time_ms=1_000)
+        for b in ("b1:3181", "b2:3181", "b3:3181")
+    ]
+    gone = build(ev.bookie_status("b1:3181", ev.BookieStatusValue.GONE, has_cookie=True), event_time_ms=2_000)
+    logic = ClusterLogic(ProcessorConfig(default_recovery_delay_s=0))
+    first = records([written, *bookies, gone, delay_event(restarted, 5, 3_000)])
+    state, out, deadline = logic.apply(None, membership_rows(first, lane_config()))
+    assert not [d for d in out if d["kind"] == "bookie_lost"]
+    assert deadline == 602_000
+    _, out, deadline = logic.apply(
+        state, membership_rows(records([delay_event(build, 8, 4_000)]), lane_config())
+    )
+    assert [(d["bookie_id"], d["event_time_ms"]) for d in out if d["kind"] == "bookie_lost"] == [
+        ("b1:3181", 4_000)
+    ]
+    assert deadline is None

@@ -248,6 +248,18 @@ def test_a_missing_bookie_without_an_absence_record_is_missing_since_now() -> No
     assert lost_bookies(immediate) == {"b1": NOW}
 
 
+def test_a_triggered_audit_ends_the_delay_of_the_bookies_missing_then() -> None:
+    """`bookkeeper shell triggeraudit` (the delay written again): the ground truth replays it."""
+    ledgers = {1: closed(["b1", "b2", "b3"])}
+    pending = snapshot(ledgers, down={"b1": NOW - 5_000}, delay_s=600)
+    assert lost_bookies(pending) == {}
+    audited = snapshot(ledgers, down={"b1": NOW - 5_000}, delay_s=600, audits_ms=(NOW - 2_000,))
+    assert lost_bookies(audited) == {"b1": NOW - 5_000}
+    assert ground_truth(audited)["alerts"]["BOOKIE_LOST"] == ["b1"]
+    before = snapshot(ledgers, down={"b1": NOW - 5_000}, delay_s=600, audits_ms=(NOW - 6_000,))
+    assert lost_bookies(before) == {}  # an audit before the bookie went missing leaves its delay
+
+
 def test_a_bookie_named_by_a_ledger_but_never_seen_is_lost() -> None:
     truth = ground_truth(snapshot({1: closed(["b1", "b2", "ghost"])}))
     assert truth["alerts"]["BOOKIE_LOST"] == ["ghost"]

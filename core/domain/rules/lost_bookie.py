@@ -8,7 +8,11 @@ since t*. It becomes **lost** when
   configured default), or
 - the delay is 0, or
 - more than one bookie is missing at the same moment (BookKeeper's rule: several missing bookies are audited
-  at once, cancelling any pending delayed audit).
+  at once, cancelling any pending delayed audit), or
+- the ``lostBookieRecoveryDelay`` znode is written again with the value in force, or with 0, while it is
+  missing (``bookkeeper shell triggeraudit`` does the former: BookKeeper's Auditor then cancels the pending
+  delayed audit and audits at once). Only a new write counts (a larger znode ``mzxid``): the same write
+  published again, as every snapshot of the watcher does, changes nothing.
 
 A bookie that comes back before it is lost *flapped*: no alert, a flap is counted. A lost bookie that comes
 back *returned*, which resolves its alerts.
@@ -20,7 +24,10 @@ of it has failed (:meth:`BookieMembership.observe_probe`) or ``settle_s`` has pa
 two bookies, and at least ``share`` of the bookies not lost, are missing together, they are *held* instead
 of lost: a held bookie whose probe fails is lost at once; one that answers has only lost its registration
 (:meth:`BookieMembership.registration_lost`, the ``ZOOKEEPER_DISRUPTION`` warning) and stays held until it
-registers again or stops answering; one never probed is lost when ``grace_s`` has passed.
+registers again or stops answering; one never probed is lost when ``grace_s`` has passed. A triggered audit
+ends recovery delays, not holds: a held bookie that answers is alive, and stays held (BookKeeper, which has
+no probe, would take it as lost). A bookie missing for less than ``settle_s`` at the trigger is lost as soon
+as it is judged and found not held.
 
 :class:`BookieMembership` applies these rules to a sequence of observations; the streaming job keeps one
 instance in its state store, and the simulator's ground truth replays the same observations through the same
@@ -143,6 +150,8 @@ class BookieMembership:
     bookies: dict[str, _Bookie] = field(default_factory=dict)
     last_change_ms: dict[str, int] = field(default_factory=dict)
     disruption: DisruptionRule = NO_DISRUPTION_RULE
+    delay_mzxid: int | None = None  # the largest mzxid of the delay znode seen; None: none seen yet
+    audit_ms: int | None = None  # the last triggered audit: bookies missing by then have no delay left
 
     @property
     def delay_ms(self) -> int:
@@ -238,12 +247,62 @@ class BookieMembership:
         state.answering = answered
         return transitions + self._declare_lost(at_ms)
 
-    def set_recovery_delay(self, seconds: int | None, at_ms: int) -> list[Transition]:
-        """The ``lostBookieRecoveryDelay`` znode changed (None: znode absent, the default applies)."""
+    def set_recovery_delay(
+        self, seconds: int | None, at_ms: int, *, mzxid: int | None = None
+    ) -> list[Transition]:
+        """The ``lostBookieRecoveryDelay`` znode changed (None: znode absent, the default applies).
+
+        ``mzxid`` is the znode's modification zxid (0 when absent, None when unknown). A write newer than
+        every one seen before, of the value in force or of 0, triggers an audit (:meth:`trigger_audit`), as
+        ``bookkeeper shell triggeraudit`` does; the first value seen never does (nothing says it is new).
+
+        Example:
+            >>> m = BookieMembership(default_delay_s=0)
+            >>> for b in ("b1", "b2"):
+            ...     _ = m.observe(b, BookieStatus.WRITABLE, at_ms=0)
+            >>> m.set_recovery_delay(60, at_ms=0, mzxid=7)
+            []
+            >>> m.observe("b1", BookieStatus.GONE, at_ms=1_000)
+            []
+            >>> m.set_recovery_delay(60, at_ms=2_000, mzxid=7)  # the same write, published again
+            []
+            >>> [(t.kind.value, t.at_ms) for t in m.set_recovery_delay(60, at_ms=3_000, mzxid=9)]
+            [('LOST', 3000)]
+        """
         transitions = self.advance(at_ms)
+        triggers = self._is_rewrite(mzxid) and seconds is not None and seconds in (0, self.delay_ms // 1000)
+        if mzxid is not None:
+            self.delay_mzxid = mzxid if self.delay_mzxid is None else max(self.delay_mzxid, mzxid)
         self.znode_delay_s = seconds
-        # A shorter delay can put a deadline in the past: the bookie is lost now, not back then.
+        if triggers:
+            self._note_audit(at_ms)
+        # A shorter delay (or an audit) can put a deadline in the past: the bookie is lost now, not back then.
         return transitions + self._declare_lost(at_ms, not_before_ms=at_ms)
+
+    def _is_rewrite(self, mzxid: int | None) -> bool:
+        """Whether a delay znode with ``mzxid`` is a write after the ones seen (not one seen again)."""
+        return mzxid is not None and self.delay_mzxid is not None and mzxid > self.delay_mzxid
+
+    def trigger_audit(self, at_ms: int) -> list[Transition]:
+        """Audit now, as BookKeeper's Auditor does when the recovery delay is written again: every bookie
+        missing by ``at_ms`` has no delay left and is lost (once judged, unless held in a disruption).
+
+        Example:
+            >>> m = BookieMembership(default_delay_s=600)
+            >>> for b in ("b1", "b2"):
+            ...     _ = m.observe(b, BookieStatus.WRITABLE, at_ms=0)
+            >>> m.observe("b1", BookieStatus.GONE, at_ms=1_000)
+            []
+            >>> [(t.kind.value, t.bookie_id, t.at_ms) for t in m.trigger_audit(5_000)]
+            [('LOST', 'b1', 5000)]
+        """
+        transitions = self.advance(at_ms)
+        self._note_audit(at_ms)
+        return transitions + self._declare_lost(at_ms, not_before_ms=at_ms)
+
+    def _note_audit(self, at_ms: int) -> None:
+        """Remember the latest triggered audit (an older one read late changes nothing)."""
+        self.audit_ms = at_ms if self.audit_ms is None else max(self.audit_ms, at_ms)
 
     def advance(self, now_ms: int) -> list[Transition]:
         """Let event time reach ``now_ms``: bookies whose delay expired become lost."""
@@ -273,7 +332,7 @@ class BookieMembership:
                     continue
                 due = held_due
             else:
-                due = since + self.delay_ms
+                due = self._delay_due_ms(since)
                 if not (several_missing or self.delay_ms == 0 or now_ms >= due):
                     continue
             state.lost = True
@@ -322,6 +381,14 @@ class BookieMembership:
     def _settle_ms(self) -> int:
         return int(self.disruption.settle_s * 1000)
 
+    def _delay_due_ms(self, since: int) -> int:
+        """When a bookie missing since ``since`` is past its delay: the delay's end, or the last triggered
+        audit if it came first while the bookie was missing."""
+        due = since + self.delay_ms
+        if self.audit_ms is not None and since <= self.audit_ms:
+            return min(due, self.audit_ms)
+        return due
+
     def _held_due_ms(self, state: _Bookie, since: int, now_ms: int) -> int | None:
         """When a held bookie is lost: now if its probe failed, never while it answers, else after grace."""
         if state.answering is False:
@@ -343,7 +410,7 @@ class BookieMembership:
             elif not s.judged:
                 deadlines.append(s.missing_since_ms + self._settle_ms)
             else:
-                deadlines.append(s.missing_since_ms + self.delay_ms)
+                deadlines.append(self._delay_due_ms(s.missing_since_ms))
         return min(deadlines) if deadlines else None
 
     # -- persistence in a state store: small JSON, stable across versions ----------------------------
@@ -373,6 +440,8 @@ class BookieMembership:
                     for b, s in sorted(self.bookies.items())
                 },
                 "last_change_ms": self.last_change_ms,
+                "delay_mzxid": self.delay_mzxid,
+                "audit_ms": self.audit_ms,
             },
             separators=(",", ":"),
         )
@@ -387,4 +456,6 @@ class BookieMembership:
                 BookieStatus(status), since, lost, flaps, answering, held, judged, vanished
             )
         membership.last_change_ms = {k: int(v) for k, v in data["last_change_ms"].items()}
+        membership.delay_mzxid = data.get("delay_mzxid")
+        membership.audit_ms = data.get("audit_ms")
         return membership
