@@ -969,8 +969,9 @@ class Lakehouse:
                 FROM ledgers WHERE NOT coalesce(deleted, false)
             )
             SELECT CASE WHEN c.marked THEN 'marked_healthy' ELSE 'at_risk_unmarked' END AS diff,
-                   c.ledger_id, coalesce(f.findings, []) AS findings, coalesce(f.lost_bookies, []) AS lost_bookies,
-                   f.since, c.marked_since, c.marked_replicas, c.pulsar_topic
+                   c.ledger_id, coalesce(f.findings, []) AS findings,
+                   coalesce(f.lost_bookies, []) AS lost_bookies, f.since, c.marked_since, c.marked_replicas,
+                   c.pulsar_topic
             FROM current c LEFT JOIN findings f USING (ledger_id)
             WHERE (NOT c.marked AND f.since <= to_timestamp($cutoff))
                OR (c.marked AND f.ledger_id IS NULL)
