@@ -452,8 +452,22 @@ class StreamSettings(_Section):
         description="with entry reads, this share of each fragment's entries is read besides its first and "
         "last (BookKeeper's auditorLedgerVerificationPercentage)",
     )
-    scrutiny_ledgers_per_s: float = Field(
-        0.0, ge=0, description="background replicas check rate over closed ledgers; 0 = off"
+    scrutiny_ledgers_per_s: float | None = Field(
+        None,
+        ge=0,
+        description="background replicas check: closed ledgers probed per second in a walk over all of "
+        "them (each bookie at the probes' pace, entry_reads_per_s_per_bookie); unset = the pace that "
+        "walks them all within scrutiny_pass_s; 0 = no walk",
+    )
+    scrutiny_pass_s: float = Field(
+        86_400.0,
+        gt=0,
+        description="the background replicas check walks every closed ledger within this long (a day: "
+        "about 12 ledgers per second at 1 M closed ledgers)",
+    )
+    scrutiny_on_close: bool = Field(
+        True,
+        description="probe a ledger when it closes (a failed write leaves its last entries short)",
     )
     scrutiny_max_per_batch: int = Field(1000, ge=1, description="most scrutiny probes one micro-batch runs")
     maintenance_every_batches: int = Field(200, ge=0, description="compact/vacuum the tables; 0 = never")

@@ -256,6 +256,22 @@ class StreamMetrics:
             ["kind", "state"],
             registry=self.registry,
         )
+        self.scrutiny_pass_started = Gauge(
+            "bkaudit_scrutiny_pass_started_timestamp_seconds",
+            "when the background replicas check's current pass over the closed ledgers began (epoch s)",
+            registry=self.registry,
+        )
+        self.scrutiny_last_full_pass = Gauge(
+            "bkaudit_scrutiny_last_full_pass_timestamp_seconds",
+            "when the background replicas check last completed a pass over every closed ledger (epoch s; "
+            "0: none yet)",
+            registry=self.registry,
+        )
+        self.scrutiny_expected_pass = Gauge(
+            "bkaudit_scrutiny_expected_pass_seconds",
+            "how long one pass over the closed ledgers takes at the check's pace (0: the check is off)",
+            registry=self.registry,
+        )
         self.ledgers_written = Counter(
             "bkaudit_stream_ledgers_written",
             "ledger rows the sink upserted (new versions, deletes, under-replication marks, placement)",
@@ -326,6 +342,9 @@ class StreamMetrics:
             self.alert_transitions.labels(alert["kind"], alert["state"]).inc()
         self.ledgers_written.inc(report.ledgers_written)
         self.sink_duration.observe(report.seconds)
+        self.scrutiny_pass_started.set((report.scrutiny_pass_started_ms or 0) / 1000)
+        self.scrutiny_last_full_pass.set((report.scrutiny_last_full_pass_ms or 0) / 1000)
+        self.scrutiny_expected_pass.set(report.scrutiny_expected_pass_s or 0)
         self._open_by_lane = {
             "ledgers": {k: n for k, n in report.open_alerts.items() if k not in _LOSS_KINDS},
             "loss": {k: n for k, n in report.open_alerts.items() if k in _LOSS_KINDS},

@@ -37,6 +37,11 @@ class BatchReport:
     skipped_replay_tables: int = 0
     open_alerts: dict[str, int] = field(default_factory=dict)  # kind → open count after the batch
     seconds: float = 0.0
+    # The background replicas check: when its current pass began and its last one ended (epoch ms), and
+    # how long a pass takes at its pace (None: no walk).
+    scrutiny_pass_started_ms: int | None = None
+    scrutiny_last_full_pass_ms: int | None = None
+    scrutiny_expected_pass_s: float | None = None
 
 
 @dataclass

@@ -60,6 +60,7 @@ from streaming.loss import (
 from streaming.processor import DECISION_COLUMNS
 from streaming.publish import publish
 from streaming.reports import REPORTS_KEPT, BatchReport, keep_recent
+from streaming.scrutiny import ScrutinyPass, ScrutinyStore
 from streaming.sink_batch import (
     CARRIED_COLUMNS,
     VERSION_ONLY_KINDS,
@@ -99,8 +100,11 @@ class SinkConfig:
     entry_checks_by_bookie: tuple[tuple[str, str], ...] = ()
     entry_read_sample_percent: float = 0.0
     entry_reads_per_s_per_bookie: float | None = None
-    scrutiny_ledgers_per_s: float = 0.0  # 0 = no background replicas check
+    scrutiny_ledgers_per_s: float | None = 0.0  # 0 = no background walk; None: the pace of scrutiny_pass_s
+    scrutiny_pass_s: float = 86_400.0  # a walk over every closed ledger within this long
+    scrutiny_on_close: bool = False  # check a ledger when it closes
     scrutiny_max_per_batch: int = 1000
+    scrutiny_state_dir: Path | None = None  # where the walk's position is kept (None: not kept)
     maintenance_every_batches: int = 0  # compact + vacuum every N batches; 0 = never
     changes_partitions: int = 1  # partitions of the changes topic (snapshot reconciliation per partition)
     ledger_fold_interval_s: float = 0.0  # fold ledger_changes into ledgers this often; 0 = only at close()
@@ -214,8 +218,17 @@ class AuditSink:
         self._producer: Any = None
         self._probe_client: Any = None
         self._agent_clients: dict[str, Any] | None = None
-        self._scrutiny_cursor = -1
-        self._scrutiny_last_ms: int | None = None
+        self.scrutiny = ScrutinyPass(
+            pass_s=config.scrutiny_pass_s,
+            max_per_batch=config.scrutiny_max_per_batch,
+            ledgers_per_s=config.scrutiny_ledgers_per_s,
+            on_close=config.scrutiny_on_close,
+        )
+        self._scrutiny_store = (
+            ScrutinyStore(config.scrutiny_state_dir) if config.scrutiny_state_dir is not None else None
+        )
+        if self._scrutiny_store is not None:
+            self._scrutiny_store.load(self.scrutiny)
         self.reports: list[BatchReport] = []
         # The open alerts after the last batch, with the open_alerts table version they match: the next batch
         # reuses them when the table is still at that version instead of re-reading every open alert (a lost
@@ -386,6 +399,9 @@ class AuditSink:
         changed = np.unique(ids[plan.final])
         carried = self.ledger_log.take(changed, ["ledger_id", *CARRIED_COLUMNS])
         batch.versions = version_rows(decisions, parsed, plan, batch.cluster, carried)
+        self.scrutiny.ledger_closed(
+            newly_closed(self.ledger_log.take(changed, ["ledger_id", "state"]), batch.versions)
+        )
         batch.versions_at_ms, batch.versions_first_at_ms = plan.final_at_ms, plan.first_at_ms
         seen_ids, seen_at = ids[plan.seen], at_ms[plan.seen]
         order = np.argsort(seen_at, kind="stable")  # the latest time of each ledger written last
@@ -504,11 +520,21 @@ class AuditSink:
         report.dead_letters = dict(Counter(row["source"] for row in batch.dead_letters))
         open_counts = Counter(kind.value for _, kind in batch.book.open) + Counter(self.loss.open_counts())
         report.open_alerts = dict(sorted(open_counts.items()))
+        self._note_scrutiny(report)
         self._maintain(batch.batch_id)
         report.seconds = round(time.monotonic() - started, 3)
         if self.metrics is not None:
             self.metrics.on_batch(report)  # the one place the sink's metrics are updated
         keep_recent(self.reports, report, REPORTS_KEPT)
+
+    def _note_scrutiny(self, report: BatchReport) -> None:
+        """Keep the walk's position (after the batch's tables: a crash before repeats a few probes) and
+        report its passes."""
+        if self._scrutiny_store is not None:
+            self._scrutiny_store.save(self.scrutiny)
+        report.scrutiny_pass_started_ms = self.scrutiny.pass_started_ms
+        report.scrutiny_last_full_pass_ms = self.scrutiny.last_full_pass_ms
+        report.scrutiny_expected_pass_s = self.scrutiny.expected_pass_s(self.ledger_log.closed_count())
 
     def _maintain(self, batch_id: int) -> None:
         """Compact the small files streaming creates and vacuum old ones, every N batches (in the sink's
@@ -740,22 +766,14 @@ class AuditSink:
         return agent_answers(self._agent_clients, wanted)
 
     def _scrutiny_picks(self, requests: list[dict[str, Any]], requested: set[int]) -> list[dict[str, Any]]:
-        """The next closed ledgers of the background replicas check, at the configured rate."""
-        rate = self.config.scrutiny_ledgers_per_s
-        if rate <= 0:
-            return []
-        now_ms = int(time.time() * 1000)
-        last = self._scrutiny_last_ms if self._scrutiny_last_ms is not None else now_ms - 1000
-        budget = min(int((now_ms - last) / 1000 * rate), self.config.scrutiny_max_per_batch)
-        if budget <= 0:
-            return []
-        self._scrutiny_last_ms = now_ms
-        picked = self.ledger_log.closed_after(self._scrutiny_cursor, budget)
-        if not picked:
-            self._scrutiny_cursor = -1  # a full pass is done: start over
-            return []
-        self._scrutiny_cursor = picked[-1]
-        return [{"ledger_id": i, "round": 0, "scrutiny": True} for i in picked if i not in requested]
+        """The ledgers that just closed and the background walk's next ones (:mod:`streaming.scrutiny`)."""
+        log = self.ledger_log
+        picked = self.scrutiny.picks(int(time.time() * 1000), log.closed_after, log.closed_count())
+        return [
+            {"ledger_id": i, "round": 0, "scrutiny": True}
+            for i in dict.fromkeys(picked)
+            if i not in requested
+        ]
 
     def _publish(self, book: AlertBook, feedback: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Send the batch's alert transitions and feedback; returns the alerts as published (JSON objects)."""
@@ -780,3 +798,19 @@ def open_alert_counts(root: str | Path) -> dict[str, int]:
 
 
 __all__ = ["AlertState", "AuditSink", "BatchReport", "SinkConfig", "kafka_partition", "open_alert_counts"]
+
+
+def newly_closed(before: pa.Table, after: pa.Table) -> list[int]:
+    """The ledgers ``after`` shows CLOSED that ``before`` (their rows before the batch) showed open or in
+    recovery: a ledger first seen closed (a snapshot at start-up) is the walk's, not a close.
+
+    Example:
+        >>> before = pa.table({"ledger_id": [1, 2, 3], "state": ["OPEN", "CLOSED", "IN_RECOVERY"]})
+        >>> after = pa.table({"ledger_id": [1, 2, 3, 4], "state": ["CLOSED", "CLOSED", "CLOSED", "CLOSED"]})
+        >>> newly_closed(before, after)
+        [1, 3]
+    """
+    was_open = before.filter(pc.invert(pc.fill_null(pc.equal(before.column("state"), "CLOSED"), False)))
+    now_closed = after.filter(pc.fill_null(pc.equal(after.column("state"), "CLOSED"), False))
+    ids = now_closed.column("ledger_id").to_numpy()
+    return sorted(ids[np.isin(ids, was_open.column("ledger_id").to_numpy())].tolist())

@@ -329,6 +329,13 @@ class LedgerLog:
         extra = latest.ids[(latest.ids > cursor) & latest.closed]
         return np.union1d(picked, extra)[:limit].tolist()
 
+    def closed_count(self) -> int:
+        """How many live ledgers are closed now (what the background replicas check walks)."""
+        with self._lock:
+            ids, closed, latest = self._base_ids, self._base_closed, self._latest
+        changed = np.isin(ids, latest.ids)
+        return int(np.count_nonzero(closed & ~changed)) + int(np.count_nonzero(latest.closed))
+
     def current_index(self, indexed: pa.Table) -> pa.Table:
         """The ``ledger_bookies`` rows of ``indexed`` that belong to their ledger's current version (rows of
         older versions, deleted and undecodable ledgers dropped)."""

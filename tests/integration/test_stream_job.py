@@ -254,3 +254,28 @@ def test_a_kill_while_spark_planned_its_first_batch_does_not_block_the_restart(
     run_once(spark, settings)
     assert [r["ledger_id"] for r in read_table(settings.lakehouse_root, "ledgers").to_pylist()] == [1]
     assert any(p.name.isdigit() for p in offsets.iterdir())  # the query planned its own batch 0 there
+
+
+def test_a_ledger_is_probed_when_it_closes_not_when_first_seen_closed(spark, kafka_settings, tmp_path):
+    # No background walk: only a ledger's close starts a probe. Nothing listens on these ports, so each
+    # probe is refused at once (a failing check, which is enough to see it ran).
+    settings, watcher, t0 = job_with_watcher(
+        kafka_settings, tmp_path, clock_offset_ms=-60_000, scrutiny_ledgers_per_s=0, probe_timeout_s=0.5
+    )
+    bookies = [f"127.0.0.1:{port}" for port in (1, 2, 3)]
+    for bookie in bookies:
+        watcher.bookie(bookie, "WRITABLE")
+    watcher.ledger(1, bookies)  # first seen closed (a snapshot at start-up): the walk's, not a close
+    watcher.ledger(2, bookies, closed=False)
+    watcher.heartbeat(t0 + 50_000)
+    watcher.flush()
+    assert counted(run_once(spark, settings), "bkaudit_stream_probes") == {}
+
+    watcher.ledger(2, bookies)  # the writer closes it
+    watcher.heartbeat(t0 + 51_000)
+    watcher.flush()
+    sink = run_once(spark, settings)
+    probed = counted(sink, "bkaudit_stream_probes")
+    assert set(probed) == {("scrutiny", "failing")} and probed[("scrutiny", "failing")] == 1, probed
+    walk = (settings.checkpoint_root / settings.stream.app_id / "sink" / "scrutiny.json").read_text()
+    assert '"cursor": -1' in walk  # the walk's position is kept beside the lanes' (it never moved)
