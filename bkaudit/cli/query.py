@@ -249,20 +249,31 @@ def placement(
             "replica moves that make it meet the policy (stream.placement_policy) strictly",
         ),
     ] = False,
+    by_target: Annotated[
+        bool,
+        typer.Option(
+            "--by-target",
+            help="with --plan: one row per target bookie, the plans' moves, ledgers and bytes_to_move on it",
+        ),
+    ] = False,
     lakehouse: LakehouseOption = None,
     fmt: FormatOption = OutputFormat.table,
     limit: LimitOption = DEFAULT_LIMIT,
     columns: ColumnsOption = None,
 ) -> None:
     """Open placement violations per rack (PLACEMENT_NOT_ADHERING, PLACEMENT_SOFT); --ledgers lists them,
-    --plan says how to fix them."""
+    --plan says how to fix them (--by-target: what the plans move to each bookie)."""
+    if by_target and not plan:
+        raise InvalidArgumentError("--by-target goes with --plan")
     if plan:
         config = _placement_config()
         _print(
             lakehouse,
             fmt,
             limit,
-            lambda lh, rows: lh.placement_plans(config, topic=topic, namespace=namespace, limit=rows),
+            lambda lh, rows: lh.placement_plans(
+                config, topic=topic, namespace=namespace, by_target=by_target, limit=rows
+            ),
             columns,
         )
         return

@@ -43,7 +43,13 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from connectors.delta.health import REPAIR_DOC, table_damage
-from connectors.delta.placement_plans import BOOKIE_COLUMNS, LEDGER_COLUMNS, plan_rows
+from connectors.delta.placement_plans import (
+    ALERT_COLUMNS,
+    BOOKIE_COLUMNS,
+    LEDGER_COLUMNS,
+    UNRESPONSIVE,
+    plan_rows,
+)
 from connectors.delta.scan import view_typed_dataset
 from connectors.delta.tables import FOLD_METADATA_KEY, INDEX_LEDGER_COLUMNS, LEDGER_BUCKETS, TABLES, last_fold
 from core.domain.alerts import AlertKind
@@ -680,6 +686,7 @@ class Lakehouse:
         *,
         topic: str | None = None,
         namespace: str | None = None,
+        by_target: bool = False,
         limit: int | None = None,
     ) -> pa.Table:
         """A BP-54 relocation plan per failing segment of every ledger with an open ``PLACEMENT_NOT_ADHERING``
@@ -688,8 +695,10 @@ class Lakehouse:
         (:mod:`connectors.delta.placement_plans`).
 
         Columns: ``ledger_id, segment, first_entry_id, ensemble, moves`` (``position N: from -> to``, ``;``
-        between moves), ``planned_ensemble, reason`` (why there is no plan), ``pulsar_topic, as_of``;
-        ensembles are comma-separated.
+        between moves), ``bytes_to_move`` (the moves' estimated bytes), ``planned_ensemble, reason`` (why
+        there is no plan), ``pulsar_topic, as_of``; ensembles are comma-separated. ``by_target``: one row per
+        target bookie instead, the plans' load on it: ``to_bookie, to_rack, moves, ledgers, bytes_to_move``,
+        most bytes first.
 
         Example:
             >>> import tempfile
@@ -698,6 +707,8 @@ class Lakehouse:
             >>> row = lakehouse.placement_plans(PlacementPolicyConfig()).to_pylist()[0]
             >>> row["ensemble"], row["reason"]  # three bookies in all: nowhere to move a replica
             ('bookie-1,bookie-2,bookie-3', 'no writable bookie outside the ensemble to move a replica to')
+            >>> lakehouse.placement_plans(PlacementPolicyConfig(), by_target=True).num_rows
+            0
         """
         if self._plans_written():
             self._view("placement_plans")
@@ -708,17 +719,34 @@ class Lakehouse:
             filters.add("pulsar_topic = $topic", topic=topic)
         if namespace is not None:
             filters.add("pulsar_namespace(pulsar_topic) = $namespace", namespace=namespace)
+        moved = self._column_or_null("placement_plans", "bytes_to_move", "BIGINT")  # null in older tables
+        if by_target:
+            filters.add("to_bookie IS NOT NULL")
+            sql = f"""
+                SELECT to_bookie, any_value(to_rack) AS to_rack, count(*) AS moves,
+                       count(DISTINCT ledger_id) AS ledgers, sum({moved}) AS bytes_to_move
+                FROM placement_plans {filters.where()}
+                GROUP BY to_bookie ORDER BY bytes_to_move DESC NULLS LAST, to_bookie
+                {self._limit_sql(limit, filters)}"""
+            return self._query((), sql, filters.params).cast(PLAN_TARGET_SCHEMA)
         sql = f"""
             SELECT ledger_id, segment, any_value(first_entry_id) AS first_entry_id,
                    array_to_string(any_value(ensemble), ',') AS ensemble,
                    string_agg('position ' || position || ': ' || from_bookie || ' -> ' || to_bookie, '; '
                               ORDER BY move) AS moves,
+                   sum({moved}) AS bytes_to_move,
                    array_to_string(any_value(planned_ensemble), ',') AS planned_ensemble,
                    any_value(reason) AS reason, any_value(pulsar_topic) AS pulsar_topic,
                    max(as_of) AS as_of
             FROM placement_plans {filters.where()}
             GROUP BY ledger_id, segment ORDER BY ledger_id, segment {self._limit_sql(limit, filters)}"""
         return self._query((), sql, filters.params).cast(PLAN_SCHEMA)
+
+    def _column_or_null(self, view: str, column: str, sql_type: str) -> str:
+        """``column`` of ``view`` in SQL, or a typed null when the view lacks it (a table written before a
+        newer bkaudit added the column)."""
+        present = self._con.sql(f"SELECT * FROM {_identifier(view)} LIMIT 0").columns
+        return _identifier(column) if column in present else f"CAST(NULL AS {sql_type})"
 
     def _plans_written(self) -> bool:
         """Whether a job has written ``placement_plans`` (one it only created is at version 0)."""
@@ -735,11 +763,16 @@ class Lakehouse:
                 ORDER BY l.ledger_id""",
         ).to_pylist()
         bookies = self._query(("bookies",), f"SELECT {', '.join(BOOKIE_COLUMNS)} FROM bookies").to_pylist()
+        alerts = self._query(
+            ("open_alerts",),
+            f"SELECT {', '.join(ALERT_COLUMNS)} FROM open_alerts WHERE kind = $kind",
+            {"kind": UNRESPONSIVE},
+        ).to_pylist()
         held = self._query(
             ("ledger_bookies",), "SELECT bookie, count(*) AS n FROM ledger_bookies GROUP BY bookie"
         ).to_pylist()
         counts = {r["bookie"]: int(r["n"]) for r in held}
-        return plan_rows(ledgers, bookies, counts, config)
+        return plan_rows(ledgers, bookies, counts, config, alerts)
 
     # -- ledgers and bookies --------------------------------------------------------------------------------
 
@@ -1425,9 +1458,21 @@ PLAN_SCHEMA = pa.schema(
         ("first_entry_id", pa.int64()),
         ("ensemble", pa.string()),
         ("moves", pa.string()),
+        ("bytes_to_move", pa.int64()),
         ("planned_ensemble", pa.string()),
         ("reason", pa.string()),
         ("pulsar_topic", pa.string()),
         ("as_of", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+#: :meth:`Lakehouse.placement_plans`' columns per target bookie (``by_target``).
+PLAN_TARGET_SCHEMA = pa.schema(
+    [
+        ("to_bookie", pa.string()),
+        ("to_rack", pa.string()),
+        ("moves", pa.int64()),
+        ("ledgers", pa.int64()),
+        ("bytes_to_move", pa.int64()),
     ]
 )

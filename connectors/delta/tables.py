@@ -305,9 +305,25 @@ PLACEMENT_PLANS = TableSpec(
             _f("ensemble", pa.list_(pa.string()), "the segment's ensemble, which fails the policy"),
             _f("move", pa.int32(), "order of this move in the plan (0 = first); null when there is no plan"),
             _f("position", pa.int32(), "ensemble position whose replica moves"),
-            _f("from_bookie", pa.string(), "bookie to replace"),
-            _f("to_bookie", pa.string(), "target bookie (writable, outside the ensemble)"),
+            _f(
+                "from_bookie",
+                pa.string(),
+                "bookie to replace; a lost or unregistered member is replaced first (move 0 onwards)",
+            ),
+            _f(
+                "to_bookie",
+                pa.string(),
+                "target bookie: registered WRITABLE, not lost, no open BOOKIE_UNRESPONSIVE alert, outside "
+                "the ensemble",
+            ),
             _f("to_rack", pa.string(), "the target's network location from the rack map, null = default"),
+            _f(
+                "bytes_to_move",
+                pa.int64(),
+                "bytes this move copies to the target, estimated: the ledger's length × the segment's "
+                "entries stored at this position / the ledger's entries; null when the ledger is not "
+                "closed (and in rows written before the column was added)",
+            ),
             _f(
                 "planned_ensemble",
                 pa.list_(pa.string()),
@@ -320,8 +336,8 @@ PLACEMENT_PLANS = TableSpec(
             _f(
                 "as_of",
                 _TS,
-                "event time of the newest input of the plan: the ledger's version or the last change of "
-                "the bookies (rack map, membership)",
+                "event time of the newest input of the plan: the ledger's version, the last change of the "
+                "bookies (rack map, membership) or the newest open BOOKIE_UNRESPONSIVE alert",
             ),
         ]
     ),

@@ -84,3 +84,28 @@ def entries_striped_to_bookie(
         else:
             # Skip to the first id of the next run (where offset == write_quorum - 1).
             entry_id += offset - (write_quorum - 1)
+
+
+def count_entries_striped_to_bookie(
+    bookie_index: int, first_entry_id: int, last_entry_id: int, ensemble_size: int, write_quorum: int
+) -> int:
+    """How many entry ids in ``[first_entry_id, last_entry_id]`` the bookie at ``bookie_index`` stores: the
+    length of :func:`entries_striped_to_bookie`, in O(E) whatever the range (0 for an empty range,
+    ``last_entry_id < first_entry_id``). Each whole period of E ids holds WQ of them.
+
+    Example:
+        >>> count_entries_striped_to_bookie(0, 0, 9, ensemble_size=5, write_quorum=2)
+        4
+        >>> count_entries_striped_to_bookie(1, 10, 9, ensemble_size=3, write_quorum=2)
+        0
+    """
+    _check_quorums(ensemble_size, write_quorum)
+    if first_entry_id < 0:
+        raise ValueError(f"bad entry range [{first_entry_id}, {last_entry_id}]")
+    if not 0 <= bookie_index < ensemble_size:
+        raise ValueError(f"bookie index must be in [0, {ensemble_size}), got {bookie_index}")
+    span = max(0, last_entry_id - first_entry_id + 1)
+    periods, rest = divmod(span, ensemble_size)
+    start = first_entry_id + periods * ensemble_size
+    tail = sum(1 for e in range(start, start + rest) if (bookie_index - e) % ensemble_size < write_quorum)
+    return periods * write_quorum + tail

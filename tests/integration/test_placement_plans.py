@@ -69,6 +69,7 @@ def test_a_badly_placed_ledger_gets_a_verified_plan_that_leaves_with_its_alert(
     assert move["ensemble"] == ["b1", "b2"] and move["from_bookie"] == move["ensemble"][move["position"]]
     assert move["to_bookie"] in ("b3", "b4", "b5") and move["to_rack"] == RACKS[move["to_bookie"]]
     assert move["reason"] is None and move["policy"] == "rackaware" and move["as_of"] is not None
+    assert move["bytes_to_move"] == 10  # E = WQ = 2: the moved position holds all 10 entries, 10 bytes
     verdict = check_placement("rackaware", move["planned_ensemble"], 2, 2, RACKS)
     assert verdict.adherence is PlacementAdherence.MEETS_STRICT
 
@@ -76,7 +77,7 @@ def test_a_badly_placed_ledger_gets_a_verified_plan_that_leaves_with_its_alert(
     with Lakehouse(root) as lakehouse:
         (shown,) = lakehouse.placement_plans(sink.config.placement).to_pylist()
     assert shown["moves"] == f"position {move['position']}: {move['from_bookie']} -> {move['to_bookie']}"
-    assert shown["as_of"] == move["as_of"]
+    assert shown["as_of"] == move["as_of"] and shown["bytes_to_move"] == 10
 
     # The operator carries the plan out: the new ensemble adheres, the alert resolves, the plan goes.
     fixed = sink.process(

@@ -183,8 +183,45 @@ def test_placement_plan_moves_a_replica_of_the_badly_placed_ledger_to_a_writable
     assert result.exit_code == 0, result.stderr
     (row,) = result.json()
     assert row["ledger_id"] == 1 and row["ensemble"] == "bookie-1,bookie-2,bookie-3"
-    assert row["moves"] in ("position 0: bookie-1 -> bookie-4", "position 1: bookie-2 -> bookie-4")
-    assert row["reason"] is None and "bookie-4" in row["planned_ensemble"]
+    assert row["moves"] == "position 0: bookie-1 -> bookie-4"  # bookie-1 is lost: its replica moves first
+    assert row["reason"] is None and row["planned_ensemble"] == "bookie-4,bookie-2,bookie-3"
+    assert row["bytes_to_move"] == 70  # 100 bytes in 10 entries; E=3, WQ=2: position 0 holds 7 of them
+
+
+def test_placement_plan_computed_from_the_tables_skips_an_unresponsive_bookie_and_totals_per_target(
+    cli, tmp_path
+):
+    import pyarrow as pa
+
+    from connectors.delta.tables import BOOKIES, OPEN_ALERTS, BatchWriter
+
+    lakehouse = write_example_lakehouse(tmp_path / "lh")
+    spares = [
+        {"bookie_id": b, "status": "WRITABLE", "lost": False, "rack": "/rack-2"}
+        for b in ("bookie-4", "bookie-5")
+    ]
+    silent = {
+        "alert_id": "s",
+        "kind": "BOOKIE_UNRESPONSIVE",
+        "entity": "bookie/bookie-4",
+        "bookies": ["bookie-4"],
+    }
+    writer = BatchWriter(lakehouse, app_id="test", batch_id=0)
+    writer.upsert("bookies", pa.Table.from_pylist(spares, schema=BOOKIES.schema))
+    writer.upsert("open_alerts", pa.Table.from_pylist([silent], schema=OPEN_ALERTS.schema))
+    (row,) = query(cli, str(lakehouse), "placement", "--plan", "--format", "json").json()
+    assert row["moves"] == "position 0: bookie-1 -> bookie-5"  # bookie-4 is lighter by id, but silent
+    (target,) = query(cli, str(lakehouse), "placement", "--plan", "--by-target", "--format", "json").json()
+    assert target == {
+        "to_bookie": "bookie-5",
+        "to_rack": "/rack-2",
+        "moves": 1,
+        "ledgers": 1,
+        "bytes_to_move": 70,
+    }
+    assert "--by-target goes with --plan" in one_error_line(
+        query(cli, str(lakehouse), "placement", "--by-target")
+    )
 
 
 def test_the_table_view_is_narrow_and_columns_chooses(cli, example):
