@@ -30,18 +30,19 @@ import enum
 import itertools
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from core.domain.metadata import DigestType, LedgerMetadata, LedgerState
 from core.domain.rackmap import RackMap
 from core.domain.registration import BookieServiceInfo, bookie_rpc_address
-from core.domain.underreplication import UnderreplicatedLedger
+from core.domain.underreplication import CtimeZnode, UnderreplicatedLedger
 from core.errors import FormatError
 from core.pb import change_events_pb2 as pb
 
 __all__ = [
+    "CHECK_TIME_FIELDS",
     "CLUSTER_KEY",
     "SCHEMA_VERSION",
     "BookieStatusValue",
@@ -49,6 +50,7 @@ __all__ = [
     "EventBuilder",
     "ReplayedState",
     "SnapshotCounts",
+    "auto_recovery_checks",
     "auto_recovery_state",
     "bookie_key",
     "bookie_probe",
@@ -420,21 +422,34 @@ def recovery_delay(
     return message
 
 
+#: The field of :class:`pb.AutoRecoveryState` holding each of the Auditor's check times.
+CHECK_TIME_FIELDS = {
+    CtimeZnode.CHECK_ALL_LEDGERS: "check_all_ledgers_ctime_ms",
+    CtimeZnode.PLACEMENT_POLICY_CHECK: "placement_policy_check_ctime_ms",
+    CtimeZnode.REPLICAS_CHECK: "replicas_check_ctime_ms",
+}
+
+
 def auto_recovery_state(
     *,
     disabled_ctime_ms: int | None,
     votes: Iterable[tuple[int, str | None]] = (),
     locks: Iterable[tuple[int, str | None, int]] = (),
+    checks: Mapping[CtimeZnode, int] | None = None,
     error: str = "",
 ) -> pb.AutoRecoveryState:
-    """AutoRecovery's znodes: ``disable``'s ctime (None: absent), the votes as ``(sequence, bookie id)``
-    and the locks as ``(ledger id, holder, ctime ms)``; votes and locks are sorted here.
+    """AutoRecovery's znodes: ``disable``'s ctime (None: absent), the votes as ``(sequence, bookie id)``,
+    the locks as ``(ledger id, holder, ctime ms)`` and when the Auditor's checks last completed (a check
+    absent never ran); votes and locks are sorted here.
 
     Example:
         >>> state = auto_recovery_state(disabled_ctime_ms=None, votes=[(4, "b2"), (2, "b1")],
-        ...                             locks=[(9, "worker-1", 1000)])
+        ...                             locks=[(9, "worker-1", 1000)],
+        ...                             checks={CtimeZnode.CHECK_ALL_LEDGERS: 5_000})
         >>> state.disabled, [v.bookie_id for v in state.votes], state.locks[0].holder
         (False, ['b1', 'b2'], 'worker-1')
+        >>> state.check_all_ledgers_ctime_ms, state.HasField("replicas_check_ctime_ms")
+        (5000, False)
     """
     message = pb.AutoRecoveryState(
         disabled=disabled_ctime_ms is not None, disabled_ctime_ms=disabled_ctime_ms or 0, error=error
@@ -443,7 +458,20 @@ def auto_recovery_state(
         message.votes.add(sequence=sequence, bookie_id=bookie_id or "")
     for ledger_id, holder, ctime_ms in sorted(locks, key=lambda lock: lock[0]):
         message.locks.add(ledger_id=ledger_id, holder=holder or "", ctime_ms=ctime_ms)
+    for check, ctime_ms in (checks or {}).items():
+        setattr(message, CHECK_TIME_FIELDS[check], ctime_ms)
     return message
+
+
+def auto_recovery_checks(state: pb.AutoRecoveryState) -> dict[CtimeZnode, int]:
+    """The Auditor's check times an :class:`pb.AutoRecoveryState` carries (a check absent never ran).
+
+    Example:
+        >>> state = auto_recovery_state(disabled_ctime_ms=None, checks={CtimeZnode.REPLICAS_CHECK: 7})
+        >>> auto_recovery_checks(state)
+        {<CtimeZnode.REPLICAS_CHECK: 'replicascheckctime'>: 7}
+    """
+    return {check: getattr(state, name) for check, name in CHECK_TIME_FIELDS.items() if state.HasField(name)}
 
 
 def rack_map_event(

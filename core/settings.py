@@ -389,6 +389,30 @@ class StreamSettings(_Section):
         description="REPLICATION_STALLED once a replication lock (underreplication/locks/urL<id>) is this "
         "old; 0 disables",
     )
+    auditor_checks_overdue_grace_s: float = Field(
+        86400.0,
+        ge=0,
+        description="AUDITOR_CHECKS_OVERDUE once one of the Auditor's periodic checks is this late (past its "
+        "last completion plus its interval, or past the Auditor's election when it never ran); 0 disables",
+    )
+    auditor_periodic_check_interval_s: float = Field(
+        604800.0,
+        ge=0,
+        description="the cluster's auditorPeriodicCheckInterval (BookKeeper's default: weekly): how often "
+        "the Auditor checks all ledgers (underreplication/checkallledgersctime); 0: off, never overdue",
+    )
+    auditor_periodic_placement_policy_check_interval_s: float = Field(
+        0.0,
+        ge=0,
+        description="the cluster's auditorPeriodicPlacementPolicyCheckInterval (BookKeeper's default 0: "
+        "off): how often the Auditor checks placement (placementpolicycheckctime); 0: never overdue",
+    )
+    auditor_periodic_replicas_check_interval_s: float = Field(
+        0.0,
+        ge=0,
+        description="the cluster's auditorPeriodicReplicasCheckInterval (BookKeeper's default 0: off): how "
+        "often the Auditor checks replicas (replicascheckctime); 0: never overdue",
+    )
     zookeeper_disruption_settle_s: float = Field(
         1.0,
         ge=0,

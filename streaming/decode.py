@@ -196,6 +196,7 @@ def _auto_recovery_payload(state: pb.AutoRecoveryState) -> dict[str, Any]:
         "auditor": auditor,
         "votes": len(state.votes),
         "locks": [[lock.ledger_id, lock.holder or None, lock.ctime_ms] for lock in state.locks],
+        "checks": {check.value: ms for check, ms in ev.auto_recovery_checks(state).items()},
         "error": state.error or None,
     }
 

@@ -75,6 +75,10 @@ def processor_config(stream: StreamSettings, *, membership: bool = True) -> Proc
             disabled_s=stream.autorecovery_disabled_grace_s,
             auditor_missing_s=stream.auditor_missing_grace_s,
             lock_held_s=stream.replication_lock_grace_s,
+            checks_overdue_s=stream.auditor_checks_overdue_grace_s,
+            check_all_ledgers_interval_s=stream.auditor_periodic_check_interval_s,
+            placement_policy_check_interval_s=stream.auditor_periodic_placement_policy_check_interval_s,
+            replicas_check_interval_s=stream.auditor_periodic_replicas_check_interval_s,
         ),
         disruption=DisruptionRule(
             settle_s=stream.zookeeper_disruption_settle_s,

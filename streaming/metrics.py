@@ -55,6 +55,7 @@ _LOSS_KINDS = frozenset(
         "AUDITOR_MISSING",
         "REPLICATION_STALLED",
         "ZOOKEEPER_DISRUPTION",
+        "AUDITOR_CHECKS_OVERDUE",
     }
 )
 
@@ -110,6 +111,11 @@ AUDIT_GAUGES = {
     "REPLICATION_STALLED": (
         "bkaudit_num_stalled_replication_locks",
         "ledgers whose replication lock has been held past the grace period",
+    ),
+    "AUDITOR_CHECKS_OVERDUE": (
+        "bkaudit_auditor_checks_overdue",
+        "1 while one of the Auditor's periodic checks is overdue past the grace period "
+        "(checkallledgersctime, placementpolicycheckctime, replicascheckctime)",
     ),
     "ZOOKEEPER_DISRUPTION": (
         "bkaudit_zookeeper_disruption",

@@ -56,6 +56,7 @@ from core.domain.rules.lost_bookie import (
     TransitionKind,
 )
 from core.domain.rules.rounds import FailureRounds, confirms, count_round, failure_kind
+from core.domain.underreplication import CtimeZnode
 from streaming.state_keys import DEAD_LETTER_STATE_KEY
 
 Decision = dict[str, Any]
@@ -104,16 +105,19 @@ def autorecovery_znodes(payload: dict[str, Any], at_ms: int) -> AutoRecoveryZnod
 
     Example:
         >>> znodes = autorecovery_znodes({"disabled": True, "disabled_ctime_ms": None, "auditor": None,
-        ...                               "locks": [[7, "w1", 5]]}, at_ms=9)
-        >>> znodes.disabled_since_ms, znodes.locks[7]
-        (9, ReplicationLock(holder='w1', since_ms=5))
+        ...     "locks": [[7, "w1", 5]], "checks": {"replicascheckctime": 3}}, at_ms=9)
+        >>> znodes.disabled_since_ms, znodes.locks[7], [(c.value, t) for c, t in znodes.checks.items()]
+        (9, ReplicationLock(holder='w1', since_ms=5), [('replicascheckctime', 3)])
     """
     disabled = payload.get("disabled_ctime_ms") or at_ms if payload.get("disabled") else None
     locks = {
         int(ledger_id): ReplicationLock(holder, int(ctime_ms or at_ms))
         for ledger_id, holder, ctime_ms in payload.get("locks") or ()
     }
-    return AutoRecoveryZnodes(disabled_since_ms=disabled, auditor=payload.get("auditor"), locks=locks)
+    checks = {CtimeZnode(name): int(ms) for name, ms in (payload.get("checks") or {}).items()}
+    return AutoRecoveryZnodes(
+        disabled_since_ms=disabled, auditor=payload.get("auditor"), locks=locks, checks=checks
+    )
 
 
 def _health_decisions(transitions: list[HealthTransition]) -> list[Decision]:

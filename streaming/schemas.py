@@ -60,7 +60,8 @@ CHANGE_KINDS = {
     "recovery_delay": "payload: {seconds (or null), present, mzxid}",
     "rack_map": "payload: {racks: {bookie: rack|null}, hostnames: {bookie: host}, error}",
     "auto_recovery_state": "payload: {disabled, disabled_ctime_ms, auditor (lowest vote's bookie id, null: "
-    "no vote), votes, locks: [[ledger_id, holder, ctime_ms]], error}",
+    "no vote), votes, locks: [[ledger_id, holder, ctime_ms]], checks: {check ctime znode: last completion "
+    "ms}, error}",
     "snapshot_begin": "payload: {snapshot_id, reason, mode, partition, partition_count}",
     "snapshot_end": "payload: {snapshot_id, complete, mode, partition, partition_count, partition_events}",
     "heartbeat": "payload: {partition}",

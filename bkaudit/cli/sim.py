@@ -643,6 +643,27 @@ def auditor(
     _do("set_auditor", {"running": switch is Switch.ON}, state_dir, control)
 
 
+class AuditorCheck(enum.StrEnum):
+    """One of the Auditor's periodic checks, by its ctime znode."""
+
+    CHECK_ALL_LEDGERS = "checkallledgersctime"
+    PLACEMENT_POLICY_CHECK = "placementpolicycheckctime"
+    REPLICAS_CHECK = "replicascheckctime"
+
+
+@app.command("check-time")
+def check_time(
+    check: Annotated[AuditorCheck, typer.Argument(help="the check's znode under underreplication/")],
+    age_s: Annotated[
+        float | None, typer.Option("--age-s", min=0, help="completed this many seconds ago (default now)")
+    ] = None,
+    state_dir: StateDirOption = None,
+    control: ControlOption = None,
+) -> None:
+    """Mark one of the Auditor's periodic checks completed (writes its ctime znode)."""
+    _do("set_check_time", {"check": check.value, "age_s": age_s}, state_dir, control)
+
+
 @app.command("hold-lock")
 def hold_lock(
     ledger: LedgerArgument,

@@ -233,6 +233,25 @@ class SetAuditorArgs(_Args):
     running: bool
 
 
+class SetCheckTimeArgs(_Args):
+    """Mark one of the Auditor's periodic checks completed (its ``underreplication/<check>`` znode).
+
+    At ``ctime_ms``, ``age_s`` ago, or now."""
+
+    check: Literal["checkallledgersctime", "placementpolicycheckctime", "replicascheckctime"]
+    ctime_ms: int | None = Field(None, ge=0, le=2**63 - 1)
+    age_s: float | None = Field(None, ge=0)
+
+
+def _set_check_time(sim: SimulatedCluster, args: SetCheckTimeArgs) -> dict[str, int]:
+    if args.ctime_ms is not None and args.age_s is not None:
+        raise SimulatorError("set_check_time: give ctime_ms or age_s, not both")
+    ctime_ms = args.ctime_ms
+    if args.age_s is not None:
+        ctime_ms = int(time.time() * 1000 - args.age_s * 1000)
+    return {"ctime_ms": sim.set_check_time(args.check, ctime_ms)}
+
+
 class HoldLockArgs(_Args):
     """Hold a ledger's replication lock (``underreplication/locks/urL<id>``) until released."""
 
@@ -347,6 +366,7 @@ ACTIONS: Mapping[str, ActionSpec] = {
     ),
     "set_autorecovery": ActionSpec(SetAutorecoveryArgs, lambda sim, a: sim.set_autorecovery(a.enabled)),
     "set_auditor": ActionSpec(SetAuditorArgs, lambda sim, a: sim.set_auditor(a.running)),
+    "set_check_time": ActionSpec(SetCheckTimeArgs, _set_check_time),
     "hold_lock": ActionSpec(HoldLockArgs, lambda sim, a: {"path": sim.hold_lock(a.ledger, a.holder)}),
     "release_lock": ActionSpec(LedgerArgs, lambda sim, a: sim.release_lock(a.ledger)),
 }

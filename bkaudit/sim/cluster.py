@@ -19,8 +19,10 @@ domain library's formats (BookKeeper's znode layout and metadata formats):
   bookies, rack moves, badly placed ledgers, corrupt metadata, ``urL`` marks with an old ctime, a changed
   ``lostBookieRecoveryDelay``.
 - AutoRecovery: an elected Auditor (a vote under ``auditorelection``, from the cluster's session) from
-  ``init()`` on; it can be switched off (``disable``), its Auditor dropped and restored, and replication
-  locks held and released (``locks/urL<id>``, ephemeral, as a ReplicationWorker holds them).
+  ``init()`` on; it can be switched off (``disable``), its Auditor dropped and restored, replication
+  locks held and released (``locks/urL<id>``, ephemeral, as a ReplicationWorker holds them), and the
+  Auditor's periodic checks marked completed at a given time (``checkallledgersctime``,
+  ``placementpolicycheckctime``, ``replicascheckctime``; none exists until set, as before a first run).
 
 It remembers what it did, so :meth:`SimulatedCluster.ground_truth` can say what a correct auditor must flag
 (:mod:`bkaudit.sim.truth`). The password never appears in any output, log or truth.
@@ -114,9 +116,11 @@ from core.domain.registration import (
 from core.domain.rules.autorecovery import AutoRecoveryZnodes, ReplicationLock
 from core.domain.striping import write_set
 from core.domain.underreplication import (
+    CtimeZnode,
     UnderreplicatedLedger,
     UnderreplicationPaths,
     format_auditor_vote,
+    format_ctime,
     format_lock_data,
     format_lost_bookie_recovery_delay,
     format_rereplication_layout,
@@ -301,10 +305,13 @@ class SimulatedCluster:
         self._absences: list[Absence] = []
         self._audits_ms: list[int] = []  # when the recovery delay was written again (a triggered audit)
         self._marks: dict[int, int | None] = {}
-        # AutoRecovery: the Auditor's vote path (None: dropped) and since when there is none, the disable
-        # znode's ctime, the held locks, and since when at least one bookie is registered.
+        # AutoRecovery: the Auditor's vote path (None: dropped), since when it is elected (its vote's ctime)
+        # or since when there is none, the disable znode's ctime, the held locks, the Auditor's check times,
+        # and since when at least one bookie is registered.
         self._auditor_vote: str | None = None
+        self._auditor_elected_since_ms: int | None = None
         self._auditor_gone_since_ms: int | None = None
+        self._check_times: dict[CtimeZnode, int] = {}
         self._disabled_since_ms: int | None = None
         self._locks: dict[int, ReplicationLock] = {}
         self._bookies_running_since_ms: int | None = None
@@ -1178,12 +1185,35 @@ class SimulatedCluster:
                 self._auditor_vote = self.admin.create(
                     f"{self.underreplication.auditor_election}/V_", data, ephemeral=True, sequence=True
                 )
+                stat = self.admin.exists(self._auditor_vote)
+                self._auditor_elected_since_ms = stat.ctime if stat is not None else _now_ms()
                 self._auditor_gone_since_ms = None
             elif not running and self._auditor_vote is not None:
                 with contextlib.suppress(NoNodeError):
                     self.admin.delete(self._auditor_vote)
                 self._auditor_vote = None
+                self._auditor_elected_since_ms = None
                 self._auditor_gone_since_ms = _now_ms()
+
+    def set_check_time(self, check: CtimeZnode | str, ctime_ms: int | None = None) -> int:
+        """Record that the Auditor completed one of its periodic checks at ``ctime_ms`` (default now), as
+        BookKeeper's Auditor does at the end of a run: the binary ``underreplication/<check>`` znode
+        (``checkallledgersctime``, ``placementpolicycheckctime`` or ``replicascheckctime``), created or
+        overwritten. Returns the time written."""
+        with self._lock:
+            try:
+                kind = CtimeZnode(check)
+                at_ms = _now_ms() if ctime_ms is None else ctime_ms
+                data = format_ctime(kind, at_ms)
+            except (ValueError, FormatError) as err:
+                raise SimulatorError(str(err)) from None
+            path = self.underreplication.ctime(kind)
+            try:
+                self.admin.set(path, data)
+            except NoNodeError:
+                self.admin.create(path, data)
+            self._check_times[kind] = at_ms
+            return at_ms
 
     def hold_lock(self, ledger: str | int, holder: str = "replication-worker-0") -> str:
         """Take a ledger's replication lock as a ReplicationWorker does (ephemeral ``locks/urL<id>`` with
@@ -1362,6 +1392,7 @@ class SimulatedCluster:
                     "enabled": self._disabled_since_ms is None,
                     "auditor": SIM_AUDITOR_ID if self._auditor_vote is not None else None,
                     "locks": sorted(self._locks),
+                    "checks": dict(sorted((kind.value, ms) for kind, ms in self._check_times.items())),
                 },
             }
 
@@ -1417,8 +1448,10 @@ class SimulatedCluster:
                     disabled_since_ms=self._disabled_since_ms,
                     auditor=SIM_AUDITOR_ID if self._auditor_vote is not None else None,
                     locks=dict(self._locks),
+                    checks=dict(self._check_times),
                 ),
                 auditor_missing_since_ms=self._auditor_missing_since(),
+                auditor_elected_since_ms=self._auditor_elected_since_ms,
             )
 
     def _check_pending_expiries(self) -> None:

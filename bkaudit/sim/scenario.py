@@ -128,6 +128,10 @@ class TruthSpec(BaseModel):
     autorecovery_disabled_grace_s: float = Field(900.0, ge=0)
     auditor_missing_grace_s: float = Field(300.0, ge=0)
     replication_lock_grace_s: float = Field(1800.0, ge=0)
+    auditor_checks_overdue_grace_s: float = Field(86400.0, ge=0)
+    auditor_periodic_check_interval_s: float = Field(604800.0, ge=0)
+    auditor_periodic_placement_policy_check_interval_s: float = Field(0.0, ge=0)
+    auditor_periodic_replicas_check_interval_s: float = Field(0.0, ge=0)
     zookeeper_disruption_settle_s: float = Field(1.0, ge=0)
     zookeeper_disruption_grace_s: float = Field(30.0, ge=0)
     zookeeper_disruption_share: float = Field(0.5, gt=0, le=1)
@@ -144,6 +148,12 @@ class TruthSpec(BaseModel):
             disabled_s=values.pop("autorecovery_disabled_grace_s"),
             auditor_missing_s=values.pop("auditor_missing_grace_s"),
             lock_held_s=values.pop("replication_lock_grace_s"),
+            checks_overdue_s=values.pop("auditor_checks_overdue_grace_s"),
+            check_all_ledgers_interval_s=values.pop("auditor_periodic_check_interval_s"),
+            placement_policy_check_interval_s=values.pop(
+                "auditor_periodic_placement_policy_check_interval_s"
+            ),
+            replicas_check_interval_s=values.pop("auditor_periodic_replicas_check_interval_s"),
         )
         disruption = DisruptionRule(
             settle_s=values.pop("zookeeper_disruption_settle_s"),

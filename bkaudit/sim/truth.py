@@ -41,10 +41,12 @@ snapshot at all):
 - ``UNDER_REPLICATION_STUCK``: ``urL`` marks whose stored ctime is more than ``under_replication_grace_s``
   old (marks without ctime never are, as in BookKeeper); disabled when the grace is ``None``.
 - ``METADATA_CORRUPT``: ledger znodes that do not decode.
-- ``AUTORECOVERY_DISABLED`` / ``AUDITOR_MISSING`` (subjects ``autorecovery`` / ``auditor``) and
-  ``REPLICATION_STALLED`` (ledger ids): AutoRecovery's conditions that have held for their grace
-  (:func:`core.domain.rules.autorecovery.due_conditions`, the job's rule); a condition within a second
-  of its deadline is only ``may_alert`` (the job dates it by the watcher's clock, the simulator by its own).
+- ``AUTORECOVERY_DISABLED`` / ``AUDITOR_MISSING`` / ``AUDITOR_CHECKS_OVERDUE`` (subjects ``autorecovery``
+  / ``auditor`` / ``auditor-checks``) and ``REPLICATION_STALLED`` (ledger ids): AutoRecovery's conditions
+  that have held for their grace (:func:`core.domain.rules.autorecovery.due_conditions`, the job's rule);
+  a condition within a second of its deadline is only ``may_alert`` (the job dates it by the watcher's
+  clock, the simulator by its own). The Auditor counts as elected since its vote's creation (the job: since
+  it first saw the vote, the same moment when it watched from the start).
 
 ``may_alert`` lists what an auditor may flag without being wrong (transitional states); an auditor's
 output is correct when it contains every ``alerts`` entry and nothing outside ``alerts`` ∪ ``may_alert``.
@@ -127,9 +129,9 @@ LEDGER_KINDS = (
 BOOKIE_KINDS = ("BOOKIE_LOST", "BOOKIE_UNRESPONSIVE")
 """Alert kinds whose subjects are bookie ids."""
 
-CLUSTER_KINDS = ("AUTORECOVERY_DISABLED", "AUDITOR_MISSING", "ZOOKEEPER_DISRUPTION")
+CLUSTER_KINDS = ("AUTORECOVERY_DISABLED", "AUDITOR_MISSING", "ZOOKEEPER_DISRUPTION", "AUDITOR_CHECKS_OVERDUE")
 """Alert kinds of the whole cluster; their subject is the alert's entity (``autorecovery``, ``auditor``,
-``zookeeper``)."""
+``zookeeper``, ``auditor-checks``)."""
 
 ALERT_KINDS = LEDGER_KINDS + BOOKIE_KINDS + CLUSTER_KINDS
 """Every alert kind of the alert stream (interfaces.md §2)."""
@@ -269,6 +271,7 @@ class ClusterSnapshot:
     audits_ms: tuple[int, ...] = ()
     autorecovery: AutoRecoveryZnodes = field(default_factory=AutoRecoveryZnodes)
     auditor_missing_since_ms: int | None = None
+    auditor_elected_since_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -320,6 +323,12 @@ class TruthParameters:
             "autorecovery_disabled_grace_s": self.autorecovery.disabled_s,
             "auditor_missing_grace_s": self.autorecovery.auditor_missing_s,
             "replication_lock_grace_s": self.autorecovery.lock_held_s,
+            "auditor_checks_overdue_grace_s": self.autorecovery.checks_overdue_s,
+            "auditor_periodic_check_interval_s": self.autorecovery.check_all_ledgers_interval_s,
+            "auditor_periodic_placement_policy_check_interval_s": (
+                self.autorecovery.placement_policy_check_interval_s
+            ),
+            "auditor_periodic_replicas_check_interval_s": self.autorecovery.replicas_check_interval_s,
             "zookeeper_disruption_settle_s": self.disruption.settle_s,
             "zookeeper_disruption_grace_s": self.disruption.grace_s,
             "zookeeper_disruption_share": self.disruption.share,
@@ -538,12 +547,14 @@ def _autorecovery_truth(
 ) -> None:
     """AutoRecovery's due conditions into ``alerts``, those near their deadline into ``may``."""
     znodes, missing_since = snapshot.autorecovery, snapshot.auditor_missing_since_ms
+    elected_since = snapshot.auditor_elected_since_ms
 
     def due_at(now_ms: int) -> set[tuple[str, int | None]]:
-        return {c.key for c in due_conditions(znodes, missing_since, now_ms, graces)}
+        return {c.key for c in due_conditions(znodes, missing_since, now_ms, graces, elected_since)}
 
     late, early = due_at(snapshot.now_ms - _DEADLINE_SLACK_MS), due_at(snapshot.now_ms + _DEADLINE_SLACK_MS)
-    for condition in holding_conditions(znodes, missing_since):
+    holding = holding_conditions(znodes, missing_since, graces=graces, auditor_elected_since_ms=elected_since)
+    for condition in holding:
         subject = condition.ledger_id if condition.ledger_id is not None else condition.kind.cluster_entity
         if condition.key in late:
             alerts[condition.kind.value].add(subject)

@@ -96,9 +96,11 @@ from core.domain.registration import (
     parse_registration_path,
 )
 from core.domain.underreplication import (
+    CtimeZnode,
     UnderreplicationPaths,
     ledger_id_from_urledger_path,
     parse_auditor_vote,
+    parse_check_times,
     parse_lock_data,
     parse_lost_bookie_recovery_delay,
     parse_underreplicated_ledger,
@@ -354,7 +356,7 @@ class WatcherMetrics:
 R_OTHER, R_LEDGER, R_LEDGER_DIR, R_MARK, R_MARK_DIR, R_DELAY, R_UR_BASE = range(7)
 R_WRITABLE, R_READONLY, R_COOKIE, R_BOOKIE_DIR, R_RACK = range(7, 12)
 R_IGNORED = 12  # in the ledger tree (not special), but no ledger znode or directory of this manager
-R_AUTORECOVERY = 13  # disable, auditorelection (and its votes), locks (and each lock)
+R_AUTORECOVERY = 13  # disable, the check-time znodes, auditorelection (and its votes), locks (and each lock)
 
 _HEX4 = re.compile(r"[0-9a-f]{4}")
 
@@ -370,6 +372,7 @@ class _Router:
         self.urledgers_prefix = self.ur.urledgers + "/"
         self.delay_path = self.ur.lost_bookie_recovery_delay
         self.autorecovery_dirs = (self.ur.auditor_election, self.ur.locks)
+        self.autorecovery_nodes = frozenset([self.ur.disable, *(self.ur.ctime(c) for c in CtimeZnode)])
         self.rack_path = rack_path
         self.bookie_dirs = {
             available_path(root): RegistrationKind.WRITABLE,
@@ -403,7 +406,7 @@ class _Router:
                 return R_UR_BASE, None
             if path == self.delay_path:
                 return R_DELAY, None
-            if path == self.ur.disable or self._in_autorecovery_dir(path):
+            if path in self.autorecovery_nodes or self._in_autorecovery_dir(path):
                 return R_AUTORECOVERY, None
             if path == self.ur.urledgers:
                 return R_MARK_DIR, None
@@ -1661,11 +1664,11 @@ class ChangeWatcher:
             self._read_autorecovery(None)
 
     def _read_autorecovery(self, snapshot: Snapshot | None) -> None:
-        """Read AutoRecovery's znodes (``disable``, the Auditor votes, the replication locks) and publish
-        them when they changed. Synchronous: they are a handful of znodes, changed rarely."""
+        """Read AutoRecovery's znodes (``disable``, the Auditor votes, the replication locks, the Auditor's
+        check times) and publish them when they changed. Synchronous: a handful of znodes, changed rarely."""
         self._read_counter[OP_AUTORECOVERY].inc()
         try:
-            disabled, votes, locks, errors = self._autorecovery_znodes()
+            disabled, votes, locks, checks, errors = self._autorecovery_znodes()
         except KazooException as err:
             # ConnectionLoss / SessionExpired: the reconciliation after the reconnect reads them again.
             if snapshot is not None:
@@ -1673,7 +1676,7 @@ class ChangeWatcher:
             logger.debug("reading AutoRecovery's znodes failed: %s", type(err).__name__)
             return
         payload = events.auto_recovery_state(
-            disabled_ctime_ms=disabled, votes=votes, locks=locks, error="; ".join(errors)
+            disabled_ctime_ms=disabled, votes=votes, locks=locks, checks=checks, error="; ".join(errors)
         )
         serialized = payload.SerializeToString(deterministic=True)
         if serialized == self._autorecovery and (snapshot is None or not snapshot.is_full):
@@ -1683,13 +1686,22 @@ class ChangeWatcher:
 
     def _autorecovery_znodes(
         self,
-    ) -> tuple[int | None, list[tuple[int, str | None]], list[tuple[int, str | None, int]], list[str]]:
+    ) -> tuple[
+        int | None,
+        list[tuple[int, str | None]],
+        list[tuple[int, str | None, int]],
+        dict[CtimeZnode, int],
+        list[str],
+    ]:
         paths = self._require_router().ur
         fallback = self.fallback_mode
         data_watch = self._fallback.data_watch if fallback else None
         stat = self.zookeeper.exists(paths.disable, watch=data_watch)
         disabled = int(stat.ctime) if stat is not None else None
-        errors: list[str] = []
+        contents = {check: self._data_or_none(paths.ctime(check), data_watch) for check in CtimeZnode}
+        checks, errors = parse_check_times(contents)
+        if errors:
+            self.metrics.undecodable.labels("auditor_check_time").inc(len(errors))
         votes: list[tuple[int, str | None]] = []
         for name, data, _ in self._children_data(paths.auditor_election, fallback):
             try:
@@ -1711,7 +1723,18 @@ class ChangeWatcher:
                 errors.append(events.redact_reason(str(err), data))
                 holder = None
             locks.append((ledger_id, holder, int(lock_stat.ctime)))
-        return disabled, votes, locks, errors
+        return disabled, votes, locks, checks, errors
+
+    def _data_or_none(self, path: str, watch: Any) -> bytes | None:
+        """The data of ``path`` (None: it does not exist); with ``watch`` (fallback mode) on its change, or on
+        its creation."""
+        with contextlib.suppress(NoNodeError):
+            return bytes(self.zookeeper.get(path, watch=watch)[0])
+        if watch is None or self.zookeeper.exists(path, watch=watch) is None:
+            return None
+        with contextlib.suppress(NoNodeError):  # created between the two calls
+            return bytes(self.zookeeper.get(path, watch=watch)[0])
+        return None  # and deleted again: the watch just set fired for it
 
     def _children_data(self, path: str, fallback: bool) -> list[tuple[str, bytes, Any]]:
         """``(name, data, stat)`` of each child of ``path`` (none when it does not exist); in fallback mode

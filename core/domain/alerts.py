@@ -50,6 +50,7 @@ class AlertKind(enum.Enum):
     AUDITOR_MISSING = "AUDITOR_MISSING"
     REPLICATION_STALLED = "REPLICATION_STALLED"
     ZOOKEEPER_DISRUPTION = "ZOOKEEPER_DISRUPTION"
+    AUDITOR_CHECKS_OVERDUE = "AUDITOR_CHECKS_OVERDUE"
 
     @property
     def severity(self) -> str:
@@ -83,6 +84,7 @@ _CLUSTER_ENTITIES = {
     AlertKind.RACK_MAP_INVALID: RACK_MAP_ENTITY,
     AlertKind.AUTORECOVERY_DISABLED: "autorecovery",
     AlertKind.AUDITOR_MISSING: "auditor",
+    AlertKind.AUDITOR_CHECKS_OVERDUE: "auditor-checks",
     AlertKind.ZOOKEEPER_DISRUPTION: "zookeeper",
 }
 
@@ -102,6 +104,7 @@ _SEVERITY = {
     AlertKind.AUTORECOVERY_DISABLED: "warning",
     AlertKind.AUDITOR_MISSING: "warning",
     AlertKind.REPLICATION_STALLED: "warning",
+    AlertKind.AUDITOR_CHECKS_OVERDUE: "warning",
     AlertKind.ZOOKEEPER_DISRUPTION: "warning",
     AlertKind.PLACEMENT_SOFT: "info",
 }
@@ -230,8 +233,8 @@ class Alert:
         detected_at_ms: int,
         detail: dict[str, Any] | None = None,
     ) -> Alert:
-        """A cluster-level alert (``RACK_MAP_INVALID``, ``AUTORECOVERY_DISABLED``, ``AUDITOR_MISSING``): no
-        ledger, no bookies.
+        """A cluster-level alert (``RACK_MAP_INVALID``, ``AUTORECOVERY_DISABLED``, ``AUDITOR_MISSING``,
+        ``AUDITOR_CHECKS_OVERDUE``, ``ZOOKEEPER_DISRUPTION``): no ledger, no bookies.
 
         Example:
             >>> Alert.cluster_level(cluster="c", kind=AlertKind.RACK_MAP_INVALID,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError, Message
@@ -426,6 +427,38 @@ def parse_ctime(kind: CtimeZnode, data: bytes) -> int | None:
         return None
     value: int = getattr(message, field)
     return value
+
+
+def parse_check_times(
+    contents: Mapping[CtimeZnode, bytes | None],
+) -> tuple[dict[CtimeZnode, int], list[str]]:
+    """When each of the Auditor's periodic checks last completed, from the content of its ctime znode
+    (None: the znode does not exist): the times of those that hold one, and why the others that exist do
+    not decode (one message per znode, naming it, never its bytes). A check missing from the times never
+    ran as far as ZooKeeper tells.
+
+    Example:
+        >>> times, errors = parse_check_times({CtimeZnode.CHECK_ALL_LEDGERS: b"\\x08\\xe8\\x07",
+        ...     CtimeZnode.PLACEMENT_POLICY_CHECK: None, CtimeZnode.REPLICAS_CHECK: b"\\xff"})
+        >>> times
+        {<CtimeZnode.CHECK_ALL_LEDGERS: 'checkallledgersctime'>: 1000}
+        >>> errors[0].startswith("replicascheckctime: invalid protobuf")
+        True
+    """
+    times: dict[CtimeZnode, int] = {}
+    errors: list[str] = []
+    for kind in CtimeZnode:
+        data = contents.get(kind)
+        if data is None:
+            continue
+        try:
+            ctime = parse_ctime(kind, data)
+        except FormatError as err:
+            errors.append(str(err))
+            continue
+        if ctime is not None:
+            times[kind] = ctime
+    return times, errors
 
 
 def format_ctime(kind: CtimeZnode, ctime_ms: int | None) -> bytes:

@@ -262,7 +262,7 @@ class RecoveryDelay(_message.Message):
     def __init__(self, seconds: _Optional[int] = ..., present: _Optional[bool] = ..., znode: _Optional[_Union[ZnodeStat, _Mapping]] = ..., error: _Optional[str] = ...) -> None: ...
 
 class AutoRecoveryState(_message.Message):
-    __slots__ = ("disabled", "disabled_ctime_ms", "votes", "locks", "error")
+    __slots__ = ("disabled", "disabled_ctime_ms", "votes", "locks", "error", "check_all_ledgers_ctime_ms", "placement_policy_check_ctime_ms", "replicas_check_ctime_ms")
     class Vote(_message.Message):
         __slots__ = ("sequence", "bookie_id")
         SEQUENCE_FIELD_NUMBER: _ClassVar[int]
@@ -284,12 +284,18 @@ class AutoRecoveryState(_message.Message):
     VOTES_FIELD_NUMBER: _ClassVar[int]
     LOCKS_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    CHECK_ALL_LEDGERS_CTIME_MS_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_POLICY_CHECK_CTIME_MS_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_CHECK_CTIME_MS_FIELD_NUMBER: _ClassVar[int]
     disabled: bool
     disabled_ctime_ms: int
     votes: _containers.RepeatedCompositeFieldContainer[AutoRecoveryState.Vote]
     locks: _containers.RepeatedCompositeFieldContainer[AutoRecoveryState.Lock]
     error: str
-    def __init__(self, disabled: _Optional[bool] = ..., disabled_ctime_ms: _Optional[int] = ..., votes: _Optional[_Iterable[_Union[AutoRecoveryState.Vote, _Mapping]]] = ..., locks: _Optional[_Iterable[_Union[AutoRecoveryState.Lock, _Mapping]]] = ..., error: _Optional[str] = ...) -> None: ...
+    check_all_ledgers_ctime_ms: int
+    placement_policy_check_ctime_ms: int
+    replicas_check_ctime_ms: int
+    def __init__(self, disabled: _Optional[bool] = ..., disabled_ctime_ms: _Optional[int] = ..., votes: _Optional[_Iterable[_Union[AutoRecoveryState.Vote, _Mapping]]] = ..., locks: _Optional[_Iterable[_Union[AutoRecoveryState.Lock, _Mapping]]] = ..., error: _Optional[str] = ..., check_all_ledgers_ctime_ms: _Optional[int] = ..., placement_policy_check_ctime_ms: _Optional[int] = ..., replicas_check_ctime_ms: _Optional[int] = ...) -> None: ...
 
 class RackMap(_message.Message):
     __slots__ = ("source", "present", "entries", "error", "source_version")

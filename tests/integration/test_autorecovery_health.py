@@ -1,11 +1,11 @@
 """AutoRecovery health end to end: simulator → ``bkaudit watch`` → changes topic → the membership lane.
 
-The simulator switches AutoRecovery off (``underreplication/disable``), drops its Auditor's election vote and
-holds a replication lock, in a real ZooKeeper; the real watcher publishes AutoRecovery's state and the real
-membership lane (the job's driver thread, no Spark needed) decides the alerts, publishes them and records
-them in Delta. Each alert must fire only once its grace period has passed in event time, agree with the
-simulator's ground truth, be listed by ``bkaudit query alerts``, and resolve (same alert id) when the
-simulator clears the condition.
+The simulator switches AutoRecovery off (``underreplication/disable``), drops its Auditor's election vote,
+holds a replication lock and lets its Auditor's periodic checks fall overdue (``checkallledgersctime``), in a
+real ZooKeeper; the real watcher publishes AutoRecovery's state and the real membership lane (the job's driver
+thread, no Spark needed) decides the alerts, publishes them and records them in Delta. Each alert must fire
+only once its grace period has passed in event time, agree with the simulator's ground truth, be listed by
+``bkaudit query alerts``, and resolve (same alert id) when the simulator clears the condition.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from connectors.kafka.topics import ensure_topic
 from connectors.zookeeper.watcher import ChangeWatcher
 from core.domain.alerts import AlertKind
 from core.domain.rules.autorecovery import AutoRecoveryGraces
-from core.domain.underreplication import format_lock_data
+from core.domain.underreplication import CtimeZnode, format_ctime, format_lock_data
 from core.pb import change_events_pb2 as pb
 from core.settings import Settings
 from streaming.job import start_membership_lane
@@ -38,8 +38,16 @@ __all__ = ["sim"]  # the simulator fixture, shared with the watcher's simulator 
 
 pytestmark = pytest.mark.integration
 
-GRACES = AutoRecoveryGraces(disabled_s=1.5, auditor_missing_s=2.0, lock_held_s=2.5)
+# The Auditor checks all ledgers every 3 s here, and its checks are overdue 2 s past that.
+GRACES = AutoRecoveryGraces(
+    disabled_s=1.5,
+    auditor_missing_s=2.0,
+    lock_held_s=2.5,
+    checks_overdue_s=2.0,
+    check_all_ledgers_interval_s=3.0,
+)
 KINDS = ("AUTORECOVERY_DISABLED", "AUDITOR_MISSING", "REPLICATION_STALLED")
+CHECKS_OVERDUE = "AUDITOR_CHECKS_OVERDUE"
 
 
 @pytest.fixture
@@ -54,6 +62,8 @@ def settings(bk_services: Any, kafka_settings: Any, zk_chroot: str, tmp_path: Pa
             "autorecovery_disabled_grace_s": GRACES.disabled_s,
             "auditor_missing_grace_s": GRACES.auditor_missing_s,
             "replication_lock_grace_s": GRACES.lock_held_s,
+            "auditor_checks_overdue_grace_s": GRACES.checks_overdue_s,
+            "auditor_periodic_check_interval_s": GRACES.check_all_ledgers_interval_s,
         },
         lakehouse_root=tmp_path / "lakehouse",
         checkpoint_root=tmp_path / "checkpoints",
@@ -154,6 +164,65 @@ def test_disable_no_auditor_and_a_stuck_lock_fire_after_their_grace_and_resolve_
     assert all(truth["alerts"][kind] == [] for kind in KINDS)
 
 
+def overdue_alerts(settings: Settings) -> list[dict[str, Any]]:
+    return [alert for _, alert in alerts_on(settings.kafka) if alert["kind"] == CHECKS_OVERDUE]
+
+
+def assert_truth_agrees(sim: SimulatedCluster, *, fired: bool) -> None:
+    """What the ground truth requires fired, and what fired it requires or allows (near a deadline). The
+    truth counts the Auditor elected from its vote's creation, the job from its first sight of it: earlier,
+    so the truth never requires what the job has not fired yet once it has."""
+    truth = sim.ground_truth(params=TruthParameters(autorecovery=GRACES))
+    required, allowed = set(truth["alerts"][CHECKS_OVERDUE]), set(truth["may_alert"][CHECKS_OVERDUE])
+    found = {"auditor-checks"} if fired else set()
+    assert required <= found <= required | allowed, truth
+
+
+def test_an_overdue_auditor_check_fires_after_its_interval_and_grace_and_resolves_when_it_completes(
+    sim: SimulatedCluster, settings: Settings, running: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The Auditor (elected from ``init()``) never checked all ledgers: due when the job first saw it, the
+    alert fires 2 s of event time later and resolves when the check completes; 3 s (the interval) after that
+    completion plus the grace, with no new one, it fires again with a new id, and resolves on the next."""
+    graces_ms = GRACES.grace_ms(AlertKind.AUDITOR_CHECKS_OVERDUE)
+    wait_until(lambda: len(overdue_alerts(settings)) == 1, 20, "the never-run check to be overdue")
+    (never,) = overdue_alerts(settings)
+    assert never["state"] == "firing" and never["ledger_id"] is None and never["bookies"] == []
+    assert never["detail"]["overdue"] == ["checkallledgersctime"]
+    assert never["detail"]["checks"] == {
+        "checkallledgersctime": {
+            "last_completed_ms": None,
+            "interval_s": 3.0,
+            "due_ms": never["detail"]["since_ms"],
+        }
+    }
+    assert ms(never["detected_at"]) - never["detail"]["since_ms"] >= graces_ms, never
+    assert_truth_agrees(sim, fired=True)
+
+    completed = sim.set_check_time(CtimeZnode.CHECK_ALL_LEDGERS)
+    wait_until(lambda: len(overdue_alerts(settings)) == 2, 20, "the completed check to resolve the alert")
+    resolved = overdue_alerts(settings)[1]
+    assert (resolved["state"], resolved["alert_id"]) == ("resolved", never["alert_id"])
+
+    wait_until(lambda: len(overdue_alerts(settings)) == 3, 20, "the check to be overdue again")
+    late = overdue_alerts(settings)[2]
+    assert late["state"] == "firing" and late["alert_id"] != never["alert_id"]
+    assert late["detail"]["since_ms"] == completed + 3_000
+    assert late["detail"]["checks"]["checkallledgersctime"]["last_completed_ms"] == completed
+    assert ms(late["detected_at"]) - late["detail"]["since_ms"] >= graces_ms, late
+    assert_truth_agrees(sim, fired=True)
+    capsys.readouterr()
+    assert run_cli(["query", "alerts", "--lakehouse", str(settings.lakehouse_root), "--format", "json"]) == 0
+    listed = [row for row in json.loads(capsys.readouterr().out) if row["kind"] == CHECKS_OVERDUE]
+    assert [row["alert_id"] for row in listed] == [late["alert_id"]]
+
+    sim.set_check_time(CtimeZnode.CHECK_ALL_LEDGERS)
+    wait_until(lambda: len(overdue_alerts(settings)) == 4, 20, "the second alert to resolve")
+    assert overdue_alerts(settings)[3]["state"] == "resolved"
+    assert overdue_alerts(settings)[3]["alert_id"] == late["alert_id"]
+    assert_truth_agrees(sim, fired=False)
+
+
 # ---------------------------------------------------------------------------------------- the watcher
 
 
@@ -209,6 +278,47 @@ def test_the_watcher_publishes_autorecovery_state_as_it_changes(
         sim.set_autorecovery(True)
         healthy = wait_for_state(reader, lambda s: not s.disabled and len(s.votes) == 1 and not s.locks)
         assert healthy.votes[0].bookie_id == SIM_AUDITOR_ID and not healthy.error
+
+
+@pytest.mark.parametrize("watch_mode", ["persistent", "fallback"])
+def test_the_watcher_publishes_the_auditors_check_times_as_they_are_written(
+    bk_services: Any,
+    kafka_settings: Any,
+    zk_chroot: str,
+    zk_client: Any,
+    sim: SimulatedCluster,
+    watch_mode: str,
+) -> None:
+    """Each of the three binary znodes directly under ``underreplication/``, written after the start
+    snapshot (no reconciliation runs), is read on its own notification and its time published."""
+    settings = watcher_settings(bk_services, kafka_settings, zk_chroot, watch_mode=watch_mode)
+    with running_watcher(settings, SIM_PASSWORD) as (watcher, reader):
+        assert watcher.wait_for_snapshots(1, 30)
+        start = wait_for_state(reader, lambda s: len(s.votes) == 1)
+        assert not start.HasField("check_all_ledgers_ctime_ms")  # the Auditor never ran a check
+
+        written = sim.set_check_time(CtimeZnode.CHECK_ALL_LEDGERS, 1_795_000_000_123)
+        checked = wait_for_state(reader, lambda s: s.HasField("check_all_ledgers_ctime_ms"))
+        assert checked.check_all_ledgers_ctime_ms == written == 1_795_000_000_123
+        sim.set_check_time(CtimeZnode.CHECK_ALL_LEDGERS, 1_795_000_600_000)  # the next run, overwritten
+        wait_for_state(reader, lambda s: s.check_all_ledgers_ctime_ms == 1_795_000_600_000)
+        sim.set_check_time(CtimeZnode.PLACEMENT_POLICY_CHECK, 1_795_000_000_456)
+        sim.set_check_time(CtimeZnode.REPLICAS_CHECK, 1_795_000_000_789)
+        both = wait_for_state(reader, lambda s: s.HasField("replicas_check_ctime_ms"))
+        assert both.placement_policy_check_ctime_ms == 1_795_000_000_456
+        assert both.replicas_check_ctime_ms == 1_795_000_000_789
+
+        # A znode that does not decode: its time is absent, the others stay, the reason says which.
+        path = sim.underreplication.ctime(CtimeZnode.REPLICAS_CHECK)
+        zk_client.set(path, b"\xff\xff")
+        odd = wait_for_state(reader, lambda s: not s.HasField("replicas_check_ctime_ms"))
+        assert "replicascheckctime" in odd.error
+        assert odd.check_all_ledgers_ctime_ms == 1_795_000_600_000
+        zk_client.set(path, format_ctime(CtimeZnode.REPLICAS_CHECK, 1_795_000_900_000))
+        wait_for_state(reader, lambda s: s.replicas_check_ctime_ms == 1_795_000_900_000 and not s.error)
+        zk_client.delete(sim.underreplication.ctime(CtimeZnode.CHECK_ALL_LEDGERS))
+        gone = wait_for_state(reader, lambda s: not s.HasField("check_all_ledgers_ctime_ms"))
+        assert gone.placement_policy_check_ctime_ms == 1_795_000_000_456
 
 
 def test_a_burst_of_replication_locks_is_read_once_per_chunk_not_once_per_lock(

@@ -79,6 +79,7 @@ from core.domain.registration import (
     writable_bookie_path,
 )
 from core.domain.underreplication import (
+    CtimeZnode,
     UnderreplicatedLedger,
     UnderreplicationPaths,
     format_underreplicated_ledger,
@@ -422,6 +423,10 @@ def test_router_tells_every_kind_of_znode_apart() -> None:
         ur.disable: (R_AUTORECOVERY, None),
         ur.auditor_election: (R_AUTORECOVERY, None),
         ur.auditor_election + "/V_0000000003": (R_AUTORECOVERY, None),
+        ur.ctime(CtimeZnode.CHECK_ALL_LEDGERS): (R_AUTORECOVERY, None),
+        ur.ctime(CtimeZnode.PLACEMENT_POLICY_CHECK): (R_AUTORECOVERY, None),
+        ur.ctime(CtimeZnode.REPLICAS_CHECK): (R_AUTORECOVERY, None),
+        ur.base + "/checkallledgersctime2": (R_OTHER, None),
         ur.layout: (R_OTHER, None),
         "/ledgers/idgen/ID-0000000001": (R_OTHER, None),
         "/ledgers/L0000000059": (R_IGNORED, None),  # a flat path: no ledger of the hierarchical manager

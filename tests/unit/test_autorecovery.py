@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import given, settings
@@ -17,14 +19,25 @@ from core.domain.rules.autorecovery import (
     ReplicationLock,
     due_conditions,
 )
+from core.domain.underreplication import CtimeZnode
 from streaming.decode import _auto_recovery_payload
 from streaming.processor import ClusterLogic, ProcessorConfig
 
 GRACES = AutoRecoveryGraces(disabled_s=10, auditor_missing_s=5, lock_held_s=20)
-DISABLED, MISSING, STALLED = (
+DISABLED, MISSING, STALLED, OVERDUE = (
     AlertKind.AUTORECOVERY_DISABLED,
     AlertKind.AUDITOR_MISSING,
     AlertKind.REPLICATION_STALLED,
+    AlertKind.AUDITOR_CHECKS_OVERDUE,
+)
+CHECK_ALL, PLACEMENT, REPLICAS = (
+    CtimeZnode.CHECK_ALL_LEDGERS,
+    CtimeZnode.PLACEMENT_POLICY_CHECK,
+    CtimeZnode.REPLICAS_CHECK,
+)
+# The Auditor checks all ledgers every 600 s and its replicas every 300 s (placement off); 60 s of grace.
+CHECK_GRACES = replace(
+    GRACES, checks_overdue_s=60, check_all_ledgers_interval_s=600, replicas_check_interval_s=300
 )
 
 
@@ -76,14 +89,119 @@ def test_a_lock_taken_again_is_a_new_condition_with_its_own_grace():
     assert [(t.firing, t.detail["holder"]) for t in health.advance(41_000)] == [(True, "w2")]
 
 
+# ------------------------------------------------------------------------ the Auditor's periodic checks
+
+
+def elected(checks: dict[CtimeZnode, int], *, auditor: str = "b1", **more: Any) -> AutoRecoveryZnodes:
+    return AutoRecoveryZnodes(auditor=auditor, checks=checks, **more)
+
+
+def test_an_overdue_check_fires_once_its_interval_and_grace_have_passed_and_not_before():
+    health = AutoRecoveryHealth(CHECK_GRACES)
+    # Seen elected at 2 000; all ledgers checked at 1 000 and the replicas at 1 500.
+    assert health.observe(elected({CHECK_ALL: 1_000, REPLICAS: 1_500}), 2_000) == []
+    assert health.next_deadline_ms() == 1_500 + 300_000 + 60_000  # the replicas check is due first
+    assert health.advance(361_499) == []
+    (fired,) = health.advance(361_500)
+    assert (fired.kind, fired.ledger_id, fired.firing, fired.at_ms) == (OVERDUE, None, True, 361_500)
+    assert fired.detail["overdue"] == ["replicascheckctime"]
+    assert fired.detail["since_ms"] == 301_500 and fired.detail["grace_s"] == 60
+    assert fired.detail["checks"] == {
+        "checkallledgersctime": {"last_completed_ms": 1_000, "interval_s": 600.0, "due_ms": 601_000},
+        "replicascheckctime": {"last_completed_ms": 1_500, "interval_s": 300.0, "due_ms": 301_500},
+    }
+    assert health.advance(10**9) == []  # fired once, stays open
+
+
+def test_the_alert_resolves_when_the_overdue_check_completes_and_fires_anew_for_one_still_overdue():
+    health = AutoRecoveryHealth(CHECK_GRACES)
+    health.observe(elected({CHECK_ALL: 1_000, REPLICAS: 1_500}), 2_000)
+    assert [t.detail["overdue"] for t in health.advance(700_000)] == [
+        ["checkallledgersctime", "replicascheckctime"]
+    ]
+    # The check of all ledgers completes: the alert (since the replicas' due time) holds on.
+    assert health.observe(elected({CHECK_ALL: 700_500, REPLICAS: 1_500}), 701_000) == []
+    # The replicas check completes too: the znode's time moved forward, the alert resolves.
+    (resolved,) = health.observe(elected({CHECK_ALL: 700_500, REPLICAS: 701_500}), 702_000)
+    assert (resolved.kind, resolved.firing, resolved.at_ms) == (OVERDUE, False, 702_000)
+    assert resolved.detail == {"since_ms": 301_500}
+    assert health.next_deadline_ms() == 701_500 + 300_000 + 60_000
+    # Only the replicas check is overdue at first; when it completes the check of all ledgers is overdue
+    # too by then: the first alert resolves and the second fires at once, from its own due time.
+    health.advance(1_061_500)
+    transitions = health.observe(elected({CHECK_ALL: 700_500, REPLICAS: 1_400_000}), 1_400_000)
+    assert [(t.firing, t.detail["since_ms"]) for t in transitions] == [(False, 1_001_500), (True, 1_300_500)]
+
+
+def test_a_check_switched_off_never_fires_and_nothing_fires_at_start_up():
+    # BookKeeper's defaults: the placement and replicas checks are off; a check that never ran is given
+    # the grace from when the Auditor was first seen elected, never judged at once.
+    health = AutoRecoveryHealth(AutoRecoveryGraces())
+    assert health.observe(elected({}), 5_000) == []
+    assert health.next_deadline_ms() == 5_000 + 86_400_000
+    (fired,) = health.advance(5_000 + 86_400_000)
+    assert fired.detail["overdue"] == ["checkallledgersctime"]
+    assert list(fired.detail["checks"]) == ["checkallledgersctime"]  # the two switched off are not judged
+    every_check_off = replace(CHECK_GRACES, check_all_ledgers_interval_s=0, replicas_check_interval_s=0)
+    health = AutoRecoveryHealth(every_check_off)
+    assert health.observe(elected({}), 0) == [] and health.advance(10**13) == []
+    assert health.next_deadline_ms() is None
+    assert due_conditions(elected({}), None, 10**13, every_check_off, auditor_elected_since_ms=0) == []
+    no_grace = replace(CHECK_GRACES, checks_overdue_s=0)
+    assert due_conditions(elected({}), None, 10**13, no_grace, auditor_elected_since_ms=0) == []
+
+
+def test_a_new_auditor_gets_the_grace_to_catch_up_and_none_is_judged_without_an_auditor_or_when_off():
+    health = AutoRecoveryHealth(CHECK_GRACES)
+    health.observe(elected({CHECK_ALL: 0, REPLICAS: 0}), 1_000)
+    assert health.next_deadline_ms() == 360_000
+    # Another Auditor is elected at 500 000, past both due times: BookKeeper's runs them at once.
+    assert health.observe(elected({CHECK_ALL: 0, REPLICAS: 0}, auditor="b2"), 500_000) == []
+    assert health.next_deadline_ms() == 560_000
+    health.observe(AutoRecoveryZnodes(checks={CHECK_ALL: 0}), 510_000)  # no Auditor: AUDITOR_MISSING's
+    assert health.advance(10**12) == [] and health.next_deadline_ms() is None
+    switched_off = elected({CHECK_ALL: 0}, disabled_since_ms=10**12)  # the Auditor skips its checks
+    assert health.observe(switched_off, 10**12) == []
+    assert [t.kind for t in health.advance(10**13)] == [DISABLED]  # and only that one fires
+    # Back on, the same Auditor: it skipped the runs that fell due and makes up for them only at its next
+    # tick, so the check is overdue at once.
+    on_again = health.observe(elected({CHECK_ALL: 0}), 10**13)
+    assert [(t.kind, t.firing) for t in on_again] == [(DISABLED, False), (OVERDUE, True)]
+
+
+def test_a_restart_keeps_since_when_the_auditor_is_elected_and_what_fired():
+    health = AutoRecoveryHealth(CHECK_GRACES)
+    health.observe(elected({}), 1_000)  # neither check ever ran: due from the election on
+    saved = json.loads(json.dumps(health.to_json()))
+    restored = AutoRecoveryHealth.from_json(saved, CHECK_GRACES)
+    assert restored.observe(elected({}), 50_000) == []  # the same Auditor, read again after the restart
+    assert restored.next_deadline_ms() == 61_000
+    (fired,) = restored.advance(61_000)
+    assert fired.detail["overdue"] == ["checkallledgersctime", "replicascheckctime"]
+    again = AutoRecoveryHealth.from_json(json.loads(json.dumps(restored.to_json())), CHECK_GRACES)
+    assert again.znodes == elected({}) and again.advance(10**9) == []  # still open, not fired twice
+    (resolved,) = again.observe(elected({CHECK_ALL: 70_000, REPLICAS: 70_000}), 70_000)
+    assert (resolved.firing, resolved.detail["since_ms"]) == (False, 1_000)
+    assert AutoRecoveryHealth.from_json(again.to_json(), CHECK_GRACES).znodes.checks == {
+        CHECK_ALL: 70_000,
+        REPLICAS: 70_000,
+    }
+
+
 # Steps of a random history: (kind, value, time step ms).
 steps = st.lists(
     st.tuples(
-        st.sampled_from(["disable", "enable", "vote", "unvote", "run", "stop", "lock", "unlock", "tick"]),
+        st.sampled_from(
+            ["disable", "enable", "vote", "unvote", "run", "stop", "lock", "unlock", "tick", "checked"]
+        ),
         st.integers(0, 3),
         st.integers(0, 12_000),
     ),
     max_size=40,
+)
+# Short enough for the histories above to reach: checks every 10 s and 4 s, 3 s late.
+PROPERTY_GRACES = replace(
+    GRACES, checks_overdue_s=3, check_all_ledgers_interval_s=10, replicas_check_interval_s=4
 )
 
 
@@ -91,16 +209,20 @@ steps = st.lists(
 @given(steps, st.integers(0, 40))
 def test_after_every_input_exactly_the_due_conditions_are_firing(history, restore_at):
     """The state machine against the rule: after each call, what fired and is still open is exactly what
-    ``due_conditions`` says is due (an oracle tracks since when the Auditor is missing), every firing comes
-    after its grace, fire and resolve alternate per condition, and a save/restore mid-way changes nothing."""
-    health = AutoRecoveryHealth(GRACES)
+    ``due_conditions`` says is due (an oracle tracks since when the Auditor is missing, and since when it is
+    seen elected), every firing comes after its grace, fire and resolve alternate per condition, and a
+    save/restore (through JSON) mid-way changes nothing."""
+    graces = PROPERTY_GRACES
+    health = AutoRecoveryHealth(graces)
     now, disabled_since, voted, running, locks = 0, None, False, False, {}
+    checks: dict[CtimeZnode, int] = {}
     missing_since: int | None = None
+    elected_since: int | None = None
     observed = False
     open_now: dict[tuple[str, int | None], int] = {}
     for index, (kind, value, step) in enumerate(history):
         if index == restore_at:
-            health = AutoRecoveryHealth.from_json(health.to_json(), GRACES)
+            health = AutoRecoveryHealth.from_json(json.loads(json.dumps(health.to_json())), graces)
         now += step
         if kind == "disable" and disabled_since is None:
             disabled_since = now - value * 1_000  # the znode's ctime may predate the read
@@ -112,7 +234,9 @@ def test_after_every_input_exactly_the_due_conditions_are_firing(history, restor
             locks[value] = ReplicationLock(f"w{value}", now)
         elif kind == "unlock":
             locks.pop(value, None)
-        znodes = AutoRecoveryZnodes(disabled_since, "auditor" if voted else None, dict(locks))
+        elif kind == "checked":  # the Auditor completed a check, up to 3 s before the read
+            checks[REPLICAS if value % 2 else CHECK_ALL] = now - value * 1_000
+        znodes = AutoRecoveryZnodes(disabled_since, "auditor" if voted else None, dict(locks), dict(checks))
         if kind in ("run", "stop"):
             running = kind == "run"
             transitions = health.set_bookies_running(running, now)
@@ -120,6 +244,7 @@ def test_after_every_input_exactly_the_due_conditions_are_firing(history, restor
             transitions = health.advance(now)
         else:
             observed = True
+            elected_since = (elected_since if elected_since is not None else now) if voted else None
             transitions = health.observe(znodes, now)
         holds = observed and running and not voted
         missing_since = (missing_since if missing_since is not None else now) if holds else None
@@ -128,11 +253,11 @@ def test_after_every_input_exactly_the_due_conditions_are_firing(history, restor
             assert t.at_ms == now
             if t.firing:
                 assert key not in open_now
-                assert now - t.detail["since_ms"] >= GRACES.grace_ms(t.kind)
+                assert now - t.detail["since_ms"] >= graces.grace_ms(t.kind)
                 open_now[key] = t.detail["since_ms"]
             else:
                 assert open_now.pop(key) == t.detail["since_ms"]
-        due = due_conditions(znodes, missing_since, now, GRACES) if observed else []
+        due = due_conditions(znodes, missing_since, now, graces, elected_since) if observed else []
         assert open_now == {c.key: c.since_ms for c in due}
 
 
@@ -205,7 +330,9 @@ def test_the_cluster_group_fires_at_the_deadline_it_asks_a_timer_for_and_resolve
         ("AUTORECOVERY_DISABLED", None, False),
         ("REPLICATION_STALLED", 5, False),
     ]
-    assert deadline is None
+    # What is left pending: BookKeeper's weekly check of all ledgers, never seen run, a day (the default
+    # grace) after the Auditor was first seen.
+    assert deadline == 22_000 + 86_400_000
 
 
 def test_a_cluster_group_without_membership_ignores_autorecovery_state():
@@ -228,3 +355,59 @@ def test_ground_truth_requires_what_is_due_and_allows_what_is_at_its_deadline():
     assert truth["alerts"]["AUDITOR_MISSING"] == [] and truth["may_alert"]["AUDITOR_MISSING"] == []
     healthy = ground_truth(ClusterSnapshot(now_ms=10**12, bookies={}, ledgers={}))
     assert all(healthy["alerts"][k] == [] for k in ("AUTORECOVERY_DISABLED", "AUDITOR_MISSING"))
+
+
+def test_the_decoded_payload_carries_the_check_times_by_znode_name():
+    state = ev.auto_recovery_state(
+        disabled_ctime_ms=None, votes=[(1, "b1")], checks={CHECK_ALL: 1_000, PLACEMENT: 0}
+    )
+    payload = _auto_recovery_payload(
+        ev.decode_event(ev.encode_event(ev.EventBuilder("c", "r").build(state))).auto_recovery_state
+    )
+    assert payload["checks"] == {"checkallledgersctime": 1_000, "placementpolicycheckctime": 0}
+    assert _auto_recovery_payload(ev.auto_recovery_state(disabled_ctime_ms=None))["checks"] == {}
+
+
+def test_the_cluster_group_fires_an_overdue_check_from_its_deadline_and_keeps_it_across_a_restart():
+    logic = ClusterLogic(ProcessorConfig(autorecovery=CHECK_GRACES))
+    checked = row(
+        "auto_recovery_state",
+        2_000,
+        disabled=False,
+        auditor="b1",
+        votes=1,
+        locks=[],
+        checks={"checkallledgersctime": 1_000, "replicascheckctime": 1_500},
+    )
+    state, out, deadline = logic.apply(None, [checked])
+    assert alerts_of(out) == [] and deadline == 361_500
+    state = json.loads(json.dumps(state))  # what the lane saves and a restarted job reads
+    state, out, deadline = logic.on_timer(state, 361_500)
+    assert alerts_of(out) == [("AUDITOR_CHECKS_OVERDUE", None, True)] and deadline is None  # one alert
+    state = json.loads(json.dumps(state))
+    later = {**checked["payload"], "checks": {"checkallledgersctime": 1_000, "replicascheckctime": 400_000}}
+    state, out, deadline = logic.apply(state, [row("auto_recovery_state", 400_000, **later)])
+    assert alerts_of(out) == [("AUDITOR_CHECKS_OVERDUE", None, False)] and deadline == 661_000
+
+
+def test_ground_truth_requires_an_overdue_check_with_the_jobs_rule():
+    znodes = elected({CHECK_ALL: 0})
+    params = TruthParameters(autorecovery=CHECK_GRACES)
+
+    def truth_at(now_ms: int) -> tuple[list[Any], list[Any]]:
+        snapshot = ClusterSnapshot(
+            now_ms=now_ms, bookies={}, ledgers={}, autorecovery=znodes, auditor_elected_since_ms=100
+        )
+        truth = ground_truth(snapshot, params)
+        return truth["alerts"]["AUDITOR_CHECKS_OVERDUE"], truth["may_alert"]["AUDITOR_CHECKS_OVERDUE"]
+
+    # The replicas check never ran: due when the Auditor was elected (100), overdue 60 s later.
+    assert truth_at(58_000) == ([], [])
+    assert truth_at(60_100) == ([], ["auditor-checks"])
+    assert truth_at(61_200) == (["auditor-checks"], [])
+    assert (
+        ground_truth(ClusterSnapshot(now_ms=61_200, bookies={}, ledgers={}), params)["alerts"][
+            "AUDITOR_CHECKS_OVERDUE"
+        ]
+        == []
+    )  # no Auditor: AUDITOR_MISSING's business

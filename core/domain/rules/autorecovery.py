@@ -12,10 +12,26 @@ repaired, whatever else the auditor alerts:
 - ``REPLICATION_STALLED``: one per ledger whose lock has been held since its ctime (a fragment takes seconds
   to copy, so a lock held for long means a stuck worker).
 
+A fourth asks whether the elected Auditor does its periodic work. It records when each periodic check last
+completed in a binary znode (``checkallledgersctime``, ``placementpolicycheckctime``,
+``replicascheckctime``, :class:`~core.domain.underreplication.CtimeZnode`):
+
+- ``AUDITOR_CHECKS_OVERDUE``: one for the cluster while an Auditor is elected, AutoRecovery is on and a
+  check whose configured interval is above 0 has not completed when due. A check is due at
+  ``max(last completion + interval, elected)``, where ``elected`` is since when the job has seen the
+  current Auditor elected: BookKeeper's Auditor, once elected, runs at once a check that never ran or
+  whose last run is older than its interval, and the next one an interval after the last (its
+  ``initialDelay``). A check that never ran (no znode, or no time in it) is therefore due at ``elected``.
+  The condition holds since the earliest due time among the checks; its detail names each check with its
+  last completion and due time, and, when it fires, the ones overdue past the grace. While ``disable``
+  exists the Auditor skips its checks and ``AUTORECOVERY_DISABLED`` says why, so this one does not hold.
+
 Each fires once it has held for its grace period (a grace of 0 turns its check off) and resolves when the
-condition clears. :func:`due_conditions` is the rule (the simulator's ground truth calls it);
-:class:`AutoRecoveryHealth` is the job's state machine around it: it remembers since when each condition
-holds, fires at the event time that passes the grace, and resolves at the event time the znodes changed.
+condition clears, or when it changes its start (a lock taken anew, the overdue check completing while
+another is still overdue: the first alert resolves and the next fires at once with a new id).
+:func:`due_conditions` is the rule (the simulator's ground truth calls it); :class:`AutoRecoveryHealth` is
+the job's state machine around it: it remembers since when each condition holds, fires at the event time
+that passes the grace, and resolves at the event time the znodes changed.
 Pure: no I/O, no clock.
 
 Example:
@@ -36,25 +52,41 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.domain.alerts import AlertKind
+from core.domain.underreplication import CtimeZnode
 
 AUTORECOVERY_KINDS = frozenset(
-    {AlertKind.AUTORECOVERY_DISABLED, AlertKind.AUDITOR_MISSING, AlertKind.REPLICATION_STALLED}
+    {
+        AlertKind.AUTORECOVERY_DISABLED,
+        AlertKind.AUDITOR_MISSING,
+        AlertKind.REPLICATION_STALLED,
+        AlertKind.AUDITOR_CHECKS_OVERDUE,
+    }
 )
 """The alert kinds of this rule."""
 
 
 @dataclass(frozen=True)
 class AutoRecoveryGraces:
-    """How long each condition must hold before it fires, in seconds; 0 turns that check off.
+    """How long each condition must hold before it fires, in seconds; 0 turns that check off. Also the
+    intervals the cluster's Auditor runs its periodic checks with (BookKeeper's
+    ``auditorPeriodicCheckInterval``, ``auditorPeriodicPlacementPolicyCheckInterval`` and
+    ``auditorPeriodicReplicasCheckInterval``, seconds, defaults BookKeeper's: weekly, off, off); a check
+    with an interval of 0 is off and never overdue.
 
     Example:
         >>> AutoRecoveryGraces().grace_ms(AlertKind.AUDITOR_MISSING)
         300000
+        >>> AutoRecoveryGraces().check_interval_ms(CtimeZnode.CHECK_ALL_LEDGERS)
+        604800000
     """
 
     disabled_s: float = 900.0
     auditor_missing_s: float = 300.0
     lock_held_s: float = 1800.0
+    checks_overdue_s: float = 86400.0
+    check_all_ledgers_interval_s: float = 604800.0
+    placement_policy_check_interval_s: float = 0.0
+    replicas_check_interval_s: float = 0.0
 
     def grace_ms(self, kind: AlertKind) -> int:
         """The grace of ``kind`` in milliseconds (0: the check is off).
@@ -67,7 +99,22 @@ class AutoRecoveryGraces:
             AlertKind.AUTORECOVERY_DISABLED: self.disabled_s,
             AlertKind.AUDITOR_MISSING: self.auditor_missing_s,
             AlertKind.REPLICATION_STALLED: self.lock_held_s,
+            AlertKind.AUDITOR_CHECKS_OVERDUE: self.checks_overdue_s,
         }[kind]
+        return round(seconds * 1000)
+
+    def check_interval_ms(self, check: CtimeZnode) -> int:
+        """The interval of one of the Auditor's periodic checks in milliseconds (0: the check is off).
+
+        Example:
+            >>> AutoRecoveryGraces(replicas_check_interval_s=60).check_interval_ms(CtimeZnode.REPLICAS_CHECK)
+            60000
+        """
+        seconds = {
+            CtimeZnode.CHECK_ALL_LEDGERS: self.check_all_ledgers_interval_s,
+            CtimeZnode.PLACEMENT_POLICY_CHECK: self.placement_policy_check_interval_s,
+            CtimeZnode.REPLICAS_CHECK: self.replicas_check_interval_s,
+        }[check]
         return round(seconds * 1000)
 
 
@@ -87,7 +134,9 @@ class ReplicationLock:
 @dataclass(frozen=True)
 class AutoRecoveryZnodes:
     """AutoRecovery's znodes at one moment: ``disable``'s creation time (None: absent), the elected Auditor
-    (the lowest vote's bookie id, ``""`` when the vote does not say; None: no vote) and the locks by ledger.
+    (the lowest vote's bookie id, ``""`` when the vote does not say; None: no vote), the locks by ledger and
+    when each of the Auditor's periodic checks last completed (ms, the Auditor's clock; a check not in
+    ``checks`` never ran as far as its znode tells).
 
     Example:
         >>> AutoRecoveryZnodes(auditor="10.0.0.1:3181").auditor
@@ -97,11 +146,13 @@ class AutoRecoveryZnodes:
     disabled_since_ms: int | None = None
     auditor: str | None = None
     locks: Mapping[int, ReplicationLock] = field(default_factory=dict)
+    checks: Mapping[CtimeZnode, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Condition:
-    """A condition that holds: its kind, its ledger (REPLICATION_STALLED only) and since when.
+    """A condition that holds: its kind, its ledger (REPLICATION_STALLED only) and since when (which may
+    lie ahead for AUDITOR_CHECKS_OVERDUE: the check is not due yet, the condition is pending).
 
     Example:
         >>> Condition(AlertKind.AUDITOR_MISSING, None, 5).key
@@ -119,9 +170,52 @@ class Condition:
         return self.kind.value, self.ledger_id
 
 
-def holding_conditions(znodes: AutoRecoveryZnodes, auditor_missing_since_ms: int | None) -> list[Condition]:
+def checks_condition(
+    znodes: AutoRecoveryZnodes, auditor_elected_since_ms: int | None, graces: AutoRecoveryGraces
+) -> Condition | None:
+    """``AUDITOR_CHECKS_OVERDUE``'s condition, pending or holding: since the earliest time a check with an
+    interval above 0 was due to complete (None: no Auditor elected, AutoRecovery off, or every check off).
+
+    ``auditor_elected_since_ms`` is since when the current Auditor is elected (as far as the caller saw).
+
+    Example:
+        >>> graces = AutoRecoveryGraces(check_all_ledgers_interval_s=10, replicas_check_interval_s=5)
+        >>> znodes = AutoRecoveryZnodes(auditor="b1", checks={CtimeZnode.CHECK_ALL_LEDGERS: 4_000})
+        >>> condition = checks_condition(znodes, 1_000, graces)
+        >>> condition.since_ms, sorted(condition.detail["checks"])
+        (1000, ['checkallledgersctime', 'replicascheckctime'])
+        >>> condition.detail["checks"]["checkallledgersctime"]["due_ms"]
+        14000
+        >>> checks_condition(AutoRecoveryZnodes(), 1_000, graces) is None  # no Auditor
+        True
+    """
+    if znodes.auditor is None or auditor_elected_since_ms is None or znodes.disabled_since_ms is not None:
+        return None
+    checks: dict[str, dict[str, Any]] = {}
+    for check in CtimeZnode:
+        interval = graces.check_interval_ms(check)
+        if interval <= 0:
+            continue
+        last = znodes.checks.get(check)
+        due = auditor_elected_since_ms if last is None else max(last + interval, auditor_elected_since_ms)
+        checks[check.value] = {"last_completed_ms": last, "interval_s": interval / 1000, "due_ms": due}
+    if not checks:
+        return None
+    since = min(check["due_ms"] for check in checks.values())
+    return Condition(AlertKind.AUDITOR_CHECKS_OVERDUE, None, since, {"checks": checks})
+
+
+def holding_conditions(
+    znodes: AutoRecoveryZnodes,
+    auditor_missing_since_ms: int | None,
+    *,
+    graces: AutoRecoveryGraces | None = None,
+    auditor_elected_since_ms: int | None = None,
+) -> list[Condition]:
     """Every condition that holds now, whatever its age (``auditor_missing_since_ms``: since when no vote
-    was seen while bookies ran, None when an Auditor is elected or no bookie runs).
+    was seen while bookies ran, None when an Auditor is elected or no bookie runs). The Auditor's checks
+    are judged only with ``graces`` (their intervals) and ``auditor_elected_since_ms``
+    (:func:`checks_condition`).
 
     Example:
         >>> locks = {7: ReplicationLock("w1", 100)}
@@ -138,6 +232,10 @@ def holding_conditions(znodes: AutoRecoveryZnodes, auditor_missing_since_ms: int
         conditions.append(
             Condition(AlertKind.REPLICATION_STALLED, ledger_id, lock.since_ms, {"holder": lock.holder})
         )
+    if graces is not None:
+        overdue = checks_condition(znodes, auditor_elected_since_ms, graces)
+        if overdue is not None:
+            conditions.append(overdue)
     return conditions
 
 
@@ -158,6 +256,7 @@ def due_conditions(
     auditor_missing_since_ms: int | None,
     now_ms: int,
     graces: AutoRecoveryGraces,
+    auditor_elected_since_ms: int | None = None,
 ) -> list[Condition]:
     """The conditions that must be alerting at ``now_ms``: holding for at least their grace.
 
@@ -165,10 +264,19 @@ def due_conditions(
         >>> znodes = AutoRecoveryZnodes(disabled_since_ms=0, locks={3: ReplicationLock(None, 5_000)})
         >>> [c.key for c in due_conditions(znodes, 1_000, 6_000, AutoRecoveryGraces(5, 5, 5))]
         [('AUTORECOVERY_DISABLED', None), ('AUDITOR_MISSING', None)]
+        >>> checked = AutoRecoveryZnodes(auditor="b1", checks={CtimeZnode.CHECK_ALL_LEDGERS: 0})
+        >>> weekly = AutoRecoveryGraces(checks_overdue_s=3600)
+        >>> [c.key for c in due_conditions(checked, None, 608_400_000, weekly, auditor_elected_since_ms=0)]
+        [('AUDITOR_CHECKS_OVERDUE', None)]
+        >>> due_conditions(checked, None, 608_399_999, weekly, auditor_elected_since_ms=0)
+        []
     """
+    holding = holding_conditions(
+        znodes, auditor_missing_since_ms, graces=graces, auditor_elected_since_ms=auditor_elected_since_ms
+    )
     return [
         condition
-        for condition in holding_conditions(znodes, auditor_missing_since_ms)
+        for condition in holding
         if (due := due_at_ms(condition, graces)) is not None and now_ms >= due
     ]
 
@@ -189,12 +297,17 @@ class HealthTransition:
     detail: Mapping[str, Any]
 
 
-def _detail(condition: Condition, graces: AutoRecoveryGraces) -> dict[str, Any]:
-    return {
+def _detail(condition: Condition, graces: AutoRecoveryGraces, now_ms: int) -> dict[str, Any]:
+    detail = {
         **condition.detail,
         "since_ms": condition.since_ms,
         "grace_s": graces.grace_ms(condition.kind) / 1000,
     }
+    if condition.kind is AlertKind.AUDITOR_CHECKS_OVERDUE:
+        grace = graces.grace_ms(condition.kind)
+        checks = condition.detail["checks"]
+        detail["overdue"] = sorted(name for name, c in checks.items() if now_ms >= c["due_ms"] + grace)
+    return detail
 
 
 class AutoRecoveryHealth:
@@ -219,12 +332,20 @@ class AutoRecoveryHealth:
         self.znodes: AutoRecoveryZnodes | None = None  # None: never observed (no alert can hold)
         self.bookies_running = False
         self.auditor_missing_since_ms: int | None = None
+        # Since when the current Auditor has been seen elected (None: none is, or not seen since a restore
+        # of a state saved before this was kept).
+        self.auditor_elected_since_ms: int | None = None
         self.firing: dict[tuple[str, int | None], int] = {}  # condition key -> since_ms of the fired one
 
     # -- inputs ---------------------------------------------------------------------------------------------
     def observe(self, znodes: AutoRecoveryZnodes, at_ms: int) -> list[HealthTransition]:
         """AutoRecovery's znodes as read at event time ``at_ms``."""
+        previous = self.znodes.auditor if self.znodes is not None else None
         self.znodes = znodes
+        if znodes.auditor is None:
+            self.auditor_elected_since_ms = None
+        elif znodes.auditor != previous or self.auditor_elected_since_ms is None:
+            self.auditor_elected_since_ms = at_ms  # another Auditor schedules its checks anew
         return self._update_auditor(at_ms) + self.advance(at_ms)
 
     def set_bookies_running(self, running: bool, at_ms: int) -> list[HealthTransition]:
@@ -243,7 +364,13 @@ class AutoRecoveryHealth:
     def _holding(self) -> dict[tuple[str, int | None], Condition]:
         if self.znodes is None:
             return {}
-        return {c.key: c for c in holding_conditions(self.znodes, self.auditor_missing_since_ms)}
+        holding = holding_conditions(
+            self.znodes,
+            self.auditor_missing_since_ms,
+            graces=self.graces,
+            auditor_elected_since_ms=self.auditor_elected_since_ms,
+        )
+        return {c.key: c for c in holding}
 
     def advance(self, now_ms: int) -> list[HealthTransition]:
         """Event time moved to ``now_ms``: resolve what no longer holds, fire what is due."""
@@ -259,11 +386,8 @@ class AutoRecoveryHealth:
             due = due_at_ms(condition, self.graces)
             if key not in self.firing and due is not None and now_ms >= due:
                 self.firing[key] = condition.since_ms
-                out.append(
-                    HealthTransition(
-                        condition.kind, condition.ledger_id, True, now_ms, _detail(condition, self.graces)
-                    )
-                )
+                detail = _detail(condition, self.graces, now_ms)
+                out.append(HealthTransition(condition.kind, condition.ledger_id, True, now_ms, detail))
         return out
 
     def _firing_sorted(self) -> list[tuple[tuple[str, int | None], int]]:
@@ -297,11 +421,13 @@ class AutoRecoveryHealth:
                 "disabled_since_ms": self.znodes.disabled_since_ms,
                 "auditor": self.znodes.auditor,
                 "locks": [[i, lock.holder, lock.since_ms] for i, lock in sorted(self.znodes.locks.items())],
+                "checks": {check.value: ms for check, ms in sorted(self.znodes.checks.items(), key=_by_name)},
             }
         return {
             "znodes": znodes,
             "bookies_running": self.bookies_running,
             "auditor_missing_since_ms": self.auditor_missing_since_ms,
+            "auditor_elected_since_ms": self.auditor_elected_since_ms,
             "firing": [[kind, ledger, since] for (kind, ledger), since in self._firing_sorted()],
         }
 
@@ -324,11 +450,17 @@ class AutoRecoveryHealth:
                 disabled_since_ms=znodes["disabled_since_ms"],
                 auditor=znodes["auditor"],
                 locks={int(i): ReplicationLock(holder, int(since)) for i, holder, since in znodes["locks"]},
+                checks={CtimeZnode(name): int(ms) for name, ms in (znodes.get("checks") or {}).items()},
             )
         health.bookies_running = bool(data.get("bookies_running"))
         health.auditor_missing_since_ms = data.get("auditor_missing_since_ms")
+        health.auditor_elected_since_ms = data.get("auditor_elected_since_ms")
         health.firing = {(kind, ledger): int(since) for kind, ledger, since in data.get("firing", [])}
         return health
+
+
+def _by_name(item: tuple[CtimeZnode, int]) -> str:
+    return item[0].value
 
 
 __all__ = [
@@ -339,6 +471,7 @@ __all__ = [
     "Condition",
     "HealthTransition",
     "ReplicationLock",
+    "checks_condition",
     "due_at_ms",
     "due_conditions",
     "holding_conditions",
