@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from connectors.kafka.publisher import MEMBERSHIP_PARTITION_KEY, partition_for_key
 from core.domain.rules.autorecovery import AutoRecoveryGraces
 from core.domain.rules.lost_bookie import DisruptionRule
 from core.errors import BkauditError, ConfigError, ServiceError
@@ -462,6 +463,7 @@ def start_membership_lane(settings: Settings, sink: AuditSink, *, available_now:
             processor=processor_config(stream),
             max_event_time_skew_s=stream.max_event_time_skew_s,
             cluster_default=settings.cluster or "unknown",
+            membership_partition=partition_for_key(MEMBERSHIP_PARTITION_KEY, sink.config.changes_partitions),
         ),
         sink.loss,
         store,

@@ -185,6 +185,13 @@ class LossAuditor:
         self._open: dict[tuple[str, AlertKind], Alert] | None = None  # MEMBERSHIP_ALERT_KINDS
         self._open_ledgers: pa.Table = empty_open()  # the ledger kinds, columnar
         self._lost: frozenset[str] = frozenset()
+        # Bookies never registered that live ledgers name (see _never_registered): the known bookies (a
+        # bookies row: registered or with a cookie at some time), the bookies lost that way, the names
+        # waiting for the membership lane to pass the event time they were named at, and its clock.
+        self._known: set[str] = set()
+        self._ghosts: set[str] = set()
+        self._named: dict[str, int] = {}
+        self._membership_ms: int | None = None
         self._tables = OpenTables(lakehouse_root)
         self.reports: list[LossReport] = []
 
@@ -202,7 +209,18 @@ class LossAuditor:
         self._open_ledgers = open_from_rows(scan(open_alerts, [("kind", "in", kinds)]))
         lost = scan(bookies, [("lost", "=", True)], ["bookie_id"]).column("bookie_id").to_pylist()
         self._lost = frozenset(lost)
-        self._table("ledger_bookies")  # opened now, so a loss reads only the commits since
+        self._known = set(scan(bookies, [], ["bookie_id"]).column("bookie_id").to_pylist())
+        self._ghosts = {
+            bookie_id
+            for (entity, kind), alert in self._open.items()
+            if kind is AlertKind.BOOKIE_LOST and (alert.detail or {}).get("never_registered")
+            for bookie_id in (entity.removeprefix("bookie/"),)
+        }
+        index = self._table("ledger_bookies")  # opened now, so a loss reads only the commits since
+        # Names a ledger gave before a restart: the index's partitions (checked again when due).
+        now_ms = int(time.time() * 1000)
+        named = {str(part["bookie"]) for part in index.partitions() if part.get("bookie")}
+        self._named = dict.fromkeys(sorted(named - self._known), now_ms)
         self.ledger_log.ensure_open()
 
     def _ensure_loaded(self, app_id: str, batch_id: int, cluster: str) -> None:
@@ -241,22 +259,33 @@ class LossAuditor:
         membership: Sequence[Mapping[str, Any]] = (),
         changed_rows: Mapping[int, Mapping[str, Any]] | None = None,
         changed_at_ms: Mapping[int, int] | None = None,
+        named_bookies: Mapping[str, int] | None = None,
+        membership_clock_ms: int | None = None,
     ) -> LossReport:
         """Apply membership decisions (rows with ``kind``, ``at_ms``, ``bookie_id``, ``payload``) and
         re-evaluate changed ledgers (``ledgers`` rows by id, with the event time of each change); publish
-        the resulting transitions, then record them. A call with nothing to do writes nothing."""
+        the resulting transitions, then record them. A call with nothing to do writes nothing.
+
+        ``named_bookies``: the bookies the changed ledgers name, with the event time they were named at;
+        ``membership_clock_ms``: how far the membership lane has read the bookies' registrations (a
+        heartbeat of their partition). Together they find bookies that ledgers name but that never
+        registered."""
         started = time.monotonic()
         report = LossReport(app_id, batch_id)
         changed_rows, changed_at_ms = changed_rows or {}, changed_at_ms or {}
-        if not membership and not changed_rows:
+        if not membership and not changed_rows and not named_bookies and membership_clock_ms is None:
             return report
         phase = _PhaseClock(report.phase_s)
         with self.lock:
             phase("lock")
             self._ensure_loaded(app_id, batch_id, cluster)
             assert self._open is not None
+            self._note_named(named_bookies or {}, membership_clock_ms)
             book = AlertBook(cluster, open=dict(self._open))
             bookie_rows, lost, lost_changed = self._apply_membership(book, membership, cluster)
+            lost = self._never_registered(book, bookie_rows, lost, lost_changed, cluster)
+            if not membership and not changed_rows and not lost_changed:
+                return report
             phase("membership")
             conditions = self._evaluate(lost, lost_changed, changed_rows, changed_at_ms)
             phase("evaluate")
@@ -299,6 +328,13 @@ class LossAuditor:
         for row in sorted(membership, key=lambda r: r["at_ms"]):
             kind, bookie_id, at_ms, payload = row["kind"], row["bookie_id"], row["at_ms"], row["payload"]
             if kind == "bookie_state":
+                self._known.add(bookie_id)
+                self._named.pop(bookie_id, None)
+                if bookie_id in self._ghosts and not payload.get("lost"):
+                    # It registered (or has a cookie) after all: the membership rule owns it from now on.
+                    self._ghosts.discard(bookie_id)
+                    book.set_bookie_condition(AlertKind.BOOKIE_LOST, bookie_id, False, at_ms=at_ms)
+                    lost_changed[bookie_id] = at_ms
                 bookie_rows[bookie_id] = {
                     "bookie_id": bookie_id,
                     "cluster": cluster,
@@ -323,6 +359,60 @@ class LossAuditor:
             elif kind in ("autorecovery_alert", "cluster_alert"):
                 _set_health_condition(book, row.get("ledger_id"), at_ms, payload)
         return bookie_rows, frozenset(lost), lost_changed
+
+    def _note_named(self, named: Mapping[str, int], clock_ms: int | None) -> None:
+        """Remember the names no bookies row has (the earliest time each was named), and the membership
+        lane's clock."""
+        if clock_ms is not None:
+            self._membership_ms = (
+                clock_ms if self._membership_ms is None else max(self._membership_ms, clock_ms)
+            )
+        for bookie_id, at_ms in named.items():
+            if bookie_id not in self._known and bookie_id not in self._ghosts:
+                self._named[bookie_id] = min(at_ms, self._named.get(bookie_id, at_ms))
+
+    def _never_registered(
+        self,
+        book: AlertBook,
+        bookie_rows: dict[str, dict[str, Any]],
+        lost: frozenset[str],
+        lost_changed: dict[str, int],
+        cluster: str,
+    ) -> frozenset[str]:
+        """Bookies a live ledger names that never registered and have no cookie are lost, as BookKeeper's
+        Auditor decides (lost = bookies in the ledgers' index - available bookies): one ``BOOKIE_LOST``
+        (``detail.never_registered``) and their ledgers' alerts. A name is judged once the membership lane
+        has read past the time it was named at, so a bookie whose registration was simply not read yet is
+        never taken for lost. Returns the lost set with them."""
+        clock = self._membership_ms
+        if clock is None or not self._named:
+            return lost
+        due = sorted(b for b, at_ms in self._named.items() if at_ms < clock)
+        if not due:
+            return lost
+        for bookie_id in due:
+            del self._named[bookie_id]
+        index = self.ledger_log.read_index(self._table("ledger_bookies"), due, ["bookie", "ledger_id"])
+        named = set(index.column("bookie").to_pylist())
+        found = set(lost)
+        for bookie_id in (b for b in due if b in named and b not in self._known):
+            detail = {"missing_since": clock, "never_registered": True}
+            book.set_bookie_condition(AlertKind.BOOKIE_LOST, bookie_id, True, at_ms=clock, detail=detail)
+            bookie_rows[bookie_id] = {
+                "bookie_id": bookie_id,
+                "cluster": cluster,
+                "status": "GONE",
+                "lost": True,
+                "missing_since": utc_from_ms(clock),
+                "flaps": 0,
+                "has_cookie": False,
+                "updated_at": utc_from_ms(clock),
+            }
+            lost_changed[bookie_id] = clock
+            found.add(bookie_id)
+            self._ghosts.add(bookie_id)
+            self._known.add(bookie_id)
+        return frozenset(found)
 
     def _evaluate(
         self,

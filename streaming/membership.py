@@ -66,6 +66,7 @@ class MembershipLaneConfig:
     processor: ProcessorConfig
     max_event_time_skew_s: float | None = None
     cluster_default: str = "unknown"
+    membership_partition: int = 0  # the changes topic's partition of the bookies' registrations
 
 
 def membership_rows(records: pa.Table, config: MembershipLaneConfig) -> list[dict[str, Any]]:
@@ -85,6 +86,24 @@ def membership_rows(records: pa.Table, config: MembershipLaneConfig) -> list[dic
     if not wanted.num_rows:
         return []
     return rows_from_frames(iter([wanted.to_pandas()]))
+
+
+def registrations_read_until(rows: list[dict[str, Any]], partition: int) -> int | None:
+    """The newest heartbeat of the registrations' partition among ``rows``: every registration the watcher
+    published before it has been read (one partition keeps its order). None without one.
+
+    Example:
+        >>> rows = [{"kind": "heartbeat", "event_time_ms": 9, "payload": {"partition": 1}},
+        ...         {"kind": "heartbeat", "event_time_ms": 7, "payload": {"partition": 0}}]
+        >>> registrations_read_until(rows, 0), registrations_read_until(rows, 2)
+        (7, None)
+    """
+    times = [
+        row["event_time_ms"]
+        for row in rows
+        if row["kind"] == "heartbeat" and (row.get("payload") or {}).get("partition") == partition
+    ]
+    return max(times) if times else None
 
 
 class MembershipLane:
@@ -129,6 +148,7 @@ class MembershipLane:
             batch_id=batch_id,
             cluster=cluster,
             membership=membership,
+            membership_clock_ms=registrations_read_until(rows, self.config.membership_partition),
         )
         self.store.save(batch_id, new_state)
         if self.metrics is not None:

@@ -511,6 +511,7 @@ class AuditSink:
             changed_at_ms=LazyRows(
                 {i: batch.trigger_ms.get(i, 0) for i in batch.index_replace}, ids, batch.versions_at_ms.tolist
             ),
+            named_bookies=named_bookies(versions, batch.versions_at_ms, batch),
         )
         report.alerts.extend(loss.alerts)
         report.skipped_replay_tables += loss.skipped_replay_tables
@@ -814,3 +815,19 @@ def newly_closed(before: pa.Table, after: pa.Table) -> list[int]:
     now_closed = after.filter(pc.fill_null(pc.equal(after.column("state"), "CLOSED"), False))
     ids = now_closed.column("ledger_id").to_numpy()
     return sorted(ids[np.isin(ids, was_open.column("ledger_id").to_numpy())].tolist())
+
+
+def named_bookies(versions: pa.Table, versions_at_ms: np.ndarray, batch: SinkBatch) -> dict[str, int]:
+    """The bookies the batch's changed ledgers name, each with the latest event time of the batch's changes
+    (a name is judged once the membership lane has read past it: later is the safe side)."""
+    names = set(pc.unique(pc.list_flatten(versions.column("bookies"))).drop_null().to_pylist())
+    at_ms = [int(versions_at_ms.max())] if len(versions_at_ms) else []
+    for ledger_id in batch.index_replace:
+        row = batch.ledgers.get(ledger_id)
+        if row is not None and not row.get("deleted"):
+            names.update(row.get("bookies") or ())
+            at_ms.append(int(batch.trigger_ms.get(ledger_id, 0)))
+    if not names:
+        return {}
+    latest = max(at_ms) if at_ms else 0
+    return dict.fromkeys(sorted(names), latest)

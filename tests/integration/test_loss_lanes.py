@@ -7,6 +7,7 @@ and index rows); the membership lane is ``sink.loss.apply`` with membership rows
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -167,3 +168,75 @@ def test_a_loss_replayed_by_a_restarted_job_publishes_the_same_ids_and_writes_no
     assert {name: read_table(root, name).to_pylist() for name in TABLES} == state
     assert again.skipped_replay_tables > 0
     assert restarted.loss.lost() == frozenset({"b1"})
+
+
+def membership_clock(
+    sink: AuditSink, at_ms: int, batch_id: int, rows: list[dict[str, Any]] | None = None
+) -> Any:
+    """A membership lane batch that read its partition's heartbeat at ``at_ms`` (and ``rows``)."""
+    return sink.loss.apply(
+        app_id=membership_app(APP),
+        batch_id=batch_id,
+        cluster="c1",
+        membership=rows or [],
+        membership_clock_ms=at_ms,
+    )
+
+
+def open_bookie_alerts(root: Path) -> dict[str, dict[str, Any]]:
+    rows = read_table(root, "open_alerts").to_pylist()
+    return {r["entity"]: json.loads(r["detail"] or "{}") for r in rows if r["kind"] == "BOOKIE_LOST"}
+
+
+def test_a_bookie_named_by_a_ledger_but_never_registered_is_lost_with_its_ledgers(
+    sink: AuditSink, tmp_path: Path
+) -> None:
+    root = tmp_path / "lh"
+    sink.process(decisions(ledger(2, ["b1", "ghost:3181", "b2"], 2_000, 11)), 1)
+    membership_clock(sink, 1_999, 0)  # the registrations are not read up to when it was named: wait
+    assert open_bookie_alerts(root) == {} and open_ledger_alerts(root) == []
+
+    membership_clock(sink, 2_500, 1)
+    assert open_bookie_alerts(root) == {
+        "bookie/ghost:3181": {"missing_since": 2_500, "never_registered": True}
+    }
+    assert open_ledger_alerts(root) == [2]
+    assert "ghost:3181" in sink.loss.lost()
+    bookie = next(r for r in read_table(root, "bookies").to_pylist() if r["bookie_id"] == "ghost:3181")
+    assert (bookie["status"], bookie["lost"], bookie["has_cookie"]) == ("GONE", True, False)
+
+    # It registers after all: the loss resolves with its ledger's alert.
+    returned = [("bookie_state", 3_000, None, "ghost:3181", {"status": "WRITABLE", "lost": False})]
+    rows = [{"kind": k, "at_ms": t, "bookie_id": b, "payload": p} for k, t, _, b, p in returned]
+    membership_clock(sink, 3_000, 2, rows)
+    assert open_bookie_alerts(root) == {} and open_ledger_alerts(root) == []
+
+
+def test_a_registration_read_before_the_clock_passes_the_ledger_is_never_a_loss(
+    sink: AuditSink, tmp_path: Path
+) -> None:
+    root = tmp_path / "lh"
+    sink.process(decisions(ledger(2, ["b1", "late:3181", "b2"], 2_000, 11)), 1)
+    registered = [
+        {
+            "kind": "bookie_state",
+            "at_ms": 1_500,
+            "bookie_id": "late:3181",
+            "payload": {"status": "WRITABLE", "lost": False},
+        }
+    ]
+    membership_clock(sink, 2_500, 0, registered)
+    assert open_bookie_alerts(root) == {} and open_ledger_alerts(root) == []
+
+
+def test_a_never_registered_bookie_stays_lost_across_a_restart(
+    kafka_settings: Any, sink: AuditSink, tmp_path: Path
+) -> None:
+    root = tmp_path / "lh"
+    sink.process(decisions(ledger(2, ["b1", "ghost:3181", "b2"], 2_000, 11)), 1)
+    membership_clock(sink, 2_500, 0)
+    sink.close()
+    restarted = AuditSink(SinkConfig(lakehouse_root=root, app_id=APP, kafka=kafka_settings))
+    membership_clock(restarted, 3_000, 1)  # nothing new: no second alert, the loss still open
+    assert list(open_bookie_alerts(root)) == ["bookie/ghost:3181"] and open_ledger_alerts(root) == [2]
+    assert "ghost:3181" in restarted.loss.lost()

@@ -279,3 +279,26 @@ def test_a_ledger_is_probed_when_it_closes_not_when_first_seen_closed(spark, kaf
     assert set(probed) == {("scrutiny", "failing")} and probed[("scrutiny", "failing")] == 1, probed
     walk = (settings.checkpoint_root / settings.stream.app_id / "sink" / "scrutiny.json").read_text()
     assert '"cursor": -1' in walk  # the walk's position is kept beside the lanes' (it never moved)
+
+
+def test_a_bookie_ledgers_name_that_never_registered_is_lost_through_the_lanes(
+    spark, kafka_settings, tmp_path
+):
+    settings, watcher, t0 = job_with_watcher(
+        kafka_settings, tmp_path, clock_offset_ms=-60_000, scrutiny_ledgers_per_s=0, scrutiny_on_close=False
+    )
+    for bookie in BOOKIES[:3]:
+        watcher.bookie(bookie, "WRITABLE")
+    watcher.ledger(1, [BOOKIES[0], "10.0.0.99:3181", BOOKIES[1]])  # no registration, no cookie
+    watcher.ledger(2, BOOKIES[:3])
+    watcher.heartbeat(t0 + 50_000)  # the membership lane has read every registration up to here
+    watcher.flush()
+    run_once(spark, settings)
+    firing = {
+        (a["kind"], a["ledger_id"], a["bookies"][0] if a["bookies"] else None)
+        for _, a in alerts_on(settings.kafka)
+        if a["state"] == "firing"
+    }
+    assert ("BOOKIE_LOST", None, "10.0.0.99:3181") in firing
+    at_risk = {(kind, ledger) for kind, ledger, _ in firing if kind.startswith("LEDGER_")}
+    assert at_risk == {("LEDGER_UNDER_REPLICATED", 1)}  # (no rack map here: placement alerts aside)
