@@ -273,7 +273,12 @@ class LossAuditor:
         started = time.monotonic()
         report = LossReport(app_id, batch_id)
         changed_rows, changed_at_ms = changed_rows or {}, changed_at_ms or {}
-        if not membership and not changed_rows and not named_bookies and membership_clock_ms is None:
+        if (
+            not membership
+            and not changed_rows
+            and not named_bookies
+            and not self._clock_judges(membership_clock_ms)
+        ):
             return report
         phase = _PhaseClock(report.phase_s)
         with self.lock:
@@ -359,6 +364,17 @@ class LossAuditor:
             elif kind in ("autorecovery_alert", "cluster_alert"):
                 _set_health_condition(book, row.get("ledger_id"), at_ms, payload)
         return bookie_rows, frozenset(lost), lost_changed
+
+    def _clock_judges(self, clock_ms: int | None) -> bool:
+        """Whether the membership lane's clock alone gives this call work: a name to judge now, or the names
+        of the index to take at the first call (a clock with nothing to judge touches no table)."""
+        if clock_ms is None:
+            return False
+        with self.lock:
+            if self._open is None:
+                return True
+            self._note_named({}, clock_ms)
+            return any(at_ms < clock_ms for at_ms in self._named.values())
 
     def _note_named(self, named: Mapping[str, int], clock_ms: int | None) -> None:
         """Remember the names no bookies row has (the earliest time each was named), and the membership
