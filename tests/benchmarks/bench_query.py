@@ -440,6 +440,8 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             )
             facts["write_s"] = round(time.perf_counter() - started, 1)
         lost, traced = facts["lost_bookie"], facts["traced_ledger"]
+        per_rack = args.bookies // args.racks
+        healthy = [_bookie_name(1, per_rack), _bookie_name(per_rack + 1, per_rack)]
         sample_topic = Lakehouse(root).under_replicated(limit=1).column("pulsar_topic")[0].as_py()
         page = 1001  # what the CLI asks for by default (--limit 1000, plus one to know it was cut)
         queries: dict[str, Callable[[], pa.Table]] = {
@@ -460,6 +462,11 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             "alert_timeline": lambda: Lakehouse(root).violations(kinds=["BOOKIE_LOST"]),
             "violations_by_rack_and_kind": lambda: Lakehouse(root).violations(group_by=["rack", "kind"]),
             "under_replicated_over_time": lambda: Lakehouse(root).open_alerts_over_time(),
+            # Before maintenance: one healthy bookie, then two of different racks, beside the lost one.
+            "what_if_one_bookie": lambda: Lakehouse(root).what_if([healthy[0]]).ledgers,
+            "what_if_two_bookies": lambda: Lakehouse(root).what_if(healthy).ledgers,
+            "drain_of_a_bookie": lambda: Lakehouse(root).drain(healthy[0]),
+            "auditor_diff": lambda: Lakehouse(root).auditor_diff(grace_s=0),
         }
         timings: dict[str, dict[str, float | int]] = {}
         for name, query in queries.items():
@@ -477,14 +484,17 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                 ],
                 "query history --ledger-id <traced>": ["history", "--ledger-id", str(traced)],
                 "query bookies": ["bookies"],
+                "query what-if --down <two bookies> --format json": [
+                    *("what-if", "--down", healthy[0], "--down", healthy[1], "--format", "json")
+                ],
             }
             for label, argv in commands.items():
                 started = time.perf_counter()
-                subprocess.run(
+                done = subprocess.run(
                     [sys.executable, "-m", "bkaudit.cli.main", "query", *argv, "--lakehouse", str(root)],
-                    check=True,
                     capture_output=True,
                 )
+                assert done.returncode in (0, 1), done.stderr  # what-if exits 1 when not safe
                 cli[label] = round(time.perf_counter() - started, 3)
             started = time.perf_counter()
             subprocess.run(
