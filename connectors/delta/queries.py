@@ -73,18 +73,9 @@ __all__ = [
 #: Every alert kind, from the one enum that defines them.
 ALERT_KINDS = tuple(kind.value for kind in AlertKind)
 # The entity of each cluster-level kind, as SQL (enum constants, nothing from the user).
-#: The ledger columns the lost-bookie rule reads besides the id (``LOST_BOOKIE_INPUT_SCHEMA``; not imported
-#: here: the rule needs pyarrow.compute, which every CLI call would then import).
-_RULE_COLUMNS = (
-    "state",
-    "format_version",
-    "ensemble_size",
-    "write_quorum",
-    "ack_quorum",
-    "last_entry_id",
-    "length",
-    "segments",
-)
+#: The ledger columns the lost-bookie rule reads besides the id (those the index copies, but the topic).
+_RULE_COLUMNS = tuple(name for name in INDEX_LEDGER_COLUMNS if name != "pulsar_topic")
+_MEMBERSHIP_SQL = "SELECT bookie_id, status FROM bookies ORDER BY bookie_id"
 _CLUSTER_ENTITY_CASES = " ".join(
     f"WHEN v.kind = '{kind.value}' THEN '{kind.cluster_entity}'" for kind in AlertKind if kind.is_cluster_kind
 )
@@ -914,17 +905,22 @@ class Lakehouse:
             >>> [(r["ledger_id"], r["verdict"], r["lost_bookies"]) for r in answer.ledgers.to_pylist()]
             [(1, 'UNRECOVERABLE', ['bookie-1', 'bookie-2']), (3, 'BELOW_ACK_QUORUM', ['bookie-2'])]
         """
-        from connectors.delta.removal import checked_bookies, unavailable_bookies, what_if_answer
+        from connectors.delta.removal import (
+            checked_bookies,
+            membership_with,
+            unavailable_bookies,
+            what_if_answer,
+        )
 
-        membership = self.bookies().select(["bookie_id", "status"])
-        asked = checked_bookies(down, membership, "--down")
         sql = f"""
             SELECT l.ledger_id, l.pulsar_topic AS topic, {", ".join(f"l.{c}" for c in _RULE_COLUMNS)}
             FROM ledgers l
             WHERE NOT coalesce(l.deleted, false)
               AND l.ledger_id IN (SELECT ledger_id FROM ledger_bookies WHERE list_contains($down, bookie))
             ORDER BY l.ledger_id"""
-        rows = self._query(("ledgers", "ledger_bookies"), sql, {"down": asked})
+        rows = self._query(("ledgers", "ledger_bookies"), sql, {"down": sorted(set(down))})
+        membership = membership_with(self._query(("bookies",), _MEMBERSHIP_SQL), rows)
+        asked = checked_bookies(down, membership, "--down")
         return what_if_answer(asked, unavailable_bookies(membership, asked), rows)
 
     def drain(self, bookie: str) -> pa.Table:
@@ -941,9 +937,8 @@ class Lakehouse:
             >>> drained.select(["ledger_id", "reason"]).to_pylist()
             [{'ledger_id': 1, 'reason': 'not_marked'}, {'ledger_id': 2, 'reason': 'not_marked'}]
         """
-        from connectors.delta.removal import checked_bookies, drain_answer
+        from connectors.delta.removal import checked_bookies, drain_answer, membership_with
 
-        checked_bookies([bookie], self.bookies().select(["bookie_id", "status"]), "drain")
         sql = """
             WITH named AS (SELECT ledger_id FROM ledger_bookies WHERE bookie = $bookie),
             alerts AS (
@@ -957,9 +952,9 @@ class Lakehouse:
             FROM ledgers l LEFT JOIN alerts a USING (ledger_id)
             WHERE NOT coalesce(l.deleted, false) AND l.ledger_id IN (SELECT ledger_id FROM named)
             ORDER BY l.ledger_id"""
-        return drain_answer(
-            self._query(("ledgers", "ledger_bookies", "open_alerts"), sql, {"bookie": bookie})
-        )
+        rows = self._query(("ledgers", "ledger_bookies", "open_alerts"), sql, {"bookie": bookie})
+        checked_bookies([bookie], membership_with(self._query(("bookies",), _MEMBERSHIP_SQL), rows), "drain")
+        return drain_answer(rows)
 
     def auditor_diff(self, *, grace_s: float = 300.0, now: datetime | None = None) -> pa.Table:
         """Where BookKeeper's Auditor and bkaudit disagree about what needs re-replication.

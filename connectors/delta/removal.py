@@ -105,6 +105,28 @@ def checked_bookies(asked: Sequence[str], membership: pa.Table, option: str) -> 
     return wanted
 
 
+def membership_with(registered: pa.Table, ledgers: pa.Table) -> pa.Table:
+    """The ``bookies`` rows (``bookie_id``, ``status``) and, as ``UNKNOWN``, the bookies ``ledgers`` name
+    (their ``segments`` or ``bookies`` column) that have none: named, never registered.
+
+    Example:
+        >>> registered = pa.table({"bookie_id": ["b1"], "status": ["WRITABLE"]})
+        >>> ledgers = pa.table({"bookies": [["b1", "b7"]]})
+        >>> membership_with(registered, ledgers).to_pylist()[1]
+        {'bookie_id': 'b7', 'status': 'UNKNOWN'}
+    """
+    if "segments" in ledgers.column_names:
+        members = pc.list_flatten(pc.struct_field(pc.list_flatten(ledgers.column("segments")), "ensemble"))
+    else:
+        members = pc.list_flatten(ledgers.column("bookies"))
+    named = set(pc.unique(members).drop_null().to_pylist()) if len(members) else set()
+    extra = sorted(named - set(registered.column("bookie_id").to_pylist()))
+    unknown = pa.table(
+        {"bookie_id": pa.array(extra, pa.string()), "status": pa.array(["UNKNOWN"] * len(extra), pa.string())}
+    )
+    return pa.concat_tables([registered.select(["bookie_id", "status"]).cast(unknown.schema), unknown])
+
+
 def unavailable_bookies(membership: pa.Table, besides: Sequence[str]) -> list[str]:
     """Bookies without a readable copy now (:data:`UNAVAILABLE_STATUSES`), other than ``besides``."""
     gone = pc.is_in(membership.column("status"), value_set=pa.array(UNAVAILABLE_STATUSES))
