@@ -27,6 +27,7 @@ from bkaudit.cli import (
     dev,
     metadata,
     path,
+    pulsar,
     query,
     sim,
     status,
@@ -127,6 +128,7 @@ app.add_typer(bookies.app, name="bookies")
 app.add_typer(dev.app, name="dev")
 app.add_typer(sim.app, name="sim")
 app.add_typer(query.app, name="query")
+app.add_typer(pulsar.app, name="pulsar")
 app.add_typer(alerts.app, name="alerts")
 app.add_typer(config.app, name="config")
 app.command("demo")(demo.demo)

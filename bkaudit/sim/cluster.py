@@ -96,6 +96,14 @@ from core.domain.layout import (
     readonly_path,
     validate_root,
 )
+from core.domain.managed_ledger import (
+    ManagedCursorInfo,
+    ManagedLedgerInfo,
+    TopicLedger,
+    encode_managed_cursor_info,
+    encode_managed_ledger_info,
+    managed_ledger_path,
+)
 from core.domain.metadata import (
     DigestType,
     LedgerMetadata,
@@ -1076,6 +1084,53 @@ class SimulatedCluster:
                 self._write_metadata(target, replace_metadata(target.metadata, state=LedgerState.IN_RECOVERY))
             if complete:
                 self._close(target)
+
+    def write_managed_ledgers(self, *, cursor: str | None = "sub") -> dict[str, str]:
+        """Write Pulsar's ``/managed-ledgers`` znodes for the ledgers as they are now: one per managed ledger
+        its ledgers name (custom metadata ``pulsar/managed-ledger``), listing them in id order with their
+        entries and bytes, and (``cursor``) one cursor that keeps its position in its znode. Returns each
+        topic's znode by topic name. A ledger deleted afterwards stays listed: Pulsar's view of a ledger
+        BookKeeper lost.
+
+        Example:
+            >>> # sim.write_managed_ledgers()["persistent://public/default/sim-topic-0"]
+            >>> # '/managed-ledgers/public/default/persistent/sim-topic-0'
+        """
+        with self._lock:
+            by_name: dict[str, list[SimLedger]] = {}
+            for ledger_id in sorted(self._ledgers):
+                ledger = self._ledgers[ledger_id]
+                stored = dict(ledger.metadata.custom_metadata).get("pulsar/managed-ledger")
+                if stored is not None:
+                    by_name.setdefault(stored.decode("utf-8"), []).append(ledger)
+            written = {}
+            for name, ledgers in sorted(by_name.items()):
+                info = ManagedLedgerInfo(
+                    tuple(
+                        TopicLedger(ledger.ledger_id, ledger.next_entry_id, ledger.length)
+                        for ledger in ledgers
+                    )
+                )
+                tenant, namespace, domain, local = name.split("/", 3)
+                path = managed_ledger_path(f"{domain}://{tenant}/{namespace}/{local}")
+                self.put_znode(path, encode_managed_ledger_info(info))
+                if cursor is not None:
+                    position = ManagedCursorInfo(None, mark_delete=(ledgers[0].ledger_id, -1))
+                    self.put_znode(f"{path}/{cursor}", encode_managed_cursor_info(position))
+                written[f"{domain}://{tenant}/{namespace}/{local}"] = path
+            return written
+
+    def put_znode(self, path: str, data: bytes) -> None:
+        """Create or overwrite one znode (its parents created empty, as Pulsar's metadata store does): a way
+        to write what the simulator does not model, e.g. a topic's managed ledger by hand.
+
+        Example:
+            >>> # sim.put_znode("/managed-ledgers/t/n/persistent/x", encode_managed_ledger_info(info))
+        """
+        try:
+            self.admin.set(path, data)
+        except NoNodeError:
+            self.admin.create(path, data, makepath=True)
 
     def delete_ledger(self, ledger: str | int, *, garbage_collect: bool = True) -> None:
         """Delete the metadata znode; ``garbage_collect`` also drops the entries from the bookies' stores."""

@@ -37,6 +37,13 @@ from core.domain.layout import (
     readonly_path,
     validate_root,
 )
+from core.domain.managed_ledger import (
+    ManagedCursorInfo,
+    ManagedLedgerInfo,
+    decode_managed_cursor_info,
+    decode_managed_ledger_info,
+    managed_ledger_path,
+)
 from core.domain.underreplication import (
     UnderreplicationPaths,
     parse_auditor_vote,
@@ -84,6 +91,22 @@ class RegisteredBookie:
     bookie_id: str
     read_only: bool
     data: bytes
+
+
+@dataclass(frozen=True)
+class TopicZnodes:
+    """A Pulsar topic's managed-ledger znode, decoded, with its cursors' (by cursor name).
+
+    Example:
+        >>> path = "/managed-ledgers/t/n/persistent/x"
+        >>> TopicZnodes("persistent://t/n/x", path, ManagedLedgerInfo(), {}).info.ledgers
+        ()
+    """
+
+    topic: str
+    path: str
+    info: ManagedLedgerInfo
+    cursors: dict[str, ManagedCursorInfo]
 
 
 @dataclass(frozen=True)
@@ -211,6 +234,48 @@ class AdminReader:
                 continue
             bookies.append(RegisteredBookie(bookie_id, read_only, data or b""))
         return bookies
+
+    def managed_ledger(self, topic: str) -> TopicZnodes:
+        """A Pulsar topic's managed ledger and its cursors, read from the metadata store's
+        ``/managed-ledgers`` (the root of this session, where Pulsar keeps it beside ``/ledgers``).
+
+        Raises :class:`NotFoundError` for a topic without a managed ledger, :class:`FormatError` naming the
+        znode for one that does not decode.
+
+        Example:
+            >>> # with AdminReader(settings) as reader: reader.managed_ledger("persistent://t/n/x").info
+        """
+        path = managed_ledger_path(topic)
+        try:
+            data, _ = self._get(path)
+        except NoNodeError:
+            where = f"ZooKeeper at {self.settings.connect}"
+            raise NotFoundError(f"no managed ledger for {topic} in {where} ({path} does not exist)") from None
+        info = _decoded(path, decode_managed_ledger_info, data)
+        cursors = {}
+        try:
+            names = sorted(self._children(path))
+        except NoNodeError:  # deleted between the two reads
+            names = []
+        for name in names:
+            try:
+                cursor_data, _ = self._get(f"{path}/{name}")
+            except NoNodeError:
+                continue
+            cursors[name] = _decoded(f"{path}/{name}", decode_managed_cursor_info, cursor_data)
+        return TopicZnodes(topic, path, info, cursors)
+
+    def ledger_exists(self, ledger_id: int) -> bool:
+        """Whether BookKeeper has the ledger's metadata znode now.
+
+        Example:
+            >>> # with AdminReader(settings) as reader: reader.ledger_exists(7)  → True
+        """
+        try:
+            self.read_ledger(ledger_id)
+        except NotFoundError:
+            return False
+        return True
 
     def autorecovery(self) -> AutoRecoveryView:
         """Who the Auditor is, whether AutoRecovery may re-replicate, and the recovery delay in force.
