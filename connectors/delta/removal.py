@@ -41,7 +41,7 @@ WHAT_IF_COLUMNS = (
     "unrecoverable_entries_sample",
 )
 #: Why a ledger still names a bookie that is being drained, most pressing first.
-DRAIN_REASONS = ("unrecoverable", "stuck", "open", "marked", "not_marked")
+DRAIN_REASONS = ("unrecoverable", "stalled", "stuck", "open", "marked", "not_marked")
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,8 @@ def drain_reasons(rows: pa.Table) -> pa.Table:
     """Add ``reason`` (the most pressing of :data:`DRAIN_REASONS`) and ``reasons`` (all that hold) to
     ledger rows with ``state``, ``under_replication_marked`` and ``open_alerts``.
 
-    ``unrecoverable``: an entry has no copy on any other bookie (nothing can move it); ``stuck``: marked
+    ``unrecoverable``: an entry has no copy on any other bookie (nothing can move it); ``stalled``: a
+    ReplicationWorker has held its lock for longer than the grace (``REPLICATION_STALLED``); ``stuck``: marked
     for longer than the grace (``UNDER_REPLICATION_STUCK``); ``open``: the writer still owns the ledger (its
     last segment moves only once it is closed or recovered); ``marked``: waiting for a ReplicationWorker;
     ``not_marked``: BookKeeper has not asked for a move (the bookie is still registered, or the Auditor has
@@ -180,6 +181,7 @@ def drain_reasons(rows: pa.Table) -> pa.Table:
     flags = np.column_stack(
         [
             _names_alert(alerts, "LEDGER_UNRECOVERABLE"),
+            _names_alert(alerts, "REPLICATION_STALLED"),
             _names_alert(alerts, "UNDER_REPLICATION_STUCK"),
             pc.fill_null(pc.not_equal(rows.column("state"), "CLOSED"), True).to_numpy(zero_copy_only=False),
             marked,

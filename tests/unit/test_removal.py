@@ -70,18 +70,26 @@ def test_drain_gives_the_most_pressing_reason_first() -> None:
                 "open_alerts": ["LEDGER_UNRECOVERABLE"],
             },
             {"ledger_id": 5, "state": "CLOSED", "under_replication_marked": True, "open_alerts": None},
+            {
+                "ledger_id": 6,
+                "state": "CLOSED",
+                "under_replication_marked": True,
+                "open_alerts": ["REPLICATION_STALLED", "UNDER_REPLICATION_STUCK"],
+            },
         ]
     )
     drained = drain_answer(rows).to_pylist()
     assert [(r["ledger_id"], r["reason"]) for r in drained] == [
         (4, "unrecoverable"),
+        (6, "stalled"),
         (3, "stuck"),
         (2, "open"),
         (5, "marked"),
         (1, "not_marked"),
     ]
     assert drained[0]["reasons"] == ["unrecoverable", "marked"]
-    assert drained[2]["reasons"] == ["open", "marked"]
+    assert drained[1]["reasons"] == ["stalled", "stuck", "marked"]
+    assert drained[3]["reasons"] == ["open", "marked"]
     assert all(set(r["reasons"]) <= set(DRAIN_REASONS) for r in drained)
 
 
