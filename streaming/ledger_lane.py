@@ -67,6 +67,8 @@ DIRECT_DECISIONS = {
     "ledger_deleted": "ledger_deleted",
     "ledger_undecodable": "ledger_corrupt",
 }
+#: Changes that prove a ledger's znode exists (a tracked ledger's are announced to the sink at once).
+SIGHTING_KINDS = frozenset({"ledger_upserted", "ledger_undecodable"})
 #: Changes that make their ledger tracked (always forwarded: the grace period is a timer).
 MARK_KIND = "under_replication_mark"
 LEDGER_KINDS = frozenset({*DIRECT_DECISIONS, MARK_KIND})
@@ -153,6 +155,7 @@ class LedgerLane:
         decisions = pa.concat_tables(
             [
                 direct_decisions(decoded.filter(pc.invert(forwarded)), cluster),
+                tracked_sightings(decoded.filter(forwarded), cluster),
                 cluster_decisions,
                 dead_letters(decoded),
                 relayed_decisions(records.filter(pc.equal(topics, self.config.decisions_topic))),
@@ -287,6 +290,41 @@ def direct_decisions(rows: pa.Table, cluster: str) -> pa.Table:
         "ledger_id": chosen.column("ledger_id"),
         "bookie_id": pa.nulls(n, pa.string()),
         "payload": chosen.column("payload"),
+        "topic": pa.nulls(n, pa.string()),
+        "partition": pa.nulls(n, pa.int32()),
+        "offset": pa.nulls(n, pa.int64()),
+    }
+    return pa.table(columns, schema=ARROW_DECISION_SCHEMA)
+
+
+def tracked_sightings(rows: pa.Table, cluster: str) -> pa.Table:
+    """``ledger_seen`` decisions for the forwarded (tracked) ledgers' znodes, at once: their changes reach the
+    sink only through the timers query, later than this batch's snapshot end, and a complete snapshot that
+    had not seen them would take them for deleted. The versions follow through the timers query.
+
+    Example:
+        >>> from streaming.decode import ARROW_CHANGE_SCHEMA
+        >>> row = {"state_key": "ledgers/1", "kind": "ledger_upserted", "event_time": datetime.now(UTC),
+        ...        "ledger_id": 7, "snapshot_id": "s1", "payload": "{}"}
+        >>> seen = tracked_sightings(pa.Table.from_pylist([row], schema=ARROW_CHANGE_SCHEMA), "c1")
+        >>> seen.column("kind").to_pylist(), seen.column("payload").to_pylist()
+        (['ledger_seen'], ['{"snapshot_id":"s1"}'])
+    """
+    chosen = rows.filter(pc.is_in(rows.column("kind"), pa.array(sorted(SIGHTING_KINDS))))
+    n = chosen.num_rows
+    if not n:
+        return _empty_decisions()
+    payloads = [
+        json.dumps({"snapshot_id": snapshot_id}, separators=(",", ":"))
+        for snapshot_id in chosen.column("snapshot_id").to_pylist()
+    ]
+    columns = {
+        "kind": pa.array(["ledger_seen"] * n, pa.string()),
+        "event_time": chosen.column("event_time"),
+        "cluster": pc.fill_null(chosen.column("cluster"), cluster),
+        "ledger_id": chosen.column("ledger_id"),
+        "bookie_id": pa.nulls(n, pa.string()),
+        "payload": pa.array(payloads, pa.string()),
         "topic": pa.nulls(n, pa.string()),
         "partition": pa.nulls(n, pa.int32()),
         "offset": pa.nulls(n, pa.int64()),

@@ -169,3 +169,44 @@ class _Stat:
     ctime = mtime = 0
     version = 0
     dataLength = 9
+
+
+def test_a_tracked_ledger_in_a_snapshot_is_seen_by_the_sink_at_once(tmp_path):
+    """Its upsert goes to the timers query, which relays it later than the snapshot's end; without a sighting
+    in this batch, the sink's reconciliation of the complete snapshot would take the ledger for deleted."""
+    from core import events as ev
+    from core.domain.metadata import LedgerMetadata, LedgerState, Segment
+    from core.domain.underreplication import UnderreplicatedLedger
+    from streaming.driver_batches import LaneStates
+    from streaming.ledger_lane import LedgerLane, LedgerLaneConfig
+    from streaming.processor import ProcessorConfig
+
+    queued: list[pa.Table] = []
+    forwarded: list[list[bytes]] = []
+    config = LedgerLaneConfig(
+        "changes", "feedback", "tracked", "decisions", ProcessorConfig(membership=False)
+    )
+    lane = LedgerLane(
+        config,
+        lambda decisions, batch_id: queued.append(decisions),
+        lambda topic, chosen: forwarded.append([key for key, _ in chosen]),
+        LaneStates(tmp_path),
+    )
+    builder = ev.EventBuilder("c1", "run")
+    start = int(AT.timestamp() * 1000)
+    mark = ev.underreplication_set(7, UnderreplicatedLedger(("b1",), start), _Stat())
+    lane.process(change_records([builder.build(mark)]), 0)  # ledger 7 is tracked from now on
+    md = LedgerMetadata(
+        ensemble_size=2,
+        write_quorum=2,
+        ack_quorum=2,
+        state=LedgerState.CLOSED,
+        last_entry_id=1,
+        length=2,
+        segments=(Segment(0, ("b1:3181", "b2:3181")),),
+    )
+    upsert = builder.build(ev.ledger_upserted(7, md, _Stat(), "/ledgers/L7"), snapshot_id="snap-1")
+    lane.process(change_records([upsert]), 1)
+    assert forwarded[-1] == [b"ledger/7"]  # the version itself goes through the timers query
+    seen = queued[-1].filter(pa.compute.equal(queued[-1].column("kind"), "ledger_seen")).to_pylist()
+    assert [(r["ledger_id"], json.loads(r["payload"])) for r in seen] == [(7, {"snapshot_id": "snap-1"})]
