@@ -1,12 +1,13 @@
-"""The background replicas check: a walk over every closed ledger, paced to finish within a pass time.
+"""The background replicas check: a walk over every closed or open ledger, paced to finish within a pass time.
 
 BookKeeper's Auditor runs its replicas check (off by default) from the first ledger at every run. bkaudit's
-sink probes the next few closed ledgers each micro-batch, in ledger id order from a cursor that survives a
-restart (``<checkpoint>/sink/scrutiny.json``), at a pace that walks them all within ``pass_s`` (a day by
-default: about 12 ledgers a second at 1 M closed ledgers; each bookie's own pace is the prober's,
-``stream.entry_reads_per_s_per_bookie``). A ledger that closes is checked at once as well, ahead of the
-walk: its last entries are the ones a failed write leaves short. A failing check starts the re-probe rounds
-like any other probe; a healthy one says nothing.
+sink probes the next few ledgers each micro-batch (closed ones to their last entry, open ones to their last
+add confirmed; the sink passes the ledger log's ``checked_after`` as the walk's ``closed_after``), in
+ledger id order from a cursor that survives a restart (``<checkpoint>/sink/scrutiny.json``), at a pace
+that walks them all within ``pass_s`` (a day by default: about 12 ledgers a second at 1 M ledgers; each
+bookie's own pace is the prober's, ``stream.entry_reads_per_s_per_bookie``). A ledger that closes is
+checked at once as well, ahead of the walk: its last entries are the ones a failed write leaves short. A
+failing check starts the re-probe rounds like any other probe; a healthy one says nothing.
 
 A completed pass is recorded (``last_full_pass_ms``), so a pass that takes far longer than planned (a stuck
 or starved sink) is seen: the job's metrics say when the last pass ended and how long one should take.

@@ -535,7 +535,7 @@ class AuditSink:
             self._scrutiny_store.save(self.scrutiny)
         report.scrutiny_pass_started_ms = self.scrutiny.pass_started_ms
         report.scrutiny_last_full_pass_ms = self.scrutiny.last_full_pass_ms
-        report.scrutiny_expected_pass_s = self.scrutiny.expected_pass_s(self.ledger_log.closed_count())
+        report.scrutiny_expected_pass_s = self.scrutiny.expected_pass_s(self.ledger_log.checked_count())
 
     def _maintain(self, batch_id: int) -> None:
         """Compact the small files streaming creates and vacuum old ones, every N batches (in the sink's
@@ -769,7 +769,7 @@ class AuditSink:
     def _scrutiny_picks(self, requests: list[dict[str, Any]], requested: set[int]) -> list[dict[str, Any]]:
         """The ledgers that just closed and the background walk's next ones (:mod:`streaming.scrutiny`)."""
         log = self.ledger_log
-        picked = self.scrutiny.picks(int(time.time() * 1000), log.closed_after, log.closed_count())
+        picked = self.scrutiny.picks(int(time.time() * 1000), log.checked_after, log.checked_count())
         return [
             {"ledger_id": i, "round": 0, "scrutiny": True}
             for i in dict.fromkeys(picked)

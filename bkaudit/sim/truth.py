@@ -28,14 +28,17 @@ snapshot at all):
   configured policy; every member counts with its rack whatever its liveness. Any FAIL → NOT_ADHERING,
   otherwise any MEETS_SOFT → SOFT.
 - ``REPLICAS_NO_REPLICA`` / ``REPLICAS_LESS_THAN_AQ`` / ``REPLICAS_LESS_THAN_WQ``: closed ledgers with
-  entries, classified from what each bookie would answer: its held entries, ``NO_LEDGER`` (ENOLEDGER fault
-  or a ledger it does not hold) or unknown (not registered, not serving, silent, failing with a status, or
-  slower than ``probe_timeout_s``). Unknown counts neither as holding nor as missing. A DbLedgerStorage
-  bookie cannot list its entries, so an auditor reads each fragment's first and last entry from it
-  (:mod:`core.domain.rules.entry_reads`): where that sees another kind than the full holdings (a loss
-  inside a fragment, which only a sample may find), both kinds are ``may_alert`` and neither is required.
+  entries, and open ledgers up to their last add confirmed (:func:`open_ledger_lac`: the highest LAC the
+  answering bookies of the last segment carry in their last entry, the id before it; no answer, no
+  check; never a ledger in recovery), classified from what each bookie would answer: its held entries,
+  ``NO_LEDGER`` (ENOLEDGER fault or a ledger it does not hold) or unknown (not registered, not serving,
+  silent, failing with a status, or slower than ``probe_timeout_s``). Unknown counts neither as holding
+  nor as missing. A DbLedgerStorage bookie cannot list its entries, so an auditor reads each fragment's
+  first and last entry from it (:mod:`core.domain.rules.entry_reads`): where that sees another kind than
+  the full holdings (a loss inside a fragment, which only a sample may find), both kinds are
+  ``may_alert`` and neither is required.
 - ``BOOKIE_UNRESPONSIVE``: a registered bookie that never answers (silent, or slower than the probe
-  timeout) while it is expected to hold at least one entry of a closed ledger (otherwise nothing would ever
+  timeout) while it is expected to hold at least one entry a check judges (otherwise nothing would ever
   probe it: listed under ``may_alert`` instead). A registered bookie whose server is down (a hard kill
   before the session expires) or that answers with an error status is also only ``may_alert``.
 - ``UNDER_REPLICATION_STUCK``: ``urL`` marks whose stored ctime is more than ``under_replication_grace_s``
@@ -95,7 +98,14 @@ from core.domain.rules.placement import (
     PlacementAdherence,
     check_placement,
 )
-from core.domain.rules.replicas import BookieAnswer, BookieStatus, ReplicasResult, classify_replicas
+from core.domain.rules.replicas import (
+    BookieAnswer,
+    BookieStatus,
+    ReplicasResult,
+    checked_through,
+    classify_replicas,
+    last_add_confirmed,
+)
 
 __all__ = [
     "ALERT_KINDS",
@@ -461,7 +471,36 @@ def _segment_pairs(segments: Iterable[Segment]) -> list[tuple[int, tuple[str, ..
     return [(segment.first_entry_id, segment.ensemble) for segment in segments]
 
 
-def _replicas_verdict(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]) -> Any:
+def open_ledger_lac(
+    snapshot: ClusterSnapshot, md: LedgerMetadata, ledger_id: int, timeout: float
+) -> int | None:
+    """An open ledger's LAC as an auditor learns it: each answering bookie of the last segment reads its last
+    entry, whose header carries that entry's id - 1 (the simulated writer had every earlier entry
+    acknowledged); -1 from a bookie holding none; the highest wins (None: no bookie answered).
+
+    Example:
+        >>> md = LedgerMetadata(ensemble_size=2, write_quorum=2, ack_quorum=2, state=LedgerState.OPEN,
+        ...                     segments=(Segment(0, ("b1", "b2")),))
+        >>> snapshot = ClusterSnapshot(now_ms=0, bookies={
+        ...     "b1": BookieSnapshot("b1", Registration.WRITABLE, holdings={7: frozenset({0, 1, 2})}),
+        ...     "b2": BookieSnapshot("b2", Registration.WRITABLE, silent=True)}, ledgers={7: md})
+        >>> open_ledger_lac(snapshot, md, 7, 5.0)
+        1
+    """
+    if md.state is not LedgerState.OPEN or not md.segments:
+        return None
+    views = []
+    for bookie_id in dict.fromkeys(md.segments[-1].ensemble):
+        bookie = snapshot.bookies.get(bookie_id)
+        answer = BookieStatus.UNAVAILABLE if bookie is None else bookie.answer_for(ledger_id, timeout)
+        if answer is BookieStatus.UNAVAILABLE:
+            continue
+        held = () if isinstance(answer, BookieStatus) else tuple(answer)  # type: ignore[arg-type]
+        views.append(max(held) - 1 if held else -1)
+    return last_add_confirmed(views, md.segments[-1].first_entry_id)
+
+
+def _replicas_verdict(md: LedgerMetadata, answers: Mapping[str, BookieAnswer], lac: int | None = None) -> Any:
     return classify_replicas(
         ensemble_size=md.ensemble_size,
         write_quorum=md.write_quorum,
@@ -470,6 +509,7 @@ def _replicas_verdict(md: LedgerMetadata, answers: Mapping[str, BookieAnswer]) -
         last_entry_id=md.last_entry_id,
         segments=_segment_pairs(md.segments),
         answers=answers,
+        last_add_confirmed=lac,
     )
 
 
@@ -479,6 +519,7 @@ def _entry_read_answers(
     ledger_id: int,
     timeout: float,
     answers: Mapping[str, BookieAnswer],
+    lac: int | None = None,
 ) -> dict[str, BookieAnswer] | None:
     """``answers`` with each DbLedgerStorage bookie's answer as its fragment ends' reads give it (None when
     the ledger has no such bookie that answers)."""
@@ -489,13 +530,14 @@ def _entry_read_answers(
         and not bookie.answers_entry_lists
         and bookie.answers_probes(timeout)
     ]
-    if not readers or md.state is not LedgerState.CLOSED:
+    through = checked_through(md.state.value, md.last_entry_id, lac)
+    if not readers or through < 0:
         return None
     planned = entries_to_read(
         _segment_pairs(md.segments),
         ensemble_size=md.ensemble_size,
         write_quorum=md.write_quorum,
-        last_entry_id=md.last_entry_id,
+        last_entry_id=through,
     )
     reads: dict[str, dict[int, ReadAnswer]] = {}
     for bookie_id in readers:
@@ -506,7 +548,7 @@ def _entry_read_answers(
             else (ReadAnswer.PRESENT if e in answer else ReadAnswer.NO_ENTRY)
             for e in planned.get(bookie_id, [])
         }
-    return {**answers, **answers_from_reads(reads, md.last_entry_id)}
+    return {**answers, **answers_from_reads(reads, through)}
 
 
 #: BookKeeper's EIO status: the answer of a DbLedgerStorage bookie that lists an entry it cannot read.
@@ -514,7 +556,7 @@ _EIO = 501
 
 
 def _eio_readers_kind(
-    snapshot: ClusterSnapshot, md: LedgerMetadata, answers: Mapping[str, BookieAnswer]
+    snapshot: ClusterSnapshot, md: LedgerMetadata, answers: Mapping[str, BookieAnswer], lac: int | None = None
 ) -> str | None:
     """The replicas kind when this ledger's DbLedgerStorage bookies failing with ``EIO`` count as holding
     nothing: what entry reads conclude once such a bookie is known to answer reads (its entry lists stay
@@ -531,7 +573,7 @@ def _eio_readers_kind(
     if not failing:
         return None
     return _REPLICAS_KIND.get(
-        _replicas_verdict(md, {**answers, **dict.fromkeys(failing, BookieStatus.NO_LEDGER)}).result
+        _replicas_verdict(md, {**answers, **dict.fromkeys(failing, BookieStatus.NO_LEDGER)}, lac).result
     )
 
 
@@ -605,14 +647,14 @@ def ground_truth(snapshot: ClusterSnapshot, params: TruthParameters | None = Non
         if not lost_set.isdisjoint(md.all_bookies):
             recoverable = md.is_recoverable(lost_set)
             alerts["LEDGER_UNDER_REPLICATED" if recoverable else "LEDGER_UNRECOVERABLE"].add(ledger_id)
-        if md.state is not LedgerState.CLOSED:
-            continue
-        adherence = _placement_adherence(md, racks, params, placement_cache)
-        if adherence is PlacementAdherence.FAIL:
-            alerts["PLACEMENT_NOT_ADHERING"].add(ledger_id)
-        elif adherence is PlacementAdherence.MEETS_SOFT:
-            alerts["PLACEMENT_SOFT"].add(ledger_id)
-        if md.last_entry_id < 0:
+        if md.state is LedgerState.CLOSED:
+            adherence = _placement_adherence(md, racks, params, placement_cache)
+            if adherence is PlacementAdherence.FAIL:
+                alerts["PLACEMENT_NOT_ADHERING"].add(ledger_id)
+            elif adherence is PlacementAdherence.MEETS_SOFT:
+                alerts["PLACEMENT_SOFT"].add(ledger_id)
+        lac = open_ledger_lac(snapshot, md, ledger_id, timeout)
+        if checked_through(md.state.value, md.last_entry_id, lac) < 0:
             continue
         answers: dict[str, BookieAnswer] = {}
         for bookie_id in md.all_bookies:
@@ -620,15 +662,15 @@ def ground_truth(snapshot: ClusterSnapshot, params: TruthParameters | None = Non
             answers[bookie_id] = (
                 BookieStatus.UNAVAILABLE if bookie is None else bookie.answer_for(ledger_id, timeout)
             )
-        verdict = _replicas_verdict(md, answers)
+        verdict = _replicas_verdict(md, answers, lac)
         kind = _REPLICAS_KIND.get(verdict.result)
-        read_answers = _entry_read_answers(snapshot, md, ledger_id, timeout, answers)
-        seen = _REPLICAS_KIND.get(_replicas_verdict(md, read_answers).result) if read_answers else kind
+        read_answers = _entry_read_answers(snapshot, md, ledger_id, timeout, answers, lac)
+        seen = _REPLICAS_KIND.get(_replicas_verdict(md, read_answers, lac).result) if read_answers else kind
         if seen != kind:  # entry reads may miss what the holdings show: either kind may be raised
             may.update({k: may[k] | {ledger_id} for k in (kind, seen) if k is not None})
         elif kind is not None:
             alerts[kind].add(ledger_id)
-        unreadable = _eio_readers_kind(snapshot, md, answers)
+        unreadable = _eio_readers_kind(snapshot, md, answers, lac)
         if unreadable is not None:
             may[unreadable].add(ledger_id)
         expected_but_unknown.update(verdict.unknown_bookies)

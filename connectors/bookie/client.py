@@ -19,6 +19,7 @@ EntryList         ``EOK`` + availability bytes                   the entries the
 NoLedger          ``ENOLEDGER``                                  holds nothing of the ledger
 EntryPresent      ``READ_ENTRY`` ``EOK``                         holds that entry
 NoEntry           ``READ_ENTRY`` ``ENOENTRY``                    does not hold that entry
+LastConfirmed     ``READ_ENTRY`` of entry -1, ``EOK``            its last entry and the LAC that entry carries
 AuthRequired      ``EUA``                                        unknown (we did not authenticate)
 Timeout           no answer in time (DbLedgerStorage bookies!)   unknown, never "missing"
 ConnectionFailed  refused, reset, unreachable, bad address       unknown
@@ -55,8 +56,10 @@ from typing import Any, ClassVar, TypeVar, cast
 
 from connectors.bookie.frames import (
     DEFAULT_MAX_FRAME_SIZE,
+    LAST_ADD_CONFIRMED,
     MAX_TXN_ID,
     FrameDecoder,
+    decode_entry_header,
     encode_frame,
     list_entries_request,
     operation_name,
@@ -176,6 +179,21 @@ class NoEntry(ProbeResult):
     """
 
     kind: ClassVar[str] = "no_entry"
+    conclusive: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, slots=True)
+class LastConfirmed(ProbeResult):
+    """``EOK`` to ``READ_ENTRY`` of entry -1: the bookie's last entry and the LAC that entry carries.
+
+    Example:
+        >>> LastConfirmed(last_add_confirmed=6, last_entry_id=7).kind
+        'last_confirmed'
+    """
+
+    last_add_confirmed: int
+    last_entry_id: int
+    kind: ClassVar[str] = "last_confirmed"
     conclusive: ClassVar[bool] = True
 
 
@@ -350,6 +368,37 @@ def classify_read_entry_response(response: pb.Response, ledger_id: int, entry_id
             f"answer is for entry {inner.ledgerId}:{inner.entryId}, asked for {ledger_id}:{entry_id}"
         )
     return EntryPresent(body_size=len(inner.body))
+
+
+def classify_last_entry_response(response: pb.Response, ledger_id: int) -> ProbeResult:
+    """Turn the answer to ``READ_ENTRY`` of :data:`LAST_ADD_CONFIRMED` into a :class:`LastConfirmed` (the
+    LAC read from the last entry's header); ``ENOENTRY`` (no entry held) and ``ENOLEDGER`` as for any read.
+
+    Example:
+        >>> from connectors.bookie import frames
+        >>> header = frames.read_entry_request(5, LAST_ADD_CONFIRMED, 2).header
+        >>> body = frames.encode_entry_header(5, 7, 6, 1) + b"x"
+        >>> classify_last_entry_response(frames.read_entry_response(header, 5, -1, frames.EOK, body), 5)
+        LastConfirmed(last_add_confirmed=6, last_entry_id=7)
+        >>> classify_last_entry_response(frames.read_entry_response(header, 5, -1, frames.EOK, b"x"), 5).kind
+        'bad_response'
+    """
+    status, inner = _effective_status(response, "readResponse")
+    if status == pb.ENOLEDGER:
+        return NoLedger()
+    if status == pb.ENOENTRY:
+        return NoEntry()
+    if status != pb.EOK:
+        return _status_result(status)
+    if inner is None:
+        return BadResponse("EOK without a readResponse")
+    try:
+        held_ledger, entry_id, lac, _ = decode_entry_header(inner.body)
+    except FormatError as err:
+        return BadResponse(str(err))
+    if held_ledger != ledger_id:
+        return BadResponse(f"last entry is of ledger {held_ledger}, asked for {ledger_id}")
+    return LastConfirmed(last_add_confirmed=lac, last_entry_id=entry_id)
 
 
 def parse_bookie_address(address: str) -> Address:
@@ -655,6 +704,8 @@ class BookieClient:
             return read_entry_request(ledger_id, entry_id, txn_id)
 
         def classify(response: pb.Response) -> ProbeResult:
+            if entry_id == LAST_ADD_CONFIRMED:
+                return classify_last_entry_response(response, ledger_id)
             return classify_read_entry_response(response, ledger_id, entry_id)
 
         return await self._probe(address, pb.READ_ENTRY, build, classify, timeout)

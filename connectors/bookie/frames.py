@@ -47,6 +47,14 @@ MAX_TXN_ID = 2**64 - 1
 
 _LENGTH = struct.Struct(">i")  # signed on purpose: Java reads an int, and a negative length is an error
 
+LAST_ADD_CONFIRMED = -1
+"""BookieProtocol's entry id of a ``READ_ENTRY`` for the bookie's last entry (``readLastAddConfirmed``)."""
+
+ENTRY_HEADER_SIZE = 32
+"""An entry as stored and read starts with ledger id, entry id, last add confirmed and length (int64 each)."""
+
+_ENTRY_HEADER = struct.Struct(">qqqq")
+
 Message = TypeVar("Message", pb.Request, pb.Response)
 
 
@@ -285,6 +293,33 @@ def auth_response(
     response.authResponse.authPluginName = plugin_name
     response.authResponse.payload = payload
     return response
+
+
+# ---------------------------------------------------------------------------------------------- entry bodies
+
+
+def encode_entry_header(ledger_id: int, entry_id: int, last_add_confirmed: int, length: int) -> bytes:
+    """The 32 bytes an entry body starts with (before its digest and payload), as BookKeeper's
+    DigestManager writes them: the writer's LAC when it sent the entry rides in every entry.
+
+    Example:
+        >>> encode_entry_header(5, 7, 6, 70).hex(" ")[-23:]
+        '00 00 00 00 00 00 00 46'
+    """
+    return _ENTRY_HEADER.pack(ledger_id, entry_id, last_add_confirmed, length)
+
+
+def decode_entry_header(body: bytes) -> tuple[int, int, int, int]:
+    """``(ledger id, entry id, last add confirmed, length)`` of an entry body; FormatError when too short.
+
+    Example:
+        >>> decode_entry_header(encode_entry_header(5, 7, 6, 70) + b"payload")
+        (5, 7, 6, 70)
+    """
+    if len(body) < ENTRY_HEADER_SIZE:
+        raise FormatError(f"entry: {len(body)} bytes, its header needs {ENTRY_HEADER_SIZE}")
+    ledger_id, entry_id, lac, length = _ENTRY_HEADER.unpack_from(body)
+    return ledger_id, entry_id, lac, length
 
 
 # ------------------------------------------------------------------------------------------------ parsing

@@ -1,4 +1,4 @@
-"""Probe whole ledgers: ask each bookie of a closed ledger what it holds and classify the replicas.
+"""Probe whole ledgers: ask each bookie of a ledger what it holds and classify the replicas.
 
 This is the I/O half of BookKeeper's replicas check and of BP-34's re-probe: one
 ``GET_LIST_OF_ENTRIES_OF_LEDGER`` per distinct bookie per ledger, all ledgers of a round in one bounded,
@@ -8,6 +8,10 @@ the entries :func:`core.domain.rules.entry_reads.entries_to_read` picks (each fr
 entry, plus a sample), in the same wave; their answers reach the same rule. What a bookie-side agent
 already answered (``known``, see :mod:`connectors.agent.client`) is taken as that bookie's entry list and
 nothing is sent to the bookie for that ledger.
+An OPEN ledger is first asked for its last add confirmed (LAC): a ``READ_ENTRY`` of entry -1 to each bookie
+of its last segment, as BookKeeper's ``readLastAddConfirmed`` does; the highest LAC answered bounds the check
+(entries above it are never judged). A ledger whose LAC no bookie answers is SKIPPED with those bookies
+unresponsive: unknown, not missing. A ledger IN_RECOVERY is SKIPPED (its recovery fences and closes it).
 A bookie that does not answer (timeout, refused, error) counts as *unknown*, never as missing data, except
 that ``EIO`` to a ``READ_ENTRY`` is an answer: the bookie cannot read that entry (a DbLedgerStorage bookie
 whose entry log file is gone answers so while its index still lists the entry), so it counts as missing,
@@ -26,32 +30,40 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from connectors.bookie.client import (
     AGENT_KINDS,
     BlockingBookieClient,
     BookieError,
     EntryPresent,
+    LastConfirmed,
     NoEntry,
     NoLedger,
     ProbeRequest,
     ProbeResult,
     availability_of,
 )
-from connectors.bookie.frames import EIO
+from connectors.bookie.frames import EIO, LAST_ADD_CONFIRMED
 from core.domain.rules.entry_reads import ReadAnswer, answers_from_reads, entries_to_read
-from core.domain.rules.replicas import BookieStatus, ReplicasResult, ReplicasVerdict, classify_replicas
+from core.domain.rules.replicas import (
+    BookieStatus,
+    ReplicasResult,
+    ReplicasVerdict,
+    checked_through,
+    classify_replicas,
+    last_add_confirmed,
+)
 
 #: ``answers`` kind of a bookie asked with entry reads, when at least one read was answered.
 ENTRY_READS = "entry_reads"
 #: ``answers`` kinds of a bookie that answered (it is responsive, whatever it holds).
-ANSWERED_KINDS = frozenset({"entry_list", "no_ledger", ENTRY_READS, *AGENT_KINDS})
+ANSWERED_KINDS = frozenset({"entry_list", "no_ledger", ENTRY_READS, LastConfirmed.kind, *AGENT_KINDS})
 
 
 @dataclass(frozen=True)
 class LedgerProbeTarget:
-    """What a probe needs from a ledger's metadata (no password)."""
+    """What a probe needs from a ledger's metadata (no password), and an open ledger's LAC once learned."""
 
     ledger_id: int
     ensemble_size: int
@@ -60,10 +72,21 @@ class LedgerProbeTarget:
     state: str
     last_entry_id: int
     segments: tuple[tuple[int, tuple[str, ...]], ...]
+    last_add_confirmed: int | None = None
 
     @property
     def bookies(self) -> frozenset[str]:
         return frozenset(b for _, ensemble in self.segments for b in ensemble)
+
+    @property
+    def checked_through(self) -> int:
+        """The last entry the check judges (-1: none): the last entry when closed, the LAC when open."""
+        return checked_through(self.state, self.last_entry_id, self.last_add_confirmed)
+
+    @property
+    def needs_lac(self) -> bool:
+        """An OPEN ledger whose LAC is still to be asked."""
+        return self.state == "OPEN" and self.last_add_confirmed is None and bool(self.segments)
 
 
 @dataclass(frozen=True)
@@ -98,7 +121,8 @@ def probe_ledgers(
     sample_percent: float = 0.0,
     known: Mapping[tuple[int, str], ProbeResult] | None = None,
 ) -> list[LedgerProbeOutcome]:
-    """Probe every target (closed ledgers; others are classified SKIPPED without a request).
+    """Probe every target: closed ledgers to their last entry, open ones to their LAC (asked first); others
+    are classified SKIPPED without a request.
 
     ``addresses`` maps bookie id → ``host:port`` of its bookie-rpc endpoint (from the registrations).
     Bookies in ``entry_reads_on`` are asked with ``READ_ENTRY`` (each fragment's first and last entry plus
@@ -106,11 +130,12 @@ def probe_ledgers(
     entry list. ``known`` holds answers already had, by (ledger id, bookie): those bookies are not asked.
     """
     known = known or {}
+    targets, lac_answers = bound_by_lac(client, targets, addresses, timeout=timeout, concurrency=concurrency)
     requests: list[ProbeRequest] = []
     index: list[tuple[int, str, int | None]] = []
     lists: dict[int, dict[str, ProbeResult]] = {}
     for position, target in enumerate(targets):
-        if target.state != "CLOSED" or target.last_entry_id < 0:
+        if target.checked_through < 0:
             continue
         planned = _planned_reads(target, entry_reads_on, sample_percent)
         for bookie in sorted(target.bookies):
@@ -133,9 +158,57 @@ def probe_ledgers(
         else:
             reads.setdefault(position, {}).setdefault(bookie, {})[entry_id] = result
     return [
-        _classify(target, lists.get(position, {}), reads.get(position, {}), addresses)
+        _classify(
+            target, lists.get(position, {}), reads.get(position, {}), addresses, lac_answers.get(position)
+        )
         for position, target in enumerate(targets)
     ]
+
+
+def bound_by_lac(
+    client: BlockingBookieClient,
+    targets: Sequence[LedgerProbeTarget],
+    addresses: Mapping[str, str],
+    *,
+    timeout: float = 5.0,
+    concurrency: int = 64,
+) -> tuple[list[LedgerProbeTarget], dict[int, dict[str, ProbeResult]]]:
+    """``targets`` with each open ledger's LAC filled in from its last segment's bookies, and what each of
+    them answered (by the target's position). An open ledger no bookie answered keeps ``None``.
+
+    Example:
+        >>> # I/O: bound_by_lac(client, [open_target], {"b1": "127.0.0.1:3181"})
+        >>> # ([LedgerProbeTarget(..., last_add_confirmed=41)], {0: {"b1": LastConfirmed(41, 42)}})
+    """
+    requests: list[ProbeRequest] = []
+    index: list[tuple[int, str]] = []
+    for position, target in enumerate(targets):
+        if not target.needs_lac:
+            continue
+        for bookie in sorted(set(target.segments[-1][1]) & addresses.keys()):
+            requests.append(ProbeRequest(addresses[bookie], target.ledger_id, LAST_ADD_CONFIRMED))
+            index.append((position, bookie))
+    results = client.probe_many(requests, concurrency=concurrency, timeout=timeout) if requests else []
+    answers: dict[int, dict[str, ProbeResult]] = {}
+    for (position, bookie), result in zip(index, results, strict=True):
+        answers.setdefault(position, {})[bookie] = result
+    bounded = list(targets)
+    for position, by_bookie in answers.items():
+        lac = last_add_confirmed(
+            [lac_view(r) for r in by_bookie.values() if read_answered(r)], targets[position].segments[-1][0]
+        )
+        bounded[position] = replace(targets[position], last_add_confirmed=lac)
+    return bounded, answers
+
+
+def lac_view(result: ProbeResult) -> int:
+    """One bookie's LAC from its answer to a read of entry -1 (-1 when it holds no entry of the ledger).
+
+    Example:
+        >>> lac_view(LastConfirmed(last_add_confirmed=41, last_entry_id=42)), lac_view(NoEntry())
+        (41, -1)
+    """
+    return result.last_add_confirmed if isinstance(result, LastConfirmed) else -1
 
 
 def _planned_reads(
@@ -147,7 +220,7 @@ def _planned_reads(
         target.segments,
         ensemble_size=target.ensemble_size,
         write_quorum=target.write_quorum,
-        last_entry_id=target.last_entry_id,
+        last_entry_id=target.checked_through,
         sample_percent=sample_percent,
         seed=target.ledger_id,
     )
@@ -163,7 +236,7 @@ def read_answer(result: ProbeResult) -> ReadAnswer:
         >>> read_answer(BookieError(EIO)).value, read_answer(BookieError(506)).value
         ('UNREADABLE', 'UNKNOWN')
     """
-    if isinstance(result, EntryPresent):
+    if isinstance(result, EntryPresent | LastConfirmed):
         return ReadAnswer.PRESENT
     if isinstance(result, NoEntry):
         return ReadAnswer.NO_ENTRY
@@ -197,7 +270,10 @@ def _classify(
     lists: Mapping[str, ProbeResult],
     reads: Mapping[str, Mapping[int, ProbeResult]],
     addresses: Mapping[str, str],
+    lac_answers: Mapping[str, ProbeResult] | None = None,
 ) -> LedgerProbeOutcome:
+    if target.state == "OPEN" and target.last_add_confirmed is None:
+        return _lac_unknown(target, lac_answers or {}, addresses)
     answers: dict[str, object] = {}
     unresponsive: list[str] = []
     for bookie, result in lists.items():
@@ -209,7 +285,7 @@ def _classify(
             answers[bookie] = BookieStatus.NO_LEDGER if isinstance(result, NoLedger) else available
     by_reads = answers_from_reads(
         {bookie: {e: read_answer(r) for e, r in results.items()} for bookie, results in reads.items()},
-        target.last_entry_id,
+        target.checked_through,
     )
     for bookie, answer in by_reads.items():
         answers[bookie] = answer
@@ -223,10 +299,12 @@ def _classify(
         last_entry_id=target.last_entry_id,
         segments=[(first, list(ensemble)) for first, ensemble in target.segments],
         answers=answers,  # type: ignore[arg-type]  # values are EntryAvailability | BookieStatus
+        last_add_confirmed=target.last_add_confirmed,
     )
     skipped = verdict.result is ReplicasResult.SKIPPED
     unresolved = () if skipped else tuple(sorted(b for b in target.bookies if b not in addresses))
-    kinds = {bookie: result.kind for bookie, result in lists.items()}
+    kinds = {bookie: result.kind for bookie, result in (lac_answers or {}).items()}
+    kinds.update({bookie: result.kind for bookie, result in lists.items()})
     kinds.update({bookie: _read_kind(results) for bookie, results in reads.items()})
     return LedgerProbeOutcome(
         target.ledger_id,
@@ -234,6 +312,20 @@ def _classify(
         dict(sorted(kinds.items())),
         tuple(sorted(unresponsive)),
         unresolved,
+    )
+
+
+def _lac_unknown(
+    target: LedgerProbeTarget, lac_answers: Mapping[str, ProbeResult], addresses: Mapping[str, str]
+) -> LedgerProbeOutcome:
+    """An open ledger whose LAC no bookie answered: SKIPPED, its last segment's bookies unknown."""
+    last_ensemble = target.segments[-1][1] if target.segments else ()
+    return LedgerProbeOutcome(
+        target.ledger_id,
+        ReplicasVerdict(ReplicasResult.SKIPPED, None, (), 0, ()),
+        {bookie: result.kind for bookie, result in sorted(lac_answers.items())},
+        tuple(sorted(lac_answers)),
+        tuple(sorted(b for b in set(last_ensemble) if b not in addresses)),
     )
 
 
@@ -306,7 +398,7 @@ def _answering_reads(
     """Those of ``bookies`` that answer a ``READ_ENTRY`` (any conclusive answer, ENOENTRY and EIO too)."""
     requests: list[ProbeRequest] = []
     for bookie in bookies:
-        target = next(t for t in targets if bookie in t.bookies and t.state == "CLOSED")
+        target = next(t for t in targets if bookie in t.bookies)
         first = _planned_reads(target, {bookie}, 0.0).get(bookie, [0])[0]
         requests.append(ProbeRequest(addresses[bookie], target.ledger_id, first))
     results = client.probe_many(requests, timeout=timeout) if requests else []

@@ -2,7 +2,9 @@
 
 Answers ``GET_LIST_OF_ENTRIES_OF_LEDGER`` from a pluggable
 :class:`EntryStore` (byte-exact availability, one group per run as a real bookie sends) and plain
-``READ_ENTRY``; optional auth gate (``EUA`` until an ``AUTH`` with the right plugin name); ``EBADVERSION``
+``READ_ENTRY`` (entry -1, ``LAST_ADD_CONFIRMED``, answers the last entry held, whose header carries the LAC
+its writer had when it sent it: that entry's id - 1, every earlier entry having been acknowledged);
+optional auth gate (``EUA`` until an ``AUTH`` with the right plugin name); ``EBADVERSION``
 for a non-v3 header; ``EBADREQ`` for operations it does not implement. It does not speak the v2 binary
 protocol: a frame that is not a v3 ``Request`` closes the connection (a real bookie would switch to v2).
 
@@ -47,9 +49,11 @@ from typing import Any, Protocol
 
 from connectors.bookie.frames import (
     DEFAULT_MAX_FRAME_SIZE,
+    LAST_ADD_CONFIRMED,
     VERSION_THREE,
     FrameDecoder,
     auth_response,
+    encode_entry_header,
     encode_frame,
     list_entries_response,
     operation_name,
@@ -548,6 +552,8 @@ class BookieServer:
             held = None if ledger_id in faults.enoledger_for else self.store.entries_of(ledger_id)
             if held is None:
                 return read_entry_response(header, ledger_id, entry_id, pb.ENOLEDGER)
+            if entry_id == LAST_ADD_CONFIRMED:
+                return self._last_entry(header, ledger_id, held)
             if entry_id not in held:
                 return read_entry_response(header, ledger_id, entry_id, pb.ENOENTRY)
             # A stand-in body: a real entry carries BookKeeper's entry header and digest.
@@ -555,6 +561,16 @@ class BookieServer:
             return read_entry_response(header, ledger_id, entry_id, pb.EOK, body)
         logger.debug("simulated bookie %s: unsupported %s", self.address, operation_name(operation))
         return status_response(header, pb.EBADREQ)
+
+    @staticmethod
+    def _last_entry(header: pb.BKPacketHeader, ledger_id: int, held: AbstractSet[int]) -> pb.Response:
+        """The answer to a read of entry -1: the last entry held, its header carrying LAC = its id - 1."""
+        if not held:
+            return read_entry_response(header, ledger_id, LAST_ADD_CONFIRMED, pb.ENOENTRY)
+        last = max(held)
+        payload = f"bkaudit-sim ledger={ledger_id} entry={last}".encode()
+        body = encode_entry_header(ledger_id, last, last - 1, len(payload)) + payload
+        return read_entry_response(header, ledger_id, LAST_ADD_CONFIRMED, pb.EOK, body)
 
     def _availability_bytes(self, held: AbstractSet[int]) -> bytes:
         """Encode an entry set, caching by frozen set: encoding is the costliest step of an answer."""

@@ -171,6 +171,7 @@ class LedgerLog:
         self._base_mzxid = np.empty(0, np.int64)
         self._base_gone = np.empty(0, bool)
         self._base_closed = np.empty(0, bool)
+        self._base_checked = np.empty(0, bool)
         self._overlay: list[tuple[int, pa.Table]] = []  # (batch id, rows), oldest first
         self._latest = _OverlayIndex.empty()  # per ledger in the overlay: its newest row's place and version
         self._folded_through = _NO_VERSION
@@ -268,6 +269,7 @@ class LedgerLog:
         self._base_gone = pc.fill_null(base.column("deleted"), False).to_numpy(zero_copy_only=False)
         closed = pc.fill_null(pc.equal(base.column("state"), "CLOSED"), False).to_numpy(zero_copy_only=False)
         self._base_closed = closed & ~self._base_gone
+        self._base_checked = _checked_mask(base) & ~self._base_gone
 
     # -- reads ----------------------------------------------------------------------------------------------
     def versions(self, ledger_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -317,24 +319,29 @@ class LedgerLog:
         return current_rows(base, overlay)
 
     def closed_after(self, cursor: int, limit: int) -> list[int]:
-        """Up to ``limit`` ids above ``cursor`` of closed ledgers that are not deleted, ascending (the
-        background replicas check walks them)."""
-        with self._lock:
-            ids, closed = self._base_ids, self._base_closed
-            latest = self._latest
-        start = int(np.searchsorted(ids, cursor, side="right"))
-        picked = ids[start:][closed[start:]]
-        changed = latest.ids[latest.ids > cursor]
-        picked = picked[~np.isin(picked, changed)][: limit + len(changed)]
-        extra = latest.ids[(latest.ids > cursor) & latest.closed]
-        return np.union1d(picked, extra)[:limit].tolist()
-
-    def closed_count(self) -> int:
-        """How many live ledgers are closed now (what the background replicas check walks)."""
+        """Up to ``limit`` ids above ``cursor`` of closed ledgers that are not deleted, ascending."""
         with self._lock:
             ids, closed, latest = self._base_ids, self._base_closed, self._latest
-        changed = np.isin(ids, latest.ids)
-        return int(np.count_nonzero(closed & ~changed)) + int(np.count_nonzero(latest.closed))
+        return _ids_after(cursor, limit, ids, closed, latest.ids, latest.closed)
+
+    def closed_count(self) -> int:
+        """How many live ledgers are closed now."""
+        with self._lock:
+            ids, closed, latest = self._base_ids, self._base_closed, self._latest
+        return _count_of(ids, closed, latest.ids, latest.closed)
+
+    def checked_after(self, cursor: int, limit: int) -> list[int]:
+        """Up to ``limit`` ids above ``cursor`` of live ledgers that are closed or open, ascending (the
+        background replicas check walks them: an open one is checked up to its last add confirmed)."""
+        with self._lock:
+            ids, checked, latest = self._base_ids, self._base_checked, self._latest
+        return _ids_after(cursor, limit, ids, checked, latest.ids, latest.checked)
+
+    def checked_count(self) -> int:
+        """How many live ledgers are closed or open now (what the background replicas check walks)."""
+        with self._lock:
+            ids, checked, latest = self._base_ids, self._base_checked, self._latest
+        return _count_of(ids, checked, latest.ids, latest.checked)
 
     def current_index(self, indexed: pa.Table) -> pa.Table:
         """The ``ledger_bookies`` rows of ``indexed`` that belong to their ledger's current version (rows of
@@ -629,6 +636,48 @@ def _latest_rows(
     return pa.concat_tables(parts) if parts else LEDGERS.schema.empty_table()
 
 
+def _checked_mask(rows: pa.Table) -> np.ndarray:
+    """Which rows are of a ledger the replicas check judges: CLOSED, or OPEN (up to its LAC)."""
+    state = rows.column("state")
+    checked = pc.or_(pc.equal(state, "CLOSED"), pc.equal(state, "OPEN"))
+    return pc.fill_null(checked, False).to_numpy(zero_copy_only=False)
+
+
+def _ids_after(
+    cursor: int,
+    limit: int,
+    ids: np.ndarray,
+    mask: np.ndarray,
+    latest_ids: np.ndarray,
+    latest_mask: np.ndarray,
+) -> list[int]:
+    """Up to ``limit`` ids above ``cursor`` of the base's ``mask`` rows and the overlay's ``latest_mask`` rows
+    (an overlay row replaces its ledger's base row), ascending.
+
+    Example:
+        >>> ids, latest = np.array([1, 2, 3]), np.array([2, 4])
+        >>> _ids_after(0, 10, ids, np.array([True, True, False]), latest, np.array([False, True]))
+        [1, 4]
+    """
+    start = int(np.searchsorted(ids, cursor, side="right"))
+    picked = ids[start:][mask[start:]]
+    changed = latest_ids[latest_ids > cursor]
+    picked = picked[~np.isin(picked, changed)][: limit + len(changed)]
+    extra = latest_ids[(latest_ids > cursor) & latest_mask]
+    return np.union1d(picked, extra)[:limit].tolist()
+
+
+def _count_of(ids: np.ndarray, mask: np.ndarray, latest_ids: np.ndarray, latest_mask: np.ndarray) -> int:
+    """How many ledgers are ``mask`` in the base and not changed since, or ``latest_mask`` in the overlay.
+
+    Example:
+        >>> _count_of(np.array([1, 2]), np.array([True, True]), np.array([2]), np.array([False]))
+        1
+    """
+    changed = np.isin(ids, latest_ids)
+    return int(np.count_nonzero(mask & ~changed)) + int(np.count_nonzero(latest_mask))
+
+
 @dataclass(frozen=True)
 class _OverlayIndex:
     """For every ledger in the overlay, sorted by id: the batch and row of its newest change, and that
@@ -640,10 +689,11 @@ class _OverlayIndex:
     mzxid: np.ndarray
     gone: np.ndarray
     closed: np.ndarray
+    checked: np.ndarray  # live and CLOSED or OPEN: what the replicas check walks
 
     @classmethod
     def empty(cls) -> _OverlayIndex:
-        return cls(*(np.empty(0, t) for t in (np.int64, np.int64, np.int64, np.int64, bool, bool)))
+        return cls(*(np.empty(0, t) for t in (np.int64, np.int64, np.int64, np.int64, bool, bool, bool)))
 
     @classmethod
     def of(cls, overlay: Sequence[tuple[int, pa.Table]], ids: np.ndarray | None = None) -> _OverlayIndex:
@@ -692,7 +742,7 @@ class _OverlayIndex:
 
     def columns(self) -> tuple[np.ndarray, ...]:
         """The index's columns, in the fields' order."""
-        return (self.ids, self.batch, self.position, self.mzxid, self.gone, self.closed)
+        return (self.ids, self.batch, self.position, self.mzxid, self.gone, self.closed, self.checked)
 
     @classmethod
     def _newest_of(cls, columns: list[np.ndarray]) -> _OverlayIndex:
@@ -715,4 +765,5 @@ def _index_columns(batch: int, rows: pa.Table) -> list[np.ndarray]:
         pc.fill_null(rows.column("mzxid"), _NO_VERSION).to_numpy(),
         gone,
         closed & ~gone,
+        _checked_mask(rows) & ~gone,
     ]

@@ -25,6 +25,7 @@ from connectors.delta.tables import read_table
 from connectors.kafka.topics import ensure_topic
 from connectors.zookeeper.watcher import ChangeWatcher
 from core.domain.rules.entry_reads import entries_to_read
+from core.domain.striping import write_set
 from core.settings import Settings
 from streaming import job
 
@@ -299,6 +300,39 @@ def test_entries_lost_on_a_db_ledger_storage_bookie_raise_the_replicas_alert_aft
     stack.cluster.bookie_store(bookie).add_entries(ledger, lost)  # repaired: the alert resolves
     stack.wait_until_matches(ALWAYS + PROBED, timeout=120)
     assert not any(str(ledger) in ids for k, ids in stack.open_alerts().items() if k.startswith("REPLICAS_"))
+
+
+def replicas_alerts_of(stack, ledger: int) -> set[str]:
+    return {k for k, ids in stack.open_alerts().items() if k.startswith("REPLICAS_") and str(ledger) in ids}
+
+
+def test_an_open_ledger_short_below_its_lac_is_alerted_and_resolves_once_repaired_and_closed(stack):
+    # Entries 0..11 written: the bookies' last entries carry LAC 10. Entry 0 (the first of its bookies'
+    # fragments, which entry reads always read) is lost by its whole write set: below the LAC, NO_REPLICA.
+    # Another open ledger loses its last entry 11 on one bookie, above the LAC its bookies carry: it is
+    # never judged, so it must raise nothing.
+    short, above = (stack.cluster.create_ledger(entries=12, close=False) for _ in range(2))
+    md = stack.cluster.ledger_metadata(short)
+    holders = [md.segments[0].ensemble[i] for i in write_set(0, md.ensemble_size, md.write_quorum)]
+    for bookie in holders:
+        stack.cluster.lose_entries(bookie, short, [0])
+    last_holder = (
+        stack.cluster.ledger_metadata(above)
+        .segments[0]
+        .ensemble[write_set(11, md.ensemble_size, md.write_quorum)[0]]
+    )
+    stack.cluster.lose_entries(last_holder, above, [11])
+    truth = stack.truth()["alerts"]
+    assert short in truth["REPLICAS_NO_REPLICA"]
+    assert not any(above in ids for k, ids in truth.items() if k.startswith("REPLICAS_"))
+    stack.wait_until_matches(ALWAYS + PROBED, timeout=120)
+    assert replicas_alerts_of(stack, short) == {"REPLICAS_NO_REPLICA"}
+    assert replicas_alerts_of(stack, above) == set()
+    for bookie in holders:
+        stack.cluster.bookie_store(bookie).add_entries(short, [0])
+    stack.cluster.close_ledger(short)  # a metadata change: the alert is re-probed, healthy, resolved
+    stack.wait_until_matches(ALWAYS + PROBED, timeout=120)
+    assert replicas_alerts_of(stack, short) == set()
 
 
 def test_a_transient_silence_of_a_db_ledger_storage_bookie_raises_nothing(stack):

@@ -254,6 +254,18 @@ def test_the_background_check_walks_closed_live_ledgers_from_memory(root):
     assert log.closed_after(4, 2) == [5, 6]
 
 
+def test_the_background_check_walks_open_ledgers_too_but_not_those_in_recovery(root):
+    log = LedgerLog(root, APP)
+    record(log, root, 0, [row(1, 10), row(2, 11, state="OPEN"), row(3, 12, state="IN_RECOVERY")])
+    log.fold(through=0)
+    record(
+        log, root, 1, [row(4, 20, state="OPEN"), row(1, 21, state="IN_RECOVERY"), row(5, 22, deleted=True)]
+    )
+    assert log.checked_after(-1, 10) == [2, 4]
+    assert log.checked_after(2, 10) == [4] and log.checked_count() == 2
+    assert log.closed_after(-1, 10) == [] and log.closed_count() == 0
+
+
 def test_folded_changes_older_than_the_retention_are_expired_and_the_state_stays(root):
     log = LedgerLog(root, APP)
     record(log, root, 0, [row(1, 10), row(2, 11)])  # updated_at in 1970: long past any retention

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from connectors.bookie.client import BlockingBookieClient
-from connectors.bookie.ledger_probe import LedgerProbeTarget, probe_ledgers
+from connectors.bookie.ledger_probe import LedgerProbeTarget, bound_by_lac, probe_ledgers
 from connectors.bookie.server import BookieServer, InMemoryEntryStore
 from core.domain.rules.replicas import ReplicasResult
 from core.domain.striping import entries_striped_to_bookie
@@ -81,7 +81,9 @@ def test_an_unregistered_bookie_is_unresolved_and_open_ledgers_are_skipped(booki
     open_ledger = LedgerProbeTarget(7, 3, 2, 2, "OPEN", -1, ((0, ENSEMBLE),))
     closed, skipped = probe_ledgers(client, [TARGET, open_ledger], known)
     assert closed.unresolved == ("b0",)
-    assert skipped.verdict.result is ReplicasResult.SKIPPED and skipped.answers == {}
+    # Asked for its LAC, no bookie holds the open ledger: nothing was acknowledged, nothing to judge.
+    assert skipped.verdict.result is ReplicasResult.SKIPPED and not skipped.failing
+    assert skipped.answers == {"b1": "no_ledger", "b2": "no_ledger"}
 
 
 @pytest.fixture
@@ -152,3 +154,72 @@ def test_entry_reads_to_one_bookie_are_paced(bookies):
         elapsed = time.monotonic() - started
     assert all(r.conclusive for r in results)
     assert elapsed >= 9 / 20.0  # ten reads to each bookie, 50 ms apart
+
+
+OPEN_ID = 43
+
+
+@pytest.fixture
+def open_ledger(bookies):
+    """Ledger 43, OPEN, entries 0..29 written to every write set: the bookies' last entries carry LAC 28."""
+    for index, bookie in enumerate(ENSEMBLE):
+        bookies[bookie].store.add_entries(OPEN_ID, list(entries_striped_to_bookie(index, 0, 29, 3, 2)))
+    return LedgerProbeTarget(OPEN_ID, 3, 2, 2, "OPEN", -1, ((0, ENSEMBLE),))
+
+
+def test_an_open_ledger_is_checked_up_to_the_highest_lac_its_bookies_answer(bookies, client, open_ledger):
+    # Entries 0..29: entry 29 is on b2 and b0 (E=3, WQ=2), whose last entry 29 carries LAC 28; b1's last
+    # entry is 28, carrying 27. The ledger's LAC is the highest answered.
+    bounded, answered = bound_by_lac(client, [open_ledger], addresses(bookies), timeout=0.5)
+    assert bounded[0].last_add_confirmed == 28
+    assert {b: r.kind for b, r in answered[0].items()} == dict.fromkeys(ENSEMBLE, "last_confirmed")
+    [outcome] = probe_ledgers(client, [open_ledger], addresses(bookies), timeout=0.5)
+    assert outcome.verdict.result is ReplicasResult.OK and not outcome.failing
+
+
+def test_an_open_ledger_that_lost_entries_below_its_lac_on_a_whole_write_set_has_no_replica(
+    bookies, client, open_ledger
+):
+    # Entry 4's write set is positions 1 and 2 (b1, b2): both lose it. Entry 29 (above the LAC 28) is lost
+    # by b0 too, and 28 (the LAC itself) is kept: only the entries up to the LAC are judged.
+    bookies["b1"].store.drop_entries(OPEN_ID, [4])
+    bookies["b2"].store.drop_entries(OPEN_ID, [4])
+    bookies["b0"].store.drop_entries(OPEN_ID, [29])
+    [outcome] = probe_ledgers(client, [open_ledger], addresses(bookies), timeout=0.5)
+    assert outcome.verdict.result is ReplicasResult.NO_REPLICA
+    assert outcome.verdict.worst_entries == (4,) and outcome.failing
+    # Entries above the LAC are never reported, even when no bookie holds them.
+    bookies["b2"].store.drop_entries(OPEN_ID, [29])
+    bookies["b1"].store.add_entries(OPEN_ID, [4])
+    [above] = probe_ledgers(client, [open_ledger], addresses(bookies), timeout=0.5)
+    assert above.verdict.result is ReplicasResult.LESS_THAN_AQ and above.verdict.worst_entries == (4,)
+
+
+def test_an_open_ledger_whose_lac_nobody_answers_is_unknown_not_missing(bookies, client, open_ledger):
+    for server in bookies.values():
+        server.set_faults(silent=True)
+    [outcome] = probe_ledgers(client, [open_ledger], addresses(bookies), timeout=0.3)
+    assert outcome.verdict.result is ReplicasResult.SKIPPED
+    assert outcome.unresponsive == ENSEMBLE and outcome.failing
+    assert set(outcome.answers.values()) == {"timeout"}
+
+
+def test_an_open_ledger_in_recovery_is_not_asked(bookies, client, open_ledger):
+    from dataclasses import replace
+
+    before = sum(server.stats.requests_received for server in bookies.values())
+    [outcome] = probe_ledgers(client, [replace(open_ledger, state="IN_RECOVERY")], addresses(bookies))
+    assert outcome.verdict.result is ReplicasResult.SKIPPED and outcome.answers == {}
+    assert sum(server.stats.requests_received for server in bookies.values()) == before
+
+
+def test_an_open_ledger_on_a_db_ledger_storage_bookie_is_read_up_to_its_lac(db_bookie, client, open_ledger):
+    from connectors.bookie.ledger_probe import probe_and_learn
+
+    # b2 (position 2) holds 1, 2, 4, 5, ..., 28, 29: its fragment up to the LAC 28 ends at 28.
+    db_bookie["b2"].store.drop_entries(OPEN_ID, [1, 28])
+    [outcome], learned = probe_and_learn(
+        client, [open_ledger], addresses(db_bookie), learn={"b0", "b1", "b2"}, timeout=0.3
+    )
+    assert learned["b2"] is False and outcome.answers["b2"] == "entry_reads"
+    assert outcome.verdict.result is ReplicasResult.LESS_THAN_AQ and outcome.verdict.worst_entries == (1, 28)

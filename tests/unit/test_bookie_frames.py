@@ -18,10 +18,12 @@ from connectors.bookie.client import (
     BookieError,
     EntryList,
     EntryPresent,
+    LastConfirmed,
     NoEntry,
     NoLedger,
     Timeout,
     availability_of,
+    classify_last_entry_response,
     classify_list_entries_response,
     classify_read_entry_response,
     parse_bookie_address,
@@ -356,6 +358,24 @@ def test_read_entry_answers():
     assert isinstance(wrong, BadResponse) and "5:4" in wrong.reason
 
 
+def test_a_read_of_entry_minus_one_gives_the_lac_the_last_entry_carries():
+    header = read_entry_request(5, frames.LAST_ADD_CONFIRMED, 4).header
+    classify = classify_last_entry_response
+    # The LAC sits after ledger id and entry id, whatever digest and payload follow; an echoed entry id of -1
+    # (the request's) is not compared with the entry's own id.
+    body = frames.encode_entry_header(5, 12, 11, 3) + bytes(8) + b"abc"
+    assert classify(read_entry_response(header, 5, -1, pb.EOK, body), 5) == LastConfirmed(11, 12)
+    first = frames.encode_entry_header(5, 0, -1, 0)  # the first entry: nothing was confirmed before it
+    assert classify(read_entry_response(header, 5, -1, pb.EOK, first), 5) == LastConfirmed(-1, 0)
+    assert classify(read_entry_response(header, 5, -1, pb.ENOENTRY), 5) == NoEntry()
+    assert classify(read_entry_response(header, 5, -1, pb.ENOLEDGER), 5) == NoLedger()
+    assert classify(read_entry_response(header, 5, -1, pb.EIO), 5) == BookieError(pb.EIO)
+    short = classify(read_entry_response(header, 5, -1, pb.EOK, body[:20]), 5)
+    assert isinstance(short, BadResponse) and "header" in short.reason
+    other = classify(read_entry_response(header, 5, -1, pb.EOK, frames.encode_entry_header(6, 1, 0, 0)), 5)
+    assert isinstance(other, BadResponse) and "ledger 6" in other.reason
+
+
 def test_result_kinds_are_distinct_names():
     kinds = {
         cls.kind
@@ -368,9 +388,10 @@ def test_result_kinds_are_distinct_names():
             Timeout,
             BookieError,
             BadResponse,
+            LastConfirmed,
         )
     }
-    assert len(kinds) == 8
+    assert len(kinds) == 9
     assert BookieError(pb.EIO).status_name == "EIO"
 
 

@@ -34,9 +34,7 @@ def overlay_of(drawn: list[list[tuple[int, int, bool, bool]]]) -> list[tuple[int
 
 
 def columns(index: _OverlayIndex) -> list[list]:
-    return [
-        c.tolist() for c in (index.ids, index.batch, index.position, index.mzxid, index.gone, index.closed)
-    ]
+    return [c.tolist() for c in index.columns()]
 
 
 @given(batches)

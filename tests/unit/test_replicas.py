@@ -15,7 +15,9 @@ from core.domain.rules.replicas import (
     LedgerSegment,
     ReplicasResult,
     ReplicasVerdict,
+    checked_through,
     classify_replicas,
+    last_add_confirmed,
 )
 from core.domain.striping import entries_striped_to_bookie, has_entry, write_set
 from tests.budgets import allocation_peak
@@ -96,6 +98,73 @@ def test_es2_empty_last_segment_is_ok() -> None:
 def test_open_and_in_recovery_ledgers_are_skipped(state: str) -> None:
     verdict = classify(3, 2, 2, 10, [(0, B[:3])], {}, state=state)
     assert verdict.result is ReplicasResult.SKIPPED and verdict.min_replicas is None
+
+
+# --- open ledgers, up to their last add confirmed ------------------------------------------------
+
+
+def test_the_lac_is_the_highest_view_answered() -> None:
+    assert last_add_confirmed([3, 9, -1, 7], 0) == 9
+    assert last_add_confirmed([-1, -1], 0) == -1  # bookies answered, none holds an entry: nothing acked
+
+
+def test_a_lac_nobody_answered_is_unknown() -> None:
+    assert last_add_confirmed([], 12) is None
+
+
+def test_the_lac_is_at_least_the_entry_before_the_last_segment() -> None:
+    # An ensemble change at entry 12 means the writer had 0..11 confirmed, whatever its new bookies answer.
+    assert last_add_confirmed([-1, 5], 12) == 11
+    assert last_add_confirmed([20], 12) == 20
+
+
+def test_only_an_open_ledger_is_bounded_by_its_lac() -> None:
+    assert checked_through("OPEN", -1, 7) == 7
+    assert checked_through("OPEN", -1, None) == -1
+    assert checked_through("IN_RECOVERY", -1, 7) == -1  # recovery fences it and will close it
+    assert checked_through("CLOSED", 9, 3) == 9
+
+
+def _open(lac: int | None, answers: Mapping[str, object]) -> ReplicasVerdict:
+    return classify_replicas(
+        ensemble_size=3,
+        write_quorum=2,
+        ack_quorum=2,
+        state="OPEN",
+        last_entry_id=-1,
+        segments=[(0, B[:3])],
+        answers=answers,  # type: ignore[arg-type]
+        last_add_confirmed=lac,
+    )
+
+
+def test_an_open_ledger_is_classified_up_to_its_lac_and_never_above() -> None:
+    # E=3, WQ=2: entry e on positions e%3 and e%3+1. Entries 0..5 written; 1 lost on both b1 and b2,
+    # 5 lost on b2 and b0 (its whole write set) but above the LAC 4.
+    answers = {"b0": [0, 2, 3], "b1": [0, 3, 4], "b2": [2, 4]}
+    verdict = _open(4, answers)
+    assert verdict.result is ReplicasResult.NO_REPLICA and verdict.worst_entries == (1,)
+    assert _open(0, answers).result is ReplicasResult.OK  # entry 0 has both copies
+    assert _open(5, answers).worst_entries == (1, 5)  # the same holdings judged to 5 see 5 too
+
+
+def test_an_open_ledger_with_no_lac_or_nothing_confirmed_is_skipped() -> None:
+    assert _open(None, {"b0": BookieStatus.NO_LEDGER}).result is ReplicasResult.SKIPPED
+    assert _open(-1, {"b0": BookieStatus.NO_LEDGER}).result is ReplicasResult.SKIPPED
+
+
+def test_an_in_recovery_ledger_is_skipped_whatever_its_lac() -> None:
+    verdict = classify_replicas(
+        ensemble_size=3,
+        write_quorum=2,
+        ack_quorum=2,
+        state="IN_RECOVERY",
+        last_entry_id=-1,
+        segments=[(0, B[:3])],
+        answers={},
+        last_add_confirmed=4,
+    )
+    assert verdict.result is ReplicasResult.SKIPPED
 
 
 def test_interfaces_example() -> None:

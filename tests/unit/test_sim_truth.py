@@ -385,6 +385,36 @@ def test_replicas_skip_open_and_empty_ledgers() -> None:
     assert flagged(ground_truth(snapshot(ledgers, holdings_overrides=everything_lost))) == {}
 
 
+def _open_holdings(lost: Mapping[str, Iterable[int]]) -> dict[str, dict[int, frozenset[int]]]:
+    """Ledger 1 (OPEN, E=3 on b1..b3, WQ=2) written with entries 0..9, less ``lost`` per bookie."""
+    held = {}
+    for index, bookie in enumerate(["b1", "b2", "b3"]):
+        entries = set(entries_striped_to_bookie(index, 0, 9, 3, 2)) - set(lost.get(bookie, ()))
+        held[bookie] = {1: frozenset(entries)}
+    return held
+
+
+def test_an_open_ledger_is_judged_up_to_the_lac_its_bookies_carry() -> None:
+    ledgers = {1: closed(["b1", "b2", "b3"], state=LedgerState.OPEN)}
+    # Entry 3's write set is b1 and b2 (positions 0, 1): both lost it. Entry 9 (b1, b2 too) is lost by both
+    # as well, so the last entries are 8 (b1), 7 (b2) and 8 (b3): the LAC is 7, and 9 is not judged.
+    lost = {"b1": [3, 9], "b2": [3, 9]}
+    truth = ground_truth(snapshot(ledgers, holdings_overrides=_open_holdings(lost)))
+    assert flagged(truth) == {"REPLICAS_NO_REPLICA": [1]}
+    above = ground_truth(snapshot(ledgers, holdings_overrides=_open_holdings({"b1": [9], "b2": [9]})))
+    assert flagged(above) == {}
+
+
+def test_an_open_ledger_whose_lac_nobody_answers_and_one_in_recovery_are_not_judged() -> None:
+    lost = _open_holdings({"b1": [3], "b2": [3]})
+    silent = {b: {"silent": True} for b in ("b1", "b2", "b3")}
+    ledgers = {1: closed(["b1", "b2", "b3"], state=LedgerState.OPEN)}
+    truth = ground_truth(snapshot(ledgers, holdings_overrides=lost, bookie_overrides=silent))
+    assert flagged(truth) == {} and truth["may_alert"]["BOOKIE_UNRESPONSIVE"] == ["b1", "b2", "b3"]
+    recovering = {1: closed(["b1", "b2", "b3"], state=LedgerState.IN_RECOVERY)}
+    assert flagged(ground_truth(snapshot(recovering, holdings_overrides=lost))) == {}
+
+
 # ------------------------------------------------------------------------------------ marks and corrupt
 
 

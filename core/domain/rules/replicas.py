@@ -3,10 +3,12 @@
 Pure code: no I/O, no Spark; shared by the CLI (``bkaudit check replicas``), the streaming
 job and the simulator.
 
-For a CLOSED ledger with ``last_entry_id >= 0``, every non-empty segment ``[first, end]`` and every ensemble
-position ``i``: the entries striped to ``i`` (RoundRobin schedule, absolute ids) that the bookie at ``i`` does
-not hold are *missing*. An entry's missing count is how many positions of its write set miss it;
-``min_replicas = WQ - max(missing count)``, and
+For a CLOSED ledger with ``last_entry_id >= 0``, and for an OPEN ledger up to its last add confirmed (LAC, as
+its bookies answer it: the entries an ack quorum acknowledged, so they must be on their write sets; entries
+above it are never judged, as in BookKeeper's LedgerChecker), every non-empty segment ``[first, end]`` and
+every ensemble position ``i``: the entries striped to ``i`` (RoundRobin schedule, absolute ids) that the
+bookie at ``i`` does not hold are *missing*. An entry's missing count is how many positions of its write set
+miss it; ``min_replicas = WQ - max(missing count)``, and
 
 * ``min_replicas == 0``   → NO_REPLICA
 * ``min_replicas < AQ``   → LESS_THAN_AQ
@@ -74,7 +76,7 @@ BookieAnswer = EntryAvailability | BookieStatus | Iterable[int]
 
 
 class ReplicasResult(Enum):
-    """Classification of one ledger (SKIPPED: open, in recovery, or no entries).
+    """Classification of one ledger (SKIPPED: in recovery, open with no known LAC, or no entries).
 
     Example:
         >>> ReplicasResult.LESS_THAN_WQ.value
@@ -133,6 +135,41 @@ class ReplicasVerdict:
 
 
 _SKIPPED = ReplicasVerdict(ReplicasResult.SKIPPED, None, (), 0, ())
+
+
+def last_add_confirmed(answered: Iterable[int], last_segment_first: int) -> int | None:
+    """An open ledger's LAC from what the bookies of its last segment answered; None when none answered.
+
+    Each bookie answers its own view (the LAC its last entry carries; -1 when it holds none); the ledger's
+    LAC is the highest, as BookKeeper's ``readLastAddConfirmed`` takes it. An ensemble change starts its
+    segment at the writer's LAC + 1, so once any bookie answered, the LAC is at least the last segment's
+    first entry - 1.
+
+    Example:
+        >>> last_add_confirmed([4, 7, -1], 0), last_add_confirmed([-1], 5), last_add_confirmed([], 5)
+        (7, 4, None)
+    """
+    views = list(answered)
+    if not views:
+        return None
+    return max(*views, last_segment_first - 1)
+
+
+def checked_through(state: str, last_entry_id: int, lac: int | None = None) -> int:
+    """The last entry a replicas check judges: a CLOSED ledger's last entry, an OPEN ledger's LAC (-1 when
+    unknown), nothing (-1) of a ledger IN_RECOVERY, whose recovery fences and closes it.
+
+    Example:
+        >>> checked_through("CLOSED", 9), checked_through("OPEN", -1, 4), checked_through("OPEN", -1)
+        (9, 4, -1)
+        >>> checked_through("IN_RECOVERY", -1, 4)
+        -1
+    """
+    if state == "CLOSED":
+        return last_entry_id
+    if state == "OPEN" and lac is not None:
+        return lac
+    return -1
 
 
 def segment_ranges(segments: Sequence[LedgerSegment], last_entry_id: int) -> Iterator[tuple[int, int, int]]:
@@ -290,11 +327,13 @@ def classify_replicas(
     segments: Sequence[LedgerSegment | tuple[int, Sequence[str]]],
     answers: Mapping[str, BookieAnswer],
     worst_entries_limit: int = WORST_ENTRIES_LIMIT,
+    last_add_confirmed: int | None = None,
 ) -> ReplicasVerdict:
     """Classify one ledger from its metadata and each bookie's answer (see the module docstring).
 
-    A bookie of an ensemble that is absent from ``answers`` is treated as UNAVAILABLE. Bad parameters
-    (quorums, state, segment shapes) raise ``ValueError``.
+    An OPEN ledger is classified up to ``last_add_confirmed`` (SKIPPED when it is None or -1); what the
+    bookies hold above it is ignored. A bookie of an ensemble that is absent from ``answers`` is treated as
+    UNAVAILABLE. Bad parameters (quorums, state, segment shapes) raise ``ValueError``.
 
     Example:
         >>> classify_replicas(ensemble_size=3, write_quorum=2, ack_quorum=2, state="OPEN", last_entry_id=-1,
@@ -305,10 +344,15 @@ def classify_replicas(
         ...                       answers={"a": BookieStatus.NO_LEDGER, "b": [0, 1, 2, 3, 4, 5]})
         >>> v.result.value, v.min_replicas, v.worst_entries, v.unknown_bookies
         ('LESS_THAN_WQ', 1, (0, 2, 3, 5), ('c',))
+        >>> classify_replicas(ensemble_size=2, write_quorum=2, ack_quorum=2, state="OPEN", last_entry_id=-1,
+        ...                   segments=[(0, ["a", "b"])], answers={"a": [0], "b": [0]},
+        ...                   last_add_confirmed=0).result.value  # entry 1 and later: above the LAC
+        'OK'
     """
     ledger_segments = [_as_segment(segment) for segment in segments]
     _validate(ensemble_size, write_quorum, ack_quorum, state, ledger_segments)
-    if state != "CLOSED" or last_entry_id < 0:
+    last_entry_id = checked_through(state, last_entry_id, last_add_confirmed)
+    if last_entry_id < 0:
         return _SKIPPED
 
     resolved: dict[str, EntryAvailability | BookieStatus] = {}
