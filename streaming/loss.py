@@ -408,7 +408,10 @@ class LossAuditor:
             return lost
         for bookie_id in due:
             del self._named[bookie_id]
-        index = self.ledger_log.read_index(self._table("ledger_bookies"), due, ["bookie", "ledger_id"])
+        # mzxid: the stored rows of older versions are told from the current ones by it.
+        index = self.ledger_log.read_index(
+            self._table("ledger_bookies"), due, ["bookie", "ledger_id", "mzxid"]
+        )
         named = set(index.column("bookie").to_pylist())
         found = set(lost)
         for bookie_id in (b for b in due if b in named and b not in self._known):

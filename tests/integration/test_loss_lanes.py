@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -240,3 +241,21 @@ def test_a_never_registered_bookie_stays_lost_across_a_restart(
     membership_clock(restarted, 3_000, 1)  # nothing new: no second alert, the loss still open
     assert list(open_bookie_alerts(root)) == ["bookie/ghost:3181"] and open_ledger_alerts(root) == [2]
     assert "ghost:3181" in restarted.loss.lost()
+
+
+def test_a_never_registered_bookie_is_judged_from_the_stored_index_after_a_restart(
+    kafka_settings: Any, tmp_path: Path
+) -> None:
+    """Folded and restarted before any judgement: the name comes from the index's partitions and the rows
+    from the stored index (older versions told apart by their mzxid)."""
+    ensure_topic(kafka_settings, kafka_settings.alerts_topic, 1)
+    root = tmp_path / "lh"
+    config = SinkConfig(lakehouse_root=root, app_id=APP, kafka=kafka_settings, index_append_interval_s=0)
+    first = AuditSink(config)
+    first.process(decisions(*writable("b1", "b2"), ledger(2, ["b1", "ghost:3181", "b2"], 2_000, 11)), 0)
+    first.process(decisions(ledger(3, ["b1", "b2"], 2_100, 12)), 1)  # the index append runs after batch 0
+    first.ledger_log.fold()  # the ledgers leave memory: only the stored index rows name the bookie
+    first.close()
+    restarted = AuditSink(config)
+    membership_clock(restarted, int(time.time() * 1000) + 60_000, 0)
+    assert list(open_bookie_alerts(root)) == ["bookie/ghost:3181"] and open_ledger_alerts(root) == [2]
