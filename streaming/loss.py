@@ -376,7 +376,8 @@ class LossAuditor:
         :attr:`check_soon`, read from the bookies' index partitions; returns how many."""
         if not bookies or self.check_soon is None:
             return 0
-        indexed = self.ledger_log.read_index(self._table("ledger_bookies"), bookies, ["ledger_id", "state"])
+        columns = ["ledger_id", "mzxid", "state"]  # mzxid: which index rows are of current versions
+        indexed = self.ledger_log.read_index(self._table("ledger_bookies"), bookies, columns)
         closed = pc.fill_null(pc.equal(indexed.column("state"), "CLOSED"), True)
         ids = np.unique(indexed.filter(closed).column("ledger_id").to_numpy())
         logger.info(
