@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import enum
+import hashlib
 import itertools
 import re
 import time
@@ -332,8 +333,10 @@ def bookie_status(
     registration: ZnodeStatLike | None = None,
     has_cookie: bool = False,
     registration_error: str = "",
+    cookie: tuple[ZnodeStatLike, bytes | None] | None = None,
 ) -> pb.BookieStatus:
-    """A bookie's membership: WRITABLE / READ_ONLY / GONE, with its registration (endpoints, stat) if any.
+    """A bookie's membership: WRITABLE / READ_ONLY / GONE, with its registration (endpoints, stat) if any,
+    and its cookie's stat and digest when the cookie was read (``cookie``: its stat and bytes).
 
     Example:
         >>> from core.domain.registration import decode_bookie_service_info
@@ -362,6 +365,9 @@ def bookie_status(
             message.rpc_address = str(address)
     if registration is not None:
         message.registration.CopyFrom(znode_stat(registration))
+    if cookie is not None:
+        message.cookie.CopyFrom(znode_stat(cookie[0]))
+        message.cookie_sha256 = hashlib.sha256(cookie[1] or b"").hexdigest()
     return message
 
 

@@ -30,6 +30,7 @@ from typing import Any
 import pyarrow as pa
 
 from core import events as ev
+from core.domain.cookie import cookie_identity
 from core.domain.metadata import HEADER_KEY
 from core.domain.rules.event_time import future_event_reason, receiving_clock_ms
 from core.errors import FormatError
@@ -184,6 +185,7 @@ def _bookie_payload(status: pb.BookieStatus) -> dict[str, Any]:
         "port": port,
         "has_cookie": status.has_cookie,
         "registration_error": status.registration_error or None,
+        "cookie": cookie_identity(status.cookie.czxid, status.cookie_sha256),
     }
 
 

@@ -103,6 +103,7 @@ MEMBERSHIP_COLUMNS = (
     "port",
     "rpc_address",
     "has_cookie",
+    "cookie_changed_at",
     "updated_at",
 )
 _RULE_SCHEMA = pa.schema([*LOST_BOOKIE_INPUT_SCHEMA, pa.field("pulsar_topic", pa.string())])
@@ -194,6 +195,9 @@ class LossAuditor:
         self._membership_ms: int | None = None
         self._tables = OpenTables(lakehouse_root)
         self.reports: list[LossReport] = []
+        # Where the closed ledgers of a bookie formatted again go to be probed at once (the sink's replicas
+        # check queue); None: nobody probes them ahead of the background walk.
+        self.check_soon: Callable[[Sequence[int]], None] | None = None
 
     # -- state --------------------------------------------------------------------------------------------
     def _table(self, name: str) -> DeltaTable:
@@ -288,6 +292,7 @@ class LossAuditor:
             self._note_named(named_bookies or {}, membership_clock_ms)
             book = AlertBook(cluster, open=dict(self._open))
             bookie_rows, lost, lost_changed = self._apply_membership(book, membership, cluster)
+            report.ledgers_rechecked = self._check_reformatted(reformatted_bookies(membership))
             lost = self._never_registered(book, bookie_rows, lost, lost_changed, cluster)
             if not membership and not changed_rows and not lost_changed:
                 return report
@@ -350,6 +355,7 @@ class LossAuditor:
                     "host": payload.get("host"),
                     "port": payload.get("port"),
                     "has_cookie": payload.get("has_cookie"),
+                    "cookie_changed_at": utc_from_ms(payload.get("cookie_changed_ms")),
                     "rpc_address": payload.get("rpc_address"),
                     "updated_at": utc_from_ms(at_ms),
                 }
@@ -364,6 +370,23 @@ class LossAuditor:
             elif kind in ("autorecovery_alert", "cluster_alert"):
                 _set_health_condition(book, row.get("ledger_id"), at_ms, payload)
         return bookie_rows, frozenset(lost), lost_changed
+
+    def _check_reformatted(self, bookies: Sequence[str]) -> int:
+        """Hand the closed ledgers that name ``bookies`` (formatted again: their entries may be gone) to
+        :attr:`check_soon`, read from the bookies' index partitions; returns how many."""
+        if not bookies or self.check_soon is None:
+            return 0
+        columns = ["ledger_id", "mzxid", "state"]  # mzxid: which index rows are of current versions
+        indexed = self.ledger_log.read_index(self._table("ledger_bookies"), bookies, columns)
+        closed = pc.fill_null(pc.equal(indexed.column("state"), "CLOSED"), True)
+        ids = np.unique(indexed.filter(closed).column("ledger_id").to_numpy())
+        logger.info(
+            "bookies %s were formatted again (cookie replaced): checking their %d closed ledgers now",
+            ", ".join(bookies),
+            len(ids),
+        )
+        self.check_soon(ids.tolist())
+        return len(ids)
 
     def _clock_judges(self, clock_ms: int | None) -> bool:
         """Whether the membership lane's clock alone gives this call work: a name to judge now, or the names
@@ -545,6 +568,23 @@ class LossAuditor:
         return len(bookie_rows), written.count(False)
 
 
+def reformatted_bookies(membership: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The bookies whose cookie the membership decisions saw replaced (formatted again under the same id).
+
+    Example:
+        >>> replaced = {"kind": "bookie_state", "bookie_id": "b2", "payload": {"cookie_replaced": True}}
+        >>> reformatted_bookies([replaced, {"kind": "bookie_state", "bookie_id": "b1", "payload": {}}])
+        ['b2']
+    """
+    return sorted(
+        {
+            row["bookie_id"]
+            for row in membership
+            if row["kind"] == "bookie_state" and (row["payload"] or {}).get("cookie_replaced")
+        }
+    )
+
+
 def record_transitions(
     writer: BatchWriter, book: AlertBook, ledger_rows: pa.Table | None = None
 ) -> tuple[bool, bool]:
@@ -611,5 +651,6 @@ __all__ = [
     "loss_app",
     "membership_app",
     "record_transitions",
+    "reformatted_bookies",
     "utc_from_ms",
 ]

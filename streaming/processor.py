@@ -36,10 +36,11 @@ Example:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from core.domain.cookie import cookie_replaced
 from core.domain.rules.autorecovery import (
     AutoRecoveryGraces,
     AutoRecoveryHealth,
@@ -150,6 +151,31 @@ def _disruption_decisions(
     return now
 
 
+def bookie_registration(
+    known: Mapping[str, Any] | None, payload: Mapping[str, Any], at_ms: int
+) -> tuple[dict[str, Any], bool]:
+    """What the state keeps of a ``bookie_status`` payload, and whether it shows the bookie's cookie
+    replaced (formatted again under the same id). The last cookie seen is kept while the bookie has none,
+    so a cookie deleted and created again counts; a first sighting or the same cookie again does not.
+
+    Example:
+        >>> first, replaced = bookie_registration(None, {"has_cookie": True, "cookie": "5:aa"}, 10)
+        >>> replaced, first["cookie"], first["cookie_changed_ms"]
+        (False, '5:aa', None)
+        >>> gone, _ = bookie_registration(first, {"has_cookie": False, "cookie": None}, 20)
+        >>> again, replaced = bookie_registration(gone, {"has_cookie": True, "cookie": "9:bb"}, 30)
+        >>> replaced, again["cookie"], again["cookie_changed_ms"]
+        (True, '9:bb', 30)
+    """
+    known = known or {}
+    seen = payload.get("cookie")
+    replaced = cookie_replaced(known.get("cookie"), seen)
+    registration = {k: payload.get(k) for k in ("rpc_address", "host", "port", "has_cookie")}
+    registration["cookie"] = seen or known.get("cookie")
+    registration["cookie_changed_ms"] = at_ms if replaced else known.get("cookie_changed_ms")
+    return registration, replaced
+
+
 class ClusterLogic:
     """Membership, recovery delay and rack map: the ``"cluster"`` group.
 
@@ -230,10 +256,12 @@ class ClusterLogic:
                 continue
             if kind == "bookie_status":
                 bookie_id = row["bookie_id"]
-                registration = {k: payload.get(k) for k in ("rpc_address", "host", "port", "has_cookie")}
+                registration, replaced = bookie_registration(info["bookies"].get(bookie_id), payload, at_ms)
                 info["bookies"][bookie_id] = registration
                 transitions = membership.observe(bookie_id, BookieStatus(payload["status"]), at_ms)
                 out.append(self._bookie_state(membership, info, bookie_id, at_ms))
+                if replaced:  # the loss owner probes its ledgers (once: the flag is this decision's only)
+                    out[-1]["payload"]["cookie_replaced"] = True
                 out.extend(self._transitions(membership, info, transitions))
                 running = any(b.status is not BookieStatus.GONE for b in membership.bookies.values())
                 out.extend(_health_decisions(health.set_bookies_running(running, at_ms)))

@@ -58,6 +58,7 @@ class LossReport:
     transitions: dict[tuple[str, str], int] = field(default_factory=dict)  # (kind, state) → alerts
     ledgers_evaluated: int = 0
     bookies_written: int = 0
+    ledgers_rechecked: int = 0  # closed ledgers of bookies formatted again, handed to the replicas check
     skipped_replay_tables: int = 0  # writes a replay found already done
     published_at: float | None = None  # wall time every alert of the call was acknowledged
     seconds: float = 0.0

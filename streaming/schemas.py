@@ -94,8 +94,8 @@ DECISION_KINDS = {
     "under_replication": "urL mark changed: payload {state, replicas, mark_ctime_ms}",
     "under_replication_stuck": "a mark outlived the grace period: payload {mark_ctime_ms, grace_s, replicas}",
     "bookie_state": "a bookie's membership: payload {status, rpc_address, host, port, has_cookie, "
-    "missing_since_ms, "
-    "lost, flaps}",
+    "cookie (czxid:sha256 of the last cookie seen), cookie_changed_ms, missing_since_ms, lost, flaps; "
+    "cookie_replaced: true on the decision that saw the cookie replaced}",
     "bookie_lost": "a missing bookie is now lost: payload {missing_since_ms}",
     "bookie_returned": "a lost bookie registered again: payload {missing_since_ms}",
     "bookie_flapped": "a missing bookie came back before the delay: payload {missing_since_ms, flaps}",

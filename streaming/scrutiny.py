@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections import deque
@@ -89,6 +90,17 @@ class ScrutinyPass:
             if len(self.closed) >= CLOSED_QUEUE_LIMIT:
                 return
             self.closed.append(int(ledger_id))
+
+    def check_soon(self, ledger_ids: Iterable[int]) -> None:
+        """Ledgers to check ahead of the walk whatever ``on_close`` says (e.g. those of a bookie formatted
+        again); beyond the queue's limit they are left to the walk.
+
+        Example:
+            >>> walk = ScrutinyPass(on_close=False); walk.check_soon([4, 7]); list(walk.closed)
+            [4, 7]
+        """
+        room = max(CLOSED_QUEUE_LIMIT - len(self.closed), 0)
+        self.closed.extend(itertools.islice((int(i) for i in ledger_ids), room))
 
     def picks(
         self, now_ms: int, closed_after: Callable[[int, int], list[int]], closed_count: int

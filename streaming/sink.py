@@ -251,6 +251,7 @@ class AuditSink:
         ).refresh
         # The loss alerts' one owner, shared with the membership lane (one producer for both lanes).
         self.loss = LossAuditor(config.lakehouse_root, config.kafka, self._kafka, self.ledger_log)
+        self.loss.check_soon = self.scrutiny.check_soon  # a bookie formatted again: its ledgers at once
 
     # -- clients ------------------------------------------------------------------------------------------
     def _kafka(self) -> Any:

@@ -335,6 +335,11 @@ ACTIONS: Mapping[str, ActionSpec] = {
         lambda sim, a: sim.lose_ledger(a.bookie, a.ledger),
         "Make a bookie forget every entry of a ledger.",
     ),
+    "reformat_bookie": ActionSpec(
+        BookieArgs,
+        lambda sim, a: {"cookie_czxid": sim.reformat_bookie(a.bookie)},
+        "Format a bookie again under the same id: its entries wiped, its cookie created again.",
+    ),
     "answer_enoledger": ActionSpec(
         AnswerEnoledgerArgs, lambda sim, a: sim.answer_enoledger(a.bookie, a.ledger, a.enabled)
     ),

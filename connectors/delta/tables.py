@@ -188,6 +188,12 @@ BOOKIES = TableSpec(
             _f("rpc_address", pa.string(), "host:port the probes use (first bookie-rpc endpoint)"),
             _f("has_cookie", pa.bool_(), "a cookie exists under cookies/"),
             _f(
+                "cookie_changed_at",
+                _TS,
+                "event time its cookie was last replaced (formatted again under the same id; its ledgers "
+                "were probed then); null: never since the job first saw it",
+            ),
+            _f(
                 "answers_entry_lists",
                 pa.bool_(),
                 "answers GET_LIST_OF_ENTRIES_OF_LEDGER (false: DbLedgerStorage, probed with entry reads; "

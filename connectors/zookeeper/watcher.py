@@ -479,6 +479,7 @@ OP_DELETE_BARRIER = 15
 OP_AUTORECOVERY = 16  # a marker: read AutoRecovery's znodes now (extra = the snapshot, or None)
 OP_TAILS = 17  # a marker from the delivery-report thread: the held tails can go out alone now
 OP_PROBE = 18  # a liveness probe's answer (extra = bookie id, answered, address, detail)
+OP_COOKIE = 19  # a cookie's read (extra = bookie id, snapshot or None)
 WATCH_EVENT = "watch-event"
 #: Of the worker's gathering sleep, the part during which kazoo's connection thread leaves the burst's
 #: notifications in the socket: it wakes once to read them all, and has handed them over when the worker
@@ -498,6 +499,7 @@ _PURPOSE = {
     OP_MARK: "mark",
     OP_DELAY: "recovery_delay",
     OP_REGISTRATION: "registration",
+    OP_COOKIE: "cookie",
     OP_BOOKIE_LIST: "bookie_list",
     OP_RACK: "rack_map",
     OP_FALLBACK_LIST: "fallback_list",
@@ -519,6 +521,7 @@ class _Bookie:
     writable: _Registration | None = None
     readonly: _Registration | None = None
     cookie: bool = False
+    cookie_read: tuple[Any, bytes | None] | None = None  # the cookie's stat and bytes, once read
     published: tuple[Any, ...] | None = None
     published_in: str = ""  # snapshot id of the last status published inside a snapshot bracket
     address: str = ""  # the bookie-rpc address of its last registration (probed once it vanishes)
@@ -539,9 +542,11 @@ class _Bookie:
 
     def signature(self) -> tuple[Any, ...]:
         status, registration = self.status()
+        cookie = (self.cookie_read[0].czxid, self.cookie_read[0].mzxid) if self.cookie_read else None
         if registration is None:
-            return (status, self.cookie)
-        return (status, self.cookie, registration.stat.czxid, registration.stat.mzxid, registration.error)
+            return (status, self.cookie, cookie)
+        stat = registration.stat
+        return (status, self.cookie, cookie, stat.czxid, stat.mzxid, registration.error)
 
 
 @dataclasses.dataclass
@@ -1420,8 +1425,8 @@ class ChangeWatcher:
                 self._read(OP_DELAY, path, None, watch)
             elif route in (R_WRITABLE, R_READONLY):
                 self._read_registration(path, _registration_kind(route), info, None)
-            elif route == R_COOKIE and event_type == EventType.CREATED:
-                self._set_cookie(info, True, None)
+            elif route == R_COOKIE:  # created, or rewritten (a new instanceId or directories)
+                self._read_cookie(path, info, None)
             elif route == R_RACK:
                 self._read_rack(None)
             elif route == R_IGNORED:
@@ -1516,6 +1521,11 @@ class ChangeWatcher:
                 bookie = self._bookie(bookie_id)
                 bookie.pending_reads -= 1
                 self._publish_bookie(bookie_id, bookie, _open(in_snapshot))
+            elif op == OP_COOKIE:  # deleted meanwhile (its delete notification applies that)
+                bookie_id, in_snapshot = extra
+                bookie = self._bookie(bookie_id)
+                bookie.pending_reads -= 1
+                self._publish_bookie(bookie_id, bookie, _open(in_snapshot))
             if isinstance(error, NoNodeError):
                 self._on_absent(op, path, snapshot, extra)
             else:
@@ -1546,6 +1556,11 @@ class ChangeWatcher:
             kind, bookie_id, in_snapshot = extra
             self._bookie(bookie_id).pending_reads -= 1
             self._set_registration(bookie_id, kind, (data, stat), _open(in_snapshot))
+        elif op == OP_COOKIE:
+            data, stat = value
+            bookie_id, in_snapshot = extra
+            self._bookie(bookie_id).pending_reads -= 1
+            self._set_cookie(bookie_id, True, _open(in_snapshot), read=(stat, data))
         elif op == OP_BOOKIE_LIST:
             self._on_bookie_list(path, extra, value, snapshot)
         elif op == OP_FALLBACK_LIST:
@@ -1797,11 +1812,23 @@ class ChangeWatcher:
             bookie.address = str(address) if address is not None else bookie.address
         self._publish_bookie(bookie_id, bookie, snapshot, ignore_pending=after_delete)
 
-    def _set_cookie(self, bookie_id: str, present: bool, snapshot: Snapshot | None) -> None:
+    def _read_cookie(self, path: str, bookie_id: str, snapshot: Snapshot | None) -> None:
+        """Read a cookie (its czxid and bytes tell a bookie formatted again); its status waits for it."""
+        self._bookie(bookie_id).pending_reads += 1
+        watch = self._fallback.data_watch if self.fallback_mode else None
+        self._read(OP_COOKIE, path, (bookie_id, snapshot), watch)
+
+    def _set_cookie(
+        self,
+        bookie_id: str,
+        present: bool,
+        snapshot: Snapshot | None,
+        read: tuple[Any, bytes | None] | None = None,
+    ) -> None:
         bookie = self._bookie(bookie_id)
-        if bookie.cookie == present:
+        if bookie.cookie == present and (read is None or read == bookie.cookie_read):
             return
-        bookie.cookie = present
+        bookie.cookie, bookie.cookie_read = present, (read if present else None)
         self._publish_bookie(bookie_id, bookie, snapshot)
 
     def _publish_bookie(
@@ -1829,6 +1856,7 @@ class ChangeWatcher:
                 registration=registration.stat if registration is not None else None,
                 has_cookie=bookie.cookie,
                 registration_error=registration.error if registration is not None else "",
+                cookie=bookie.cookie_read,
             )
             if snapshot is not None:
                 snapshot.counts.bookies_published += 1
@@ -1871,7 +1899,7 @@ class ChangeWatcher:
         prefix = path + "/"
         for bookie_id in sorted(present):
             if kind is RegistrationKind.COOKIE:
-                self._set_cookie(bookie_id, True, snapshot)
+                self._read_cookie(prefix + bookie_id, bookie_id, snapshot)
             else:
                 # Registration data may have changed while nobody watched (re-registration): read it again.
                 self._read_registration(prefix + bookie_id, kind, bookie_id, snapshot)

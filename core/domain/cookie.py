@@ -215,3 +215,29 @@ def format_cookie(cookie: Cookie) -> str:
     if cookie.index_dirs is not None:
         message.indexDirs = cookie.index_dirs
     return f"{cookie.layout_version}\n{print_message(message)}"
+
+
+def cookie_identity(czxid: int, sha256: str) -> str | None:
+    """What tells one formatting of a bookie from the next: the cookie znode's creation zxid and the digest
+    of its bytes (a cookie deleted and created again, or rewritten with a new instance id or directories,
+    has another identity; the same cookie read again has the same one). None when the cookie was not read.
+
+    Example:
+        >>> cookie_identity(31, "f0b5c2c2211c8d67aa"), cookie_identity(0, "")
+        ('31:f0b5c2c2211c8d67aa', None)
+    """
+    return f"{czxid}:{sha256}" if sha256 else None
+
+
+def cookie_replaced(known: str | None, seen: str | None) -> bool:
+    """Whether a bookie's cookie was replaced (the bookie reformatted under the same id): a cookie was
+    known before and another one is seen now. A first sighting, a vanished cookie (``seen`` None) and the
+    same cookie published again are not.
+
+    Example:
+        >>> cookie_replaced(None, "5:aa"), cookie_replaced("5:aa", "5:aa"), cookie_replaced("5:aa", None)
+        (False, False, False)
+        >>> cookie_replaced("5:aa", "9:bb")
+        True
+    """
+    return bool(known) and bool(seen) and known != seen

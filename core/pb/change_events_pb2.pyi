@@ -66,7 +66,7 @@ class ZnodeStat(_message.Message):
     def __init__(self, czxid: _Optional[int] = ..., mzxid: _Optional[int] = ..., ctime_ms: _Optional[int] = ..., mtime_ms: _Optional[int] = ..., version: _Optional[int] = ..., data_length: _Optional[int] = ...) -> None: ...
 
 class BookieStatus(_message.Message):
-    __slots__ = ("bookie_id", "status", "endpoints", "properties", "rpc_address", "has_cookie", "registration", "registration_error")
+    __slots__ = ("bookie_id", "status", "endpoints", "properties", "rpc_address", "has_cookie", "registration", "registration_error", "cookie", "cookie_sha256")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATUS_UNSPECIFIED: _ClassVar[BookieStatus.Status]
@@ -107,6 +107,8 @@ class BookieStatus(_message.Message):
     HAS_COOKIE_FIELD_NUMBER: _ClassVar[int]
     REGISTRATION_FIELD_NUMBER: _ClassVar[int]
     REGISTRATION_ERROR_FIELD_NUMBER: _ClassVar[int]
+    COOKIE_FIELD_NUMBER: _ClassVar[int]
+    COOKIE_SHA256_FIELD_NUMBER: _ClassVar[int]
     bookie_id: str
     status: BookieStatus.Status
     endpoints: _containers.RepeatedCompositeFieldContainer[BookieStatus.Endpoint]
@@ -115,7 +117,9 @@ class BookieStatus(_message.Message):
     has_cookie: bool
     registration: ZnodeStat
     registration_error: str
-    def __init__(self, bookie_id: _Optional[str] = ..., status: _Optional[_Union[BookieStatus.Status, str]] = ..., endpoints: _Optional[_Iterable[_Union[BookieStatus.Endpoint, _Mapping]]] = ..., properties: _Optional[_Iterable[_Union[BookieStatus.Property, _Mapping]]] = ..., rpc_address: _Optional[str] = ..., has_cookie: _Optional[bool] = ..., registration: _Optional[_Union[ZnodeStat, _Mapping]] = ..., registration_error: _Optional[str] = ...) -> None: ...
+    cookie: ZnodeStat
+    cookie_sha256: str
+    def __init__(self, bookie_id: _Optional[str] = ..., status: _Optional[_Union[BookieStatus.Status, str]] = ..., endpoints: _Optional[_Iterable[_Union[BookieStatus.Endpoint, _Mapping]]] = ..., properties: _Optional[_Iterable[_Union[BookieStatus.Property, _Mapping]]] = ..., rpc_address: _Optional[str] = ..., has_cookie: _Optional[bool] = ..., registration: _Optional[_Union[ZnodeStat, _Mapping]] = ..., registration_error: _Optional[str] = ..., cookie: _Optional[_Union[ZnodeStat, _Mapping]] = ..., cookie_sha256: _Optional[str] = ...) -> None: ...
 
 class LedgerMetadata(_message.Message):
     __slots__ = ("format_version", "ensemble_size", "write_quorum", "ack_quorum", "state", "last_entry_id", "length", "digest_type", "has_password", "segments", "ctime_ms", "creation_time_ms", "ctoken", "custom_metadata", "pulsar_topic")

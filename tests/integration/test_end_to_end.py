@@ -398,3 +398,32 @@ def test_every_alert_transition_is_on_the_topic_with_stable_ids_and_no_password(
     assert all(PASSWORD not in r.value for r in records)
     for table in stack.settings.lakehouse_root.rglob("*.parquet"):
         assert PASSWORD not in table.read_bytes(), table
+
+
+def test_a_bookie_formatted_again_has_its_ledgers_probed_at_once_without_the_walk(stack):
+    """Last in the module (the bookie stays wiped). The background walk is stopped, so only the cookie's
+    replacement can send the ledger to the probes; its entries had their only copies there."""
+    walk = stack.sink.scrutiny
+    pace, walk.ledgers_per_s = walk.ledgers_per_s, 0.0
+    try:
+        ledger = next(
+            i for i in stack.cluster.ledger_ids() if stack.cluster.ledger_metadata(i).write_quorum == 1
+        )
+        silent = stack.cluster.bookie_ids()[5]  # left silent by the test before
+        bookie = next(b for b in stack.cluster.ledger_metadata(ledger).segments[0].ensemble if b != silent)
+        assert not any(
+            str(ledger) in ids for k, ids in stack.open_alerts().items() if k.startswith("REPLICAS_")
+        )
+        stack.cluster.reformat_bookie(bookie)
+        required = {k for k, ids in stack.truth()["alerts"].items() if ledger in ids and k in PROBED}
+        assert required, "a wiped bookie that held a WQ=1 ledger's only copies must leave it short"
+        deadline = time.monotonic() + 120
+        while not all(str(ledger) in stack.open_alerts().get(k, set()) for k in required):
+            assert stack.query.exception() is None, stack.query.exception()
+            assert time.monotonic() < deadline, f"no {required} for ledger {ledger} within 120 s"
+            time.sleep(0.5)
+        rows = read_table(stack.settings.lakehouse_root, "bookies").to_pylist()
+        assert next(r for r in rows if r["bookie_id"] == bookie)["cookie_changed_at"] is not None
+        assert sum(r.ledgers_rechecked for r in stack.sink.loss.reports) >= 1
+    finally:
+        walk.ledgers_per_s = pace

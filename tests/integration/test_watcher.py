@@ -666,6 +666,45 @@ def test_the_recovery_delay_written_again_with_the_same_bytes_reaches_the_rule_a
     assert lost == [(BOOKIES[0], audit_ms)]
 
 
+@pytest.mark.integration
+def test_a_cookie_created_again_or_rewritten_is_a_replacement_and_a_watcher_restart_is_not(
+    bk_services: Any, kafka_settings: Any, zk_chroot: str, tree: ClusterTree, bookie_client: KazooClient
+) -> None:
+    """A bookie formatted again: its cookie deleted and created again (a new czxid), then rewritten with
+    another instanceId (new bytes). The watcher publishes each cookie's stat and digest; a second watcher
+    run publishes the last cookie again, which the job's rule does not take for a third replacement."""
+    bookie, path = BOOKIES[0], cookie_path(BOOKIES[0], tree.root)
+    tree.add_cookie(bookie)
+    tree.register(bookie_client, bookie)
+    first = tree.zk.exists(path).czxid
+    settings = watcher_settings(bk_services, kafka_settings, zk_chroot)
+
+    def published(evs: list[pb.ChangeEvent], czxid: int, mzxid: int) -> bool:
+        return any((s.cookie.czxid, s.cookie.mzxid) == (czxid, mzxid) for s in _statuses(evs, bookie))
+
+    with running_watcher(settings) as (watcher, reader):
+        assert watcher.wait_for_snapshots(1, 30)
+        reader.wait_for(lambda evs: published(evs, first, first))
+        tree.zk.delete(path)
+        tree.add_cookie(bookie)
+        second = tree.zk.exists(path).czxid
+        reader.wait_for(lambda evs: published(evs, second, second))
+        tree.zk.set(path, b'5\nbookieHost: "x"\ninstanceId: "formatted-again"\n')
+        rewritten = tree.zk.exists(path).mzxid
+        reader.wait_for(lambda evs: published(evs, second, rewritten))
+    with running_watcher(settings) as (watcher, again):
+        assert watcher.wait_for_snapshots(1, 30)
+        quiesce(watcher, again)
+    assert second > first and rewritten > second
+    digests = {s.cookie_sha256 for s in _statuses(again.events(), bookie) if s.cookie.czxid}
+    assert len(digests) == 2  # the first cookie's bytes, then the rewritten ones (recreated: same bytes)
+    _, decisions, _ = ClusterLogic(ProcessorConfig()).apply(
+        None, membership_rows(records(again.events()), lane_config())
+    )
+    replaced = [d["event_time_ms"] for d in decisions if d["payload"].get("cookie_replaced")]
+    assert len(replaced) == 2, replaced
+
+
 def _statuses(evs: list[pb.ChangeEvent], bookie_id: str) -> list[pb.BookieStatus]:
     return [
         e.bookie_status for e in evs if e.HasField("bookie_status") and e.bookie_status.bookie_id == bookie_id

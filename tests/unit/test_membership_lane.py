@@ -273,3 +273,31 @@ def test_the_delay_written_again_with_its_value_ends_a_pending_delay_through_the
         ("b1:3181", 4_000)
     ]
     assert deadline is None
+
+
+def test_a_bookie_formatted_again_is_flagged_once_and_a_first_sighting_or_a_republication_is_not():
+    """Through the lane's decoding and ClusterLogic, with the state round-tripped through JSON as saved."""
+    build = ev.EventBuilder("c1", "run-1").build
+    writable, gone = ev.BookieStatusValue.WRITABLE, ev.BookieStatusValue.GONE
+    first = (Stat(czxid=40, mzxid=40, ctime=0, mtime=0, version=0, dataLength=9), b"5\ncookie-1")
+    rewritten = (Stat(czxid=40, mzxid=77, ctime=0, mtime=0, version=1, dataLength=9), b"5\ncookie-2")
+    recreated = (Stat(czxid=90, mzxid=90, ctime=0, mtime=0, version=0, dataLength=9), b"5\ncookie-2")
+    steps = [
+        (ev.bookie_status("b1:3181", writable, has_cookie=True, cookie=first), False),  # first sighting
+        (ev.bookie_status("b1:3181", writable, has_cookie=True, cookie=first), False),  # a watcher restart
+        (ev.bookie_status("b1:3181", writable, has_cookie=True), False),  # an older watcher: no cookie read
+        (ev.bookie_status("b1:3181", writable, has_cookie=True, cookie=rewritten), True),  # new content
+        (ev.bookie_status("b1:3181", gone, has_cookie=False), False),  # the cookie deleted ...
+        (ev.bookie_status("b1:3181", writable, has_cookie=True, cookie=recreated), True),  # ... and created
+        (ev.bookie_status("b1:3181", writable, has_cookie=True, cookie=recreated), False),
+    ]
+    logic, state, flagged, changed = ClusterLogic(ProcessorConfig(membership=True)), None, [], []
+    for at_ms, (event, _) in enumerate(steps, start=1):
+        rows = membership_rows(records([build(event, event_time_ms=at_ms * 1_000)]), lane_config())
+        state, out, _ = logic.apply(state, rows)
+        state = json.loads(json.dumps(state))
+        decided = [d["payload"] for d in out if d["kind"] == "bookie_state"]
+        flagged.append(any(p.get("cookie_replaced") for p in decided))
+        changed.append(decided[-1]["cookie_changed_ms"])
+    assert flagged == [replaced for _, replaced in steps]
+    assert changed == [None, None, None, 4_000, 4_000, 6_000, 6_000]
