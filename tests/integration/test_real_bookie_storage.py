@@ -31,8 +31,15 @@ from bkaudit.testing.harness import ServiceHarness
 from connectors.agent.client import AgentClient, AgentEntryList
 from connectors.agent.index import DbStorageIndexReader, _ReadOnlyView
 from connectors.agent.server import start_agent_server
-from connectors.bookie.client import BlockingBookieClient, BookieError, EntryPresent, NoEntry, ProbeRequest
-from connectors.bookie.frames import EIO
+from connectors.bookie.client import (
+    BlockingBookieClient,
+    BookieError,
+    EntryPresent,
+    LastConfirmed,
+    NoEntry,
+    ProbeRequest,
+)
+from connectors.bookie.frames import EIO, LAST_ADD_CONFIRMED
 from connectors.bookie.ledger_probe import read_answered
 from connectors.bookkeeper import RealBookie, RealBookKeeperCluster
 from core.domain.dbstorage import (
@@ -127,6 +134,14 @@ def _reads(bookie: RealBookie, ledger_id: int, last_entry_id: int) -> dict[int, 
     requests = [ProbeRequest(bookie.bookie_id, ledger_id, e) for e in range(last_entry_id + 2)]
     with BlockingBookieClient(timeout=5.0) as client:
         return dict(enumerate(client.probe_many(requests)))
+
+
+def _last_add_confirmed(md: LedgerMetadata, ledger_id: int) -> int:
+    """The highest LAC that the last entries of an open ledger's last-segment bookies carry (-1: none)."""
+    ensemble = md.segments[-1].ensemble
+    with BlockingBookieClient(timeout=5.0) as client:
+        answers = client.probe_many([ProbeRequest(b, ledger_id, LAST_ADD_CONFIRMED) for b in ensemble])
+    return max((a.last_add_confirmed for a in answers if isinstance(a, LastConfirmed)), default=-1)
 
 
 def _serving(bookie: RealBookie, ledger_id: int) -> None:
@@ -296,7 +311,12 @@ def test_a_deleted_entry_log_reads_as_eio_and_bkaudit_alerts_the_lost_copies(sto
     unreadable = {key for key, log in after.items() if log in doomed}
     assert unreadable, "the index still lists entries in the deleted logs"
     metadata = storage.metadata()
-    lost_ledgers = {lid for lid, _ in unreadable if metadata[lid].is_closed}  # open ones are not checked
+    # A closed ledger is judged whole, an open one up to its last add confirmed (as the job reads it).
+    lost_ledgers = {
+        lid
+        for lid, e in unreadable
+        if metadata[lid].is_closed or e <= _last_add_confirmed(metadata[lid], lid)
+    }
     reader = storage.reader(victim, "views-after")
     try:
         for ledger_id in every:
