@@ -283,18 +283,7 @@ def direct_decisions(rows: pa.Table, cluster: str) -> pa.Table:
     if not n:
         return _empty_decisions()
     decision_kind = pa.array([DIRECT_DECISIONS[k] for k in chosen.column("kind").to_pylist()], pa.string())
-    columns = {
-        "kind": decision_kind,
-        "event_time": chosen.column("event_time"),
-        "cluster": pc.fill_null(chosen.column("cluster"), cluster),
-        "ledger_id": chosen.column("ledger_id"),
-        "bookie_id": pa.nulls(n, pa.string()),
-        "payload": chosen.column("payload"),
-        "topic": pa.nulls(n, pa.string()),
-        "partition": pa.nulls(n, pa.int32()),
-        "offset": pa.nulls(n, pa.int64()),
-    }
-    return pa.table(columns, schema=ARROW_DECISION_SCHEMA)
+    return _ledger_decisions(chosen, decision_kind, chosen.column("payload"), cluster)
 
 
 def tracked_sightings(rows: pa.Table, cluster: str) -> pa.Table:
@@ -318,13 +307,20 @@ def tracked_sightings(rows: pa.Table, cluster: str) -> pa.Table:
         json.dumps({"snapshot_id": snapshot_id}, separators=(",", ":"))
         for snapshot_id in chosen.column("snapshot_id").to_pylist()
     ]
+    kinds = pa.array(["ledger_seen"] * n, pa.string())
+    return _ledger_decisions(chosen, kinds, pa.array(payloads, pa.string()), cluster)
+
+
+def _ledger_decisions(rows: pa.Table, kinds: pa.Array, payloads: Any, cluster: str) -> pa.Table:
+    """Decisions on the ledgers of decoded ``rows``, one each, with their event times."""
+    n = rows.num_rows
     columns = {
-        "kind": pa.array(["ledger_seen"] * n, pa.string()),
-        "event_time": chosen.column("event_time"),
-        "cluster": pc.fill_null(chosen.column("cluster"), cluster),
-        "ledger_id": chosen.column("ledger_id"),
+        "kind": kinds,
+        "event_time": rows.column("event_time"),
+        "cluster": pc.fill_null(rows.column("cluster"), cluster),
+        "ledger_id": rows.column("ledger_id"),
         "bookie_id": pa.nulls(n, pa.string()),
-        "payload": pa.array(payloads, pa.string()),
+        "payload": payloads,
         "topic": pa.nulls(n, pa.string()),
         "partition": pa.nulls(n, pa.int32()),
         "offset": pa.nulls(n, pa.int64()),

@@ -343,6 +343,21 @@ def classify_list_entries_response(response: pb.Response, ledger_id: int) -> Pro
         return BadResponse(str(err))
 
 
+def _read_response(response: pb.Response) -> Any:
+    """The ``readResponse`` of an ``EOK`` answer, or what any other answer to a read means (``NoLedger``,
+    ``NoEntry``, a status, ``BadResponse``): the part every read's classification shares."""
+    status, inner = _effective_status(response, "readResponse")
+    if status == pb.ENOLEDGER:
+        return NoLedger()
+    if status == pb.ENOENTRY:
+        return NoEntry()
+    if status != pb.EOK:
+        return _status_result(status)
+    if inner is None:
+        return BadResponse("EOK without a readResponse")
+    return inner
+
+
 def classify_read_entry_response(response: pb.Response, ledger_id: int, entry_id: int) -> ProbeResult:
     """Turn a parsed answer to ``READ_ENTRY`` into a :class:`ProbeResult`.
 
@@ -354,15 +369,9 @@ def classify_read_entry_response(response: pb.Response, ledger_id: int, entry_id
         >>> classify_read_entry_response(frames.read_entry_response(header, 5, 7, frames.ENOENTRY), 5, 7)
         NoEntry()
     """
-    status, inner = _effective_status(response, "readResponse")
-    if status == pb.ENOLEDGER:
-        return NoLedger()
-    if status == pb.ENOENTRY:
-        return NoEntry()
-    if status != pb.EOK:
-        return _status_result(status)
-    if inner is None:
-        return BadResponse("EOK without a readResponse")
+    inner = _read_response(response)
+    if isinstance(inner, ProbeResult):
+        return inner
     if (inner.ledgerId, inner.entryId) != (ledger_id, entry_id):
         return BadResponse(
             f"answer is for entry {inner.ledgerId}:{inner.entryId}, asked for {ledger_id}:{entry_id}"
@@ -383,15 +392,9 @@ def classify_last_entry_response(response: pb.Response, ledger_id: int) -> Probe
         >>> classify_last_entry_response(frames.read_entry_response(header, 5, -1, frames.EOK, b"x"), 5).kind
         'bad_response'
     """
-    status, inner = _effective_status(response, "readResponse")
-    if status == pb.ENOLEDGER:
-        return NoLedger()
-    if status == pb.ENOENTRY:
-        return NoEntry()
-    if status != pb.EOK:
-        return _status_result(status)
-    if inner is None:
-        return BadResponse("EOK without a readResponse")
+    inner = _read_response(response)
+    if isinstance(inner, ProbeResult):
+        return inner
     try:
         held_ledger, entry_id, lac, _ = decode_entry_header(inner.body)
     except FormatError as err:
