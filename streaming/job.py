@@ -501,13 +501,13 @@ def start(spark: Any, settings: Settings, *, available_now: bool = False) -> tup
 def _start_metrics(spark: Any, settings: Settings) -> Any:
     """The job's gauges, fed by Spark's query listener and served on ``stream.metrics_port`` when set."""
     from streaming.disk_space import job_directories
-    from streaming.metrics import StreamMetrics, make_listener
+    from streaming.metrics import StreamMetrics, subscribe
 
     metrics = StreamMetrics()
     metrics.watch_free_space(job_directories(settings))
     if settings.stream.source_format == "bkaudit_kafka":
         metrics.source_status.path = source_status_file(settings)
-    spark.streams.addListener(make_listener(metrics))
+    subscribe(spark, metrics)
     if settings.stream.metrics_port:
         metrics.serve(settings.stream.metrics_port)
     return metrics
@@ -546,7 +546,10 @@ def _start_ledger_lane_and_timers(
 
     def start_timers() -> Any:
         discard_unplanned_first_batch(timers_checkpoint(settings))
-        return start_at_driver_priority(spark, writer.start)
+        query = start_at_driver_priority(spark, writer.start)
+        if sink.metrics is not None:
+            sink.metrics.watch_query(query.id)
+        return query
 
     try:
         timers = RestartingQuery(start_timers, name=TIMERS_QUERY_NAME)

@@ -26,7 +26,9 @@ Example:
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
@@ -231,6 +233,7 @@ class StreamMetrics:
             registry=self.registry,
         )
         self.batch_id = Gauge("bkaudit_stream_batch_id", "id of the last batch", registry=self.registry)
+        self._spark_queries: set[str] = set()
         self.disk_free_ratio = Gauge(
             "bkaudit_stream_disk_free_ratio",
             "free share of the volume holding each of the job's directories (lakehouse, checkpoint, logs)",
@@ -384,6 +387,20 @@ class StreamMetrics:
         if name != DRIVER_LEDGER_LANE:
             self._watermark_progress(progress)
 
+    def watch_query(self, query_id: str) -> None:
+        """Take the Spark listener's events of the query with this id (a query's id outlives its restarts);
+        other queries of the session are other jobs'."""
+        self._spark_queries.add(str(query_id))
+
+    def on_spark_progress(self, progress: Mapping[str, Any]) -> None:
+        """:meth:`on_progress` for a Spark listener's event: only of the queries this job started."""
+        if str(progress.get("id")) in self._spark_queries:
+            self.on_progress(progress)
+
+    def on_spark_idle(self, query_id: str) -> None:
+        if query_id in self._spark_queries:
+            self.last_batch.set(time.time())
+
     def _batch_progress(self, progress: Mapping[str, Any]) -> None:
         duration_ms = (progress.get("durationMs") or {}).get("triggerExecution")
         if duration_ms is not None:
@@ -427,23 +444,82 @@ class StreamMetrics:
         serve_metrics(self.registry, port, "0.0.0.0", setting="stream.metrics_port")
 
 
-def make_listener(metrics: StreamMetrics) -> Any:
-    """A ``StreamingQueryListener`` feeding ``metrics`` (imports pyspark lazily)."""
-    import json
+class ProgressDispatch:
+    """The one ``StreamingQueryListener`` of a Spark session, forwarding each event to the job metrics
+    subscribed to it (:func:`subscribe`).
 
-    from pyspark.sql.streaming import StreamingQueryListener
+    Spark calls every registered Python listener, one after another through the Py4J callback server, for
+    every event of every query in the session: a listener per started job would make each event cost as
+    many round trips as jobs were ever started in the process, and a lagging listener bus then reports a
+    batch long after it ran. Subscribers are held weakly: a job's metrics that nothing else holds stop
+    receiving events.
 
-    class ProgressListener(StreamingQueryListener):
-        def onQueryStarted(self, event: Any) -> None:
-            pass
+    Example:
+        >>> dispatch = ProgressDispatch()
+        >>> metrics = StreamMetrics()
+        >>> dispatch.add(metrics)
+        >>> metrics.watch_query("q-1")
+        >>> progress = {"id": "q-1", "name": "bkaudit-timers", "stateOperators": [{"numRowsTotal": 2}]}
+        >>> dispatch.progress(progress)
+        >>> metrics.registry.get_sample_value("bkaudit_stream_state_rows")
+        2.0
+    """
 
-        def onQueryProgress(self, event: Any) -> None:
-            metrics.on_progress(json.loads(event.progress.json))
+    def __init__(self) -> None:
+        self._subscribers: weakref.WeakSet[StreamMetrics] = weakref.WeakSet()
+        self._lock = threading.Lock()
 
-        def onQueryIdle(self, event: Any) -> None:
-            metrics.last_batch.set(time.time())
+    def add(self, metrics: StreamMetrics) -> None:
+        with self._lock:
+            self._subscribers.add(metrics)
 
-        def onQueryTerminated(self, event: Any) -> None:
-            pass
+    def _each(self) -> list[StreamMetrics]:
+        with self._lock:
+            return list(self._subscribers)
 
-    return ProgressListener()
+    def progress(self, progress: Mapping[str, Any]) -> None:
+        for metrics in self._each():
+            metrics.on_spark_progress(progress)
+
+    def idle(self, query_id: str) -> None:
+        for metrics in self._each():
+            metrics.on_spark_idle(query_id)
+
+    def listener(self) -> Any:
+        """The ``StreamingQueryListener`` forwarding to this dispatch (imports pyspark lazily)."""
+        import json
+
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        dispatch = self
+
+        class ProgressListener(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:
+                pass
+
+            def onQueryProgress(self, event: Any) -> None:
+                dispatch.progress(json.loads(event.progress.json))
+
+            def onQueryIdle(self, event: Any) -> None:
+                dispatch.idle(str(event.id))
+
+            def onQueryTerminated(self, event: Any) -> None:
+                pass
+
+        return ProgressListener()
+
+
+_DISPATCH_ATTRIBUTE = "_bkaudit_progress_dispatch"
+_subscribe_lock = threading.Lock()
+
+
+def subscribe(spark: Any, metrics: StreamMetrics) -> None:
+    """Feed ``metrics`` from the progress of the Spark queries it watches (:meth:`StreamMetrics.watch_query`),
+    through the session's one listener, registered on the first call."""
+    with _subscribe_lock:
+        dispatch = getattr(spark, _DISPATCH_ATTRIBUTE, None)
+        if dispatch is None:
+            dispatch = ProgressDispatch()
+            spark.streams.addListener(dispatch.listener())
+            setattr(spark, _DISPATCH_ATTRIBUTE, dispatch)
+    dispatch.add(metrics)

@@ -243,3 +243,17 @@ def test_skipped_key_prefixes_never_become_rows_and_their_offsets_are_read_past(
         restarted.stop()
     assert restarted.exception() is None, restarted.exception()
     assert collected[mark:] == []
+
+
+def test_jobs_started_in_one_session_share_one_progress_listener(spark):
+    """A listener per job would make every query event cost a Py4J round trip per job ever started."""
+    from streaming.metrics import StreamMetrics, subscribe
+
+    def listeners() -> int:
+        return len(spark._jsparkSession.streams().listListeners())
+
+    subscribe(spark, StreamMetrics())
+    before = listeners()
+    for _ in range(3):
+        subscribe(spark, StreamMetrics())
+    assert listeners() == before

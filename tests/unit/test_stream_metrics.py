@@ -13,7 +13,13 @@ import pytest
 from connectors.delta.tables import read_table
 from core.domain.alerts import AlertKind, AlertState
 from core.settings import KafkaSettings
-from streaming.metrics import DEAD_LETTER_SOURCES, PROBE_OUTCOMES, PROBE_REASONS, StreamMetrics
+from streaming.metrics import (
+    DEAD_LETTER_SOURCES,
+    PROBE_OUTCOMES,
+    PROBE_REASONS,
+    ProgressDispatch,
+    StreamMetrics,
+)
 from streaming.reports import BatchReport
 from streaming.sink import ARROW_DECISION_SCHEMA, AuditSink, SinkConfig
 
@@ -58,6 +64,26 @@ def test_with_the_driver_lane_its_batches_and_the_timers_watermark_feed_the_gaug
     assert sample(metrics, "bkaudit_stream_watermark_timestamp_seconds") == 1767225600.0
     metrics.on_progress({**PROGRESS, "name": "bkaudit-membership", "batchId": 99})
     assert sample(metrics, "bkaudit_stream_batch_id") == 7
+
+
+def test_the_spark_listener_feeds_a_job_only_the_progress_of_the_queries_it_started():
+    """Every job in one Spark session hears every query's events: another job's query (or an unnamed one,
+    reported late by a lagging listener bus) must not overwrite this job's gauges."""
+    dispatch = ProgressDispatch()
+    mine, other = StreamMetrics(), StreamMetrics()
+    dispatch.add(mine)
+    dispatch.add(other)
+    mine.on_progress({"name": "bkaudit-ledgers", "batchId": 7, "numInputRows": 900})
+    mine.watch_query("timers-of-mine")
+    other.watch_query("timers-of-other")
+    dispatch.progress({**PROGRESS, "id": "an-unnamed-query", "batchId": 99})
+    dispatch.progress({**PROGRESS, "id": "timers-of-other", "name": "bkaudit-timers"})
+    assert sample(mine, "bkaudit_stream_batch_id") == 7
+    assert sample(mine, "bkaudit_stream_state_rows") == 0
+    assert sample(other, "bkaudit_stream_state_rows") == 10
+    dispatch.progress({**PROGRESS, "id": "timers-of-mine", "name": "bkaudit-timers"})
+    assert sample(mine, "bkaudit_stream_state_rows") == 10
+    assert sample(mine, "bkaudit_stream_batch_id") == 7
 
 
 def test_progress_sets_every_query_gauge():
