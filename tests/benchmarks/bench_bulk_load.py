@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import re
 import shutil
 import statistics
@@ -198,4 +199,7 @@ def test_bulk_load_figures() -> None:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    print(json.dumps(run_benchmark(_parse_args(sys.argv[1:])), indent=2))
+    figures = run_benchmark(_parse_args(sys.argv[1:]))
+    print(json.dumps(figures, indent=2))
+    # the last line: every figure on one line, with the load average it was measured at
+    print(json.dumps({**figures, "load_average": [round(x, 2) for x in os.getloadavg()]}))

@@ -426,4 +426,7 @@ if __name__ == "__main__":
         "--ledgers", type=int, default=1_000_000, help="rows of the ledgers table merged into"
     )
     args = parser.parse_args()
-    print(json.dumps(run(args.alerts, args.rounds, args.records, args.partitions, args.ledgers), indent=2))
+    figures = run(args.alerts, args.rounds, args.records, args.partitions, args.ledgers)
+    print(json.dumps(figures, indent=2))
+    # the last line: every figure on one line, with the load average it was measured at
+    print(json.dumps({**figures, "load_average": [round(x, 2) for x in os.getloadavg()]}))

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -522,4 +523,7 @@ def test_query_figures() -> None:
 
 
 if __name__ == "__main__":
-    print(json.dumps(run_benchmark(_parse_args(sys.argv[1:])), indent=2))
+    figures = run_benchmark(_parse_args(sys.argv[1:]))
+    print(json.dumps(figures, indent=2))
+    # the last line: every figure on one line, with the load average it was measured at
+    print(json.dumps({**figures, "load_average": [round(x, 2) for x in os.getloadavg()]}))
