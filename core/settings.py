@@ -508,6 +508,32 @@ class StreamSettings(_Section):
         description="ledger_changes rows (the ledgers' version history) kept this long once folded, "
         "removed by the periodic maintenance; 0 = kept forever",
     )
+    lease: Literal["local", "zookeeper"] = Field(
+        "local",
+        description="one job per checkpoint: `local` is a lock file on the driver host (it stops a second "
+        "job on that host only); `zookeeper` adds an ephemeral lease znode under stream.lease_path in "
+        "zookeeper.connect, which holds across hosts, and the job stops (exit 2) before writing again once "
+        "the lease is lost",
+    )
+    lease_path: str = Field(
+        "/bkaudit/leases",
+        description="ZooKeeper path of the leases (bkaudit's own, outside BookKeeper's tree); the job's "
+        "lease is `<lease_path>/<app_id>`",
+    )
+    lease_wait_s: float = Field(
+        0.0,
+        ge=0,
+        description="how long a starting job waits for a lease another job holds before it exits (0: at "
+        "once)",
+    )
+
+    @field_validator("lease_path")
+    @classmethod
+    def _absolute_lease_path(cls, value: str) -> str:
+        if not value.startswith("/") or value.rstrip("/") == "":
+            raise ValueError("must be an absolute ZooKeeper path below the root, e.g. /bkaudit/leases")
+        return value.rstrip("/")
+
     sink_queue_depth: int = Field(
         1,
         ge=0,

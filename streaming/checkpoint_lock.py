@@ -8,8 +8,8 @@ time written into the file are only there to name the holder.
 
 Limits: ``flock`` is per host on local filesystems (and emulated on NFS v4). A checkpoint on HDFS or an object
 store (through ``fs.defaultFS``) is not where the lock lives: the lock file is then on the driver host's local
-disk at the same path and only stops a second job on that host. Run such jobs as a singleton by deployment
-(one replica, systemd unit) — see infra/README.md.
+disk at the same path and only stops a second job on that host: ``stream.lease = zookeeper`` adds a lease
+in ZooKeeper that holds across hosts (:mod:`connectors.zookeeper.lease`); see infra/README.md.
 
 Example:
     >>> import tempfile

@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -30,7 +31,7 @@ import os
 import re
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -365,9 +366,23 @@ def _recorded_layout(checkpoint: Path) -> dict[str, Any] | None:
         raise ConfigError(f"{marker}: unreadable state layout ({err}); reset the checkpoint") from None
 
 
+def _no_check() -> None:
+    """The write check of a job without a ZooKeeper lease: the local lock holds for the job's life."""
+
+
+@dataclasses.dataclass(frozen=True)
+class HeldCheckpoint:
+    """A checkpoint this job holds: its path, and the check to run before every batch and table write
+    (it raises once the hold is gone: a lost ZooKeeper lease)."""
+
+    path: Path
+    write_check: Callable[[], None] = _no_check
+
+
 @contextlib.contextmanager
-def exclusive_checkpoint(settings: Settings) -> Iterator[Path]:
-    """The job's checkpoint, created, checked and locked for the block (one job per checkpoint).
+def exclusive_checkpoint(settings: Settings) -> Iterator[HeldCheckpoint]:
+    """The job's checkpoint, created, checked and locked for the block (one job per checkpoint): a local
+    lock always, and a lease in ZooKeeper with ``stream.lease = zookeeper`` (across hosts).
 
     Runs before the Spark session is built, so an operator error is one line at once: an unwritable
     checkpoint or lakehouse root, a checkpoint another job holds, a state layout that does not match.
@@ -378,11 +393,42 @@ def exclusive_checkpoint(settings: Settings) -> Iterator[Path]:
     writable_directory(Path(settings.lakehouse_root), "lakehouse_root")
     checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
     writable_directory(checkpoint, "checkpoint_root")
-    with CheckpointLock(checkpoint):
+    with CheckpointLock(checkpoint), _zookeeper_lease(settings) as write_check:
         check_state_layout(checkpoint, settings.stream)
         check_lakehouse(settings.lakehouse_root)
         logger.info("checkpoint %s locked by this job (pid %d)", checkpoint, os.getpid())
-        yield checkpoint
+        yield HeldCheckpoint(checkpoint, write_check)
+
+
+@contextlib.contextmanager
+def _zookeeper_lease(settings: Settings) -> Iterator[Callable[[], None]]:
+    """With ``stream.lease = zookeeper``: the lease ``<stream.lease_path>/<stream.app_id>`` for the block;
+    yields the write check (waits out a dropped connection up to the session timeout, then raises)."""
+    stream, zookeeper = settings.stream, settings.zookeeper
+    if stream.lease != "zookeeper":
+        yield _no_check
+        return
+    from kazoo.client import KazooClient
+
+    from connectors.zookeeper.lease import ZooKeeperLease
+    from connectors.zookeeper.watcher import kazoo_client_options, start_client
+
+    root = zookeeper.ledgers_root.rstrip("/")
+    if stream.lease_path == root or stream.lease_path.startswith(root + "/"):
+        raise ConfigError(
+            f"stream.lease_path {stream.lease_path} is inside BookKeeper's tree ({root}): bkaudit writes "
+            "only under its own path"
+        )
+    client = KazooClient(**kazoo_client_options(zookeeper))
+    start_client(client, zookeeper, zookeeper.connect, "zookeeper.connect", zookeeper.session_timeout_s)
+    lease = ZooKeeperLease(client, stream.lease_path, stream.app_id, wait_s=stream.lease_wait_s)
+    try:
+        lease.acquire()
+        yield lambda: lease.wait_usable(zookeeper.session_timeout_s)
+    finally:
+        lease.release()
+        client.stop()
+        client.close()
 
 
 class AuditQueries:
@@ -480,13 +526,21 @@ def start_membership_lane(settings: Settings, sink: AuditSink, *, available_now:
     ).start()
 
 
-def start(spark: Any, settings: Settings, *, available_now: bool = False) -> tuple[AuditQueries, AuditSink]:
+def start(
+    spark: Any,
+    settings: Settings,
+    *,
+    available_now: bool = False,
+    write_check: Callable[[], None] = _no_check,
+) -> tuple[AuditQueries, AuditSink]:
     """Start the lanes and the timers query; returns them as one handle with the ledger lane's sink (whose
-    reports, and whose ``loss`` auditor's, tests and the demo read)."""
+    reports, and whose ``loss`` auditor's, tests and the demo read). ``write_check`` runs before every
+    batch and table write (:class:`HeldCheckpoint`)."""
     checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
     check_state_layout(checkpoint, settings.stream)
     partitions = ensure_topics(settings)
     sink = AuditSink(sink_config(settings, partitions), _start_metrics(spark, settings))
+    sink.set_write_check(write_check)
     if not available_now:
         sink.start_producer()  # a long-running job: its producer is connected before the first loss
         sink.start_folding()
@@ -712,8 +766,8 @@ def query_failure(exception: Any) -> Exception:
 
 def run(settings: Settings) -> None:
     """``bkaudit stream``: run until SIGTERM/SIGINT, then stop after the current batch."""
-    with exclusive_checkpoint(settings):
-        _run_locked(settings)
+    with exclusive_checkpoint(settings) as held:
+        _run_locked(settings, held.write_check)
 
 
 class IngestProgress:
@@ -750,11 +804,11 @@ class IngestProgress:
         return text
 
 
-def _run_locked(settings: Settings) -> None:
+def _run_locked(settings: Settings, write_check: Callable[[], None]) -> None:
     from streaming.session import build_spark_session
 
     spark = build_spark_session(settings.spark)
-    query, sink = start(spark, settings)
+    query, sink = start(spark, settings, write_check=write_check)
     checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
     logger.info(
         "bkaudit running: the ledger and membership lanes and the timers query (checkpoint %s)", checkpoint

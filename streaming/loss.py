@@ -198,6 +198,8 @@ class LossAuditor:
         # Where the closed ledgers of a bookie formatted again go to be probed at once (the sink's replicas
         # check queue); None: nobody probes them ahead of the background walk.
         self.check_soon: Callable[[Sequence[int]], None] | None = None
+        # Raises once the job's hold on its checkpoint is gone (AuditSink.set_write_check).
+        self.write_check: Callable[[], None] = lambda: None
 
     # -- state --------------------------------------------------------------------------------------------
     def _table(self, name: str) -> DeltaTable:
@@ -323,6 +325,7 @@ class LossAuditor:
         for body in bookie_bodies:
             counts[(body["kind"], body["state"])] = counts.get((body["kind"], body["state"]), 0) + 1
         records = [*bookie_records, *alert_records(cluster, ledgers)]
+        self.write_check()  # a job that lost its hold on the checkpoint publishes nothing
         report.values = publish_records(self._producer(), self.kafka, records, counts=counts)
         report.transitions = counts
         report.published_at = time.time()
@@ -557,6 +560,7 @@ class LossAuditor:
     ) -> tuple[int, int]:
         """Write the call's bookie rows and alert transitions (one commit per table, skipped on replay);
         returns the bookie rows and the writes a replay found done."""
+        self.write_check()
         writer = BatchWriter(self.lakehouse_root, app_id, batch_id)
         written: list[bool] = []
         if bookie_rows:

@@ -199,6 +199,10 @@ class SinkStopping(RuntimeError):
     """Raised for a batch that arrives after a graceful stop began (Spark replays it on restart)."""
 
 
+def _hold_kept() -> None:
+    """The write check of a sink whose job holds its checkpoint for its whole life (a local lock)."""
+
+
 class AuditSink:
     """The ``foreachBatch`` function (``sink(batch_df, batch_id)``); keeps its Kafka and bookie clients."""
 
@@ -252,6 +256,14 @@ class AuditSink:
         # The loss alerts' one owner, shared with the membership lane (one producer for both lanes).
         self.loss = LossAuditor(config.lakehouse_root, config.kafka, self._kafka, self.ledger_log)
         self.loss.check_soon = self.scrutiny.check_soon  # a bookie formatted again: its ledgers at once
+        self.write_check: Callable[[], None] = _hold_kept
+
+    def set_write_check(self, check: Callable[[], None]) -> None:
+        """Run ``check`` before any batch publishes or writes (here, in the loss owner and in the ledger
+        log's folds and index appends): it raises once the job's hold on its checkpoint is gone."""
+        self.write_check = check
+        self.loss.write_check = check
+        self.ledger_log.write_check = check
 
     # -- clients ------------------------------------------------------------------------------------------
     def _kafka(self) -> Any:
@@ -286,7 +298,13 @@ class AuditSink:
         self.ledger_log.start_folding(self.config.ledger_fold_interval_s)
 
     def close(self) -> None:
-        self.ledger_log.stop_folding(fold_all=True)
+        """Fold what is left, then close the clients (also when the fold raises: a lost lease refuses it)."""
+        try:
+            self.ledger_log.stop_folding(fold_all=True)
+        finally:
+            self._close_clients()
+
+    def _close_clients(self) -> None:
         if self._producer is not None:
             self._producer.flush(self.config.kafka.producer_delivery_timeout_ms / 1000)
             self._producer = None
@@ -336,6 +354,7 @@ class AuditSink:
         evaluate_ledgers(batch, self.config.placement)
         feedback = self._probe(batch, report)
         report.feedback = len(feedback)
+        self.write_check()  # a job that lost its hold on the checkpoint publishes and writes nothing
         report.alerts = self._publish(batch.book, feedback)  # before the tables: see above
         self._write_tables(batch, open_version, report)
         self._hand_to_loss_owner(batch, report)

@@ -49,8 +49,9 @@ def _stream(settings: Settings, *, available_now: bool) -> None:
         from streaming.job import exclusive_checkpoint, query_failure, start
         from streaming.session import build_spark_session
 
-        with exclusive_checkpoint(settings):
-            query, sink = start(build_spark_session(settings.spark), settings, available_now=True)
+        with exclusive_checkpoint(settings) as held:
+            spark = build_spark_session(settings.spark)
+            query, sink = start(spark, settings, available_now=True, write_check=held.write_check)
             try:
                 query.awaitTermination()
             except Exception as err:  # the query failed: one line and exit 2 when the source named the fault

@@ -194,6 +194,8 @@ class LedgerLog:
         #: A step run after every fold by the fold thread and when folding stops, holding ``fold_lock``
         #: (the job keeps its ``placement_plans`` table current here).
         self.after_fold: Callable[[], object] | None = None
+        # Raises once the job no longer holds its checkpoint: no fold or index append after that.
+        self.write_check: Callable[[], None] = lambda: None
 
     # -- opening --------------------------------------------------------------------------------------------
     @property
@@ -404,6 +406,7 @@ class LedgerLog:
             rows = self._versions_since(since)
         index_rows = index_rows_of_versions(rows)
         if index_rows.num_rows:
+            self.write_check()
             BatchWriter(self.root, self.app_id, through, tables).append("ledger_bookies", index_rows)
         with self._lock:
             self._index_through = max(self._index_through, through)
@@ -447,6 +450,7 @@ class LedgerLog:
                 base, folded_before = self._base, self._folded_through
             if not tables:
                 return None
+            self.write_check()
             if base.num_rows + sum(rows.num_rows for rows in tables) >= self.fold_in_child_from_rows:
                 folded, rows, written = self._fold_in_child(base, folded_before, through)
             else:

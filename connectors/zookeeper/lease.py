@@ -1,0 +1,177 @@
+"""A single-active lease in ZooKeeper: one job per checkpoint across hosts.
+
+The local lock (:mod:`streaming.checkpoint_lock`) is a ``flock``: it stops a second job on the same host
+only. A driver that restarts on another host (a Kubernetes pod rescheduled, a Spark cluster driver) needs a
+lock both hosts see. The lease is an *ephemeral* znode ``<path>/<name>`` holding who took it (pid, host,
+start time): ZooKeeper deletes it when the holder's session ends, however the holder ends.
+
+Losing it: the client's session goes ``SUSPENDED`` when its connection drops (the session may still be
+alive) and ``LOST`` when ZooKeeper expired it, after which another job can take the lease. So
+:meth:`ZooKeeperLease.check`, called before every batch and every table write, refuses while the session is
+suspended (the writer waits and the batch is retried) and fails for good once it was lost, and the job stops
+with one line. A write already past its check when the connection drops may still land: the window is one
+commit, and the holder's session outlives the connection by ``zookeeper.session_timeout_s``.
+
+The lease lives under bkaudit's own path, never in BookKeeper's tree.
+
+Example:
+    >>> # lease = ZooKeeperLease(client, "/bkaudit/leases", "bkaudit-stream", wait_s=0)
+    >>> # lease.acquire(); lease.check(); lease.release()
+    >>> holder_text({"pid": 7, "host": "h1", "started": "2026-11-29T10:00:00Z"})
+    'pid 7 on h1 since 2026-11-29T10:00:00Z'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from core.errors import ConfigError, ServiceError
+
+logger = logging.getLogger(__name__)
+
+
+class LeaseLost(ServiceError):
+    """The job's lease is gone (its ZooKeeper session expired): another job may hold the checkpoint now."""
+
+
+class LeaseSuspended(ServiceError):
+    """The connection to ZooKeeper dropped: the lease may still be held, but nothing is written until the
+    session is known to be alive again."""
+
+
+def holder_text(holder: dict[str, Any]) -> str:
+    """Who holds a lease, in words (the znode's JSON)."""
+    return f"pid {holder.get('pid', '?')} on {holder.get('host', '?')} since {holder.get('started', '?')}"
+
+
+class ZooKeeperLease:
+    """The lease ``<path>/<name>`` taken with ``client`` (a started :class:`KazooClient`).
+
+    ``wait_s`` is how long :meth:`acquire` waits for a lease another job holds (0: refuse at once).
+    """
+
+    def __init__(self, client: KazooClient, path: str, name: str, *, wait_s: float = 0.0) -> None:
+        self.client = client
+        self.znode = f"{path.rstrip('/')}/{name}"
+        self.wait_s = wait_s
+        self._state = KazooState.CONNECTED
+        self._held = False
+        self._lost = threading.Event()
+        self._lock = threading.Lock()
+
+    # -- taking and giving back ---------------------------------------------------------------------------
+    def acquire(self) -> None:
+        """Create the ephemeral znode, waiting up to ``wait_s`` while another job holds it; raises
+        :class:`~core.errors.ConfigError` naming the holder when it is still held."""
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            if self._try_create():
+                break
+            holder = self.holder()
+            if time.monotonic() >= deadline:
+                raise ConfigError(
+                    f"the lease {self.znode} in ZooKeeper is held by {holder_text(holder or {})}: another "
+                    "job runs on this checkpoint (stop it, or raise stream.lease_wait_s to wait for it)"
+                )
+            self._wait_for_release(deadline)
+        self.client.add_listener(self._on_state)
+        logger.info("lease %s taken", self.znode)
+
+    def _try_create(self) -> bool:
+        value = json.dumps(
+            {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "started": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+            }
+        ).encode()
+        try:
+            self.client.create(self.znode, value, ephemeral=True, makepath=True)
+        except NodeExistsError:
+            return False
+        with self._lock:
+            self._held = True
+        return True
+
+    def _wait_for_release(self, deadline: float) -> None:
+        released = threading.Event()
+        if self.client.exists(self.znode, watch=lambda _event: released.set()) is None:
+            return
+        released.wait(max(0.0, min(deadline - time.monotonic(), 1.0)))
+
+    def holder(self) -> dict[str, Any] | None:
+        """The holder's JSON, or None when nobody holds the lease."""
+        try:
+            data, _ = self.client.get(self.znode)
+        except NoNodeError:
+            return None
+        try:
+            found = json.loads(data or b"{}")
+        except ValueError:
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    def release(self) -> None:
+        """Delete the znode if this session still holds it (a clean stop; ``kill -9`` leaves it to the
+        session's expiry)."""
+        self.client.remove_listener(self._on_state)
+        with self._lock:
+            held, self._held = self._held, False
+        if held and not self._lost.is_set() and self.client.connected:
+            with contextlib.suppress(NoNodeError):
+                self.client.delete(self.znode)
+
+    # -- holding ------------------------------------------------------------------------------------------
+    def _on_state(self, state: str) -> None:
+        with self._lock:
+            self._state = state
+        if state == KazooState.LOST:
+            self._lost.set()
+            logger.error("lease %s lost: the ZooKeeper session expired", self.znode)
+        elif state == KazooState.SUSPENDED:
+            logger.warning("lease %s: connection to ZooKeeper lost; writes wait for it", self.znode)
+
+    @property
+    def lost(self) -> bool:
+        return self._lost.is_set()
+
+    def check(self) -> None:
+        """Raise unless the lease is held by a live session: :class:`LeaseLost` for good, or
+        :class:`LeaseSuspended` while the connection is down."""
+        if self._lost.is_set():
+            raise LeaseLost(
+                f"the lease {self.znode} was lost (the ZooKeeper session expired): stopping before writing "
+                "again; another job may hold the checkpoint now"
+            )
+        with self._lock:
+            state, held = self._state, self._held
+        if not held:
+            raise LeaseLost(f"the lease {self.znode} is not held")
+        if state != KazooState.CONNECTED:
+            raise LeaseSuspended(f"the lease {self.znode}: no connection to ZooKeeper; not writing")
+
+    def wait_usable(self, timeout_s: float) -> None:
+        """:meth:`check`, waiting up to ``timeout_s`` for a suspended session to come back."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.check()
+                return
+            except LeaseSuspended:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.1)
+
+
+__all__ = ["LeaseLost", "LeaseSuspended", "ZooKeeperLease", "holder_text"]
