@@ -370,13 +370,19 @@ def _no_check() -> None:
     """The write check of a job without a ZooKeeper lease: the local lock holds for the job's life."""
 
 
+def _never_lost() -> BkauditError | None:
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class HeldCheckpoint:
-    """A checkpoint this job holds: its path, and the check to run before every batch and table write
-    (it raises once the hold is gone: a lost ZooKeeper lease)."""
+    """A checkpoint this job holds: its path; the check to run before every batch and table write (it
+    raises once the hold is gone: a lost ZooKeeper lease); and ``lost``, the error to stop with at once
+    when the hold is gone (polled by the running job, which may have nothing to write for a while)."""
 
     path: Path
     write_check: Callable[[], None] = _no_check
+    lost: Callable[[], BkauditError | None] = _never_lost
 
 
 @contextlib.contextmanager
@@ -393,20 +399,23 @@ def exclusive_checkpoint(settings: Settings) -> Iterator[HeldCheckpoint]:
     writable_directory(Path(settings.lakehouse_root), "lakehouse_root")
     checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
     writable_directory(checkpoint, "checkpoint_root")
-    with CheckpointLock(checkpoint), _zookeeper_lease(settings) as write_check:
+    with CheckpointLock(checkpoint), _zookeeper_lease(settings) as (write_check, lost):
         check_state_layout(checkpoint, settings.stream)
         check_lakehouse(settings.lakehouse_root)
         logger.info("checkpoint %s locked by this job (pid %d)", checkpoint, os.getpid())
-        yield HeldCheckpoint(checkpoint, write_check)
+        yield HeldCheckpoint(checkpoint, write_check, lost)
 
 
 @contextlib.contextmanager
-def _zookeeper_lease(settings: Settings) -> Iterator[Callable[[], None]]:
+def _zookeeper_lease(
+    settings: Settings,
+) -> Iterator[tuple[Callable[[], None], Callable[[], BkauditError | None]]]:
     """With ``stream.lease = zookeeper``: the lease ``<stream.lease_path>/<stream.app_id>`` for the block;
-    yields the write check (waits out a dropped connection up to the session timeout, then raises)."""
+    yields the write check (waits out a dropped connection up to the session timeout, then raises) and the
+    lost-lease poll (:class:`HeldCheckpoint`)."""
     stream, zookeeper = settings.stream, settings.zookeeper
     if stream.lease != "zookeeper":
-        yield _no_check
+        yield _no_check, _never_lost
         return
     from kazoo.client import KazooClient
 
@@ -424,7 +433,7 @@ def _zookeeper_lease(settings: Settings) -> Iterator[Callable[[], None]]:
     lease = ZooKeeperLease(client, stream.lease_path, stream.app_id, wait_s=stream.lease_wait_s)
     try:
         lease.acquire()
-        yield lambda: lease.wait_usable(zookeeper.session_timeout_s)
+        yield (lambda: lease.wait_usable(zookeeper.session_timeout_s)), lease.lost
     finally:
         lease.release()
         client.stop()
@@ -767,7 +776,7 @@ def query_failure(exception: Any) -> Exception:
 def run(settings: Settings) -> None:
     """``bkaudit stream``: run until SIGTERM/SIGINT, then stop after the current batch."""
     with exclusive_checkpoint(settings) as held:
-        _run_locked(settings, held.write_check)
+        _run_locked(settings, held)
 
 
 class IngestProgress:
@@ -804,11 +813,11 @@ class IngestProgress:
         return text
 
 
-def _run_locked(settings: Settings, write_check: Callable[[], None]) -> None:
+def _run_locked(settings: Settings, held: HeldCheckpoint) -> None:
     from streaming.session import build_spark_session
 
     spark = build_spark_session(settings.spark)
-    query, sink = start(spark, settings, write_check=write_check)
+    query, sink = start(spark, settings, write_check=held.write_check)
     checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
     logger.info(
         "bkaudit running: the ledger and membership lanes and the timers query (checkpoint %s)", checkpoint
@@ -824,6 +833,9 @@ def _run_locked(settings: Settings, write_check: Callable[[], None]) -> None:
     progress = IngestProgress()
     try:
         while query.isActive and not stopping.wait(1.0):
+            lost = held.lost()
+            if lost is not None:
+                raise lost  # the checkpoint may be another job's now: stop before writing again
             if progress.line.enabled:
                 progress.show(query.ledgers.lastProgress)
         if query.exception() is not None and not sink.stopping.is_set():

@@ -6,11 +6,12 @@ lock both hosts see. The lease is an *ephemeral* znode ``<path>/<name>`` holding
 start time): ZooKeeper deletes it when the holder's session ends, however the holder ends.
 
 Losing it: the client's session goes ``SUSPENDED`` when its connection drops (the session may still be
-alive) and ``LOST`` when ZooKeeper expired it, after which another job can take the lease. So
-:meth:`ZooKeeperLease.check`, called before every batch and every table write, refuses while the session is
-suspended (the writer waits and the batch is retried) and fails for good once it was lost, and the job stops
-with one line. A write already past its check when the connection drops may still land: the window is one
-commit, and the holder's session outlives the connection by ``zookeeper.session_timeout_s``.
+alive) and ``LOST`` when ZooKeeper expired it, after which another job can take the lease. The lease is lost
+too when its znode is deleted while the session lives (by hand, by a tool). The job's write check
+(:meth:`ZooKeeperLease.wait_usable`), run before every batch and every table write, waits while the session
+is suspended and fails for good once the lease is lost; the job then stops with one line. A write already
+past its check when the connection drops may still land: the window is one commit, and the holder's session
+outlives its connection by ``zookeeper.session_timeout_s``.
 
 The lease lives under bkaudit's own path, never in BookKeeper's tree.
 
@@ -68,6 +69,7 @@ class ZooKeeperLease:
         self._state = KazooState.CONNECTED
         self._held = False
         self._lost = threading.Event()
+        self._why = ""
         self._lock = threading.Lock()
 
     # -- taking and giving back ---------------------------------------------------------------------------
@@ -86,6 +88,7 @@ class ZooKeeperLease:
                 )
             self._wait_for_release(deadline)
         self.client.add_listener(self._on_state)
+        self._watch_znode()
         logger.info("lease %s taken", self.znode)
 
     def _try_create(self) -> bool:
@@ -133,26 +136,50 @@ class ZooKeeperLease:
                 self.client.delete(self.znode)
 
     # -- holding ------------------------------------------------------------------------------------------
+    def _watch_znode(self, _event: Any = None) -> None:
+        """Lost as well when the znode goes while the session lives (deleted by hand or by a tool): another
+        job could take it then. A watch fires once; it is set again after any other event."""
+        with self._lock:
+            if self._lost.is_set() or not self._held:
+                return  # lost already, or given back (release deletes the znode)
+        try:
+            found = self.client.exists(self.znode, watch=self._watch_znode)
+        except Exception:  # no connection now: the session's state listener decides
+            return
+        if found is None or found.ephemeralOwner != self.client.client_id[0]:
+            self._lose("the lease znode was deleted")
+
+    def _lose(self, why: str) -> None:
+        with self._lock:
+            self._why = why
+        self._lost.set()
+        logger.error("lease %s lost: %s", self.znode, why)
+
     def _on_state(self, state: str) -> None:
         with self._lock:
             self._state = state
         if state == KazooState.LOST:
-            self._lost.set()
-            logger.error("lease %s lost: the ZooKeeper session expired", self.znode)
+            self._lose("the ZooKeeper session expired")
         elif state == KazooState.SUSPENDED:
             logger.warning("lease %s: connection to ZooKeeper lost; writes wait for it", self.znode)
 
-    @property
-    def lost(self) -> bool:
-        return self._lost.is_set()
+    def lost(self) -> LeaseLost | None:
+        """The error to stop with once the lease is lost, else None (never waits)."""
+        try:
+            self.check()
+        except LeaseLost as err:
+            return err
+        except LeaseSuspended:
+            return None
+        return None
 
     def check(self) -> None:
         """Raise unless the lease is held by a live session: :class:`LeaseLost` for good, or
         :class:`LeaseSuspended` while the connection is down."""
         if self._lost.is_set():
             raise LeaseLost(
-                f"the lease {self.znode} was lost (the ZooKeeper session expired): stopping before writing "
-                "again; another job may hold the checkpoint now"
+                f"the lease {self.znode} was lost ({self._why}): stopping before writing again; another job "
+                "may hold the checkpoint now"
             )
         with self._lock:
             state, held = self._state, self._held

@@ -129,3 +129,32 @@ def test_a_second_job_on_one_checkpoint_is_refused_and_a_killed_one_blocks_nothi
         kill_group(first)
         if third is not None:
             kill_group(third)
+
+
+def test_a_job_that_loses_its_zookeeper_lease_stops_with_one_line(
+    tmp_path: Path, kafka_settings: Any, bk_services: Any, zk_chroot: str, zk_client: Any
+) -> None:
+    """``stream.lease = zookeeper``: the running job holds ``<lease_path>/<app_id>``; once the lease is gone
+    (here its znode deleted by hand, which another job could then take) it stops, exit 2, with one line."""
+    env = job_env(tmp_path, kafka_settings)
+    env.update(
+        {
+            "BKAUDIT_STREAM__LEASE": "zookeeper",
+            "BKAUDIT_ZOOKEEPER__CONNECT": bk_services.zookeeper_hosts(zk_chroot),
+        }
+    )
+    lease = f"/bkaudit/leases/{APP_ID}"
+    job, log = start_job(tmp_path, env, "leased")
+    try:
+        wait_running(job, log)
+        holder = json.loads(zk_client.get(lease)[0])
+        assert holder["pid"] == job.pid and holder["host"] == socket.gethostname()
+        zk_client.delete(lease)
+        assert job.wait(timeout=180) == 2, log.read_text(errors="replace")[-3000:]
+        errors = [line for line in log.read_text().splitlines() if line.startswith("bkaudit: ")]
+        assert errors == [
+            f"bkaudit: the lease {lease} was lost (the lease znode was deleted): stopping before writing "
+            "again; another job may hold the checkpoint now"
+        ], log.read_text(errors="replace")[-3000:]
+    finally:
+        kill_group(job)
