@@ -135,7 +135,9 @@ class MembershipLane:
         state = self.store.before(batch_id)
         cluster = next((r["cluster"] for r in reversed(rows) if r.get("cluster")), None)
         cluster = cluster or (state or {}).get("cluster") or self.config.cluster_default
-        unmarked = self.auditor.unmarked_at_risk()  # AUDITOR_LAGGING's input, judged at the batch's times
+        unmarked = None  # AUDITOR_LAGGING's input (None: its check is off), judged at the batch's times
+        if self.config.processor.autorecovery.lagging_s > 0:
+            unmarked = self.auditor.unmarked_at_risk()
         new_state, decisions, _ = self.logic.apply(state, rows, unmarked)
         new_state["cluster"] = cluster
         membership = [
