@@ -413,6 +413,15 @@ class StreamSettings(_Section):
         description="the cluster's auditorPeriodicReplicasCheckInterval (BookKeeper's default 0: off): how "
         "often the Auditor checks replicas (replicascheckctime); 0: never overdue",
     )
+    auditor_lagging_grace_s: float = Field(
+        600.0,
+        ge=0,
+        description="AUDITOR_LAGGING once a ledger bkaudit finds at risk (an open LEDGER_UNDER_REPLICATED or "
+        "LEDGER_UNRECOVERABLE, which starts when its bookie is lost, after lostBookieRecoveryDelay) has had "
+        "no under-replication mark for this long while an Auditor is elected and AutoRecovery is on: the "
+        "Auditor is not marking what it should; the same grace as `bkaudit query auditor-diff --grace`; "
+        "0 disables",
+    )
     zookeeper_disruption_settle_s: float = Field(
         1.0,
         ge=0,

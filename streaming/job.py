@@ -81,6 +81,7 @@ def processor_config(stream: StreamSettings, *, membership: bool = True) -> Proc
             check_all_ledgers_interval_s=stream.auditor_periodic_check_interval_s,
             placement_policy_check_interval_s=stream.auditor_periodic_placement_policy_check_interval_s,
             replicas_check_interval_s=stream.auditor_periodic_replicas_check_interval_s,
+            lagging_s=stream.auditor_lagging_grace_s,
         ),
         disruption=DisruptionRule(
             settle_s=stream.zookeeper_disruption_settle_s,

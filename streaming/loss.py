@@ -69,6 +69,7 @@ from core.domain.ledger_alerts import (
     transition_counts,
     verdict_conditions_table,
 )
+from core.domain.rules.auditor_lag import UnmarkedAtRisk, unmarked_at_risk
 from core.domain.rules.autorecovery import AUTORECOVERY_KINDS
 from core.domain.rules.lost_ledgers import LOST_BOOKIE_INPUT_SCHEMA, lost_bookie_verdicts
 from core.settings import KafkaSettings
@@ -244,6 +245,21 @@ class LossAuditor:
         """The bookies lost now (as far as the calls so far know)."""
         with self.lock:
             return self._lost
+
+    def unmarked_at_risk(self) -> UnmarkedAtRisk:
+        """The ledgers with an open ``LEDGER_UNDER_REPLICATED`` or ``LEDGER_UNRECOVERABLE`` whose current row
+        has no under-replication mark (``AUDITOR_LAGGING``'s input), each at risk since its alert started;
+        looked up in bulk in the ledger log. Nothing before the first call loaded the open alerts."""
+        with self.lock:
+            at_risk = self._open_ledgers
+            if not at_risk.num_rows or self._open is None:
+                return UnmarkedAtRisk()
+            ids = at_risk.column("ledger_id").to_numpy()
+            since = at_risk.column("started_at_ms").to_numpy()
+        marked_rows = self.ledger_log.take(np.unique(ids), ["ledger_id", "under_replication_marked"])
+        marked_rows = marked_rows.filter(pc.fill_null(marked_rows.column("under_replication_marked"), False))
+        marked = np.isin(ids, marked_rows.column("ledger_id").to_numpy())
+        return unmarked_at_risk(ids, since, marked)
 
     def open_counts(self) -> dict[str, int]:
         """Open alerts of the loss kinds, per kind (empty before the first call)."""

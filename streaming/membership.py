@@ -9,7 +9,9 @@
    event-time clock) to :class:`~core.domain.rules.lost_bookie.BookieMembership` and
    :class:`~core.domain.rules.autorecovery.AutoRecoveryHealth` through the same
    :class:`~streaming.processor.ClusterLogic` the stateful processor used: BookKeeper's debounce (the delay
-   from ZooKeeper, no delay when more than one bookie is missing, a return within the delay is a flap);
+   from ZooKeeper, no delay when more than one bookie is missing, a return within the delay is a flap),
+   with the at-risk ledgers the Auditor has not marked as the auditor knows them when the batch starts
+   (``AUDITOR_LAGGING``);
 3. hands the resulting decisions to :class:`~streaming.loss.LossAuditor`, which reads only the lost bookie's
    index partition, applies the vectorised lost-bookie rule, publishes, then records in Delta;
 4. saves its state (a few kB: one entry per bookie) as ``<batch id>.json`` in its checkpoint: the batch's
@@ -18,7 +20,10 @@
 A batch starts from the state saved by the newest batch before it, so a replay after a crash (the same
 records, :class:`~streaming.driver_batches.OffsetLog`) decides what its first attempt decided, and the
 auditor's app transaction skips what that attempt already recorded: no alert lost, none re-fired under a
-new id. Rack-map events stay with the ledger lane (they change placement, a ledger-lane rule).
+new id. One exception: ``AUDITOR_LAGGING``'s input (the auditor's open ledger alerts and the ledgers' marks)
+is read as the batch runs, not kept with the records, so a replayed batch may fire it one batch earlier or
+later (another id; with a grace of minutes, only a crash right at its deadline shows it). Rack-map events
+stay with the ledger lane (they change placement, a ledger-lane rule).
 
 Example:
     >>> import tempfile
@@ -130,7 +135,10 @@ class MembershipLane:
         state = self.store.before(batch_id)
         cluster = next((r["cluster"] for r in reversed(rows) if r.get("cluster")), None)
         cluster = cluster or (state or {}).get("cluster") or self.config.cluster_default
-        new_state, decisions, _ = self.logic.apply(state, rows)
+        unmarked = None  # AUDITOR_LAGGING's input (None: its check is off), judged at the batch's times
+        if self.config.processor.autorecovery.lagging_s > 0:
+            unmarked = self.auditor.unmarked_at_risk()
+        new_state, decisions, _ = self.logic.apply(state, rows, unmarked)
         new_state["cluster"] = cluster
         membership = [
             {

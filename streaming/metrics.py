@@ -58,6 +58,7 @@ _LOSS_KINDS = frozenset(
         "REPLICATION_STALLED",
         "ZOOKEEPER_DISRUPTION",
         "AUDITOR_CHECKS_OVERDUE",
+        "AUDITOR_LAGGING",
     }
 )
 
@@ -118,6 +119,10 @@ AUDIT_GAUGES = {
         "bkaudit_auditor_checks_overdue",
         "1 while one of the Auditor's periodic checks is overdue past the grace period "
         "(checkallledgersctime, placementpolicycheckctime, replicascheckctime)",
+    ),
+    "AUDITOR_LAGGING": (
+        "bkaudit_auditor_lagging",
+        "1 while a ledger at risk has had no under-replication mark from the Auditor past the grace period",
     ),
     "ZOOKEEPER_DISRUPTION": (
         "bkaudit_zookeeper_disruption",

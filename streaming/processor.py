@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.domain.cookie import cookie_replaced
+from core.domain.rules.auditor_lag import UnmarkedAtRisk
 from core.domain.rules.autorecovery import (
     AutoRecoveryGraces,
     AutoRecoveryHealth,
@@ -243,11 +244,18 @@ class ClusterLogic:
         return out
 
     def apply(
-        self, state: dict[str, Any] | None, rows: list[dict[str, Any]]
+        self,
+        state: dict[str, Any] | None,
+        rows: list[dict[str, Any]],
+        unmarked: UnmarkedAtRisk | None = None,
     ) -> tuple[dict[str, Any], list[Decision], int | None]:
-        """Apply rows in order; returns the new state, the decisions and the next membership deadline."""
+        """Apply rows in order; returns the new state, the decisions and the next membership deadline.
+        ``unmarked``: the at-risk ledgers with no under-replication mark as the batch starts (the loss
+        owner's, :meth:`streaming.loss.LossAuditor.unmarked_at_risk`), judged at the batch's event times."""
         membership, info = self._load(state)
         health = self._health(info)
+        if unmarked is not None:
+            health.set_unmarked(unmarked)
         out: list[Decision] = []
         registration_lost = membership.registration_lost()
         for row in rows:

@@ -463,14 +463,15 @@ def _first(table: pa.Table, rows: int | None) -> pa.Table:
 @app.command("auditor-diff")
 def auditor_diff(
     grace: Annotated[
-        float,
+        float | None,
         typer.Option(
             "--grace",
             min=0,
             metavar="SECONDS",
-            help="how long BookKeeper's Auditor may take to mark a ledger bkaudit finds at risk",
+            help="how long BookKeeper's Auditor may take to mark a ledger bkaudit finds at risk "
+            "(default: stream.auditor_lagging_grace_s, AUDITOR_LAGGING's grace)",
         ),
-    ] = 300.0,
+    ] = None,
     lakehouse: LakehouseOption = None,
     fmt: FormatOption = OutputFormat.table,
     limit: LimitOption = DEFAULT_LIMIT,
@@ -478,6 +479,10 @@ def auditor_diff(
 ) -> None:
     """Where BookKeeper's Auditor and bkaudit disagree: ledgers at risk with no under-replication mark past
     the grace (at_risk_unmarked), and marks on ledgers bkaudit finds healthy (marked_healthy)."""
+    if grace is None:
+        from core.settings import load_settings
+
+        grace = load_settings().stream.auditor_lagging_grace_s
     _print(
         lakehouse,
         fmt,

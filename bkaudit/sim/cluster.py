@@ -321,6 +321,7 @@ class SimulatedCluster:
         self._auditor_gone_since_ms: int | None = None
         self._check_times: dict[CtimeZnode, int] = {}
         self._disabled_since_ms: int | None = None
+        self._enabled_since_ms: int | None = None  # when disable was last deleted (None: never)
         self._locks: dict[int, ReplicationLock] = {}
         self._bookies_running_since_ms: int | None = None
         self._zk_registered: set[str] = set()
@@ -1245,6 +1246,8 @@ class SimulatedCluster:
             if enabled:
                 with contextlib.suppress(NoNodeError):
                     self.admin.delete(path)
+                if self._disabled_since_ms is not None:
+                    self._enabled_since_ms = _now_ms()
                 self._disabled_since_ms = None
                 return
             with contextlib.suppress(NodeExistsError):
@@ -1528,6 +1531,7 @@ class SimulatedCluster:
                 ),
                 auditor_missing_since_ms=self._auditor_missing_since(),
                 auditor_elected_since_ms=self._auditor_elected_since_ms,
+                autorecovery_enabled_since_ms=self._enabled_since_ms,
             )
 
     def _check_pending_expiries(self) -> None:

@@ -132,6 +132,7 @@ class TruthSpec(BaseModel):
     auditor_periodic_check_interval_s: float = Field(604800.0, ge=0)
     auditor_periodic_placement_policy_check_interval_s: float = Field(0.0, ge=0)
     auditor_periodic_replicas_check_interval_s: float = Field(0.0, ge=0)
+    auditor_lagging_grace_s: float = Field(600.0, ge=0)
     zookeeper_disruption_settle_s: float = Field(1.0, ge=0)
     zookeeper_disruption_grace_s: float = Field(30.0, ge=0)
     zookeeper_disruption_share: float = Field(0.5, gt=0, le=1)
@@ -154,6 +155,7 @@ class TruthSpec(BaseModel):
                 "auditor_periodic_placement_policy_check_interval_s"
             ),
             replicas_check_interval_s=values.pop("auditor_periodic_replicas_check_interval_s"),
+            lagging_s=values.pop("auditor_lagging_grace_s"),
         )
         disruption = DisruptionRule(
             settle_s=values.pop("zookeeper_disruption_settle_s"),

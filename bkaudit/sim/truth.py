@@ -50,6 +50,13 @@ snapshot at all):
   a condition within a second of its deadline is only ``may_alert`` (the job dates it by the watcher's
   clock, the simulator by its own). The Auditor counts as elected since its vote's creation (the job: since
   it first saw the vote, the same moment when it watched from the start).
+- ``AUDITOR_LAGGING`` (subject ``auditor-lag``): the same rule
+  (:func:`core.domain.rules.autorecovery.lagging_condition`) over the ``LEDGER_UNDER_REPLICATED`` /
+  ``LEDGER_UNRECOVERABLE`` ledgers above that have no ``urL`` mark, each at risk since the loss of a bookie
+  it names (the replayed membership's loss time); required when it holds dated by the latest such loss,
+  allowed when it holds dated by the earliest. The Auditor can mark from the later of its vote's creation
+  and the last deletion of ``disable``. The simulator's Auditor never marks by itself: a lost bookie's
+  ledgers stay unmarked until a test or a user marks them (``bkaudit sim mark-underreplicated``).
 
 ``may_alert`` lists what an auditor may flag without being wrong (transitional states); an auditor's
 output is correct when it contains every ``alerts`` entry and nothing outside ``alerts`` ∪ ``may_alert``.
@@ -79,6 +86,7 @@ from typing import Any
 
 from core.domain.alerts import AlertKind
 from core.domain.metadata import LedgerMetadata, LedgerState, Segment
+from core.domain.rules.auditor_lag import UnmarkedAtRisk, auditor_active_since, unmarked_at_risk
 from core.domain.rules.autorecovery import (
     AutoRecoveryGraces,
     AutoRecoveryZnodes,
@@ -86,7 +94,13 @@ from core.domain.rules.autorecovery import (
     holding_conditions,
 )
 from core.domain.rules.entry_reads import ReadAnswer, answers_from_reads, entries_to_read
-from core.domain.rules.lost_bookie import NO_DISRUPTION_RULE, BookieMembership, DisruptionRule
+from core.domain.rules.lost_bookie import (
+    NO_DISRUPTION_RULE,
+    BookieMembership,
+    DisruptionRule,
+    Transition,
+    TransitionKind,
+)
 from core.domain.rules.lost_bookie import BookieStatus as Membership
 from core.domain.rules.placement import (
     DEFAULT_DESIRED_ZONES_PER_WRITE_QUORUM,
@@ -139,9 +153,15 @@ LEDGER_KINDS = (
 BOOKIE_KINDS = ("BOOKIE_LOST", "BOOKIE_UNRESPONSIVE")
 """Alert kinds whose subjects are bookie ids."""
 
-CLUSTER_KINDS = ("AUTORECOVERY_DISABLED", "AUDITOR_MISSING", "ZOOKEEPER_DISRUPTION", "AUDITOR_CHECKS_OVERDUE")
+CLUSTER_KINDS = (
+    "AUTORECOVERY_DISABLED",
+    "AUDITOR_MISSING",
+    "ZOOKEEPER_DISRUPTION",
+    "AUDITOR_CHECKS_OVERDUE",
+    "AUDITOR_LAGGING",
+)
 """Alert kinds of the whole cluster; their subject is the alert's entity (``autorecovery``, ``auditor``,
-``zookeeper``, ``auditor-checks``)."""
+``zookeeper``, ``auditor-checks``, ``auditor-lag``)."""
 
 ALERT_KINDS = LEDGER_KINDS + BOOKIE_KINDS + CLUSTER_KINDS
 """Every alert kind of the alert stream (interfaces.md §2)."""
@@ -282,6 +302,7 @@ class ClusterSnapshot:
     autorecovery: AutoRecoveryZnodes = field(default_factory=AutoRecoveryZnodes)
     auditor_missing_since_ms: int | None = None
     auditor_elected_since_ms: int | None = None
+    autorecovery_enabled_since_ms: int | None = None  # when ``disable`` was last deleted (None: never)
 
 
 @dataclass(frozen=True)
@@ -339,6 +360,7 @@ class TruthParameters:
                 self.autorecovery.placement_policy_check_interval_s
             ),
             "auditor_periodic_replicas_check_interval_s": self.autorecovery.replicas_check_interval_s,
+            "auditor_lagging_grace_s": self.autorecovery.lagging_s,
             "zookeeper_disruption_settle_s": self.disruption.settle_s,
             "zookeeper_disruption_grace_s": self.disruption.grace_s,
             "zookeeper_disruption_share": self.disruption.share,
@@ -392,11 +414,14 @@ _AUDIT = 3
 
 
 def replayed_membership(
-    snapshot: ClusterSnapshot, rule: DisruptionRule = NO_DISRUPTION_RULE
+    snapshot: ClusterSnapshot,
+    rule: DisruptionRule = NO_DISRUPTION_RULE,
+    lost_at: dict[str, int] | None = None,
 ) -> BookieMembership:
     """The registration history replayed through the job's own debounce (one rule, one implementation),
     each absence with the liveness probe the watcher sends when a registration vanishes, and each triggered
-    audit after the changes of its instant.
+    audit after the changes of its instant. ``lost_at``, when given, receives the event time at which each
+    bookie lost now was lost (its ledgers' alerts start then).
 
     Example:
         >>> bookies = {b: BookieSnapshot(b, Registration.NONE) for b in ("b1", "b2", "b3")}
@@ -423,15 +448,21 @@ def replayed_membership(
     changes.extend((at_ms, _AUDIT, "", None) for at_ms in snapshot.audits_ms)
     for bookie_id in snapshot.bookies:
         membership.observe(bookie_id, Membership.WRITABLE, at_ms=-1)
+    transitions: list[Transition] = []
     # Returns before departures at the same instant: an interval is [since, until).
     for at_ms, order, bookie_id, status in sorted(changes, key=lambda c: c[:3]):
         if order == _AUDIT:
-            membership.trigger_audit(at_ms)
+            transitions += membership.trigger_audit(at_ms)
         elif status is None:
-            membership.observe_probe(bookie_id, answered=serving.get((bookie_id, at_ms), False), at_ms=at_ms)
+            answered = serving.get((bookie_id, at_ms), False)
+            transitions += membership.observe_probe(bookie_id, answered=answered, at_ms=at_ms)
         else:
-            membership.observe(bookie_id, status, at_ms)
-    membership.advance(snapshot.now_ms)
+            transitions += membership.observe(bookie_id, status, at_ms)
+    transitions += membership.advance(snapshot.now_ms)
+    if lost_at is not None:
+        for transition in transitions:
+            if transition.kind is TransitionKind.LOST:
+                lost_at[transition.bookie_id] = transition.at_ms
     return membership
 
 
@@ -581,21 +612,66 @@ def _eio_readers_kind(
 _DEADLINE_SLACK_MS = 1000
 
 
+def _unmarked_at_risk(
+    snapshot: ClusterSnapshot, at_risk: Iterable[int], lost_at: Mapping[str, int], *, latest: bool
+) -> UnmarkedAtRisk:
+    """The at-risk ledgers without a ``urL`` mark, each at risk since a loss of a bookie it names: the
+    latest (``latest``: its alert may have started anew when another bookie was lost, UNDER_REPLICATED
+    turning UNRECOVERABLE) or the earliest. A bookie lost without a known time (named, never registered)
+    counts as lost now, or at 0."""
+    ids, since = [], []
+    for ledger_id in sorted(at_risk):
+        times = [
+            lost_at.get(b, snapshot.now_ms if latest else 0)
+            for b in snapshot.ledgers[ledger_id].all_bookies
+            if b in lost_at or b not in snapshot.bookies
+        ]
+        ids.append(ledger_id)
+        since.append(max(times) if latest else min(times))
+    marked = [ledger_id in snapshot.underreplicated for ledger_id in ids]
+    return unmarked_at_risk(ids, since, marked)
+
+
 def _autorecovery_truth(
     snapshot: ClusterSnapshot,
     graces: AutoRecoveryGraces,
     alerts: dict[str, set[Any]],
     may: dict[str, set[Any]],
+    lagging: tuple[UnmarkedAtRisk, UnmarkedAtRisk] = (UnmarkedAtRisk(), UnmarkedAtRisk()),
 ) -> None:
-    """AutoRecovery's due conditions into ``alerts``, those near their deadline into ``may``."""
+    """AutoRecovery's due conditions into ``alerts``, those near their deadline into ``may``. ``lagging``:
+    the unmarked at-risk ledgers dated by their latest and by their earliest possible start."""
     znodes, missing_since = snapshot.autorecovery, snapshot.auditor_missing_since_ms
     elected_since = snapshot.auditor_elected_since_ms
+    active_since = auditor_active_since(
+        znodes.auditor,
+        znodes.disabled_since_ms is not None,
+        elected_since,
+        snapshot.autorecovery_enabled_since_ms,
+    )
 
-    def due_at(now_ms: int) -> set[tuple[str, int | None]]:
-        return {c.key for c in due_conditions(znodes, missing_since, now_ms, graces, elected_since)}
+    def due_at(now_ms: int, unmarked: UnmarkedAtRisk) -> set[tuple[str, int | None]]:
+        due = due_conditions(
+            znodes,
+            missing_since,
+            now_ms,
+            graces,
+            elected_since,
+            unmarked=unmarked,
+            auditor_active_since_ms=active_since,
+        )
+        return {c.key for c in due}
 
-    late, early = due_at(snapshot.now_ms - _DEADLINE_SLACK_MS), due_at(snapshot.now_ms + _DEADLINE_SLACK_MS)
-    holding = holding_conditions(znodes, missing_since, graces=graces, auditor_elected_since_ms=elected_since)
+    late = due_at(snapshot.now_ms - _DEADLINE_SLACK_MS, lagging[0])
+    early = due_at(snapshot.now_ms + _DEADLINE_SLACK_MS, lagging[1])
+    holding = holding_conditions(
+        znodes,
+        missing_since,
+        graces=graces,
+        auditor_elected_since_ms=elected_since,
+        unmarked=lagging[1],
+        auditor_active_since_ms=active_since,
+    )
     for condition in holding:
         subject = condition.ledger_id if condition.ledger_id is not None else condition.kind.cluster_entity
         if condition.key in late:
@@ -623,7 +699,8 @@ def ground_truth(snapshot: ClusterSnapshot, params: TruthParameters | None = Non
     may: dict[str, set[Any]] = {kind: set() for kind in ALERT_KINDS}
     timeout = params.probe_timeout_s
 
-    membership = replayed_membership(snapshot, params.disruption)
+    lost_at: dict[str, int] = {}
+    membership = replayed_membership(snapshot, params.disruption, lost_at)
     lost = _lost_in(membership, snapshot)
     if membership.registration_lost():
         alerts["ZOOKEEPER_DISRUPTION"].add(AlertKind.ZOOKEEPER_DISRUPTION.cluster_entity)
@@ -690,7 +767,12 @@ def ground_truth(snapshot: ClusterSnapshot, params: TruthParameters | None = Non
             if ctime is not None and snapshot.now_ms - ctime > grace_ms:
                 alerts["UNDER_REPLICATION_STUCK"].add(ledger_id)
     alerts["METADATA_CORRUPT"].update(snapshot.corrupt_ledgers)
-    _autorecovery_truth(snapshot, params.autorecovery, alerts, may)
+    at_risk = alerts["LEDGER_UNDER_REPLICATED"] | alerts["LEDGER_UNRECOVERABLE"]
+    lagging = (
+        _unmarked_at_risk(snapshot, at_risk, lost_at, latest=True),
+        _unmarked_at_risk(snapshot, at_risk, lost_at, latest=False),
+    )
+    _autorecovery_truth(snapshot, params.autorecovery, alerts, may, lagging)
 
     flaps: dict[str, int] = {}
     for absence in snapshot.absences:

@@ -53,6 +53,7 @@ from connectors.delta.placement_plans import (
 from connectors.delta.scan import view_typed_dataset
 from connectors.delta.tables import FOLD_METADATA_KEY, INDEX_LEDGER_COLUMNS, LEDGER_BUCKETS, TABLES, last_fold
 from core.domain.alerts import AlertKind
+from core.domain.rules.auditor_lag import unmarked_past_grace
 from core.domain.rules.evaluate import PlacementPolicyConfig
 from core.errors import InvalidArgumentError, NotFoundError, ServiceError
 
@@ -966,7 +967,8 @@ class Lakehouse:
         ``LEDGER_*``, ``REPLICAS_*`` or ``PLACEMENT_*`` alert): a false mark (a read timeout in the Auditor's
         ledger check), or a repair bkaudit has not seen the need for. Columns: ``diff, ledger_id, findings``
         (open kinds), ``lost_bookies, since`` (the finding's start), ``marked_since, marked_replicas,
-        pulsar_topic``.
+        pulsar_topic``. "Unmarked past the grace" is the job's ``AUDITOR_LAGGING`` test
+        (:func:`~core.domain.rules.auditor_lag.unmarked_past_grace`).
 
         Example:
             >>> import tempfile
@@ -976,7 +978,7 @@ class Lakehouse:
         """
         if grace_s < 0:
             raise InvalidArgumentError(f"--grace must be 0 or more seconds, got {grace_s}")
-        cutoff = _utc(now or datetime.now(UTC), "now").timestamp() - grace_s
+        now_ms = _utc(now or datetime.now(UTC), "now").timestamp() * 1000
         risk = ", ".join(f"'{kind}'" for kind in LEDGER_RISK_KINDS)
         sql = f"""
             WITH findings AS (
@@ -999,12 +1001,15 @@ class Lakehouse:
             SELECT CASE WHEN c.marked THEN 'marked_healthy' ELSE 'at_risk_unmarked' END AS diff,
                    c.ledger_id, coalesce(f.findings, []) AS findings,
                    coalesce(f.lost_bookies, []) AS lost_bookies, f.since, c.marked_since, c.marked_replicas,
-                   c.pulsar_topic
+                   c.pulsar_topic, c.marked, epoch_ms(f.since) AS since_ms
             FROM current c LEFT JOIN findings f USING (ledger_id)
-            WHERE (NOT c.marked AND f.since <= to_timestamp($cutoff))
-               OR (c.marked AND f.ledger_id IS NULL)
+            WHERE (NOT c.marked AND f.since IS NOT NULL) OR (c.marked AND f.ledger_id IS NULL)
             ORDER BY diff, c.ledger_id"""
-        return self._query(("ledgers", "open_alerts"), sql, {"cutoff": cutoff})
+        rows = self._query(("ledgers", "open_alerts"), sql)
+        since_ms = rows.column("since_ms").to_numpy().astype("float64")  # null (not at risk): NaN
+        marked = rows.column("marked").to_numpy().astype(bool)
+        lagging = unmarked_past_grace(since_ms, marked, now_ms, grace_s * 1000)
+        return rows.filter(pa.array(marked | lagging)).drop_columns(["marked", "since_ms"])
 
     # -- history --------------------------------------------------------------------------------------------
 

@@ -51,6 +51,8 @@ class AlertKind(enum.Enum):
     REPLICATION_STALLED = "REPLICATION_STALLED"
     ZOOKEEPER_DISRUPTION = "ZOOKEEPER_DISRUPTION"
     AUDITOR_CHECKS_OVERDUE = "AUDITOR_CHECKS_OVERDUE"
+    # At-risk ledgers BookKeeper's Auditor has not marked under-replicated past a grace.
+    AUDITOR_LAGGING = "AUDITOR_LAGGING"
 
     @property
     def severity(self) -> str:
@@ -86,6 +88,8 @@ _CLUSTER_ENTITIES = {
     AlertKind.AUDITOR_MISSING: "auditor",
     AlertKind.AUDITOR_CHECKS_OVERDUE: "auditor-checks",
     AlertKind.ZOOKEEPER_DISRUPTION: "zookeeper",
+    # The Auditor's marks lagging behind the losses.
+    AlertKind.AUDITOR_LAGGING: "auditor-lag",
 }
 
 
@@ -106,6 +110,8 @@ _SEVERITY = {
     AlertKind.REPLICATION_STALLED: "warning",
     AlertKind.AUDITOR_CHECKS_OVERDUE: "warning",
     AlertKind.ZOOKEEPER_DISRUPTION: "warning",
+    # The Auditor's marks lagging behind the losses.
+    AlertKind.AUDITOR_LAGGING: "warning",
     AlertKind.PLACEMENT_SOFT: "info",
 }
 
@@ -234,7 +240,7 @@ class Alert:
         detail: dict[str, Any] | None = None,
     ) -> Alert:
         """A cluster-level alert (``RACK_MAP_INVALID``, ``AUTORECOVERY_DISABLED``, ``AUDITOR_MISSING``,
-        ``AUDITOR_CHECKS_OVERDUE``, ``ZOOKEEPER_DISRUPTION``): no ledger, no bookies.
+        ``AUDITOR_CHECKS_OVERDUE``, ``ZOOKEEPER_DISRUPTION``, ``AUDITOR_LAGGING``): no ledger, no bookies.
 
         Example:
             >>> Alert.cluster_level(cluster="c", kind=AlertKind.RACK_MAP_INVALID,

@@ -18,6 +18,7 @@ from deltalake import DeltaTable
 
 from connectors.delta.tables import TABLES, read_table, table_path
 from connectors.kafka.topics import ensure_topic
+from core.domain.rules.auditor_lag import UnmarkedAtRisk
 from streaming.loss import membership_app
 from streaming.sink import AuditSink, SinkConfig
 from tests.integration.event_fixtures import alerts_on, closed_ledger_payload
@@ -259,3 +260,22 @@ def test_a_never_registered_bookie_is_judged_from_the_stored_index_after_a_resta
     restarted = AuditSink(config)
     membership_clock(restarted, int(time.time() * 1000) + 60_000, 0)
     assert list(open_bookie_alerts(root)) == ["bookie/ghost:3181"] and open_ledger_alerts(root) == [2]
+
+
+def test_the_unmarked_at_risk_ledgers_are_the_open_ledger_alerts_whose_rows_carry_no_mark(
+    sink: AuditSink,
+) -> None:
+    """``AUDITOR_LAGGING``'s input: the loss owner's open ledger alerts, less the ledgers whose current row
+    the sink marked (an ``under_replication`` decision, as the timers query relays a ``urL`` mark)."""
+    assert sink.loss.unmarked_at_risk() == UnmarkedAtRisk()
+    sink.process(decisions(ledger(2, ["b2", "b3", "b1"], 1_500, 11)), 1)
+    lose(sink, "b2", 2_000, 0)
+    assert sink.loss.unmarked_at_risk() == UnmarkedAtRisk(2, 2_000, (1, 2))
+
+    marked = {"state": "SET", "replicas": ["b2"], "mark_ctime_ms": 2_500}
+    sink.process(decisions(("under_replication", 3_000, 1, None, marked)), 2)
+    assert sink.loss.unmarked_at_risk() == UnmarkedAtRisk(1, 2_000, (2,))
+    sink.process(decisions(("under_replication", 4_000, 2, None, marked)), 3)
+    assert sink.loss.unmarked_at_risk() == UnmarkedAtRisk()
+    sink.process(decisions(("under_replication", 5_000, 1, None, {"state": "CLEARED", "replicas": []})), 4)
+    assert sink.loss.unmarked_at_risk() == UnmarkedAtRisk(1, 2_000, (1,))

@@ -26,6 +26,18 @@ completed in a binary znode (``checkallledgersctime``, ``placementpolicycheckcti
   last completion and due time, and, when it fires, the ones overdue past the grace. While ``disable``
   exists the Auditor skips its checks and ``AUTORECOVERY_DISABLED`` says why, so this one does not hold.
 
+A fifth asks whether the Auditor marks what it should (:mod:`core.domain.rules.auditor_lag`):
+
+- ``AUDITOR_LAGGING``: one for the cluster while some ledger bkaudit finds at risk (an open
+  ``LEDGER_UNDER_REPLICATED`` or ``LEDGER_UNRECOVERABLE``, started when its bookie was lost, after
+  ``lostBookieRecoveryDelay``) has had no under-replication mark for the grace, counted from the later of
+  its start and since when the Auditor can mark (elected, AutoRecovery on:
+  :func:`~core.domain.rules.auditor_lag.auditor_active_since`). The caller feeds the summary of the
+  unmarked at-risk ledgers (:meth:`AutoRecoveryHealth.set_unmarked`). Without an Auditor, or with
+  AutoRecovery off, it does not hold: ``AUDITOR_MISSING`` or ``AUTORECOVERY_DISABLED`` says why. Unlike the
+  others it keeps its alert while the list of ledgers unmarked past the grace stays non-empty, whichever
+  ledgers are on it, and resolves when the list is empty (ledgers marked, healed or deleted).
+
 Each fires once it has held for its grace period (a grace of 0 turns its check off) and resolves when the
 condition clears, or when it changes its start (a lock taken anew, the overdue check completing while
 another is still overdue: the first alert resolves and the next fires at once with a new id).
@@ -52,6 +64,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.domain.alerts import AlertKind
+from core.domain.rules.auditor_lag import UnmarkedAtRisk, auditor_active_since, lagging_since_ms
 from core.domain.underreplication import CtimeZnode
 
 AUTORECOVERY_KINDS = frozenset(
@@ -60,6 +73,7 @@ AUTORECOVERY_KINDS = frozenset(
         AlertKind.AUDITOR_MISSING,
         AlertKind.REPLICATION_STALLED,
         AlertKind.AUDITOR_CHECKS_OVERDUE,
+        AlertKind.AUDITOR_LAGGING,
     }
 )
 """The alert kinds of this rule."""
@@ -71,7 +85,8 @@ class AutoRecoveryGraces:
     intervals the cluster's Auditor runs its periodic checks with (BookKeeper's
     ``auditorPeriodicCheckInterval``, ``auditorPeriodicPlacementPolicyCheckInterval`` and
     ``auditorPeriodicReplicasCheckInterval``, seconds, defaults BookKeeper's: weekly, off, off); a check
-    with an interval of 0 is off and never overdue.
+    with an interval of 0 is off and never overdue. ``lagging_s``: how long an at-risk ledger may go
+    unmarked (``AUDITOR_LAGGING``, the same grace as ``bkaudit query auditor-diff --grace``).
 
     Example:
         >>> AutoRecoveryGraces().grace_ms(AlertKind.AUDITOR_MISSING)
@@ -87,6 +102,7 @@ class AutoRecoveryGraces:
     check_all_ledgers_interval_s: float = 604800.0
     placement_policy_check_interval_s: float = 0.0
     replicas_check_interval_s: float = 0.0
+    lagging_s: float = 600.0
 
     def grace_ms(self, kind: AlertKind) -> int:
         """The grace of ``kind`` in milliseconds (0: the check is off).
@@ -100,6 +116,7 @@ class AutoRecoveryGraces:
             AlertKind.AUDITOR_MISSING: self.auditor_missing_s,
             AlertKind.REPLICATION_STALLED: self.lock_held_s,
             AlertKind.AUDITOR_CHECKS_OVERDUE: self.checks_overdue_s,
+            AlertKind.AUDITOR_LAGGING: self.lagging_s,
         }[kind]
         return round(seconds * 1000)
 
@@ -205,17 +222,50 @@ def checks_condition(
     return Condition(AlertKind.AUDITOR_CHECKS_OVERDUE, None, since, {"checks": checks})
 
 
+def lagging_condition(
+    znodes: AutoRecoveryZnodes, unmarked: UnmarkedAtRisk, auditor_active_since_ms: int | None
+) -> Condition | None:
+    """``AUDITOR_LAGGING``'s condition, pending or holding: since the later of the oldest unmarked at-risk
+    ledger's start and ``auditor_active_since_ms`` (since when the Auditor can mark); None when nothing is
+    unmarked, no Auditor is elected or AutoRecovery is off.
+
+    Example:
+        >>> unmarked = UnmarkedAtRisk(count=3, oldest_since_ms=5_000, sample=(9, 4, 6))
+        >>> condition = lagging_condition(AutoRecoveryZnodes(auditor="b1"), unmarked, 1_000)
+        >>> condition.since_ms, condition.detail["unmarked_ledgers"], condition.detail["sample_ledger_ids"]
+        (5000, 3, [9, 4, 6])
+        >>> lagging_condition(AutoRecoveryZnodes(auditor="b1", disabled_since_ms=1), unmarked, 1_000) is None
+        True
+    """
+    if znodes.auditor is None or znodes.disabled_since_ms is not None:
+        return None
+    since = lagging_since_ms(unmarked, auditor_active_since_ms)
+    if since is None:
+        return None
+    detail = {
+        "unmarked_ledgers": unmarked.count,
+        "oldest_at_risk_since_ms": unmarked.oldest_since_ms,
+        "sample_ledger_ids": list(unmarked.sample),
+        "auditor": znodes.auditor,
+        "auditor_active_since_ms": auditor_active_since_ms,
+    }
+    return Condition(AlertKind.AUDITOR_LAGGING, None, since, detail)
+
+
 def holding_conditions(
     znodes: AutoRecoveryZnodes,
     auditor_missing_since_ms: int | None,
     *,
     graces: AutoRecoveryGraces | None = None,
     auditor_elected_since_ms: int | None = None,
+    unmarked: UnmarkedAtRisk | None = None,
+    auditor_active_since_ms: int | None = None,
 ) -> list[Condition]:
     """Every condition that holds now, whatever its age (``auditor_missing_since_ms``: since when no vote
     was seen while bookies ran, None when an Auditor is elected or no bookie runs). The Auditor's checks
     are judged only with ``graces`` (their intervals) and ``auditor_elected_since_ms``
-    (:func:`checks_condition`).
+    (:func:`checks_condition`); its marks only with ``unmarked`` and ``auditor_active_since_ms``
+    (:func:`lagging_condition`).
 
     Example:
         >>> locks = {7: ReplicationLock("w1", 100)}
@@ -236,6 +286,10 @@ def holding_conditions(
         overdue = checks_condition(znodes, auditor_elected_since_ms, graces)
         if overdue is not None:
             conditions.append(overdue)
+    if unmarked is not None:
+        lagging = lagging_condition(znodes, unmarked, auditor_active_since_ms)
+        if lagging is not None:
+            conditions.append(lagging)
     return conditions
 
 
@@ -257,6 +311,9 @@ def due_conditions(
     now_ms: int,
     graces: AutoRecoveryGraces,
     auditor_elected_since_ms: int | None = None,
+    *,
+    unmarked: UnmarkedAtRisk | None = None,
+    auditor_active_since_ms: int | None = None,
 ) -> list[Condition]:
     """The conditions that must be alerting at ``now_ms``: holding for at least their grace.
 
@@ -270,9 +327,18 @@ def due_conditions(
         [('AUDITOR_CHECKS_OVERDUE', None)]
         >>> due_conditions(checked, None, 608_399_999, weekly, auditor_elected_since_ms=0)
         []
+        >>> unmarked = UnmarkedAtRisk(count=1, oldest_since_ms=10_000, sample=(7,))
+        >>> [c.key for c in due_conditions(AutoRecoveryZnodes(auditor="b1"), None, 610_000,
+        ...     AutoRecoveryGraces(), unmarked=unmarked, auditor_active_since_ms=0)]
+        [('AUDITOR_LAGGING', None)]
     """
     holding = holding_conditions(
-        znodes, auditor_missing_since_ms, graces=graces, auditor_elected_since_ms=auditor_elected_since_ms
+        znodes,
+        auditor_missing_since_ms,
+        graces=graces,
+        auditor_elected_since_ms=auditor_elected_since_ms,
+        unmarked=unmarked,
+        auditor_active_since_ms=auditor_active_since_ms,
     )
     return [
         condition
@@ -312,7 +378,8 @@ def _detail(condition: Condition, graces: AutoRecoveryGraces, now_ms: int) -> di
 
 class AutoRecoveryHealth:
     """The job's state machine: feed it the znodes (:meth:`observe`), whether bookies run
-    (:meth:`set_bookies_running`) and event time (:meth:`advance`); each returns the transitions it caused.
+    (:meth:`set_bookies_running`), the unmarked at-risk ledgers (:meth:`set_unmarked`) and event time
+    (:meth:`advance`); each returns the transitions it caused.
     State round-trips through :meth:`to_json` / :meth:`from_json` (a few hundred bytes).
 
     Example:
@@ -335,18 +402,44 @@ class AutoRecoveryHealth:
         # Since when the current Auditor has been seen elected (None: none is, or not seen since a restore
         # of a state saved before this was kept).
         self.auditor_elected_since_ms: int | None = None
+        # Since when the job has seen AutoRecovery on (no ``disable``; None: off, or not seen since a restore
+        # of a state saved before this was kept) and the unmarked at-risk ledgers last fed (AUDITOR_LAGGING).
+        self.autorecovery_enabled_since_ms: int | None = None
+        self.unmarked = UnmarkedAtRisk()
         self.firing: dict[tuple[str, int | None], int] = {}  # condition key -> since_ms of the fired one
 
     # -- inputs ---------------------------------------------------------------------------------------------
     def observe(self, znodes: AutoRecoveryZnodes, at_ms: int) -> list[HealthTransition]:
         """AutoRecovery's znodes as read at event time ``at_ms``."""
         previous = self.znodes.auditor if self.znodes is not None else None
+        was_enabled = self.znodes is not None and self.znodes.disabled_since_ms is None
         self.znodes = znodes
         if znodes.auditor is None:
             self.auditor_elected_since_ms = None
         elif znodes.auditor != previous or self.auditor_elected_since_ms is None:
             self.auditor_elected_since_ms = at_ms  # another Auditor schedules its checks anew
+        if znodes.disabled_since_ms is not None:
+            self.autorecovery_enabled_since_ms = None
+        elif not was_enabled:
+            self.autorecovery_enabled_since_ms = at_ms  # the Auditor resumes its audits from now
         return self._update_auditor(at_ms) + self.advance(at_ms)
+
+    def set_unmarked(self, unmarked: UnmarkedAtRisk) -> None:
+        """The at-risk ledgers with no under-replication mark, as they are now; the next :meth:`advance`
+        fires or resolves ``AUDITOR_LAGGING`` with them."""
+        self.unmarked = unmarked
+
+    @property
+    def auditor_active_since_ms(self) -> int | None:
+        """Since when the Auditor can mark (elected, AutoRecovery on), as far as the job saw."""
+        if self.znodes is None:
+            return None
+        return auditor_active_since(
+            self.znodes.auditor,
+            self.znodes.disabled_since_ms is not None,
+            self.auditor_elected_since_ms,
+            self.autorecovery_enabled_since_ms,
+        )
 
     def set_bookies_running(self, running: bool, at_ms: int) -> list[HealthTransition]:
         """Whether at least one bookie is registered (writable or read-only) from ``at_ms`` on."""
@@ -369,6 +462,8 @@ class AutoRecoveryHealth:
             self.auditor_missing_since_ms,
             graces=self.graces,
             auditor_elected_since_ms=self.auditor_elected_since_ms,
+            unmarked=self.unmarked,
+            auditor_active_since_ms=self.auditor_active_since_ms,
         )
         return {c.key: c for c in holding}
 
@@ -378,7 +473,7 @@ class AutoRecoveryHealth:
         out: list[HealthTransition] = []
         for key, since in self._firing_sorted():
             current = holding.get(key)
-            if current is None or current.since_ms != since:  # cleared, or cleared and held anew
+            if not self._still_firing(current, since, now_ms):
                 del self.firing[key]
                 kind = AlertKind(key[0])
                 out.append(HealthTransition(kind, key[1], False, now_ms, {"since_ms": since}))
@@ -389,6 +484,17 @@ class AutoRecoveryHealth:
                 detail = _detail(condition, self.graces, now_ms)
                 out.append(HealthTransition(condition.kind, condition.ledger_id, True, now_ms, detail))
         return out
+
+    def _still_firing(self, current: Condition | None, fired_since_ms: int, now_ms: int) -> bool:
+        """Whether a fired condition goes on: it still holds from the same start (a new start means it
+        cleared and held anew), except ``AUDITOR_LAGGING``, which goes on while it is still due, whichever
+        ledger is now the oldest unmarked."""
+        if current is None:
+            return False
+        if current.kind is AlertKind.AUDITOR_LAGGING:
+            due = due_at_ms(current, self.graces)
+            return due is not None and now_ms >= due
+        return current.since_ms == fired_since_ms
 
     def _firing_sorted(self) -> list[tuple[tuple[str, int | None], int]]:
         return sorted(self.firing.items(), key=lambda item: (item[0][0], item[0][1] or -1))
@@ -428,6 +534,8 @@ class AutoRecoveryHealth:
             "bookies_running": self.bookies_running,
             "auditor_missing_since_ms": self.auditor_missing_since_ms,
             "auditor_elected_since_ms": self.auditor_elected_since_ms,
+            "autorecovery_enabled_since_ms": self.autorecovery_enabled_since_ms,
+            "unmarked": self.unmarked.to_json(),
             "firing": [[kind, ledger, since] for (kind, ledger), since in self._firing_sorted()],
         }
 
@@ -455,6 +563,8 @@ class AutoRecoveryHealth:
         health.bookies_running = bool(data.get("bookies_running"))
         health.auditor_missing_since_ms = data.get("auditor_missing_since_ms")
         health.auditor_elected_since_ms = data.get("auditor_elected_since_ms")
+        health.autorecovery_enabled_since_ms = data.get("autorecovery_enabled_since_ms")
+        health.unmarked = UnmarkedAtRisk.from_json(data.get("unmarked"))
         health.firing = {(kind, ledger): int(since) for kind, ledger, since in data.get("firing", [])}
         return health
 
@@ -475,4 +585,5 @@ __all__ = [
     "due_at_ms",
     "due_conditions",
     "holding_conditions",
+    "lagging_condition",
 ]
