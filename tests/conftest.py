@@ -14,8 +14,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import settings
 
 pytest_plugins = ["bkaudit.testing.pytest_plugin"]
+
+# No per-example deadline: on a shared, loaded machine one example can take 100x its usual time (a test
+# then fails for hypothesis' timing, not for the property). Speed is measured in tests/benchmarks.
+settings.register_profile("bkaudit", deadline=None)
+settings.load_profile("bkaudit")
 
 # Every Spark driver JVM the suite starts (in-process sessions and the job subprocesses, which inherit the
 # environment) compiles with C1 only: a test's JVM lives for seconds to minutes, and C2's compiler threads
