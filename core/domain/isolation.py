@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -172,9 +173,12 @@ def isolation_config_of(custom_metadata: Iterable[tuple[str, bytes]]) -> Isolati
     for key, value in custom_metadata:
         if key == ISOLATION_METADATA_KEY:
             found = value
-    if found is None:
-        return IsolationConfig()
+    return IsolationConfig() if found is None else _decoded(bytes(found))
+
+
+@functools.lru_cache(maxsize=1024)  # pure, and a cluster's ledgers share a handful of configs
+def _decoded(value: bytes) -> IsolationConfig:
     try:
-        return IsolationConfig(decode_isolation_config(found))
+        return IsolationConfig(decode_isolation_config(value))
     except FormatError as err:
         return IsolationConfig(error=str(err))
