@@ -259,6 +259,7 @@ def _event_row(event: pb.ChangeEvent, ledger_buckets: int) -> dict[str, Any]:
         payload = {
             "racks": {e.bookie_id: (e.rack if e.HasField("rack") else None) for e in racks.entries},
             "hostnames": {e.bookie_id: e.hostname for e in racks.entries if e.HasField("hostname")},
+            "groups": {e.bookie_id: e.group for e in racks.entries if e.HasField("group")},
             "error": racks.error or None,
             "present": racks.present,
         }

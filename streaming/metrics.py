@@ -73,6 +73,10 @@ AUDIT_GAUGES = {
         "bkaudit_num_ledgers_not_adhering_to_placement_policy",
         "closed ledgers failing the placement policy",
     ),
+    "PLACEMENT_ISOLATION_VIOLATED": (
+        "bkaudit_num_ledgers_violating_bookie_isolation",
+        "ledgers with a member outside the affinity groups their isolation config allows",
+    ),
     "PLACEMENT_SOFT": (
         "bkaudit_num_ledgers_softly_adhering_to_placement_policy",
         "closed ledgers only softly adhering",

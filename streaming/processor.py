@@ -297,7 +297,9 @@ class ClusterLogic:
                 previous = info["racks"]
                 moved = sorted(b for b in set(previous) | set(racks) if previous.get(b) != racks.get(b))
                 info["racks"] = racks
-                out.append(_decision("rack_map", at_ms, payload={"racks": racks, "moved": moved}))
+                groups = dict(payload.get("groups") or {})  # the sink diffs them against its bookies
+                decided = {"racks": racks, "moved": moved, "groups": groups}
+                out.append(_decision("rack_map", at_ms, payload=decided))
             elif kind == "snapshot_begin":
                 if payload.get("mode") == "FULL":
                     # Kept until its END: the sink needs the begin's time to tell live events from older ones.

@@ -58,7 +58,8 @@ CHANGE_KINDS = {
     "ledger_undecodable": "payload: {reason, mzxid, version, path, data_length}",
     "under_replication_mark": "payload: {state: SET|CLEARED, replicas, mark_ctime_ms, mzxid, inferred}",
     "recovery_delay": "payload: {seconds (or null), present, mzxid}",
-    "rack_map": "payload: {racks: {bookie: rack|null}, hostnames: {bookie: host}, error}",
+    "rack_map": "payload: {racks: {bookie: rack|null}, hostnames: {bookie: host}, groups: {bookie: "
+    "affinity group}, error}",
     "auto_recovery_state": "payload: {disabled, disabled_ctime_ms, auditor (lowest vote's bookie id, null: "
     "no vote), votes, locks: [[ledger_id, holder, ctime_ms]], checks: {check ctime znode: last completion "
     "ms}, error}",
@@ -103,7 +104,8 @@ DECISION_KINDS = {
     "autorecovery_alert": "an AutoRecovery health condition fired or cleared (ledger_id set for "
     "REPLICATION_STALLED): payload {kind, firing, detail}",
     "rack_map": "the rack map changed: payload {racks, moved: [bookies whose rack changed since the last "
-    "valid map]}, or {error} when the current map is invalid (placement unknown)",
+    "valid map], groups: {bookie: affinity group}}, or {error} when the current map is invalid (placement "
+    "unknown)",
     "snapshot_complete": "a complete FULL snapshot on one partition: payload {snapshot_id, partition, "
     "partition_count, begin_ms (event time of its begin; null when the job did not read it)}",
     "probe_request": "re-probe a suspect ledger now: payload {round, reason}",

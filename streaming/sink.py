@@ -153,7 +153,7 @@ def _known_versions(log: LedgerLog, ledger_ids: Sequence[int]) -> dict[int, dict
 
 #: The ``bookies`` columns the ledger lane writes: the rack map's and what its probes learned (membership is
 #: :mod:`streaming.loss`'s).
-SINK_BOOKIE_COLUMNS = ("bookie_id", "cluster", "rack", "answers_entry_lists", "updated_at")
+SINK_BOOKIE_COLUMNS = ("bookie_id", "cluster", "rack", "rack_group", "answers_entry_lists", "updated_at")
 
 
 def _only_loss_owner_committed(table: Any, since_version: int, app_id: str) -> bool:
@@ -387,6 +387,7 @@ class AuditSink:
             bookie_rows=bookie_rows,
             changes_partitions=self.config.changes_partitions,
             racks={b: r.get("rack") for b, r in bookie_rows.items()},
+            groups={b: r.get("rack_group") for b, r in bookie_rows.items()},
             rack_map_invalid=rack_map_is_invalid(book),
         )
         # Whole rows for the ledgers a decision other than a new version touches; the version alone for the
@@ -431,7 +432,8 @@ class AuditSink:
             batch.snapshot_seen_tables.append(sightings)
 
     def _recheck_moved_racks(self, batch: SinkBatch) -> None:
-        """Stage 3: the ledgers on bookies whose rack moved are evaluated again (through the index)."""
+        """Stage 3: the ledgers on bookies whose rack or affinity group moved are evaluated again (through
+        the index)."""
         if not batch.moved:
             return
         moved = batch.moved

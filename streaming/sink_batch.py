@@ -4,7 +4,8 @@
 batch touches) and what the batch changes (ledger rows, index entries, alert transitions, dead letters,
 snapshot sightings). :func:`apply_decisions` applies the processor's decisions to it in event-time order,
 one small handler per decision kind; :func:`evaluate_ledgers` then evaluates the affected ledgers'
-placement. The sink (:mod:`streaming.sink`) reads the state, runs the steps and writes the result.
+placement and bookie isolation. The sink (:mod:`streaming.sink`) reads the state, runs the steps and
+writes the result.
 
 Example:
     >>> from core.domain.alert_book import AlertBook
@@ -30,14 +31,16 @@ from connectors.delta.tables import LEDGER_BUCKETS
 from connectors.kafka.publisher import partition_for_key
 from core.domain.alert_book import AlertBook
 from core.domain.alerts import RACK_MAP_ENTITY, AlertKind
+from core.domain.isolation import IsolationConfig, isolation_config_of
 from core.domain.rules.evaluate import (
     PlacementPolicyConfig,
     placement_column,
     placement_condition,
 )
+from core.domain.rules.isolation import isolation_screen, isolation_verdict
 from core.domain.rules.placement_batch import rackaware_screen
 from streaming.loss import MEMBERSHIP_DECISIONS, utc_from_ms
-from streaming.sink_versions import adhering_versions
+from streaming.sink_versions import adhering_versions, isolation_violating_versions
 
 REPLICAS_KINDS = {
     "NO_REPLICA": AlertKind.REPLICAS_NO_REPLICA,
@@ -61,9 +64,10 @@ class SinkBatch:
     ledgers: dict[int, Row] = field(default_factory=dict)  # whole rows: read, then changed
     known: dict[int, Row] = field(default_factory=dict)  # version (mzxid, deleted, kept columns) of others
     racks: dict[str, str | None] = field(default_factory=dict)
+    groups: dict[str, str | None] = field(default_factory=dict)  # bookie → affinity group (rack map)
     rack_map_invalid: bool = False
     rack_map_recovered_ms: int | None = None
-    moved: dict[str, int] = field(default_factory=dict)  # bookie → when the rack map moved it
+    moved: dict[str, int] = field(default_factory=dict)  # bookie → when the rack map moved it (rack, group)
     changed_ledgers: set[int] = field(default_factory=set)  # rows to write
     trigger_ms: dict[int, int] = field(default_factory=dict)  # ledgers to evaluate, at this event time
     index_replace: dict[int, list[str]] = field(default_factory=dict)  # new versions: their bookies
@@ -365,10 +369,21 @@ def _rack_map(batch: SinkBatch, row: Row) -> None:
     for bookie in payload.get("moved") or []:
         batch.moved[bookie] = at_ms
     batch.racks = {**dict.fromkeys(batch.racks), **(payload.get("racks") or {})}
+    groups = {**dict.fromkeys(batch.groups), **dict.fromkeys(batch.racks), **(payload.get("groups") or {})}
+    for bookie, group in groups.items():
+        if batch.groups.get(bookie) != group:  # its isolated ledgers are judged again
+            batch.moved[bookie] = at_ms
+    batch.groups = groups
     for bookie, rack in batch.racks.items():
         existing = batch.bookie_rows.get(bookie, {"bookie_id": bookie, "cluster": batch.cluster})
-        if existing.get("rack") != rack or bookie not in batch.bookie_rows:
-            batch.bookie_rows[bookie] = {**existing, "rack": rack, "updated_at": utc_from_ms(at_ms)}
+        group = groups.get(bookie)
+        if (
+            existing.get("rack") != rack
+            or existing.get("rack_group") != group
+            or bookie not in batch.bookie_rows
+        ):
+            changed = {"rack": rack, "rack_group": group, "updated_at": utc_from_ms(at_ms)}
+            batch.bookie_rows[bookie] = {**existing, **changed}
             batch.bookies_changed.add(bookie)
 
 
@@ -499,7 +514,57 @@ def _adhering_by_screen(batch: SinkBatch, policy: PlacementPolicyConfig) -> set[
 
 
 #: The ledger alerts a new version's evaluation may fire or resolve.
-VERSION_ALERT_KINDS = (*PLACEMENT_KINDS, AlertKind.METADATA_CORRUPT)
+VERSION_ALERT_KINDS = (*PLACEMENT_KINDS, AlertKind.PLACEMENT_ISOLATION_VIOLATED, AlertKind.METADATA_CORRUPT)
+
+
+def writable_bookies(batch: SinkBatch) -> set[str]:
+    """The bookies registered writable as this batch knows them (Pulsar counts those in a group)."""
+    return {bookie for bookie, row in batch.bookie_rows.items() if row.get("status") == "WRITABLE"}
+
+
+def _isolation_of(row: Mapping[str, Any]) -> IsolationConfig:
+    return isolation_config_of((e["key"], e["value"]) for e in row.get("custom_metadata") or [])
+
+
+def _ensembles(row: Mapping[str, Any]) -> list[list[str]]:
+    return [list(s["ensemble"]) for s in row.get("segments") or []]
+
+
+def evaluate_isolation(batch: SinkBatch, ledgers: list[tuple[int, Row, int]]) -> None:
+    """``PLACEMENT_ISOLATION_VIOLATED`` of ``(ledger id, row, event time)`` (decodable, not deleted, the
+    rack map valid): screened over the batch, the detail built only for the ledgers it flags. A ledger
+    whose isolation config does not decode is not judged (as a bad ``pulsar/managed-ledger`` value is no
+    topic); an open alert of it resolves, saying why."""
+    if not ledgers:
+        return
+    configs = [_isolation_of(row) for _, row, _ in ledgers]
+    writable = writable_bookies(batch)
+    flagged = isolation_screen(
+        [
+            (_ensembles(row), int(row.get("ensemble_size") or 0), c.groups)
+            for (_, row, _), c in zip(ledgers, configs, strict=True)
+        ],
+        batch.groups,
+        writable,
+    )
+    for (ledger_id, row, at_ms), config, violated in zip(ledgers, configs, flagged.tolist(), strict=True):
+        detail: dict[str, Any] | None = None
+        if violated and config.groups is not None:
+            verdict = isolation_verdict(
+                _ensembles(row), int(row.get("ensemble_size") or 0), config.groups, batch.groups, writable
+            )
+            detail = verdict.detail(config.groups)
+        elif config.error is not None:
+            detail = {"resolution": f"isolation config not judged: {config.error}"}
+        batch.book.set_ledger_condition(
+            AlertKind.PLACEMENT_ISOLATION_VIOLATED,
+            ledger_id,
+            violated,
+            at_ms=at_ms,
+            bookies=row.get("bookies") or [],
+            pulsar_topic=row.get("pulsar_topic"),
+            detail=detail,
+        )
 
 
 def _settle_versions(batch: SinkBatch, policy: PlacementPolicyConfig) -> None:
@@ -511,7 +576,9 @@ def _settle_versions(batch: SinkBatch, policy: PlacementPolicyConfig) -> None:
         return
     alerted = [int(e[len("ledger/") :]) for e, k in batch.book.open if k in VERSION_ALERT_KINDS]
     ids = versions.column("ledger_id").to_numpy()
-    batch.versions_to_rows(~adhering_versions(versions, batch.racks, policy) | np.isin(ids, alerted))
+    adhering = adhering_versions(versions, batch.racks, policy)
+    violating = isolation_violating_versions(versions, batch.groups, writable_bookies(batch))
+    batch.versions_to_rows(~adhering | violating | np.isin(ids, alerted))
     versions = batch.versions
     assert versions is not None
     closed = pc.equal(versions.column("state"), "CLOSED")
@@ -527,6 +594,7 @@ def evaluate_ledgers(batch: SinkBatch, policy: PlacementPolicyConfig) -> None:
     _settle_versions(batch, policy)
     book = batch.book
     adhering = _adhering_by_screen(batch, policy)
+    isolated: list[tuple[int, Row, int]] = []
     for ledger_id in sorted(batch.trigger_ms):
         row_now = batch.ledgers.get(ledger_id)
         if row_now is None:
@@ -536,7 +604,7 @@ def evaluate_ledgers(batch: SinkBatch, policy: PlacementPolicyConfig) -> None:
             book.resolve_entity(f"ledger/{ledger_id}", at_ms, "ledger deleted")
             continue
         if not row_now.get("state"):  # undecodable: nothing else can be evaluated
-            for kind in PLACEMENT_KINDS:
+            for kind in (*PLACEMENT_KINDS, AlertKind.PLACEMENT_ISOLATION_VIOLATED):
                 book.set_ledger_condition(kind, ledger_id, False, at_ms=at_ms)
             continue
         if batch.rack_map_invalid:
@@ -546,6 +614,7 @@ def evaluate_ledgers(batch: SinkBatch, policy: PlacementPolicyConfig) -> None:
                 batch.ledgers[ledger_id] = {**row_now, "placement": None}
                 batch.changed_ledgers.add(ledger_id)
             continue
+        isolated.append((ledger_id, row_now, at_ms))
         payload = as_payload(row_now)
         placement = None if ledger_id in adhering else placement_condition(payload, batch.racks, policy)
         for kind in PLACEMENT_KINDS:
@@ -564,6 +633,7 @@ def evaluate_ledgers(batch: SinkBatch, policy: PlacementPolicyConfig) -> None:
         if row_now.get("placement") != new_placement:
             batch.ledgers[ledger_id] = {**row_now, "placement": new_placement}
             batch.changed_ledgers.add(ledger_id)
+    evaluate_isolation(batch, isolated)
 
 
 def rack_map_is_invalid(book: AlertBook) -> bool:

@@ -19,7 +19,7 @@ Example:
 from __future__ import annotations
 
 import binascii
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,8 +30,11 @@ import pyarrow.json as pa_json
 
 from connectors.delta.tables import LEDGER_BUCKETS, LEDGERS, SNAPSHOT_SEEN
 from connectors.kafka.publisher import partitions_for_keys
+from core.domain.isolation import ISOLATION_METADATA_KEY, IsolationGroups, decode_isolation_config
 from core.domain.rules.evaluate import PlacementPolicyConfig
+from core.domain.rules.isolation import isolation_screen_columns
 from core.domain.rules.placement_batch import DEFAULT_RACK_CODE, rack_codes, rackaware_screen_codes
+from core.errors import FormatError
 
 #: The fields of a ``ledger_state`` payload the rows need (:func:`streaming.decode.ledger_payload`, plus the
 #: snapshot id the processor adds); others are ignored.
@@ -299,6 +302,59 @@ def adhering_versions(
         enforce_min_racks_per_write_quorum=policy.enforce_min_racks_per_write_quorum,
     )
     return ~closed | screened
+
+
+def isolation_violating_versions(
+    rows: pa.Table, groups: Mapping[str, str | None], writable: Collection[str]
+) -> np.ndarray:
+    """Per row: whether a member is outside the affinity groups its isolation config allows (the config
+    in custom metadata, decoded once per distinct value; one that does not decode is not judged here)."""
+    violating = np.zeros(rows.num_rows, bool)
+    custom = rows.column("custom_metadata").combine_chunks()
+    entries = pc.list_flatten(custom)
+    if not len(entries) or not any(groups.values()):
+        return violating
+    is_config = pc.fill_null(pc.equal(entries.field("key"), ISOLATION_METADATA_KEY), False)
+    positions = np.flatnonzero(is_config.to_numpy(zero_copy_only=False))
+    if not len(positions):
+        return violating
+    owner = pc.list_parent_indices(custom).to_numpy()
+    backwards = positions[::-1]  # the last value of a key wins, as BookKeeper reads custom metadata
+    _, first = np.unique(owner[backwards], return_index=True)
+    chosen = backwards[first]
+    values = pc.dictionary_encode(entries.field("value").take(pa.array(chosen)))
+    configs: list[IsolationGroups] = []
+    index_of_value = np.full(len(values.dictionary), -1, np.int64)
+    for position, value in enumerate(values.dictionary.to_pylist()):
+        decoded = _decoded_or_none(value)
+        if decoded is not None:
+            index_of_value[position] = len(configs)
+            configs.append(decoded)
+    ledger_config = np.full(rows.num_rows, -1, np.int64)
+    ledger_config[owner[chosen]] = index_of_value[values.indices.to_numpy()]
+    if not configs:
+        return violating
+    segments = rows.column("segments").combine_chunks()
+    ensembles = pc.list_flatten(segments).field("ensemble")
+    members = pc.dictionary_encode(pc.list_flatten(ensembles))
+    ensemble_ledger = pc.list_parent_indices(segments).to_numpy()
+    return isolation_screen_columns(
+        members.dictionary.to_pylist(),
+        members.indices.to_numpy() if len(members) else np.zeros(0, np.int64),
+        ensemble_ledger[pc.list_parent_indices(ensembles).to_numpy()],
+        ledger_config,
+        pc.fill_null(rows.column("ensemble_size"), 0).to_numpy(zero_copy_only=False).astype(np.int64),
+        configs,
+        groups,
+        writable,
+    )
+
+
+def _decoded_or_none(value: bytes | None) -> IsolationGroups | None:
+    try:
+        return None if value is None else decode_isolation_config(value)
+    except FormatError:
+        return None
 
 
 class LazyRows(Mapping[int, Any]):

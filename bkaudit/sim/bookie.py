@@ -249,6 +249,7 @@ class SimBookie:
     hard_killed: bool = False
     hard_killed_registration: BookieMode | None = None
     restart_timers: list[threading.Timer] = field(default_factory=list)
+    group: str | None = None  # its affinity group in /bookies; None: the cluster's default group
 
     @property
     def address(self) -> str:

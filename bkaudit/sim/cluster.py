@@ -82,6 +82,12 @@ from bkaudit.sim.truth import (
 from connectors.agent.index import IndexedEntryStore
 from connectors.bookie.server import BookieServer, InMemoryEntryStore
 from core.domain.cookie import Cookie, format_cookie
+from core.domain.isolation import (
+    ISOLATION_METADATA_KEY,
+    IsolationGroups,
+    encode_isolation_config,
+    isolation_config_of,
+)
 from core.domain.layout import (
     ID_GENERATOR_PREFIX,
     IDGEN_NODE,
@@ -122,6 +128,7 @@ from core.domain.registration import (
     writable_bookie_path,
 )
 from core.domain.rules.autorecovery import AutoRecoveryZnodes, ReplicationLock
+from core.domain.rules.isolation import allowed_groups, primary_writable
 from core.domain.striping import write_set
 from core.domain.underreplication import (
     CtimeZnode,
@@ -528,11 +535,13 @@ class SimulatedCluster:
         legacy_id: bool = False,
         port: int = 0,
         storage: str = SORTED_STORAGE,
+        group: str | None = None,
     ) -> str:
         """Start a bookie: protocol server, own session, cookie, writable registration, rack-map entry.
 
         ``legacy_id`` names it ``<host>:<port>`` (its server's port); otherwise ``bookie_id`` or
-        ``bookie-NN``. ``rack`` defaults to the next of :attr:`rack_names`, round robin. ``storage`` is the
+        ``bookie-NN``. ``rack`` defaults to the next of :attr:`rack_names`, round robin. ``group`` is its
+        affinity group in ``/bookies`` (default: :attr:`rack_map_group`). ``storage`` is the
         bookie's ledger storage: ``SortedLedgerStorage`` answers entry-list requests,
         ``DbLedgerStorage`` (Pulsar's default) never answers them but answers entry reads. Returns the id.
         """
@@ -561,7 +570,7 @@ class SimulatedCluster:
                 if bookie_id in self._bookies:
                     raise SimulatorError(f"bookie {bookie_id} already exists")
                 bookie = SimBookie(
-                    bookie_id, rack, f"sim-{ordinal:02d}.bkaudit.local", legacy_id, server, store
+                    bookie_id, rack, f"sim-{ordinal:02d}.bkaudit.local", legacy_id, server, store, group=group
                 )
                 self._start_session(bookie)
             except BaseException:
@@ -847,15 +856,31 @@ class SimulatedCluster:
             target.rack = rack
             self._write_rack_map()
 
+    def set_bookie_group(self, bookie: str | int, group: str | None) -> None:
+        """Put a bookie in another affinity group (None: the default one) and rewrite ``/bookies``."""
+        with self._lock:
+            self._bookie(bookie).group = group
+            self._write_rack_map()
+
+    def group_of(self, bookie: SimBookie) -> str:
+        """The bookie's affinity group in ``/bookies``."""
+        return bookie.group if bookie.group is not None else self.rack_map_group
+
     def rack_map_json(self) -> dict[str, Any]:
         """Pulsar's ``BookiesRackConfiguration``: ``{group: {bookie id: {"rack", "hostname"}}}``.
 
-        Keys are bookie ids: ``host:port`` for legacy bookies, the BP-41 id otherwise.
+        Keys are bookie ids: ``host:port`` for legacy bookies, the BP-41 id otherwise. Every bookie is in
+        :attr:`rack_map_group` unless given another affinity group.
         """
         with self._lock:
-            bookies = [self._bookies[bookie_id] for bookie_id in self._bookie_order]
-            group = {b.bookie_id: {"rack": b.rack, "hostname": b.hostname} for b in bookies}
-            return {self.rack_map_group: group}
+            groups: dict[str, dict[str, Any]] = {}
+            for bookie_id in self._bookie_order:
+                b = self._bookies[bookie_id]
+                groups.setdefault(self.group_of(b), {})[b.bookie_id] = {
+                    "rack": b.rack,
+                    "hostname": b.hostname,
+                }
+            return groups or {self.rack_map_group: {}}
 
     def _write_rack_map(self) -> None:
         # Jackson's compact output, fields in BookieInfo's declaration order (rack, hostname).
@@ -881,13 +906,20 @@ class SimulatedCluster:
             raise SimulatorError("ledger id generator overflow (the long generator is not simulated)")
         return ledger_id
 
-    def _writable_candidates(self, exclude: Iterable[str] = ()) -> dict[str, str | None]:
+    def _writable_candidates(
+        self, exclude: Iterable[str] = (), *, isolation: IsolationGroups | None = None, ensemble_size: int = 0
+    ) -> dict[str, str | None]:
+        """Writable bookies → rack, outside ``exclude``; with ``isolation``, only those Pulsar's isolation
+        policy lets an ensemble of ``ensemble_size`` use (the core rule's allowed groups)."""
         excluded = set(exclude)
-        return {
-            bookie_id: bookie.rack
-            for bookie_id, bookie in self._bookies.items()
-            if bookie.mode is BookieMode.WRITABLE and bookie_id not in excluded
-        }
+        writable = {b: bookie for b, bookie in self._bookies.items() if bookie.mode is BookieMode.WRITABLE}
+        if isolation is not None:
+            group_of = {b: self.group_of(bookie) for b, bookie in self._bookies.items()}
+            allowed = set(
+                allowed_groups(isolation, ensemble_size, primary_writable(isolation, group_of, writable))
+            )
+            writable = {b: bookie for b, bookie in writable.items() if group_of[b] in allowed}
+        return {bookie_id: bookie.rack for bookie_id, bookie in writable.items() if bookie_id not in excluded}
 
     def create_ledger(
         self,
@@ -902,12 +934,16 @@ class SimulatedCluster:
         ensemble: Sequence[str | int] | None = None,
         name: str | None = None,
         entry_size: int | None = None,
+        isolation: IsolationGroups | None = None,
     ) -> int:
         """Create a ledger like Pulsar's managed ledger does, write ``entries``, close it unless told not to.
 
         The ensemble is chosen rack-aware among writable bookies unless given. Format 3 (default) and 2
         carry the password, digest and Pulsar's custom metadata; format 1 carries none of them and needs
         ``ack_quorum == write_quorum``. ``name`` gives the ledger an alias for later references.
+        ``isolation`` writes it as a namespace with a bookie-affinity isolation policy does (custom metadata
+        ``EnsemblePlacementPolicyConfig``) and chooses its ensemble, and later replacements, among the
+        groups the policy allows; a given ``ensemble`` is used as it is (outside the groups, a violation).
         Returns the ledger id.
         """
         with self._lock:
@@ -930,14 +966,17 @@ class SimulatedCluster:
                 if len(members) != ensemble_size or len(set(members)) != ensemble_size:
                     raise SimulatorError(f"the ensemble must name {ensemble_size} distinct bookies")
             else:
-                members = choose_ensemble(
-                    self._writable_candidates(), ensemble_size, write_quorum, ack_quorum, self._rng
-                )
+                candidates = self._writable_candidates(isolation=isolation, ensemble_size=ensemble_size)
+                members = choose_ensemble(candidates, ensemble_size, write_quorum, ack_quorum, self._rng)
             ordinal = self._ledger_counter
             self._ledger_counter += 1
             if managed_ledger is None:
                 managed_ledger = f"public/default/persistent/sim-topic-{ordinal % 16}"
             custom = () if format_version == 1 else pulsar_custom_metadata(managed_ledger)
+            if isolation is not None:
+                if format_version == 1:
+                    raise SimulatorError("format 1 ledgers carry no custom metadata, so no isolation config")
+                custom += ((ISOLATION_METADATA_KEY, encode_isolation_config(isolation)),)
             metadata = LedgerMetadata(
                 format_version=format_version,
                 ensemble_size=ensemble_size,
@@ -1057,7 +1096,10 @@ class SimulatedCluster:
             index = ensemble.index(failed_id)
             new = chosen.get(failed_id)
             if new is None:
-                candidates = self._writable_candidates(exclude=ensemble)
+                isolation = isolation_config_of(md.custom_metadata).groups
+                candidates = self._writable_candidates(
+                    exclude=ensemble, isolation=isolation, ensemble_size=md.ensemble_size
+                )
                 new = choose_replacement(
                     ensemble, index, candidates, md.write_quorum, md.ack_quorum, self._rng, racks
                 )
@@ -1504,6 +1546,7 @@ class SimulatedCluster:
                         bookie_id=bookie_id,
                         registration=registration,
                         rack=bookie.rack,
+                        group=self.group_of(bookie),
                         serving=bookie.server.running,
                         silent=faults.silent,
                         delay_s=faults.delay_s,

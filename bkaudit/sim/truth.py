@@ -27,6 +27,9 @@ snapshot at all):
 - ``PLACEMENT_NOT_ADHERING`` / ``PLACEMENT_SOFT``: closed ledgers, every segment checked with the
   configured policy; every member counts with its rack whatever its liveness. Any FAIL → NOT_ADHERING,
   otherwise any MEETS_SOFT → SOFT.
+- ``PLACEMENT_ISOLATION_VIOLATED``: ledgers (any state) whose custom metadata carries a decodable Pulsar
+  isolation config, with a member (any segment) outside the affinity groups it allows now
+  (:func:`core.domain.rules.isolation.isolation_verdict`, the writable bookies counted for "room").
 - ``REPLICAS_NO_REPLICA`` / ``REPLICAS_LESS_THAN_AQ`` / ``REPLICAS_LESS_THAN_WQ``: closed ledgers with
   entries, and open ledgers up to their last add confirmed (:func:`open_ledger_lac`: the highest LAC the
   answering bookies of the last segment carry in their last entry, the id before it; no answer, no
@@ -79,12 +82,13 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from core.domain.alerts import AlertKind
+from core.domain.isolation import isolation_config_of
 from core.domain.metadata import LedgerMetadata, LedgerState, Segment
 from core.domain.rules.auditor_lag import UnmarkedAtRisk, auditor_active_since, unmarked_at_risk
 from core.domain.rules.autorecovery import (
@@ -94,6 +98,7 @@ from core.domain.rules.autorecovery import (
     holding_conditions,
 )
 from core.domain.rules.entry_reads import ReadAnswer, answers_from_reads, entries_to_read
+from core.domain.rules.isolation import isolation_verdict
 from core.domain.rules.lost_bookie import (
     NO_DISRUPTION_RULE,
     BookieMembership,
@@ -141,6 +146,7 @@ LEDGER_KINDS = (
     "LEDGER_UNRECOVERABLE",
     "PLACEMENT_NOT_ADHERING",
     "PLACEMENT_SOFT",
+    "PLACEMENT_ISOLATION_VIOLATED",
     "REPLICAS_NO_REPLICA",
     "REPLICAS_LESS_THAN_AQ",
     "REPLICAS_LESS_THAN_WQ",
@@ -210,6 +216,7 @@ class BookieSnapshot:
     enoledger_for: frozenset[int] = frozenset()
     holdings: Mapping[int, frozenset[int]] = field(default_factory=dict)
     answers_entry_lists: bool = True  # False: DbLedgerStorage, checked with entry reads
+    group: str | None = None  # affinity group in Pulsar's /bookies (None: listed under no group)
 
     def answers_probes(self, probe_timeout_s: float) -> bool:
         """True when a probe of this bookie gets a usable answer in time (EOK or ENOLEDGER).
@@ -498,6 +505,17 @@ def _placement_adherence(
     return worst
 
 
+def _isolation_violated(
+    md: LedgerMetadata, groups: Mapping[str, str | None], writable: Collection[str]
+) -> bool:
+    """The core isolation rule on one ledger; a config that does not decode is not judged."""
+    config = isolation_config_of(md.custom_metadata).groups
+    if config is None:
+        return False
+    ensembles = [segment.ensemble for segment in md.segments]
+    return isolation_verdict(ensembles, md.ensemble_size, config, groups, writable).violated
+
+
 def _segment_pairs(segments: Iterable[Segment]) -> list[tuple[int, tuple[str, ...]]]:
     return [(segment.first_entry_id, segment.ensemble) for segment in segments]
 
@@ -713,6 +731,8 @@ def ground_truth(snapshot: ClusterSnapshot, params: TruthParameters | None = Non
     alerts["BOOKIE_LOST"].update(lost_set)
 
     racks = {bookie_id: bookie.rack for bookie_id, bookie in snapshot.bookies.items()}
+    groups = {bookie_id: bookie.group for bookie_id, bookie in snapshot.bookies.items()}
+    writable = {b for b, bookie in snapshot.bookies.items() if bookie.registration is Registration.WRITABLE}
     placement_cache: dict[tuple[tuple[str, ...], int, int], PlacementAdherence] = {}
     expected_but_unknown: set[str] = set()
     states = {state.value: 0 for state in LedgerState}
@@ -730,6 +750,8 @@ def ground_truth(snapshot: ClusterSnapshot, params: TruthParameters | None = Non
                 alerts["PLACEMENT_NOT_ADHERING"].add(ledger_id)
             elif adherence is PlacementAdherence.MEETS_SOFT:
                 alerts["PLACEMENT_SOFT"].add(ledger_id)
+        if _isolation_violated(md, groups, writable):
+            alerts["PLACEMENT_ISOLATION_VIOLATED"].add(ledger_id)
         lac = open_ledger_lac(snapshot, md, ledger_id, timeout)
         if checked_through(md.state.value, md.last_entry_id, lac) < 0:
             continue

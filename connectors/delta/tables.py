@@ -183,6 +183,11 @@ BOOKIES = TableSpec(
             _f("missing_since", _TS, "when it disappeared from available/ and available/readonly/"),
             _f("flaps", pa.int32(), "times it came back before it was declared lost"),
             _f("rack", pa.string(), "network location from the rack map, null = default"),
+            _f(
+                "rack_group",
+                pa.string(),
+                "affinity group from Pulsar's rack map (the top-level key of /bookies); null = none",
+            ),
             _f("host", pa.string(), "bookie-rpc host from the registration"),
             _f("port", pa.int32(), "bookie-rpc port from the registration"),
             _f("rpc_address", pa.string(), "host:port the probes use (first bookie-rpc endpoint)"),

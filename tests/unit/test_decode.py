@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from connectors.kafka.spark_source import ARROW_RECORD_SCHEMA
 from core import events as ev
+from core.domain.rackmap import parse_rack_map
 from core.pb import change_events_pb2 as pb
 from streaming.decode import (
     ARROW_CHANGE_SCHEMA,
@@ -159,3 +160,10 @@ def test_a_batch_decodes_to_the_rows_of_its_records_one_by_one(items, batch_late
 def test_an_empty_batch_decodes_to_an_empty_batch():
     (decoded,) = decode_batches(iter([_source([], NOW_MS)]), FEEDBACK)
     assert decoded.num_rows == 0 and decoded.schema == ARROW_CHANGE_SCHEMA
+
+
+def test_a_rack_map_event_carries_each_bookies_affinity_group() -> None:
+    rack_map = parse_rack_map(b'{"orders": {"b-1": {"rack": "/r1"}}, "default": {"b-2": null}}')
+    value = _event(ev.rack_map_event("zk:/bookies", rack_map, present=True), 5, None)
+    row = decode_record(b"c1", value, "bkaudit.changes", 0, 1, feedback_topic="bkaudit.feedback")
+    assert json.loads(row["payload"])["groups"] == {"b-1": "orders", "b-2": "default"}

@@ -145,13 +145,13 @@ def test_without_membership_rack_maps_and_snapshot_brackets_still_work():
             row("rack_map", 1_000, racks={"b1": "/r1", "b2": "/r2"}),
             row("snapshot_begin", 1_100, snapshot_id="s1", partition=0, **full),
             row("bookie_status", 1_200, bookie_id="b1", status="GONE"),
-            row("rack_map", 1_300, racks={"b1": "/r1", "b2": "/r3"}),
+            row("rack_map", 1_300, racks={"b1": "/r1", "b2": "/r3"}, groups={"b2": "g"}),
             row("rack_map", 1_400, error="bad json"),
         ],
     )
     assert [(d["kind"], d["payload"]) for d in out] == [
-        ("rack_map", {"racks": {"b1": "/r1", "b2": "/r2"}, "moved": ["b1", "b2"]}),
-        ("rack_map", {"racks": {"b1": "/r1", "b2": "/r3"}, "moved": ["b2"]}),
+        ("rack_map", {"racks": {"b1": "/r1", "b2": "/r2"}, "moved": ["b1", "b2"], "groups": {}}),
+        ("rack_map", {"racks": {"b1": "/r1", "b2": "/r3"}, "moved": ["b2"], "groups": {"b2": "g"}}),
         ("rack_map", {"error": "bad json"}),
     ]
     state = json.loads(json.dumps(state))  # stored as JSON between batches

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 import pytest
 
@@ -25,6 +26,7 @@ from bkaudit.sim.truth import (
     ground_truth,
     lost_bookies,
 )
+from core.domain.isolation import ISOLATION_METADATA_KEY, IsolationGroups, encode_isolation_config
 from core.domain.metadata import DigestType, LedgerMetadata, LedgerPassword, LedgerState, Segment
 from core.domain.striping import entries_striped_to_bookie
 
@@ -495,3 +497,24 @@ def test_a_db_ledger_storage_bookie_s_lost_fragment_end_is_required_and_an_inner
     # The same inner loss on a bookie that lists its entries is required.
     listed = ground_truth(snapshot(ledgers, holdings_overrides={"b1": {1: full - {4}}}))
     assert flagged(listed) == {"REPLICAS_LESS_THAN_WQ": [1]}
+
+
+def test_isolated_ledgers_outside_their_group_are_in_the_truth_by_the_core_rule() -> None:
+    groups = {"b1": "iso", "b2": "iso", "b3": "iso", "b4": "default", "b5": "default", "b6": None}
+    bookies = {
+        b: BookieSnapshot(b, Registration.WRITABLE, RACKS[b], group=g, holdings={}) for b, g in groups.items()
+    }
+    config = ((ISOLATION_METADATA_KEY, encode_isolation_config(IsolationGroups(("iso",), ("default",)))),)
+    ledgers = {
+        1: replace(closed(["b1", "b2", "b3"]), custom_metadata=config),  # inside
+        2: replace(closed(["b1", "b2", "b4"]), custom_metadata=config),  # iso had room: b4 outside
+        3: replace(closed(["b1", "b2", "b6"]), custom_metadata=config),  # b6 is in no group: never outside
+        4: closed(["b1", "b2", "b4"]),  # not isolated
+        5: replace(closed(["b1", "b4"]), custom_metadata=((ISOLATION_METADATA_KEY, b"{"),)),  # not judged
+    }
+    truth = ground_truth(ClusterSnapshot(now_ms=NOW, bookies=bookies, ledgers=ledgers))
+    assert truth["alerts"]["PLACEMENT_ISOLATION_VIOLATED"] == [2]
+    # With one iso bookie read-only, iso cannot hold an ensemble of 3: the secondary group is allowed.
+    bookies["b3"] = replace(bookies["b3"], registration=Registration.READONLY)
+    truth = ground_truth(ClusterSnapshot(now_ms=NOW, bookies=bookies, ledgers=ledgers))
+    assert truth["alerts"]["PLACEMENT_ISOLATION_VIOLATED"] == []

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from core.domain.alert_book import AlertBook
 from core.domain.alerts import AlertKind
+from core.domain.isolation import ISOLATION_METADATA_KEY, IsolationGroups, encode_isolation_config
 from core.domain.rules.evaluate import PlacementPolicyConfig
 from streaming.loss import utc_from_ms
 from streaming.sink import ARROW_DECISION_SCHEMA
@@ -30,6 +31,16 @@ from streaming.sink_versions import (
 )
 
 BOOKIES = [f"b{i}" for i in range(6)]
+GROUPS = ["g1", "g2", "g3"]
+#: Isolation configs the versions carry: valid ones, another policy's, and values that do not decode.
+ISOLATION_VALUES = [
+    encode_isolation_config(IsolationGroups(("g1",))),
+    encode_isolation_config(IsolationGroups(("g1",), ("g2",))),
+    encode_isolation_config(IsolationGroups(("g2", "g3"), ("g1",))),
+    b'{"policyClass": "x.Other", "properties": {}}',
+    b"not json",
+    b'{"policyClass": 7}',
+]
 IDS = list(range(1, 7))
 PARTITIONS = 3
 
@@ -37,7 +48,15 @@ PARTITIONS = 3
 def _payload(draw: Any, mzxid: int) -> dict[str, Any]:
     size = draw(st.integers(1, 4))
     segments = draw(st.lists(st.lists(st.sampled_from(BOOKIES), min_size=size, max_size=size), max_size=3))
-    custom = draw(st.lists(st.tuples(st.sampled_from(["a", "b"]), st.binary(max_size=4)), max_size=2))
+    custom = draw(
+        st.lists(
+            st.one_of(
+                st.tuples(st.sampled_from(["a", "b"]), st.binary(max_size=4)),
+                st.tuples(st.just(ISOLATION_METADATA_KEY), st.sampled_from(ISOLATION_VALUES)),
+            ),
+            max_size=3,
+        )
+    )
     return {
         "state": draw(st.sampled_from(["CLOSED", "OPEN", "IN_RECOVERY"])),
         "format_version": 3,
@@ -82,7 +101,12 @@ def cases(draw: Any) -> dict[str, Any]:
             st.tuples(
                 st.sampled_from(IDS),
                 st.sampled_from(
-                    [AlertKind.PLACEMENT_NOT_ADHERING, AlertKind.PLACEMENT_SOFT, AlertKind.METADATA_CORRUPT]
+                    [
+                        AlertKind.PLACEMENT_NOT_ADHERING,
+                        AlertKind.PLACEMENT_SOFT,
+                        AlertKind.PLACEMENT_ISOLATION_VIOLATED,
+                        AlertKind.METADATA_CORRUPT,
+                    ]
                 ),
             ),
             unique=True,
@@ -90,7 +114,16 @@ def cases(draw: Any) -> dict[str, Any]:
         )
     )
     racks = draw(st.dictionaries(st.sampled_from(BOOKIES), st.sampled_from([None, "/r1", "/r2", "/r3"])))
-    return {"known": known, "decisions": decisions, "open": open_alerts, "racks": racks}
+    groups = draw(st.dictionaries(st.sampled_from(BOOKIES), st.sampled_from([None, *GROUPS])))
+    writable = draw(st.sets(st.sampled_from(BOOKIES)))
+    return {
+        "known": known,
+        "decisions": decisions,
+        "open": open_alerts,
+        "racks": racks,
+        "groups": groups,
+        "writable": writable,
+    }
 
 
 def _batch(case: dict[str, Any]) -> SinkBatch:
@@ -102,10 +135,11 @@ def _batch(case: dict[str, Any]) -> SinkBatch:
         batch_id=1,
         cluster="c",
         book=book,
-        bookie_rows={},
+        bookie_rows={b: {"bookie_id": b, "status": "WRITABLE"} for b in case.get("writable", ())},
         changes_partitions=PARTITIONS,
         known={i: dict(row) for i, row in case["known"].items()},
         racks=dict(case["racks"]),
+        groups=dict(case.get("groups", {})),
     )
 
 
