@@ -242,10 +242,13 @@ class TopicsStage:
                     name,
                     True,
                     at_ms=now_ms,
-                    started_at_ms=since[key],
                     ledger_id=ledger_id,
                     pulsar_topic=pulsar_topic_from_managed_ledger(name),
-                    detail={"missing_since_ms": since[key], "grace_s": self.config.missing_grace_s},
+                    detail={
+                        "managed_ledger": name,
+                        "missing_since_ms": since[key],
+                        "grace_s": self.config.missing_grace_s,
+                    },
                 )
         still = set(keys)
         for entity, kind in list(book.open):

@@ -65,6 +65,16 @@ class AlertKind(enum.Enum):
         return self in (AlertKind.BOOKIE_LOST, AlertKind.BOOKIE_UNRESPONSIVE)
 
     @property
+    def is_topic_kind(self) -> bool:
+        """A condition of one ledger a Pulsar managed ledger lists (entity :func:`topic_entity`).
+
+        Example:
+            >>> AlertKind.TOPIC_LEDGER_MISSING.is_topic_kind, AlertKind.LEDGER_ORPHANED.is_topic_kind
+            (True, False)
+        """
+        return self is AlertKind.TOPIC_LEDGER_MISSING
+
+    @property
     def is_cluster_kind(self) -> bool:
         """A condition of the whole cluster (entity :attr:`cluster_entity`), not of one ledger or bookie."""
         return self in _CLUSTER_ENTITIES

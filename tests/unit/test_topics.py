@@ -123,7 +123,7 @@ def test_a_missing_ledger_fires_after_the_grace_and_resolves_with_the_same_id():
     assert stack.run([clock(30_000)]) == []  # within the grace: Pulsar may be creating it
     fired = stack.run([clock(61_000)])
     assert kinds(fired) == [("TOPIC_LEDGER_MISSING", f"topic/{NAME}/ledger/2", "firing")]
-    assert fired[0].started_at_ms == 1_000 and fired[0].pulsar_topic == TOPIC
+    assert fired[0].detail["missing_since_ms"] == 1_000 and fired[0].pulsar_topic == TOPIC
     resolved = stack.run([changed(70_000, 6, listing(TopicLedger(1)))])  # unlisted (trimmed)
     assert kinds(resolved) == [("TOPIC_LEDGER_MISSING", f"topic/{NAME}/ledger/2", "resolved")]
     assert resolved[0].alert_id == fired[0].alert_id
