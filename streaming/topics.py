@@ -62,7 +62,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: How often (event time) the orphan rule reads every ledger when no managed ledger changed.
+#: How often (event time) the orphan rule reads every ledger when no managed ledger changed (at most a
+#: quarter of ``pulsar.orphan_grace_s``, at least a second).
 ORPHAN_CHECK_EVERY_MS = 30_000
 TOPIC_DECISIONS = frozenset({"managed_ledger_changed", "managed_ledger_deleted", "topics_clock"})
 
@@ -261,7 +262,8 @@ class TopicsStage:
         """Step 3: ``LEDGER_ORPHANED`` (only while at least one managed ledger is known: a cluster whose
         Pulsar metadata the watcher does not see would have every ledger orphaned)."""
         now_ms, last = state["clock_ms"], state.get("orphans_at_ms")
-        if not force and last is not None and now_ms - last < ORPHAN_CHECK_EVERY_MS:
+        every_ms = min(ORPHAN_CHECK_EVERY_MS, max(1_000, int(self.config.orphan_grace_s * 250)))
+        if not force and last is not None and now_ms - last < every_ms:
             return
         state["orphans_at_ms"] = now_ms
         book = batch.book
