@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from bkaudit.sim.cluster import SimulatedCluster
+from bkaudit.sim.truth import TruthParameters
 from connectors.delta.tables import read_table
 from connectors.kafka.topics import ensure_topic
 from core.domain.managed_ledger import ManagedLedgerInfo, TopicLedger, encode_managed_ledger_info
@@ -88,7 +89,7 @@ def resolved_ids(stack: Any, kind: str) -> set[str]:
 
 
 def truth(stack: Any) -> dict[str, set[str]]:
-    alerts = stack.cluster.ground_truth()["alerts"]
+    alerts = stack.cluster.ground_truth(params=TruthParameters(orphan_grace_s=ORPHAN_GRACE_S))["alerts"]
     return {
         kind: {str(i) for i in alerts.get(kind, [])} for kind in ("TOPIC_LEDGER_MISSING", "LEDGER_ORPHANED")
     }
