@@ -10,6 +10,7 @@ ledger offloaded and deleted from BookKeeper (tiered storage) is no alert. The s
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -95,6 +96,13 @@ def truth(stack: Any) -> dict[str, set[str]]:
     }
 
 
+def query(cli: Any, stack: Any, *args: str) -> list[dict[str, Any]]:
+    """``bkaudit query <args>`` on the stack's lakehouse, as JSON rows."""
+    result = cli("query", *args, "--lakehouse", str(stack.settings.lakehouse_root), "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
 def ledgers_of(stack: Any, name: str) -> list[int]:
     return next(r["ledger_ids"] for r in topics(stack) if r["managed_ledger"] == name)
 
@@ -107,12 +115,15 @@ def test_a_healthy_pulsar_cluster_raises_nothing_and_lists_its_topics(stack):
     assert truth(stack) == {"TOPIC_LEDGER_MISSING": set(), "LEDGER_ORPHANED": set()}
 
 
-def test_a_listed_ledger_deleted_from_bookkeeper_fires_and_resolves_with_the_same_id(stack):
+def test_a_listed_ledger_deleted_from_bookkeeper_fires_and_resolves_with_the_same_id(stack, cli):
     victim = ledgers_of(stack, TOPIC)[0]
     stack.cluster.delete_ledger(victim)  # the managed ledger still lists it: Pulsar's view of a lost ledger
     entity = f"topic/{TOPIC}/ledger/{victim}"
     fired = wait_for(lambda: open_alerts(stack, "TOPIC_LEDGER_MISSING").get(entity), stack, "the alert")
     assert truth(stack)["TOPIC_LEDGER_MISSING"] == {f"{TOPIC}/{victim}"}
+    shown = query(cli, stack, "topic", "persistent://public/default/orders")
+    assert (shown[0]["ledger_id"], shown[0]["state"]) == (victim, "MISSING")
+    assert {r["state"] for r in shown[1:]} == {"ok"}
     stack.cluster.write_managed_ledgers()  # the topic is repaired: it no longer lists the ledger
     wait_for(lambda: fired in resolved_ids(stack, "TOPIC_LEDGER_MISSING"), stack, "the resolution")
     assert open_alerts(stack, "TOPIC_LEDGER_MISSING") == {}
@@ -132,7 +143,7 @@ def test_an_undecodable_managed_ledger_is_a_dead_letter_and_metadata_corrupt_unt
     wait_for(lambda: fired in resolved_ids(stack, "METADATA_CORRUPT"), stack, "the resolution")
 
 
-def test_a_ledger_its_topic_does_not_list_is_orphaned_then_resolved_when_listed(stack):
+def test_a_ledger_its_topic_does_not_list_is_orphaned_then_resolved_when_listed(stack, cli):
     orphan = stack.cluster.create_ledger(entries=3, managed_ledger=OTHER)  # created, never listed
     entity = f"ledger/{orphan}"
     fired = wait_for(lambda: open_alerts(stack, "LEDGER_ORPHANED").get(entity), stack, "the orphan")
@@ -143,12 +154,17 @@ def test_a_ledger_its_topic_does_not_list_is_orphaned_then_resolved_when_listed(
     ]
     assert '"size"' in row[0]["detail"]
     assert str(orphan) in truth(stack)["LEDGER_ORPHANED"]
+    listed = query(cli, stack, "orphans")
+    assert [(r["ledger_id"], r["pulsar_topic"]) for r in listed] == [
+        (orphan, "persistent://public/default/payments")
+    ]
+    assert listed[0]["size"] is not None
     stack.cluster.write_managed_ledgers()  # listed now
     wait_for(lambda: fired in resolved_ids(stack, "LEDGER_ORPHANED"), stack, "the resolution")
     assert str(orphan) not in truth(stack)["LEDGER_ORPHANED"]
 
 
-def test_a_ledger_offloaded_then_deleted_from_bookkeeper_is_not_missing(stack):
+def test_a_ledger_offloaded_then_deleted_from_bookkeeper_is_not_missing(stack, cli):
     offloaded = stack.cluster.create_ledger(entries=3, managed_ledger=OTHER)
     unknown = 10**12 + 7  # listed, never in BookKeeper: fires, and tells the job's clock passed the grace
     listed = (
@@ -168,5 +184,9 @@ def test_a_ledger_offloaded_then_deleted_from_bookkeeper_is_not_missing(stack):
     row = next(r for r in topics(stack) if r["managed_ledger"] == OTHER)
     assert row["bookkeeper_deleted_ids"] == [offloaded]
     assert truth(stack)["TOPIC_LEDGER_MISSING"] == {f"{OTHER}/{unknown}"}
+    history = query(cli, stack, "history", str(offloaded))
+    assert "offloaded" in [r["event"] for r in history]
+    states = {r["ledger_id"]: r["state"] for r in query(cli, stack, "topic", OTHER)}
+    assert states == {offloaded: "offloaded", unknown: "MISSING"}
     stack.cluster.write_managed_ledgers()
     wait_for(lambda: open_alerts(stack, "TOPIC_LEDGER_MISSING") == {}, stack, "the resolution")
