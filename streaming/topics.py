@@ -102,10 +102,15 @@ class TopicsStage:
         self._store = LaneStates(state_dir) if state_dir is not None else None
         self._memory: dict[int, dict[str, Any]] = {}  # without a state directory (tests)
         self._pending: tuple[int, dict[str, Any]] | None = None
+        # The state this process last committed (the newest before any later batch it runs: batches run in
+        # order, and a failed one stops the job), so a batch does not read its file again.
+        self._last: tuple[int, dict[str, Any]] | None = None
 
     # -- state ---------------------------------------------------------------------------------------------
     def state_before(self, batch_id: int) -> dict[str, Any]:
         """The state the newest batch before ``batch_id`` left (empty at first)."""
+        if self._last is not None and self._last[0] < batch_id:
+            return copy.deepcopy(self._last[1])
         if self._store is not None:
             found = self._store.before(batch_id)
         else:
@@ -119,6 +124,7 @@ class TopicsStage:
             return
         batch_id, state = self._pending
         self._pending = None
+        self._last = (batch_id, copy.deepcopy(state))
         if self._store is not None:
             self._store.save(batch_id, state)
         else:
@@ -141,13 +147,16 @@ class TopicsStage:
             elif row["kind"] == "managed_ledger_deleted":
                 self._deleted(batch, state, row["payload"], int(row["at_ms"]), changed)
         self._reconcile(batch, state, changed)
-        if set(range(self.partitions)) <= set(state["full_partitions"]) and state["clock_ms"]:
-            existing = _existing(batch, log, state)
-            self._missing(batch, state, existing)
+        judging = set(range(self.partitions)) <= set(state["full_partitions"]) and state["clock_ms"]
+        if judging:
+            # The listings against the ledgers only when either side may have changed, or a grace runs.
+            opened = not set(range(self.partitions)) <= set(before["full_partitions"])
+            ledgers_gone = any(r.get("deleted") for r in batch.ledgers.values())
+            if changed or opened or ledgers_gone or state["missing_since"]:
+                self._missing(batch, state, _existing(batch, log, state))
             self._orphans(batch, state, log, force=bool(changed))
-        batch.topic_rows.extend(
-            _topic_row(batch.cluster, name, state, self.config) for name in sorted(changed)
-        )
+        batch.topic_rows.extend(_topic_row(batch.cluster, name, state) for name in sorted(changed))
+        state.pop("gone", None)  # only this batch's rows need when a managed ledger was deleted
         if state != before:
             self._pending = (batch.batch_id, state)
 
@@ -373,7 +382,8 @@ def _live_ledgers(batch: SinkBatch, log: LedgerLog) -> pa.Table:
     return rows.append_column("component", component_column(rows.column("custom_metadata")))
 
 
-def _topic_row(cluster: str, name: str, state: dict[str, Any], config: TopicsConfig) -> dict[str, Any]:
+def _topic_row(cluster: str, name: str, state: dict[str, Any]) -> dict[str, Any]:
+    """The ``topics`` row of one managed ledger as the state now holds it (deleted: a tombstone row)."""
     entry = state["managed"].get(name)
     if entry is None:
         at_ms = (state.get("gone") or {}).get(name, state["clock_ms"])
