@@ -3,6 +3,7 @@ services: managed-ledger decisions as the ledger lane makes them, a ledger log s
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ from core.domain.managed_ledger import (
     encode_managed_cursor_info,
     encode_managed_ledger_info,
 )
-from core.domain.rules.topics import Listing, listed_table, missing_pairs
+from core.domain.rules.topics import Listing, listed_table, missing_pairs, orphaned_ledgers
 from core.pb import change_events_pb2 as pb
 from streaming.decode import managed_ledger_payload
 from streaming.sink_batch import SinkBatch
@@ -232,3 +233,66 @@ def test_states_are_alert_states():
     assert AlertKind.LEDGER_ORPHANED.severity == "warning"
     with pytest.raises(ValueError):
         AlertBook("c").set_topic_condition(AlertKind.BOOKIE_LOST, NAME, True, at_ms=1)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 20),  # ledger id
+            st.sampled_from([None, "persistent://a/b/c", "persistent://a/b/d"]),  # its topic
+            st.integers(0, 200),  # ctime
+            st.sampled_from([None, "managed-ledger", "schema"]),  # component
+        ),
+        max_size=15,
+        unique_by=lambda t: t[0],
+    ),
+    st.sets(st.integers(0, 20), max_size=10),
+    st.sets(st.integers(0, 20), max_size=5),
+)
+def test_orphaned_ledgers_is_the_per_ledger_rule(ledgers, listed_c, cursor_ids):
+    cursors = {f"s{i}": i for i in cursor_ids}
+    listed = listed_table(
+        {"a/b/persistent/c": Listing(tuple(TopicLedger(i) for i in sorted(listed_c)), cursors)}
+    )
+    table = pa.table(
+        {
+            "ledger_id": pa.array([t[0] for t in ledgers], pa.int64()),
+            "pulsar_topic": pa.array([t[1] for t in ledgers], pa.string()),
+            "ctime_ms": pa.array([t[2] for t in ledgers], pa.int64()),
+            "length": pa.array([1] * len(ledgers), pa.int64()),
+            "component": pa.array([t[3] for t in ledgers], pa.string()),
+        }
+    )
+    found = orphaned_ledgers(table, listed, now_ms=200, grace_ms=100).column("ledger_id").to_pylist()
+    needed = listed_c | cursor_ids
+    expected = sorted(
+        i
+        for i, topic, ctime, component in ledgers
+        if topic is not None
+        and component in (None, "managed-ledger")
+        and ctime <= 100
+        and not (topic == "persistent://a/b/c" and i in needed)
+    )
+    assert found == expected
+
+
+def test_a_managed_ledger_event_is_decoded_and_passed_to_the_sink_with_the_clock():
+    from datetime import UTC, datetime
+
+    from core import events as ev
+    from streaming.decode import ARROW_CHANGE_SCHEMA, decode_record
+    from streaming.ledger_lane import managed_ledger_decisions, topics_clock
+
+    event = ev.EventBuilder("c", "run", clock_ms=lambda: 1_000).build(
+        ev.managed_ledger_changed(NAME, "", b"\xff", None),
+        snapshot_id="s1",  # type: ignore[arg-type]
+    )
+    row = decode_record(b"k", ev.encode_event(event), "changes", 0, 3, feedback_topic="feedback")
+    assert (row["kind"], row["state_key"]) == ("managed_ledger_changed", "managed-ledgers")
+    row["event_time"] = datetime.fromtimestamp(1, tz=UTC)
+    decisions = managed_ledger_decisions(pa.Table.from_pylist([row], schema=ARROW_CHANGE_SCHEMA), "c")
+    payload = json.loads(decisions.column("payload")[0].as_py())
+    assert (
+        payload["name"] == NAME and payload["snapshot_id"] == "s1" and "does not decode" in payload["error"]
+    )
+    assert topics_clock(2_000, "c").column("kind").to_pylist() == ["topics_clock"]
