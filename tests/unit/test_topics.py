@@ -296,3 +296,27 @@ def test_a_managed_ledger_event_is_decoded_and_passed_to_the_sink_with_the_clock
         payload["name"] == NAME and payload["snapshot_id"] == "s1" and "does not decode" in payload["error"]
     )
     assert topics_clock(2_000, "c").column("kind").to_pylist() == ["topics_clock"]
+
+
+def test_a_batch_replayed_after_a_crash_decides_the_same_alerts_with_the_same_ids(tmp_path):
+    """The state is saved after the batch's tables: a crash before that replays the batch from the state of
+    the batch before it, in a new process (a new stage on the same directory)."""
+    log = FakeLog()
+    log.add(1)
+
+    def run(stage: TopicsStage, batch_id: int, rows: list[dict[str, Any]], **extra: Any) -> list[Any]:
+        batch = SinkBatch(
+            batch_id=batch_id, cluster="c", book=AlertBook("c"), bookie_rows={}, changes_partitions=1
+        )
+        batch.snapshots_complete.extend(extra.get("snapshots", []))
+        stage.apply(batch, rows, log)  # type: ignore[arg-type]
+        return batch.book.transitions
+
+    config = TopicsConfig(missing_grace_s=10)
+    first = TopicsStage(config, tmp_path, changes_partitions=1)
+    snapshot = {"partition": 0, "partition_count": 1, "begin_ms": 0, "at_ms": 1_000}
+    run(first, 0, [changed(1_000, 5, listing(TopicLedger(1), TopicLedger(2)))], snapshots=[snapshot])
+    first.commit()
+    fired = run(first, 1, [clock(20_000)])  # the process dies before commit()
+    again = run(TopicsStage(config, tmp_path, changes_partitions=1), 1, [clock(20_000)])
+    assert [a.alert_id for a in again] == [a.alert_id for a in fired] and len(fired) == 1
