@@ -66,6 +66,9 @@ __all__ = [
     "ledger_metadata_message",
     "ledger_undecodable",
     "ledger_upserted",
+    "managed_ledger_changed",
+    "managed_ledger_deleted",
+    "managed_ledger_key",
     "parse_entity_key",
     "payload_type",
     "rack_map_event",
@@ -82,6 +85,7 @@ SCHEMA_VERSION = 1
 CLUSTER_KEY = "cluster"
 LEDGER_KEY_PREFIX = "ledger/"
 BOOKIE_KEY_PREFIX = "bookie/"
+MANAGED_LEDGER_KEY_PREFIX = "managed-ledger/"
 MAX_LEDGER_ID = 2**63 - 1
 #: Events larger than this are refused by :func:`decode_event` (a ledger event is a few hundred bytes).
 MAX_EVENT_BYTES = 8 * 1024 * 1024
@@ -124,6 +128,7 @@ class EntityKind(enum.Enum):
     LEDGER = "ledger"
     BOOKIE = "bookie"
     CLUSTER = "cluster"
+    MANAGED_LEDGER = "managed-ledger"
 
 
 def ledger_key(ledger_id: int) -> str:
@@ -144,6 +149,16 @@ def bookie_key(bookie_id: str) -> str:
         'bookie/bk-1'
     """
     return f"{BOOKIE_KEY_PREFIX}{bookie_id}"
+
+
+def managed_ledger_key(name: str) -> str:
+    """Entity key (and Kafka key) of a Pulsar managed ledger and its cursors.
+
+    Example:
+        >>> managed_ledger_key("public/default/persistent/orders")
+        'managed-ledger/public/default/persistent/orders'
+    """
+    return f"{MANAGED_LEDGER_KEY_PREFIX}{name}"
 
 
 _LEDGER_KEY = re.compile(r"ledger/(0|[1-9][0-9]{0,18})")
@@ -167,6 +182,8 @@ def parse_entity_key(key: str) -> tuple[EntityKind, int | str | None]:
         return EntityKind.LEDGER, int(match.group(1))
     if key.startswith(BOOKIE_KEY_PREFIX) and len(key) > len(BOOKIE_KEY_PREFIX):
         return EntityKind.BOOKIE, key[len(BOOKIE_KEY_PREFIX) :]
+    if key.startswith(MANAGED_LEDGER_KEY_PREFIX) and len(key) > len(MANAGED_LEDGER_KEY_PREFIX):
+        return EntityKind.MANAGED_LEDGER, key[len(MANAGED_LEDGER_KEY_PREFIX) :]
     raise FormatError(f"entity key {key[:120]!r} is not ledger/<id>, bookie/<id> or cluster")
 
 
@@ -604,6 +621,28 @@ def bookie_probe(bookie_id: str, *, answered: bool, address: str, detail: str) -
     return pb.BookieProbe(bookie_id=bookie_id, answered=answered, address=address, detail=detail)
 
 
+def managed_ledger_changed(
+    name: str, cursor: str, data: bytes, stat: ZnodeStatLike
+) -> pb.ManagedLedgerChanged:
+    """A managed ledger's znode (``cursor`` empty) or a cursor's, as read: its bytes and stat.
+
+    Example:
+        >>> entity_key_of(managed_ledger_changed("t/n/persistent/x", "", b"", None))  # type: ignore[arg-type]
+        'managed-ledger/t/n/persistent/x'
+    """
+    return pb.ManagedLedgerChanged(name=name, cursor=cursor, znode=znode_stat(stat), data=data)
+
+
+def managed_ledger_deleted(name: str, cursor: str = "", *, inferred: bool = False) -> pb.ManagedLedgerDeleted:
+    """A managed ledger's znode (``cursor`` empty) or a cursor's was deleted.
+
+    Example:
+        >>> managed_ledger_deleted("t/n/persistent/x", "sub", inferred=True).inferred
+        True
+    """
+    return pb.ManagedLedgerDeleted(name=name, cursor=cursor, inferred=inferred)
+
+
 Payload = (
     pb.BookieStatus
     | pb.BookieProbe
@@ -617,6 +656,8 @@ Payload = (
     | pb.SnapshotBegin
     | pb.SnapshotEnd
     | pb.Heartbeat
+    | pb.ManagedLedgerChanged
+    | pb.ManagedLedgerDeleted
 )
 
 _FIELD_BY_TYPE: dict[type, str] = {
@@ -632,6 +673,8 @@ _FIELD_BY_TYPE: dict[type, str] = {
     pb.SnapshotBegin: "snapshot_begin",
     pb.SnapshotEnd: "snapshot_end",
     pb.Heartbeat: "heartbeat",
+    pb.ManagedLedgerChanged: "managed_ledger_changed",
+    pb.ManagedLedgerDeleted: "managed_ledger_deleted",
 }
 _LEDGER_PAYLOADS = ("ledger_upserted", "ledger_deleted", "ledger_undecodable", "under_replication_mark")
 #: The payload field names, i.e. the values :func:`payload_type` returns.
@@ -651,6 +694,8 @@ def entity_key_of(payload: Payload) -> str:
         payload, pb.LedgerUpserted | pb.LedgerDeleted | pb.LedgerUndecodable | pb.UnderReplicationMark
     ):
         return ledger_key(payload.ledger_id)
+    if isinstance(payload, pb.ManagedLedgerChanged | pb.ManagedLedgerDeleted):
+        return managed_ledger_key(payload.name)
     return CLUSTER_KEY
 
 
@@ -811,6 +856,8 @@ def validate_event(event: pb.ChangeEvent) -> None:
         raise FormatError(f"change event: negative ledger id {payload.ledger_id}")
     if kind in ("bookie_status", "bookie_probe") and not payload.bookie_id:
         raise FormatError(f"change event: {kind.replace('_', ' ')} without a bookie id")
+    if kind in ("managed_ledger_changed", "managed_ledger_deleted") and not payload.name:
+        raise FormatError(f"change event: {kind.replace('_', ' ')} without a name")
     expected = entity_key_of(payload)
     if event.entity_key != expected:
         raise FormatError(

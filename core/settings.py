@@ -777,6 +777,45 @@ class AgentSettings(_Section):
     )
 
 
+class PulsarSettings(_Section):
+    """Pulsar's own metadata: the ``/managed-ledgers`` tree the watcher follows and the job cross-checks
+    against BookKeeper (``TOPIC_LEDGER_MISSING``, ``LEDGER_ORPHANED``; docs/reference.md).
+
+    Example:
+        >>> PulsarSettings().managed_ledgers_path, PulsarSettings().orphan_grace_s
+        ('/managed-ledgers', 86400.0)
+    """
+
+    follow_managed_ledgers: bool = Field(
+        True,
+        description="the watcher follows `managed_ledgers_path` (when it exists) and the job cross-checks "
+        "every topic's ledgers against BookKeeper; false = neither",
+    )
+    managed_ledgers_path: str = Field(
+        "/managed-ledgers",
+        description="Pulsar's managed-ledgers root on the watcher's ZooKeeper (within its chroot)",
+    )
+    missing_grace_s: float = Field(
+        60.0,
+        ge=0,
+        description="event time a listed ledger must stay absent from BookKeeper before TOPIC_LEDGER_MISSING "
+        "fires (Pulsar creates a ledger, then lists it; unlists it, then deletes it)",
+    )
+    orphan_grace_s: float = Field(
+        86_400.0,
+        ge=0,
+        description="age (from its creation) below which a ledger no managed ledger lists is never "
+        "LEDGER_ORPHANED: Pulsar creates a ledger before its managed ledger lists it",
+    )
+
+    @field_validator("managed_ledgers_path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/") or value.rstrip("/") == "":
+            raise ValueError("managed_ledgers_path must be an absolute ZooKeeper path below /")
+        return value.rstrip("/")
+
+
 class Settings(BaseSettings):
     """All settings of one bkaudit process.
 
@@ -813,6 +852,7 @@ class Settings(BaseSettings):
     watcher: WatcherSettings = Field(default_factory=WatcherSettings)
     stream: StreamSettings = Field(default_factory=StreamSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
+    pulsar: PulsarSettings = Field(default_factory=PulsarSettings)
 
     @classmethod
     def settings_customise_sources(

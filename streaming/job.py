@@ -57,6 +57,7 @@ from streaming.session import start_at_driver_priority
 from streaming.sink import AuditSink, SinkConfig
 from streaming.sink_queue import SinkQueue
 from streaming.spark_checkpoint import discard_unplanned_first_batch
+from streaming.topics import TopicsConfig
 
 if TYPE_CHECKING:
     from connectors.agent.client import AgentConfig
@@ -110,6 +111,13 @@ def sink_config(settings: Settings, changes_partitions: int) -> SinkConfig:
         scrutiny_on_close=stream.scrutiny_on_close,
         scrutiny_max_per_batch=stream.scrutiny_max_per_batch,
         scrutiny_state_dir=ledger_lane_checkpoint(settings).parent / "sink",
+        topics=TopicsConfig(
+            enabled=settings.pulsar.follow_managed_ledgers,
+            managed_ledgers_path=settings.pulsar.managed_ledgers_path,
+            missing_grace_s=settings.pulsar.missing_grace_s,
+            orphan_grace_s=settings.pulsar.orphan_grace_s,
+        ),
+        topics_state_dir=ledger_lane_checkpoint(settings).parent / "sink" / "topics",
         maintenance_every_batches=stream.maintenance_every_batches,
         changes_partitions=changes_partitions,
         ledger_fold_interval_s=stream.ledger_fold_interval_s,

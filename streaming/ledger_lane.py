@@ -152,9 +152,13 @@ class LedgerLane:
         forwarded = _forwarded_mask(decoded, tracked, with_heartbeats=with_heartbeats)
         cluster = _newest_cluster(decoded) or state.get("cluster") or self.config.cluster_default
         cluster_state, cluster_decisions = self._cluster(state.get("cluster_state"), decoded, cluster)
+        managed = managed_ledger_decisions(decoded, cluster)
+        follows_topics = bool(state.get("managed_ledgers")) or managed.num_rows > 0
         decisions = pa.concat_tables(
             [
                 direct_decisions(decoded.filter(pc.invert(forwarded)), cluster),
+                managed,
+                topics_clock(heartbeat_ms, cluster) if follows_topics else _empty_decisions(),
                 tracked_sightings(decoded.filter(forwarded), cluster),
                 cluster_decisions,
                 dead_letters(decoded),
@@ -171,6 +175,7 @@ class LedgerLane:
                 "cluster_state": cluster_state,
                 "tracked": np.setdiff1d(tracked, deleted).tolist(),
                 "heartbeat_forwarded_ms": heartbeat_ms if with_heartbeats else beats_sent_ms,
+                "managed_ledgers": follows_topics,
             },
         )
         return decisions.num_rows
@@ -284,6 +289,51 @@ def direct_decisions(rows: pa.Table, cluster: str) -> pa.Table:
         return _empty_decisions()
     decision_kind = pa.array([DIRECT_DECISIONS[k] for k in chosen.column("kind").to_pylist()], pa.string())
     return _ledger_decisions(chosen, decision_kind, chosen.column("payload"), cluster)
+
+
+#: Pulsar's managed-ledger changes, passed to the sink's topics stage as they are (no timers).
+MANAGED_LEDGER_KINDS = ("managed_ledger_changed", "managed_ledger_deleted")
+#: The topics stage's event-time clock: the batch's newest heartbeat, once managed ledgers were seen.
+TOPICS_CLOCK_KIND = "topics_clock"
+
+
+def managed_ledger_decisions(rows: pa.Table, cluster: str) -> pa.Table:
+    """The batch's managed-ledger changes as decisions of the same kind (payloads unchanged, plus the
+    snapshot id).
+
+    Example:
+        >>> from streaming.decode import ARROW_CHANGE_SCHEMA
+        >>> row = {"state_key": "managed-ledgers", "kind": "managed_ledger_deleted", "snapshot_id": "s",
+        ...        "event_time": datetime.now(UTC), "payload": '{"name":"t/n/persistent/x"}'}
+        >>> made = managed_ledger_decisions(pa.Table.from_pylist([row], schema=ARROW_CHANGE_SCHEMA), "c")
+        >>> made.column("kind").to_pylist(), made.column("payload").to_pylist()
+        (['managed_ledger_deleted'], ['{"name":"t/n/persistent/x","snapshot_id":"s"}'])
+    """
+    chosen = rows.filter(pc.is_in(rows.column("kind"), pa.array(MANAGED_LEDGER_KINDS)))
+    if not chosen.num_rows:
+        return _empty_decisions()
+    payloads = [
+        json.dumps({**json.loads(text), "snapshot_id": snapshot}, separators=(",", ":"))
+        for text, snapshot in zip(
+            chosen.column("payload").to_pylist(), chosen.column("snapshot_id").to_pylist(), strict=True
+        )
+    ]
+    return _ledger_decisions(chosen, chosen.column("kind"), pa.array(payloads, pa.string()), cluster)
+
+
+def topics_clock(heartbeat_ms: int | None, cluster: str) -> pa.Table:
+    """One ``topics_clock`` decision at the batch's newest heartbeat (none without one): the topics stage's
+    grace periods advance on an idle cluster too.
+
+    Example:
+        >>> topics_clock(5_000, "c").column("kind").to_pylist(), topics_clock(None, "c").num_rows
+        (['topics_clock'], 0)
+    """
+    if heartbeat_ms is None:
+        return _empty_decisions()
+    return decisions_from_dicts(
+        [{"kind": TOPICS_CLOCK_KIND, "event_time_ms": heartbeat_ms, "payload": {}}], cluster
+    )
 
 
 def tracked_sightings(rows: pa.Table, cluster: str) -> pa.Table:

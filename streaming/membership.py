@@ -55,7 +55,7 @@ logger = logging.getLogger(__name__)
 
 QUERY_NAME = "bkaudit-membership"
 #: Records the membership lane never needs (the source reads past them without building rows).
-SKIPPED_KEY_PREFIXES = ("ledger/",)
+SKIPPED_KEY_PREFIXES = ("ledger/", "managed-ledger/")
 
 
 #: The lane's state after each micro-batch, one small JSON file per batch in its checkpoint.

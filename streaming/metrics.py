@@ -132,6 +132,15 @@ AUDIT_GAUGES = {
         "bkaudit_zookeeper_disruption",
         "1 while bookies whose registration vanished still answer (ZooKeeper lost their sessions, not them)",
     ),
+    # Pulsar's managed ledgers against BookKeeper (streaming.topics).
+    "TOPIC_LEDGER_MISSING": (
+        "bkaudit_num_topic_ledgers_missing",
+        "ledgers a Pulsar managed ledger (or cursor) lists that BookKeeper does not have",
+    ),
+    "LEDGER_ORPHANED": (
+        "bkaudit_num_orphaned_ledgers",
+        "ledgers whose owning Pulsar topic no longer lists them, older than pulsar.orphan_grace_s",
+    ),
 }
 
 # Label values the sink reports (streaming.reports.BatchReport), created at zero so that rates and
@@ -139,7 +148,7 @@ AUDIT_GAUGES = {
 # counted.
 PROBE_REASONS = ("reprobe", "scrutiny")
 PROBE_OUTCOMES = ("healthy", "failing")
-DEAD_LETTER_SOURCES = ("kafka", "znode", "future")
+DEAD_LETTER_SOURCES = ("kafka", "znode", "future", "managed_ledger")
 
 
 def source_backlog(sources: list[Mapping[str, Any]]) -> int:

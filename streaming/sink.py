@@ -37,6 +37,7 @@ from connectors.delta.tables import (
     DEAD_LETTERS,
     LEDGERS,
     SNAPSHOT_SEEN,
+    TOPICS,
     BatchWriter,
     OpenTables,
     ensure_tables,
@@ -77,6 +78,7 @@ from streaming.sink_versions import (
     split_versions,
     version_rows,
 )
+from streaming.topics import TopicsConfig, TopicsStage
 
 if TYPE_CHECKING:
     from connectors.agent.client import AgentConfig
@@ -113,6 +115,8 @@ class SinkConfig:
     index_cleanup_interval_s: float = 5.0  # at least this long between two index cleanups; 0 = every batch
     index_append_interval_s: float = 5.0  # at least this long between two index appends; 0 = every batch
     agents: AgentConfig | None = None  # bookie-side agents asked first (core.settings.AgentSettings)
+    topics: TopicsConfig = field(default_factory=TopicsConfig)  # Pulsar's managed ledgers (settings.pulsar)
+    topics_state_dir: Path | None = None  # the topics stage's state files (None: kept in memory)
 
 
 #: What the sink receives per batch (:data:`streaming.schemas.DECISION_SCHEMA` as Arrow): the processor's
@@ -256,6 +260,10 @@ class AuditSink:
         # The loss alerts' one owner, shared with the membership lane (one producer for both lanes).
         self.loss = LossAuditor(config.lakehouse_root, config.kafka, self._kafka, self.ledger_log)
         self.loss.check_soon = self.scrutiny.check_soon  # a bookie formatted again: its ledgers at once
+        # Pulsar's managed ledgers against the ledgers (streaming.topics).
+        self.topics = TopicsStage(
+            config.topics, config.topics_state_dir, changes_partitions=config.changes_partitions
+        )
         self.write_check: Callable[[], None] = _hold_kept
 
     def set_write_check(self, check: Callable[[], None]) -> None:
@@ -351,12 +359,14 @@ class AuditSink:
         self._recheck_moved_racks(batch)
         self._recheck_unknown_placement(batch)
         self._reconcile_snapshots(batch)
+        self.topics.apply(batch, rows, self.ledger_log)
         evaluate_ledgers(batch, self.config.placement)
         feedback = self._probe(batch, report)
         report.feedback = len(feedback)
         self.write_check()  # a job that lost its hold on the checkpoint publishes and writes nothing
         report.alerts = self._publish(batch.book, feedback)  # before the tables: see above
         self._write_tables(batch, open_version, report)
+        self.topics.commit()  # the topics stage's state: after the batch's tables
         self._hand_to_loss_owner(batch, report)
         self._finish(batch, report, started)
         return report
@@ -503,6 +513,9 @@ class AuditSink:
         if batch.dead_letters:
             table = pa.Table.from_pylist(batch.dead_letters, schema=DEAD_LETTERS.schema)
             written.append(writer.append("dead_letters", table))
+        if batch.topic_rows:
+            table = pa.Table.from_pylist(batch.topic_rows, schema=TOPICS.schema)
+            written.append(writer.upsert("topics", table))
         if batch.snapshot_seen or batch.snapshot_seen_tables:
             table = pa.concat_tables(
                 [

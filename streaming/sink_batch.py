@@ -86,6 +86,7 @@ class SinkBatch:
     versions_at_ms: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     versions_first_at_ms: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     snapshot_seen_tables: list[pa.Table] = field(default_factory=list)
+    topic_rows: list[Row] = field(default_factory=list)  # changed managed ledgers (streaming.topics)
 
     def current_of(self, ledger_id: int) -> Mapping[str, Any] | None:
         """The ledger's row as this batch knows it (whole, or only its version)."""

@@ -14,6 +14,8 @@ CLUSTER_STATE_KEY = "cluster"
 #: Undecodable records share one group; the processor passes them through untouched (no state).
 DEAD_LETTER_STATE_KEY = "dead"
 LEDGER_STATE_KEY_PREFIX = "ledgers/"
+#: Pulsar's managed ledgers and cursors: passed by the ledger lane to the sink's topics stage (no timers).
+MANAGED_LEDGER_STATE_KEY = "managed-ledgers"
 
 
 def ledger_state_key(ledger_id: int, buckets: int) -> str:

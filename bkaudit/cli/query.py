@@ -347,6 +347,29 @@ def history(
     _print(lakehouse, fmt, None, lambda lh, _rows: lh.ledger_history(chosen), columns)
 
 
+@app.command("topic")
+def topic(
+    name: Annotated[str, typer.Argument(help="persistent://tenant/namespace/topic, or its managed ledger")],
+    lakehouse: LakehouseOption = None,
+    fmt: FormatOption = OutputFormat.table,
+    columns: ColumnsOption = None,
+) -> None:
+    """One Pulsar topic's ledgers (its own, then its cursors') and what BookKeeper has of each: MISSING, ok,
+    offloaded (tiered storage), as the watcher last read its managed ledger."""
+    _print(lakehouse, fmt, None, lambda lh, _rows: lh.topic(name), columns)
+
+
+@app.command("orphans")
+def orphans(
+    lakehouse: LakehouseOption = None,
+    fmt: FormatOption = OutputFormat.table,
+    limit: LimitOption = DEFAULT_LIMIT,
+    columns: ColumnsOption = None,
+) -> None:
+    """Ledgers orphaned by their Pulsar topic (open LEDGER_ORPHANED), largest first."""
+    _print(lakehouse, fmt, limit, lambda lh, rows: _first(lh.orphans(), rows), columns)
+
+
 @app.command("bookies")
 def bookies(
     status: Annotated[

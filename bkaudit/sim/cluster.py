@@ -103,6 +103,7 @@ from core.domain.layout import (
     validate_root,
 )
 from core.domain.managed_ledger import (
+    MANAGED_LEDGERS_ROOT,
     ManagedCursorInfo,
     ManagedLedgerInfo,
     TopicLedger,
@@ -206,6 +207,7 @@ class SimLedger:
     length: int = 0
     corrupt: str | None = None
     alias: str | None = None
+    created_ms: int = 0  # the simulator's clock at creation (the znode's ctime, on one host)
 
     @property
     def next_entry_id(self) -> int:
@@ -315,6 +317,7 @@ class SimulatedCluster:
         self._bookies: dict[str, SimBookie] = {}
         self._bookie_order: list[str] = []
         self._ledgers: dict[int, SimLedger] = {}
+        self._managed_znodes: dict[str, bytes] = {}  # Pulsar's /managed-ledgers, by path below it
         self._ledger_order: list[int] = []
         self._aliases: dict[str, int] = {}
         self._absences: list[Absence] = []
@@ -994,7 +997,7 @@ class SimulatedCluster:
             path = ledger_path(ledger_id, self.manager, self.root)
             # Intermediate znodes are created empty and persistent, as createFullPathOptimistic does.
             self.admin.create(path, encode_ledger_metadata(metadata), makepath=True)
-            ledger = SimLedger(ledger_id, path, metadata, alias=name)
+            ledger = SimLedger(ledger_id, path, metadata, alias=name, created_ms=_now_ms())
             self._ledgers[ledger_id] = ledger
             self._ledger_order.append(ledger_id)
             if name is not None:
@@ -1195,6 +1198,9 @@ class SimulatedCluster:
             self.admin.set(path, data)
         except NoNodeError:
             self.admin.create(path, data, makepath=True)
+        if path.startswith(MANAGED_LEDGERS_ROOT + "/"):
+            with self._lock:
+                self._managed_znodes[path[len(MANAGED_LEDGERS_ROOT) + 1 :]] = data
 
     def delete_ledger(self, ledger: str | int, *, garbage_collect: bool = True) -> None:
         """Delete the metadata znode; ``garbage_collect`` also drops the entries from the bookies' stores."""
@@ -1575,6 +1581,8 @@ class SimulatedCluster:
                 auditor_missing_since_ms=self._auditor_missing_since(),
                 auditor_elected_since_ms=self._auditor_elected_since_ms,
                 autorecovery_enabled_since_ms=self._enabled_since_ms,
+                managed_znodes=dict(self._managed_znodes),
+                ledger_created_ms={lid: led.created_ms for lid, led in self._ledgers.items()},
             )
 
     def _check_pending_expiries(self) -> None:

@@ -82,14 +82,19 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
 from core.domain.alerts import AlertKind
 from core.domain.isolation import isolation_config_of
-from core.domain.metadata import LedgerMetadata, LedgerState, Segment
+from core.domain.managed_ledger import decode_managed_cursor_info, decode_managed_ledger_info
+from core.domain.metadata import LedgerMetadata, LedgerState, Segment, pulsar_topic_from_managed_ledger
 from core.domain.rules.auditor_lag import UnmarkedAtRisk, auditor_active_since, unmarked_at_risk
 from core.domain.rules.autorecovery import (
     AutoRecoveryGraces,
@@ -125,6 +130,8 @@ from core.domain.rules.replicas import (
     classify_replicas,
     last_add_confirmed,
 )
+from core.domain.rules.topics import Listing, component_of, listed_table, missing_pairs, orphaned_ledgers
+from core.errors import FormatError
 
 __all__ = [
     "ALERT_KINDS",
@@ -153,8 +160,13 @@ LEDGER_KINDS = (
     "UNDER_REPLICATION_STUCK",
     "METADATA_CORRUPT",
     "REPLICATION_STALLED",
+    "LEDGER_ORPHANED",
 )
 """Alert kinds whose subjects are ledger ids."""
+
+TOPIC_KINDS = ("TOPIC_LEDGER_MISSING",)
+"""Alert kinds whose subjects are ``<managed ledger>/<ledger id>`` (the alert's entity without ``topic/`` and
+``ledger/``)."""
 
 BOOKIE_KINDS = ("BOOKIE_LOST", "BOOKIE_UNRESPONSIVE")
 """Alert kinds whose subjects are bookie ids."""
@@ -169,7 +181,7 @@ CLUSTER_KINDS = (
 """Alert kinds of the whole cluster; their subject is the alert's entity (``autorecovery``, ``auditor``,
 ``zookeeper``, ``auditor-checks``, ``auditor-lag``)."""
 
-ALERT_KINDS = LEDGER_KINDS + BOOKIE_KINDS + CLUSTER_KINDS
+ALERT_KINDS = LEDGER_KINDS + BOOKIE_KINDS + CLUSTER_KINDS + TOPIC_KINDS
 """Every alert kind of the alert stream (interfaces.md §2)."""
 
 _REPLICAS_KIND = {
@@ -310,6 +322,10 @@ class ClusterSnapshot:
     auditor_missing_since_ms: int | None = None
     auditor_elected_since_ms: int | None = None
     autorecovery_enabled_since_ms: int | None = None  # when ``disable`` was last deleted (None: never)
+    # Pulsar: the znodes under /managed-ledgers by path below it (a managed ledger's, or a cursor's as
+    # "<name>/<cursor>"), and each live ledger's creation time.
+    managed_znodes: Mapping[str, bytes] = field(default_factory=dict)
+    ledger_created_ms: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -335,6 +351,7 @@ class TruthParameters:
     under_replication_grace_s: float | None = 600.0
     autorecovery: AutoRecoveryGraces = field(default_factory=AutoRecoveryGraces)
     disruption: DisruptionRule = field(default_factory=DisruptionRule)
+    orphan_grace_s: float = 86_400.0
 
     def __post_init__(self) -> None:
         if self.placement_policy not in POLICIES:
@@ -371,6 +388,7 @@ class TruthParameters:
             "zookeeper_disruption_settle_s": self.disruption.settle_s,
             "zookeeper_disruption_grace_s": self.disruption.grace_s,
             "zookeeper_disruption_share": self.disruption.share,
+            "orphan_grace_s": self.orphan_grace_s,
         }
 
 
@@ -698,6 +716,53 @@ def _autorecovery_truth(
             may[condition.kind.value].add(subject)
 
 
+def _topics_truth(snapshot: ClusterSnapshot, params: TruthParameters, alerts: dict[str, set[Any]]) -> None:
+    """``TOPIC_LEDGER_MISSING`` and ``LEDGER_ORPHANED`` by the job's rule (:mod:`core.domain.rules.topics`),
+    once their grace periods have passed (the truth has no event-time grace: a listed ledger that is
+    absent is required). Undecodable managed-ledger znodes list nothing (their ``METADATA_CORRUPT`` is the
+    job's, by topic, and not in this truth)."""
+    listings: dict[str, Listing] = {}
+    cursors: dict[str, dict[str, int | None]] = {}
+    for path, data in sorted(snapshot.managed_znodes.items()):
+        if pulsar_topic_from_managed_ledger(path) is not None:
+            with contextlib.suppress(FormatError):
+                listings[path] = Listing(decode_managed_ledger_info(data).ledgers, {})
+        else:
+            name, _, cursor = path.rpartition("/")
+            with contextlib.suppress(FormatError):
+                cursors.setdefault(name, {})[cursor] = decode_managed_cursor_info(data).cursor_ledger_id
+    for name, found in cursors.items():
+        if name in listings:
+            listings[name] = Listing(listings[name].ledgers, found)
+    if not listings:
+        return
+    listed = listed_table(listings)
+    live = np.array(sorted(set(snapshot.ledgers) | set(snapshot.corrupt_ledgers)), np.int64)
+    missing = missing_pairs(listed, live)
+    alerts["TOPIC_LEDGER_MISSING"].update(
+        f"{n}/{i}"
+        for n, i in zip(missing["managed_ledger"].to_pylist(), missing["ledger_id"].to_pylist(), strict=True)
+    )
+    ids = sorted(snapshot.ledgers)
+    ledgers = pa.table(
+        {
+            "ledger_id": pa.array(ids, pa.int64()),
+            "pulsar_topic": pa.array([snapshot.ledgers[i].pulsar_topic for i in ids], pa.string()),
+            "ctime_ms": pa.array([snapshot.ledger_created_ms.get(i) for i in ids], pa.int64()),
+            "length": pa.array([snapshot.ledgers[i].length for i in ids], pa.int64()),
+            "component": pa.array(
+                [
+                    component_of([{"key": k, "value": v} for k, v in snapshot.ledgers[i].custom_metadata])
+                    for i in ids
+                ],
+                pa.string(),
+            ),
+        }
+    )
+    orphans = orphaned_ledgers(ledgers, listed, snapshot.now_ms, int(params.orphan_grace_s * 1000))
+    alerts["LEDGER_ORPHANED"].update(orphans["ledger_id"].to_pylist())
+
+
 def ground_truth(snapshot: ClusterSnapshot, params: TruthParameters | None = None) -> dict[str, Any]:
     """What a correct auditor must (``alerts``) and may (``may_alert``) flag at ``snapshot.now_ms``.
 
@@ -794,6 +859,7 @@ def ground_truth(snapshot: ClusterSnapshot, params: TruthParameters | None = Non
         _unmarked_at_risk(snapshot, at_risk, lost_at, latest=True),
         _unmarked_at_risk(snapshot, at_risk, lost_at, latest=False),
     )
+    _topics_truth(snapshot, params, alerts)
     _autorecovery_truth(snapshot, params.autorecovery, alerts, may, lagging)
 
     flaps: dict[str, int] = {}

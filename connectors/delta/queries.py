@@ -90,6 +90,21 @@ ALERT_STATES = ("firing", "resolved")
 DEFAULT_RACK = "/default-rack"  # BookKeeper's NetworkTopology.DEFAULT_RACK
 INT64_MAX = 2**63 - 1
 
+TOPIC_LEDGERS_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("managed_ledger", pa.string()),
+        ("ledger_id", pa.int64()),
+        ("owner", pa.string()),
+        ("state", pa.string()),
+        ("ledger_state", pa.string()),
+        ("length", pa.int64()),
+        ("entries", pa.int64()),
+        ("size", pa.int64()),
+    ]
+)
+"""``bkaudit query topic``: one row per ledger a topic needs (``state``: what BookKeeper has of it)."""
+
 HISTORY_SCHEMA = pa.schema(
     [
         pa.field("at", pa.timestamp("us", tz="UTC")),
@@ -1213,6 +1228,7 @@ class Lakehouse:
                     "committed_at": None,
                 }
             )
+        rows.extend(self._offloads(ledger_id))
         if not changes and not transitions:
             current = self._query(
                 ("ledgers",),
@@ -1223,7 +1239,16 @@ class Lakehouse:
                 raise NotFoundError(f"ledger {ledger_id} is not in the lakehouse at {self.root}")
         # At one instant: what the ledger became, then the alerts it caused (an alert that ends before the
         # next one of its ledger starts).
-        order = {"note": 0, "created": 1, "as_of": 1, "changed": 2, "deleted": 3, "resolved": 4, "firing": 5}
+        order = {
+            "note": 0,
+            "created": 1,
+            "as_of": 1,
+            "changed": 2,
+            "offloaded": 3,
+            "deleted": 3,
+            "resolved": 4,
+            "firing": 5,
+        }
         rows.sort(
             key=lambda r: (
                 r["at"] or datetime.min,
@@ -1233,6 +1258,114 @@ class Lakehouse:
             )
         )
         return self._table_of_rows(rows, HISTORY_SCHEMA)
+
+    def _offloads(self, ledger_id: int) -> list[dict[str, Any]]:
+        """History rows of a ledger a Pulsar topic offloaded to tiered storage (``topics`` table): its
+        deletion from BookKeeper is then by design, not a loss."""
+        if not _is_table(self.root / "topics"):
+            return []
+        found = _rows(
+            self._query(
+                ("topics",),
+                "SELECT topic, updated_at, list_contains(bookkeeper_deleted_ids, $ledger_id) AS gone "
+                "FROM topics WHERE list_contains(offloaded_ids, $ledger_id)",
+                {"ledger_id": ledger_id},
+            )
+        )
+        return [
+            {
+                "at": row["updated_at"],
+                "source": "topics",
+                "table_version": None,
+                "event": "offloaded",
+                "kind": None,
+                "change": f"offloaded by {row['topic']} (tiered storage)"
+                + ("; its BookKeeper copy deleted by design" if row["gone"] else ""),
+                "committed_at": None,
+            }
+            for row in found
+        ]
+
+    def topic(self, topic: str) -> pa.Table:
+        """One Pulsar topic's ledgers (its own, then each cursor's) with what BookKeeper has of each:
+        ``MISSING``, ``ok``, ``offloaded`` (tiered storage, BookKeeper's copy deleted by design) or
+        ``offloaded, still in BookKeeper`` (:func:`core.domain.managed_ledger.topic_ledger_rows`, the rule of
+        ``bkaudit pulsar topic``), from the ``topics`` and ``ledgers`` tables. ``topic`` is
+        ``persistent://tenant/namespace/topic`` or the managed ledger's name. Raises
+        :class:`~core.errors.NotFoundError` for a topic the lakehouse does not hold.
+        """
+        from core.domain.managed_ledger import (
+            ManagedCursorInfo,
+            ManagedLedgerInfo,
+            TopicLedger,
+            topic_ledger_rows,
+        )
+
+        found = _rows(
+            self._query(
+                ("topics",),
+                "SELECT * FROM topics WHERE (topic = $name OR managed_ledger = $name) "
+                "AND NOT coalesce(deleted, false)",
+                {"name": topic},
+            )
+        )
+        if not found:
+            raise NotFoundError(f"topic {topic!r} is not in the topics table at {self.root}")
+        row = found[0]
+        offloaded, deleted = set(row["offloaded_ids"] or ()), set(row["bookkeeper_deleted_ids"] or ())
+        info = ManagedLedgerInfo(
+            tuple(
+                TopicLedger(i, offloaded=i in offloaded, bookkeeper_deleted=i in deleted)
+                for i in row["ledger_ids"] or ()
+            )
+        )
+        cursors = {c["name"]: ManagedCursorInfo(c["ledger_id"]) for c in row["cursors"] or ()}
+        wanted = sorted(
+            {
+                *(row["ledger_ids"] or ()),
+                *(c.cursor_ledger_id for c in cursors.values() if c.cursor_ledger_id is not None),
+            }
+        )
+        live = (
+            _rows(
+                self._query(
+                    ("ledgers",),
+                    "SELECT ledger_id, state, length FROM ledgers WHERE ledger_id IN (SELECT unnest($ids)) "
+                    "AND NOT coalesce(deleted, false)",
+                    {"ids": wanted},
+                )
+            )
+            if wanted
+            else []
+        )
+        by_id = {r["ledger_id"]: r for r in live}
+        rows = topic_ledger_rows(info, cursors, {i: True for i in by_id})
+        for entry in rows:
+            ledger = by_id.get(entry["ledger_id"]) or {}
+            entry.update(
+                topic=row["topic"],
+                managed_ledger=row["managed_ledger"],
+                ledger_state=ledger.get("state"),
+                length=ledger.get("length"),
+            )
+        return pa.Table.from_pylist(rows, schema=TOPIC_LEDGERS_SCHEMA)
+
+    def orphans(self) -> pa.Table:
+        """The open ``LEDGER_ORPHANED`` alerts, largest first: ledgers whose topic no longer lists them,
+        with their size and since when the alert is open.
+
+        Example:
+            >>> import tempfile
+            >>> Lakehouse(write_example_lakehouse(tempfile.mkdtemp())).orphans().num_rows
+            0
+        """
+        return self._query(
+            ("open_alerts",),
+            "SELECT ledger_id, pulsar_topic, CAST(json_extract(detail, '$.size') AS BIGINT) AS size, "
+            "CAST(json_extract(detail, '$.managed_ledger_exists') AS BOOLEAN) AS managed_ledger_exists, "
+            "detected_at FROM open_alerts WHERE kind = 'LEDGER_ORPHANED' "
+            "ORDER BY size DESC NULLS LAST, ledger_id",
+        )
 
     def _ledger_changes(self, ledger_id: int) -> tuple[list[dict[str, Any]], int | None]:
         """The ledger's versions, oldest first: the ``ledgers`` change data feed written before the job

@@ -358,6 +358,47 @@ PLACEMENT_PLANS = TableSpec(
     key=("ledger_id", "segment", "move"),
 )
 
+_CURSOR = pa.struct([("name", pa.string()), ("ledger_id", pa.int64())])
+
+TOPICS = TableSpec(
+    "topics",
+    pa.schema(
+        [
+            _f(
+                "managed_ledger",
+                pa.string(),
+                "the managed ledger's name (its path below pulsar.managed_ledgers_path)",
+                nullable=False,
+            ),
+            _f("topic", pa.string(), "the Pulsar topic (persistent://tenant/namespace/topic)"),
+            _f("cluster", pa.string(), "the cluster's INSTANCEID"),
+            _f("ledger_ids", pa.list_(pa.int64()), "the ledgers it lists, in order"),
+            _f("offloaded_ids", pa.list_(pa.int64()), "of those, offloaded completely (tiered storage)"),
+            _f(
+                "bookkeeper_deleted_ids",
+                pa.list_(pa.int64()),
+                "of those, offloaded and then deleted from BookKeeper (not missing)",
+            ),
+            _f(
+                "cursors",
+                pa.list_(_CURSOR),
+                "its cursors and each one's cursor ledger (null: kept in the znode)",
+            ),
+            _f("mzxid", pa.int64(), "mzxid of the managed ledger's znode as last read"),
+            _f("version", pa.int32(), "data version of that znode"),
+            _f(
+                "undecodable_reason",
+                pa.string(),
+                "why its znode (or a cursor's) does not decode; null when it does",
+            ),
+            _f("deleted", pa.bool_(), "its znode was deleted"),
+            _f("updated_at", _TS, "event time of the last change applied"),
+        ]
+    ),
+    "Pulsar's managed ledgers as the watcher last read them, one row per managed ledger.",
+    key=("managed_ledger",),
+)
+
 TABLES: dict[str, TableSpec] = {
     spec.name: spec
     for spec in (
@@ -370,6 +411,7 @@ TABLES: dict[str, TableSpec] = {
         DEAD_LETTERS,
         SNAPSHOT_SEEN,
         PLACEMENT_PLANS,
+        TOPICS,
     )
 }
 

@@ -57,6 +57,7 @@ from connectors.kafka.publisher import (
 )
 from connectors.zookeeper.fallback_watch import FALLBACK_EVENT, FallbackWatches
 from connectors.zookeeper.handler import PollingHandler
+from connectors.zookeeper.managed_ledgers import ManagedLedgerRecipe
 from connectors.zookeeper.ordered_reads import OrderedReads
 from connectors.zookeeper.persistent_watch import PersistentWatches
 from connectors.zookeeper.snapshot import (
@@ -480,6 +481,7 @@ OP_AUTORECOVERY = 16  # a marker: read AutoRecovery's znodes now (extra = the sn
 OP_TAILS = 17  # a marker from the delivery-report thread: the held tails can go out alone now
 OP_PROBE = 18  # a liveness probe's answer (extra = bookie id, answered, address, detail)
 OP_COOKIE = 19  # a cookie's read (extra = bookie id, snapshot or None)
+OP_MANAGED = 20  # a managed-ledger or cursor znode's read (extra = (name, cursor)): the recipe's
 WATCH_EVENT = "watch-event"
 #: Of the worker's gathering sleep, the part during which kazoo's connection thread leaves the burst's
 #: notifications in the socket: it wakes once to read them all, and has handed them over when the worker
@@ -506,6 +508,7 @@ _PURPOSE = {
     OP_BATCH: "multi_read",
     OP_DELETE_BARRIER: "delete_barrier",
     OP_AUTORECOVERY: "autorecovery",
+    OP_MANAGED: "managed_ledger",
 }
 
 
@@ -615,6 +618,7 @@ class ChangeWatcher:
         self._slots = ReadSlots(self.config.snapshot_concurrency)
         self._fallback = FallbackWatches(self._put)
         self._persistent: PersistentWatches | None = None
+        self._managed: ManagedLedgerRecipe | None = None  # Pulsar's /managed-ledgers (settings.pulsar)
         self.fallback_mode = False
         self._multi_read = False
         # Live ledger reads of one chunk of notifications (path -> ledger id), sent as one multiRead.
@@ -707,6 +711,12 @@ class ChangeWatcher:
         self._builder = events.EventBuilder(self.cluster, self.run_id)
         self.publisher.start()
         client.add_listener(self._on_state)
+        if self.settings.pulsar.follow_managed_ledgers:
+            self._managed = ManagedLedgerRecipe(
+                self.settings.pulsar.managed_ledgers_path,
+                read=lambda path, znode: self._read(OP_MANAGED, path, znode, None),
+                emit=self._emit,
+            )
         self._choose_watch_mode()
         # multiRead (ZooKeeper >= 3.6) batches snapshot reads; the fallback needs a watch per read instead.
         self._multi_read = (
@@ -871,6 +881,8 @@ class ChangeWatcher:
                 # Added BEFORE the snapshot scan: nothing can change unseen between the scan and the watch.
                 watches.add(self.root, self._on_persistent_event)
                 self.metrics.watch_registrations.inc()
+                if self._managed is not None:  # re-added with the root's by readd_all
+                    watches.add(self._managed.root, self._on_persistent_event)
                 self._persistent = watches
             elif mode == "auto":
                 logger.warning("ZooKeeper has no AddWatch (< 3.6): using one-shot child and data watches")
@@ -1107,11 +1119,12 @@ class ChangeWatcher:
             )
 
         self._reads.marker((OP_BEGIN, "", None, snapshot))
+        walk_timeout_s = max(30.0, self.settings.zookeeper.session_timeout_s * 2)
         walker = TreeWalker(
             self.zookeeper,
             aborted,
             on_listed=self._fallback.mark_listed if self.fallback_mode else None,
-            timeout_s=max(30.0, self.settings.zookeeper.session_timeout_s * 2),
+            timeout_s=walk_timeout_s,
         )
         child_watch = self._fallback.child_watch if self.fallback_mode else None
         data_watch = self._fallback.data_watch if self.fallback_mode else None
@@ -1212,6 +1225,9 @@ class ChangeWatcher:
 
             walker.walk(self.root, classify_ledger, on_ledger, watch=child_watch)
             flush()
+            if self._managed is not None:  # a walker of its own: no fallback child watches there
+                plain = TreeWalker(self.zookeeper, aborted, timeout_s=walk_timeout_s)
+                self._managed.scan(plain, lambda path, znode: issue(OP_MANAGED, path, znode))
             if not self._slots.drained(aborted):
                 raise ScanAborted("aborted while waiting for the last reads")
         except ScanAborted as err:
@@ -1402,6 +1418,9 @@ class ChangeWatcher:
         event_type, path = event.type, event.path
         if event_type == EventType.NONE:
             return
+        if self._managed is not None and self._managed.owns(path):
+            self._managed.on_event(event)
+            return
         route, info = router.route(path)
         if route == R_AUTORECOVERY:
             self._autorecovery_changed = True  # read once per chunk: a burst of lock changes is one read
@@ -1509,6 +1528,12 @@ class ChangeWatcher:
     def _on_read(
         self, op: int, path: str, snapshot: Snapshot | None, extra: Any, value: Any, error: Any
     ) -> None:
+        if op == OP_MANAGED:
+            if error is None and self._managed is not None:
+                self._managed.on_read(extra, value[0], value[1], snapshot)
+            elif error is not None and not isinstance(error, NoNodeError) and snapshot is not None:
+                snapshot.fail(f"read of {path} failed: {type(error).__name__}")
+            return
         if op == OP_DELETE_BARRIER:
             # Whatever the round trip answered (the znode may already be back, or the connection lost),
             # the delete happened: apply it now. A later re-creation has its own notification and read.
@@ -1973,6 +1998,8 @@ class ChangeWatcher:
         # entries still carrying an older epoch were neither in ZooKeeper nor changed since: they vanished.
         self._epoch = (self._epoch + 1) & _EPOCH_MASK
         snapshot.epoch = self._epoch
+        if self._managed is not None:
+            self._managed.epoch = self._epoch
         self._current = snapshot
         with self._status_lock:
             self.status.last_snapshot = snapshot
@@ -1986,6 +2013,8 @@ class ChangeWatcher:
     def _end_snapshot(self, snapshot: Snapshot, disconnects_at_start: int) -> None:
         if snapshot.complete:
             self._infer_deletions(snapshot)
+            if self._managed is not None:
+                self._managed.infer_deletions(snapshot)
             if snapshot.is_full:
                 for bookie_id, bookie in sorted(self._bookies.items()):
                     self._publish_bookie(bookie_id, bookie, snapshot, force=True)

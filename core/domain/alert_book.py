@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from core.domain.alerts import Alert, AlertKind, AlertState
+from core.domain.alerts import Alert, AlertKind, AlertState, topic_entity
 
 
 def _ms(value: Any) -> int:
@@ -128,6 +128,45 @@ class AlertBook:
                     started_at_ms=at_ms,
                     detected_at_ms=at_ms,
                     bookies=list(bookies),
+                    pulsar_topic=pulsar_topic,
+                    detail=detail,
+                )
+            )
+        return self._resolve(entity, kind, at_ms, detail)
+
+    def set_topic_condition(
+        self,
+        kind: AlertKind,
+        managed_ledger: str,
+        holds: bool,
+        *,
+        at_ms: int,
+        started_at_ms: int | None = None,
+        ledger_id: int | None = None,
+        pulsar_topic: str | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> Alert | None:
+        """Like :meth:`set_ledger_condition`, for a managed ledger (or one ledger it lists); a firing
+        condition started at ``started_at_ms`` (default ``at_ms``: detected when it started).
+
+        Example:
+            >>> book = AlertBook("c")
+            >>> book.set_topic_condition(AlertKind.TOPIC_LEDGER_MISSING, "t/n/persistent/x", True, at_ms=5,
+            ...                          ledger_id=7).entity
+            'topic/t/n/persistent/x/ledger/7'
+        """
+        entity = topic_entity(managed_ledger, ledger_id)
+        if holds:
+            if (entity, kind) in self.open:
+                return None
+            return self._fire(
+                Alert.topic(
+                    cluster=self.cluster,
+                    kind=kind,
+                    managed_ledger=managed_ledger,
+                    ledger_id=ledger_id,
+                    started_at_ms=at_ms if started_at_ms is None else started_at_ms,
+                    detected_at_ms=at_ms,
                     pulsar_topic=pulsar_topic,
                     detail=detail,
                 )

@@ -55,6 +55,10 @@ class AlertKind(enum.Enum):
     # At-risk ledgers BookKeeper's Auditor has not marked under-replicated past a grace.
     AUDITOR_LAGGING = "AUDITOR_LAGGING"
 
+    # Pulsar's managed ledgers against BookKeeper (core.domain.rules.topics).
+    TOPIC_LEDGER_MISSING = "TOPIC_LEDGER_MISSING"
+    LEDGER_ORPHANED = "LEDGER_ORPHANED"
+
     @property
     def severity(self) -> str:
         """``critical`` when data is or may be gone, ``warning`` when redundancy is reduced, else ``info``."""
@@ -63,6 +67,16 @@ class AlertKind(enum.Enum):
     @property
     def is_bookie_kind(self) -> bool:
         return self in (AlertKind.BOOKIE_LOST, AlertKind.BOOKIE_UNRESPONSIVE)
+
+    @property
+    def is_topic_kind(self) -> bool:
+        """A condition of one ledger a Pulsar managed ledger lists (entity :func:`topic_entity`).
+
+        Example:
+            >>> AlertKind.TOPIC_LEDGER_MISSING.is_topic_kind, AlertKind.LEDGER_ORPHANED.is_topic_kind
+            (True, False)
+        """
+        return self is AlertKind.TOPIC_LEDGER_MISSING
 
     @property
     def is_cluster_kind(self) -> bool:
@@ -80,6 +94,17 @@ class AlertKind(enum.Enum):
         return _CLUSTER_ENTITIES[self]
 
 
+def topic_entity(managed_ledger: str, ledger_id: int | None = None) -> str:
+    """The entity of a managed ledger's alert, or of one ledger it lists.
+
+    Example:
+        >>> topic_entity("public/default/persistent/t"), topic_entity("public/default/persistent/t", 7)
+        ('topic/public/default/persistent/t', 'topic/public/default/persistent/t/ledger/7')
+    """
+    entity = f"topic/{managed_ledger}"
+    return entity if ledger_id is None else f"{entity}/ledger/{ledger_id}"
+
+
 RACK_MAP_ENTITY = "rackmap"
 """Entity of :attr:`AlertKind.RACK_MAP_INVALID`, the cluster's one rack map (key ``<cluster>/rackmap``)."""
 
@@ -93,12 +118,13 @@ _CLUSTER_ENTITIES = {
     AlertKind.AUDITOR_LAGGING: "auditor-lag",
 }
 
-
 _SEVERITY = {
     AlertKind.LEDGER_UNRECOVERABLE: "critical",
     AlertKind.REPLICAS_NO_REPLICA: "critical",
     AlertKind.REPLICAS_LESS_THAN_AQ: "critical",
     AlertKind.METADATA_CORRUPT: "critical",
+    AlertKind.TOPIC_LEDGER_MISSING: "critical",
+    AlertKind.LEDGER_ORPHANED: "warning",
     AlertKind.LEDGER_UNDER_REPLICATED: "warning",
     AlertKind.REPLICAS_LESS_THAN_WQ: "warning",
     AlertKind.BOOKIE_LOST: "warning",
@@ -197,6 +223,41 @@ class Alert:
             detected_at_ms,
             ledger_id=ledger_id,
             bookies=tuple(sorted(bookies)),
+            pulsar_topic=pulsar_topic,
+            detail=dict(detail or {}),
+        )
+
+    @classmethod
+    def topic(
+        cls,
+        *,
+        cluster: str,
+        kind: AlertKind,
+        managed_ledger: str,
+        started_at_ms: int,
+        detected_at_ms: int,
+        ledger_id: int | None = None,
+        pulsar_topic: str | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> Alert:
+        """A managed ledger's alert (entity :func:`topic_entity`): ``METADATA_CORRUPT`` of its znode, or
+        ``TOPIC_LEDGER_MISSING`` of one ledger it lists.
+
+        Example:
+            >>> Alert.topic(cluster="c", kind=AlertKind.TOPIC_LEDGER_MISSING,
+            ...             managed_ledger="t/n/persistent/x", ledger_id=7, started_at_ms=1,
+            ...             detected_at_ms=2).kafka_key()
+            'c/topic/t/n/persistent/x/ledger/7'
+        """
+        if kind.is_bookie_kind or kind.is_cluster_kind:
+            raise ValueError(f"{kind.value} is not a topic alert")
+        return cls(
+            cluster,
+            kind,
+            topic_entity(managed_ledger, ledger_id),
+            started_at_ms,
+            detected_at_ms,
+            ledger_id=ledger_id,
             pulsar_topic=pulsar_topic,
             detail=dict(detail or {}),
         )

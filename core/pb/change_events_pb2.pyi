@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ChangeEvent(_message.Message):
-    __slots__ = ("schema_version", "cluster", "event_time_ms", "entity_key", "watcher_run_id", "sequence", "snapshot_id", "bookie_status", "ledger_upserted", "ledger_deleted", "ledger_undecodable", "under_replication_mark", "recovery_delay", "rack_map", "snapshot_begin", "snapshot_end", "heartbeat", "auto_recovery_state", "bookie_probe")
+    __slots__ = ("schema_version", "cluster", "event_time_ms", "entity_key", "watcher_run_id", "sequence", "snapshot_id", "bookie_status", "ledger_upserted", "ledger_deleted", "ledger_undecodable", "under_replication_mark", "recovery_delay", "rack_map", "snapshot_begin", "snapshot_end", "heartbeat", "auto_recovery_state", "bookie_probe", "managed_ledger_changed", "managed_ledger_deleted")
     SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     EVENT_TIME_MS_FIELD_NUMBER: _ClassVar[int]
@@ -28,6 +28,8 @@ class ChangeEvent(_message.Message):
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     AUTO_RECOVERY_STATE_FIELD_NUMBER: _ClassVar[int]
     BOOKIE_PROBE_FIELD_NUMBER: _ClassVar[int]
+    MANAGED_LEDGER_CHANGED_FIELD_NUMBER: _ClassVar[int]
+    MANAGED_LEDGER_DELETED_FIELD_NUMBER: _ClassVar[int]
     schema_version: int
     cluster: str
     event_time_ms: int
@@ -47,7 +49,9 @@ class ChangeEvent(_message.Message):
     heartbeat: Heartbeat
     auto_recovery_state: AutoRecoveryState
     bookie_probe: BookieProbe
-    def __init__(self, schema_version: _Optional[int] = ..., cluster: _Optional[str] = ..., event_time_ms: _Optional[int] = ..., entity_key: _Optional[str] = ..., watcher_run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., snapshot_id: _Optional[str] = ..., bookie_status: _Optional[_Union[BookieStatus, _Mapping]] = ..., ledger_upserted: _Optional[_Union[LedgerUpserted, _Mapping]] = ..., ledger_deleted: _Optional[_Union[LedgerDeleted, _Mapping]] = ..., ledger_undecodable: _Optional[_Union[LedgerUndecodable, _Mapping]] = ..., under_replication_mark: _Optional[_Union[UnderReplicationMark, _Mapping]] = ..., recovery_delay: _Optional[_Union[RecoveryDelay, _Mapping]] = ..., rack_map: _Optional[_Union[RackMap, _Mapping]] = ..., snapshot_begin: _Optional[_Union[SnapshotBegin, _Mapping]] = ..., snapshot_end: _Optional[_Union[SnapshotEnd, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., auto_recovery_state: _Optional[_Union[AutoRecoveryState, _Mapping]] = ..., bookie_probe: _Optional[_Union[BookieProbe, _Mapping]] = ...) -> None: ...
+    managed_ledger_changed: ManagedLedgerChanged
+    managed_ledger_deleted: ManagedLedgerDeleted
+    def __init__(self, schema_version: _Optional[int] = ..., cluster: _Optional[str] = ..., event_time_ms: _Optional[int] = ..., entity_key: _Optional[str] = ..., watcher_run_id: _Optional[str] = ..., sequence: _Optional[int] = ..., snapshot_id: _Optional[str] = ..., bookie_status: _Optional[_Union[BookieStatus, _Mapping]] = ..., ledger_upserted: _Optional[_Union[LedgerUpserted, _Mapping]] = ..., ledger_deleted: _Optional[_Union[LedgerDeleted, _Mapping]] = ..., ledger_undecodable: _Optional[_Union[LedgerUndecodable, _Mapping]] = ..., under_replication_mark: _Optional[_Union[UnderReplicationMark, _Mapping]] = ..., recovery_delay: _Optional[_Union[RecoveryDelay, _Mapping]] = ..., rack_map: _Optional[_Union[RackMap, _Mapping]] = ..., snapshot_begin: _Optional[_Union[SnapshotBegin, _Mapping]] = ..., snapshot_end: _Optional[_Union[SnapshotEnd, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., auto_recovery_state: _Optional[_Union[AutoRecoveryState, _Mapping]] = ..., bookie_probe: _Optional[_Union[BookieProbe, _Mapping]] = ..., managed_ledger_changed: _Optional[_Union[ManagedLedgerChanged, _Mapping]] = ..., managed_ledger_deleted: _Optional[_Union[ManagedLedgerDeleted, _Mapping]] = ...) -> None: ...
 
 class ZnodeStat(_message.Message):
     __slots__ = ("czxid", "mzxid", "ctime_ms", "mtime_ms", "version", "data_length")
@@ -415,3 +419,25 @@ class Heartbeat(_message.Message):
     partition_count: int
     last_zxid: int
     def __init__(self, watcher_time_ms: _Optional[int] = ..., partition: _Optional[int] = ..., partition_count: _Optional[int] = ..., last_zxid: _Optional[int] = ...) -> None: ...
+
+class ManagedLedgerChanged(_message.Message):
+    __slots__ = ("name", "cursor", "znode", "data")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    ZNODE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    cursor: str
+    znode: ZnodeStat
+    data: bytes
+    def __init__(self, name: _Optional[str] = ..., cursor: _Optional[str] = ..., znode: _Optional[_Union[ZnodeStat, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class ManagedLedgerDeleted(_message.Message):
+    __slots__ = ("name", "cursor", "inferred")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    INFERRED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    cursor: str
+    inferred: bool
+    def __init__(self, name: _Optional[str] = ..., cursor: _Optional[str] = ..., inferred: _Optional[bool] = ...) -> None: ...

@@ -20,6 +20,7 @@ from connectors.delta.queries import Lakehouse
 from connectors.delta.spark_interop import check_spark_line, kafka_read_options
 from connectors.delta.tables import TABLES
 from core import events as ev
+from core.domain.managed_ledger import ManagedLedgerInfo, TopicLedger, encode_managed_ledger_info
 from core.domain.rackmap import RackMap
 from core.errors import ConfigError
 from tests.integration.event_fixtures import Stat
@@ -51,6 +52,10 @@ def job_output(spark: Any, bk_services: Any, tmp_path_factory: pytest.TempPathFa
     watcher.ledger(6, [BOOKIES[1], BOOKIES[4]])  # both on /rack1: a placement plan
     watcher.ledger(4, [BOOKIES[0], BOOKIES[3]], closed=False)
     watcher.send(ev.ledger_undecodable(5, "/ledgers/L5", Stat(1, 1, 0, 0, 0, 3), "bad header"))
+    listing = encode_managed_ledger_info(ManagedLedgerInfo((TopicLedger(1), TopicLedger(2))))
+    watcher.send(
+        ev.managed_ledger_changed("t/ns/persistent/x", "", listing, Stat(1, 2, 0, 0, 0, len(listing)))
+    )
     watcher.heartbeat(t0 + 50_000)
     watcher.bookie(BOOKIES[0], "GONE")
     watcher.heartbeat(t0 + 55_000)

@@ -92,6 +92,13 @@ def firing_alert(example: dict[str, Any], started_at_ms: int) -> Alert:
         return Alert.bookie(bookie_id=bookie_id, **common)
     if kind.is_cluster_kind:
         return Alert.cluster_level(**common)
+    if kind.is_topic_kind:
+        return Alert.topic(
+            managed_ledger=example["detail"]["managed_ledger"],
+            ledger_id=example["ledger_id"],
+            pulsar_topic=example["pulsar_topic"],
+            **common,
+        )
     return Alert.ledger(
         ledger_id=example["ledger_id"],
         bookies=example["bookies"],
