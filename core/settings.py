@@ -93,6 +93,18 @@ class DevSettings(_Section):
     racks: int = Field(3, ge=1, le=250, description="real BookKeeper: racks the bookies are spread over")
 
 
+def absolute_znode_path(value: str, what: str) -> str:
+    """A ZooKeeper path below the root, without a trailing slash; else a ValueError naming the setting.
+
+    Example:
+        >>> absolute_znode_path("/bkaudit/leases/", "lease_path")
+        '/bkaudit/leases'
+    """
+    if not value.startswith("/") or value.rstrip("/") == "":
+        raise ValueError(f"{what} must be an absolute ZooKeeper path below /, e.g. /bkaudit/leases")
+    return value.rstrip("/")
+
+
 class ZooKeeperSettings(_Section):
     """The BookKeeper cluster's ZooKeeper, as the watcher and the simulator connect to it.
 
@@ -539,9 +551,7 @@ class StreamSettings(_Section):
     @field_validator("lease_path")
     @classmethod
     def _absolute_lease_path(cls, value: str) -> str:
-        if not value.startswith("/") or value.rstrip("/") == "":
-            raise ValueError("must be an absolute ZooKeeper path below the root, e.g. /bkaudit/leases")
-        return value.rstrip("/")
+        return absolute_znode_path(value, "lease_path")
 
     sink_queue_depth: int = Field(
         1,
@@ -811,9 +821,7 @@ class PulsarSettings(_Section):
     @field_validator("managed_ledgers_path")
     @classmethod
     def _absolute(cls, value: str) -> str:
-        if not value.startswith("/") or value.rstrip("/") == "":
-            raise ValueError("managed_ledgers_path must be an absolute ZooKeeper path below /")
-        return value.rstrip("/")
+        return absolute_znode_path(value, "managed_ledgers_path")
 
 
 class Settings(BaseSettings):
