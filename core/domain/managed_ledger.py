@@ -10,9 +10,10 @@ Formats, as Pulsar's ``MetaStoreImpl`` reads them:
 
 - binary protobuf (``MLDataFormats.proto``; :mod:`core.pb.managed_ledger_pb2` mirrors its field numbers);
 - compressed: ``0x4778`` (2 bytes), the size of a ``ManagedLedgerInfoMetadata`` (4 bytes, big-endian),
-  that message (compression type, uncompressed size), then the compressed bytes. ``NONE`` and ``ZLIB`` are
-  read here; ``LZ4``, ``ZSTD`` and ``SNAPPY`` raise a :class:`~core.errors.FormatError` naming the codec.
-  Like Pulsar, bytes that start with the magic but do not decode that way are read as plain protobuf;
+  that message (compression type, uncompressed size), then the compressed bytes in Pulsar's codecs: ``ZLIB``
+  (zlib stream), ``LZ4`` (raw block), ``ZSTD`` (frame), ``SNAPPY`` (raw). Decompression never writes past
+  the size the header states (at most 64 MiB), so a hostile znode cannot exhaust memory. Like Pulsar, bytes
+  that start with the magic but do not decode that way are read as plain protobuf;
 - the protobuf text format, which Pulsar 1.x wrote and still reads.
 
 An empty znode is an empty managed ledger (Pulsar creates it so). Anything else that does not decode raises
@@ -30,10 +31,13 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+import cramjam
+import numpy as np
 from google.protobuf.message import DecodeError, EncodeError
 from google.protobuf.text_format import ParseError
 
@@ -44,7 +48,15 @@ MANAGED_LEDGERS_ROOT = "/managed-ledgers"
 #: The first two bytes of a compressed ``ManagedLedgerInfo`` (``MetaStoreImpl``).
 COMPRESSION_MAGIC = 0x4778
 _HEADER = struct.Struct(">HI")
-_READABLE_CODECS = ("NONE", "ZLIB")
+#: The largest uncompressed size read (ZooKeeper's znodes are at most jute.maxbuffer, a few MB in practice).
+MAX_UNCOMPRESSED_BYTES = 64 * 1024 * 1024
+#: Pulsar's codecs as ``CompressionCodecProvider`` writes them, each decompressing into a buffer of the
+#: stated size (the ``*_into`` calls fail rather than write past it).
+_DECOMPRESS_INTO: dict[str, Callable[[bytes, Any], int]] = {
+    "LZ4": cramjam.lz4.decompress_block_into,
+    "ZSTD": cramjam.zstd.decompress_into,
+    "SNAPPY": cramjam.snappy.decompress_raw_into,
+}
 
 
 @dataclass(frozen=True)
@@ -196,22 +208,35 @@ def _uncompressed(data: bytes) -> bytes:
         codec = pb.CompressionType.Name(metadata.compressionType)
     except (DecodeError, ValueError):
         return data  # not a compressed record after all: Pulsar then reads the bytes as they are
-    if codec not in _READABLE_CODECS:
-        raise FormatError(
-            f"managed-ledger metadata compressed with {codec}: not readable here (NONE, ZLIB are)"
-        )
-    body = data[end:]
-    if codec == "ZLIB":
-        try:
-            body = zlib.decompress(body)
-        except zlib.error as err:
-            raise FormatError(f"managed-ledger metadata: ZLIB data does not inflate ({err})") from None
+    body = _decompressed(codec, data[end:], metadata.uncompressedSize)
     if len(body) != metadata.uncompressedSize:
         expected = metadata.uncompressedSize
         raise FormatError(
             f"managed-ledger metadata: {len(body)} bytes after {codec}, the header says {expected}"
         )
     return body
+
+
+def _decompressed(codec: str, body: bytes, size: int) -> bytes:
+    """``body`` decompressed with Pulsar's ``codec``, never past ``size`` bytes (and one more for ZLIB, to
+    tell a longer stream)."""
+    if codec == "NONE":
+        return body
+    if size > MAX_UNCOMPRESSED_BYTES:
+        raise FormatError(
+            f"managed-ledger metadata: the header states {size} uncompressed bytes (at most "
+            f"{MAX_UNCOMPRESSED_BYTES} are read)"
+        )
+    try:
+        if codec == "ZLIB":
+            return zlib.decompressobj().decompress(body, size + 1)
+        into = np.zeros(size, dtype=np.uint8)
+        written = _DECOMPRESS_INTO[codec](body, into)
+        return into[:written].tobytes()
+    except (zlib.error, cramjam.DecompressionError) as err:
+        raise FormatError(f"managed-ledger metadata: {codec} data does not decompress ({err})") from None
+    except KeyError:
+        raise FormatError(f"managed-ledger metadata: unknown compression {codec}") from None
 
 
 def _parse(kind: Any, body: bytes, what: str) -> Any:
@@ -332,15 +357,24 @@ def encode_managed_cursor_info(cursor: ManagedCursorInfo) -> bytes:
     return message.SerializeToString()
 
 
+_COMPRESS: dict[str, Callable[[bytes], Any]] = {
+    "ZLIB": zlib.compress,
+    "LZ4": lambda body: cramjam.lz4.compress_block(body, store_size=False),
+    "ZSTD": cramjam.zstd.compress,
+    "SNAPPY": cramjam.snappy.compress_raw,
+}
+
+
 def _compressed(body: bytes, compression: str) -> bytes:
     if compression == "NONE":
         return body
-    if compression != "ZLIB":
-        raise ValueError(f"compression {compression!r}: NONE or ZLIB")
+    if compression not in _COMPRESS:
+        raise ValueError(f"compression {compression!r}: NONE, {', '.join(_COMPRESS)}")
     metadata = pb.ManagedLedgerInfoMetadata(
-        compressionType="ZLIB", uncompressedSize=len(body)
+        compressionType=compression, uncompressedSize=len(body)
     ).SerializeToString()
-    return _HEADER.pack(COMPRESSION_MAGIC, len(metadata)) + metadata + zlib.compress(body)
+    compressed = bytes(_COMPRESS[compression](body))
+    return _HEADER.pack(COMPRESSION_MAGIC, len(metadata)) + metadata + compressed
 
 
 __all__ = [

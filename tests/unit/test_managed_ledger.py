@@ -4,7 +4,6 @@ the same ledgers, and bad bytes are one FormatError, never another exception."""
 from __future__ import annotations
 
 import struct
-import zlib
 
 import pytest
 from google.protobuf import text_format
@@ -44,7 +43,7 @@ infos = st.builds(
 
 
 @settings(max_examples=200, deadline=None)
-@given(infos, st.sampled_from(["NONE", "ZLIB"]))
+@given(infos, st.sampled_from(["NONE", "ZLIB", "LZ4", "ZSTD", "SNAPPY"]))
 def test_what_pulsar_writes_reads_back(info: ManagedLedgerInfo, compression: str) -> None:
     decoded = decode_managed_ledger_info(encode_managed_ledger_info(info, compression=compression))
     # Only a complete offload or a deleted BookKeeper copy writes an offload context: both read back.
@@ -69,24 +68,34 @@ def test_any_bytes_decode_or_give_one_format_error(data: bytes) -> None:
             assert "\n" not in str(err)
 
 
-def test_a_codec_not_read_here_is_named() -> None:
-    metadata = pb.ManagedLedgerInfoMetadata(compressionType="LZ4", uncompressedSize=10).SerializeToString()
-    data = struct.pack(">HI", 0x4778, len(metadata)) + metadata + b"\x00" * 10
-    with pytest.raises(FormatError, match="compressed with LZ4"):
-        decode_managed_ledger_info(data)
+def _compressed_znode(codec: str, payload: bytes, size: int) -> bytes:
+    metadata = pb.ManagedLedgerInfoMetadata(compressionType=codec, uncompressedSize=size).SerializeToString()
+    return struct.pack(">HI", 0x4778, len(metadata)) + metadata + payload
 
 
-def test_a_zlib_body_that_does_not_inflate_or_has_the_wrong_size_is_refused() -> None:
+@pytest.mark.parametrize("codec", ["ZLIB", "LZ4", "ZSTD", "SNAPPY"])
+def test_a_body_that_does_not_decompress_or_has_the_wrong_size_is_refused(codec: str) -> None:
     body = encode_managed_ledger_info(ManagedLedgerInfo((TopicLedger(3),)))
-    for payload, size, message in (
-        (b"not zlib", len(body), "does not inflate"),
-        (zlib.compress(body), 99, "says 99"),
-    ):
-        metadata = pb.ManagedLedgerInfoMetadata(
-            compressionType="ZLIB", uncompressedSize=size
-        ).SerializeToString()
-        with pytest.raises(FormatError, match=message):
-            decode_managed_ledger_info(struct.pack(">HI", 0x4778, len(metadata)) + metadata + payload)
+    good = encode_managed_ledger_info(ManagedLedgerInfo((TopicLedger(3),)), compression=codec)
+    payload = good[6 + struct.unpack(">I", good[2:6])[0] :]
+    with pytest.raises(FormatError, match=f"{codec} data does not decompress"):
+        decode_managed_ledger_info(_compressed_znode(codec, b"\xff\xfe not compressed", len(body)))
+    with pytest.raises(FormatError, match="the header says 99"):
+        decode_managed_ledger_info(_compressed_znode(codec, payload, 99))
+
+
+@pytest.mark.parametrize("codec", ["ZLIB", "LZ4", "ZSTD", "SNAPPY"])
+def test_decompression_never_writes_past_the_stated_size(codec: str) -> None:
+    """A small znode that inflates to far more than its header states (a compression bomb) is refused
+    without inflating it all; a stated size above the cap is refused before anything is read."""
+    bomb = encode_managed_ledger_info(
+        ManagedLedgerInfo(properties=(("k", "x" * 3_000_000),)), compression=codec
+    )
+    payload = bomb[6 + struct.unpack(">I", bomb[2:6])[0] :]
+    with pytest.raises(FormatError):
+        decode_managed_ledger_info(_compressed_znode(codec, payload, 1_000))
+    with pytest.raises(FormatError, match="at most"):
+        decode_managed_ledger_info(_compressed_znode(codec, payload, 2**31 - 1))
 
 
 def test_a_cursor_names_its_ledger_unless_it_keeps_its_position_in_the_znode() -> None:
