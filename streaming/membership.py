@@ -20,10 +20,9 @@
 A batch starts from the state saved by the newest batch before it, so a replay after a crash (the same
 records, :class:`~streaming.driver_batches.OffsetLog`) decides what its first attempt decided, and the
 auditor's app transaction skips what that attempt already recorded: no alert lost, none re-fired under a
-new id. One exception: ``AUDITOR_LAGGING``'s input (the auditor's open ledger alerts and the ledgers' marks)
-is read as the batch runs, not kept with the records, so a replayed batch may fire it one batch earlier or
-later (another id; with a grace of minutes, only a crash right at its deadline shows it). Rack-map events
-stay with the ledger lane (they change placement, a ledger-lane rule).
+new id. ``AUDITOR_LAGGING``'s input (the auditor's open ledger alerts and the ledgers' marks) is not in the
+records: it is saved per batch before the batch decides (``<state dir>/lagging-inputs``), and a replay reads
+it back. Rack-map events stay with the ledger lane (they change placement, a ledger-lane rule).
 
 Example:
     >>> import tempfile
@@ -42,8 +41,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from core.domain.rules.auditor_lag import UnmarkedAtRisk
 from streaming.decode import decode_batches
-from streaming.driver_batches import LaneStates
+from streaming.driver_batches import BatchFiles, LaneStates
 from streaming.loss import MEMBERSHIP_DECISIONS, LossAuditor, membership_app
 from streaming.processor import MEMBERSHIP_CHANGES, ClusterLogic, ProcessorConfig, rows_from_frames
 from streaming.reports import REPORTS_KEPT, LossReport, keep_recent
@@ -60,6 +60,8 @@ SKIPPED_KEY_PREFIXES = ("ledger/", "managed-ledger/")
 
 #: The lane's state after each micro-batch, one small JSON file per batch in its checkpoint.
 MembershipStateStore = LaneStates
+#: The subdirectory of the state directory holding AUDITOR_LAGGING's input per batch.
+LAGGING_INPUTS = "lagging-inputs"
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,8 @@ class MembershipLane:
         self.store = store
         self.logic = ClusterLogic(config.processor)
         self.reports: list[LossReport] = []
+        # AUDITOR_LAGGING's input per batch, written before the batch decides: a replay reads it back.
+        self.lagging_inputs = BatchFiles(store.directory / LAGGING_INPUTS, keep=store.keep)
 
     def process(self, records: pa.Table, batch_id: int) -> LossReport:
         """Apply one micro-batch of raw Kafka records (the source's columns plus ``batch_time``); its
@@ -135,9 +139,7 @@ class MembershipLane:
         state = self.store.before(batch_id)
         cluster = next((r["cluster"] for r in reversed(rows) if r.get("cluster")), None)
         cluster = cluster or (state or {}).get("cluster") or self.config.cluster_default
-        unmarked = None  # AUDITOR_LAGGING's input (None: its check is off), judged at the batch's times
-        if self.config.processor.autorecovery.lagging_s > 0:
-            unmarked = self.auditor.unmarked_at_risk()
+        unmarked = self._lagging_input(batch_id)
         new_state, decisions, _ = self.logic.apply(state, rows, unmarked)
         new_state["cluster"] = cluster
         membership = [
@@ -164,6 +166,19 @@ class MembershipLane:
         if report.values or report.bookies_written:
             keep_recent(self.reports, report, REPORTS_KEPT)
         return report
+
+    def _lagging_input(self, batch_id: int) -> UnmarkedAtRisk | None:
+        """AUDITOR_LAGGING's input (None: its check is off), judged at the batch's event times: the at-risk
+        ledgers the Auditor has not marked, as the auditor knows them when the batch first ran. It is read
+        outside the batch's records, so it is saved before the batch decides and a replay reads the first
+        attempt's (it decides, and names its alert, as that attempt did)."""
+        if self.config.processor.autorecovery.lagging_s <= 0:
+            return None
+        if self.lagging_inputs.saved(batch_id):
+            return UnmarkedAtRisk.from_json(self.lagging_inputs.read(batch_id))
+        unmarked = self.auditor.unmarked_at_risk()
+        self.lagging_inputs.save(batch_id, unmarked.to_json())
+        return unmarked
 
 
 __all__ = [

@@ -301,3 +301,38 @@ def test_a_bookie_formatted_again_is_flagged_once_and_a_first_sighting_or_a_repu
         changed.append(decided[-1]["cookie_changed_ms"])
     assert flagged == [replaced for _, replaced in steps]
     assert changed == [None, None, None, 4_000, 4_000, 6_000, 6_000]
+
+
+# --- AUDITOR_LAGGING's input, saved per batch ------------------------------------------------------------
+
+
+class _ChangingAuditor:
+    """The loss owner's answer to "which at-risk ledgers are unmarked", changing between calls (marks
+    arriving while a crashed batch waits for its replay)."""
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+
+    def unmarked_at_risk(self):
+        return self.answers.pop(0)
+
+
+def test_a_replayed_batch_judges_auditor_lagging_on_its_first_attempts_input(tmp_path):
+    from core.domain.rules.auditor_lag import UnmarkedAtRisk
+    from core.domain.rules.autorecovery import AutoRecoveryGraces
+    from streaming.membership import MembershipLane
+
+    first, later = UnmarkedAtRisk(2, 1_000, (7, 8)), UnmarkedAtRisk()
+    config = MembershipLaneConfig(
+        app_id="a",
+        feedback_topic="f",
+        processor=ProcessorConfig(membership=True, autorecovery=AutoRecoveryGraces(lagging_s=60)),
+    )
+    store = MembershipStateStore(tmp_path / "state")
+    auditor = _ChangingAuditor(first, later, later)
+    lane = MembershipLane(config, auditor, store)
+    assert lane._lagging_input(5) == first  # batch 5's first attempt, then the job crashed
+    restarted = MembershipLane(config, auditor, MembershipStateStore(tmp_path / "state"))
+    assert restarted._lagging_input(5) == first  # its replay: the same input, not the marks since
+    assert restarted._lagging_input(6) == later  # the next batch asks again
+    assert auditor.answers == [later]
