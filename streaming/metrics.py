@@ -97,7 +97,10 @@ AUDIT_GAUGES = {
         "bkaudit_num_underreplicated_ledgers_elapsed_recovery_grace_period",
         "urL marks older than the grace period",
     ),
-    "METADATA_CORRUPT": ("bkaudit_num_corrupt_ledger_znodes", "ledger znodes that cannot be decoded"),
+    "METADATA_CORRUPT": (
+        "bkaudit_num_corrupt_ledger_znodes",
+        "ledger znodes (and Pulsar managed-ledger znodes) that cannot be decoded",
+    ),
     "RACK_MAP_INVALID": (
         "bkaudit_rack_map_invalid",
         "1 while the current rack map cannot be read (placement unknown, not evaluated)",

@@ -575,7 +575,11 @@ def _settle_versions(batch: SinkBatch, policy: PlacementPolicyConfig) -> None:
     versions = batch.versions
     if versions is None or not versions.num_rows:
         return
-    alerted = [int(e[len("ledger/") :]) for e, k in batch.book.open if k in VERSION_ALERT_KINDS]
+    alerted = [  # a METADATA_CORRUPT may be a topic's (``topic/<name>``): ledgers' only
+        int(e[len("ledger/") :])
+        for e, k in batch.book.open
+        if k in VERSION_ALERT_KINDS and e.startswith("ledger/")
+    ]
     ids = versions.column("ledger_id").to_numpy()
     adhering = adhering_versions(versions, batch.racks, policy)
     violating = isolation_violating_versions(versions, batch.groups, writable_bookies(batch))

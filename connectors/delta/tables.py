@@ -26,7 +26,7 @@ Example:
     >>> root = tempfile.mkdtemp()
     >>> ensure_tables(root)  # doctest: +NORMALIZE_WHITESPACE
     ['bookies', 'dead_letters', 'ledger_bookies', 'ledger_changes', 'ledgers', 'open_alerts',
-     'placement_plans', 'snapshot_seen', 'violations']
+     'placement_plans', 'snapshot_seen', 'topics', 'violations']
 """
 
 from __future__ import annotations
