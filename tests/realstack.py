@@ -549,13 +549,15 @@ def real_stack(
     stream_settings: dict[str, str] | None = None,
     app_id: str = "bkaudit-real",
     lock_ledgers: Iterable[int] = (),
+    job_env: dict[str, str] | None = None,
 ) -> Iterator[RealStack]:
     """Start the alert reader, the mark poller, ``bkaudit watch`` and ``bkaudit stream`` on ``cluster``;
     everything is stopped on exit (the cluster is the caller's).
 
     ``lock_ledgers``: take these ledgers' replication locks first (:meth:`AuditorMarks.lock`), before the
     watcher starts: it reads all of AutoRecovery's locks again on every lock change (they are a handful
-    in a real cluster), so thousands created under its eyes would cost it thousands of full reads."""
+    in a real cluster), so thousands created under its eyes would cost it thousands of full reads.
+    ``job_env``: other ``BKAUDIT_*`` variables of the job (settings outside the ``stream`` section)."""
     root.mkdir(parents=True, exist_ok=True)
     kafka = services.kafka_settings(topic_partitions=PARTITIONS)
     ensure_topic(kafka, kafka.changes_topic, partitions=PARTITIONS)
@@ -569,7 +571,7 @@ def real_stack(
         settings,
         app_id,
         PARTITIONS,
-        extra_env={k: v for k, v in env.items() if k.startswith("BKAUDIT_ZOOKEEPER")},
+        extra_env={**{k: v for k, v in env.items() if k.startswith("BKAUDIT_ZOOKEEPER")}, **(job_env or {})},
     )
     stack = RealStack(
         services=services,

@@ -19,6 +19,7 @@ import pytest
 
 from bkaudit.testing.harness import ServiceHarness
 from connectors.delta.queries import Lakehouse
+from core.domain.managed_ledger import ManagedLedgerInfo, TopicLedger, encode_managed_ledger_info
 from core.domain.metadata import LedgerMetadata
 from tests.chaos.stack import wait_for
 from tests.realstack import (
@@ -42,7 +43,9 @@ def stack(bk_services: ServiceHarness, tmp_path_factory: pytest.TempPathFactory)
         ledger_ids = set(written["closed"]) | set(written["open"])
         root = Path(tmp_path_factory.mktemp("real-faults"))
         # The ReplicationWorker skips locked marks: they stay to be compared.
-        with real_stack(bk_services, cluster, root, lock_ledgers=ledger_ids) as running:
+        # Pulsar's graces short: the managed-ledger test below lists and unlists in seconds.
+        pulsar = {"BKAUDIT_PULSAR__MISSING_GRACE_S": "1", "BKAUDIT_PULSAR__ORPHAN_GRACE_S": "0"}
+        with real_stack(bk_services, cluster, root, lock_ledgers=ledger_ids, job_env=pulsar) as running:
             cluster.start_auditor(check_interval_s=3600)
             wait_for("the Auditor's start-up checks", running.auditor_idle, 120)
             running.wait_ingested(ledger_ids)
@@ -170,3 +173,59 @@ def test_a_pause_shorter_than_the_session_timeout_raises_nothing(stack: RealStac
     assert not about_it, [a.alert for a in about_it]
     marked = {m.ledger_id: m.replicas for m in stack.marks.since(started).values()}
     assert not {i for i, replicas in marked.items() if bookie.bookie_id in replicas}, marked
+
+
+def _managed_ledger_of(md: LedgerMetadata) -> str:
+    """The managed ledger BookKeeper's Java client named in the ledger's custom metadata (as Pulsar does)."""
+    return dict(md.custom_metadata)["pulsar/managed-ledger"].decode()
+
+
+def test_pulsar_managed_ledgers_beside_the_real_metadata_find_the_missing_and_the_orphaned(
+    stack: RealStack,
+) -> None:
+    """Managed-ledger znodes (Pulsar's binary format) next to ledgers BookKeeper's Java client wrote with
+    Pulsar's custom metadata: a listed ledger BookKeeper never had is TOPIC_LEDGER_MISSING, and every
+    ledger its managed ledger does not list is LEDGER_ORPHANED; listing them as Pulsar would resolves
+    each alert under the id it fired with. Last in the module: its znodes stay."""
+    client = stack.marks.client
+    ledgers = {i: md for i, md in read_ledgers(client, stack.known_ledgers).items()}
+    owners = {i: _managed_ledger_of(md) for i, md in ledgers.items()}
+    first = min(owners)
+    never_in_bookkeeper = max(owners) + 1_000_000
+    topic_root = "/managed-ledgers"
+
+    def write(name: str, ids: list[int]) -> None:
+        data = encode_managed_ledger_info(ManagedLedgerInfo(tuple(TopicLedger(i) for i in ids)))
+        path = f"{topic_root}/{name}"
+        if client.exists(path):
+            client.set(path, data)
+        else:
+            client.create(path, data, makepath=True)
+
+    started = time.time()
+    write(owners[first], [first, never_in_bookkeeper])
+    orphans = set(owners) - {first}
+
+    def fired() -> tuple[set[int], set[int]] | None:
+        missing = {int(a.alert["ledger_id"]) for a in stack.alerts.firing(("TOPIC_LEDGER_MISSING",), started)}
+        orphaned = {int(a.alert["ledger_id"]) for a in stack.alerts.firing(("LEDGER_ORPHANED",), started)}
+        return (missing, orphaned) if missing and orphaned == orphans else None
+
+    missing, _ = wait_for("the missing and the orphaned ledgers", fired, 180)
+    assert missing == {never_in_bookkeeper}
+    open_before = stack.alerts.open_now(("TOPIC_LEDGER_MISSING", "LEDGER_ORPHANED"))
+
+    write(owners[first], [first])
+    for ledger_id in sorted(orphans):
+        write(owners[ledger_id], [i for i, owner in owners.items() if owner == owners[ledger_id]])
+
+    def all_resolved() -> bool:
+        return not stack.alerts.open_now(("TOPIC_LEDGER_MISSING", "LEDGER_ORPHANED"))
+
+    wait_for("every managed-ledger alert to resolve", all_resolved, 180)
+    resolved = {
+        a.alert["alert_id"]
+        for a in stack.alerts.alerts()
+        if a.kind in ("TOPIC_LEDGER_MISSING", "LEDGER_ORPHANED") and not a.firing
+    }
+    assert set(open_before) <= resolved, "each alert resolves under the id it fired with"
