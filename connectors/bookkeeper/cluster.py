@@ -157,14 +157,25 @@ class RealBookKeeperCluster:
         stale = set() if bookie.is_running() else self._owners(client, bookie.bookie_id)
         return lambda: bool(self._owners(client, bookie.bookie_id) - stale)
 
-    def rack_map(self) -> dict[str, dict[str, dict[str, str]]]:
-        """Pulsar's ``BookiesRackConfiguration`` JSON for the bookies (group ``default``)."""
-        return {
-            "default": {
-                bookie.bookie_id: {"rack": self.rack_of(bookie.index), "hostname": bookie.address}
-                for bookie in self._bookies.values()
-            }
-        }
+    def rack_map(self, groups: dict[int, str] | None = None) -> dict[str, dict[str, dict[str, str]]]:
+        """Pulsar's ``BookiesRackConfiguration`` JSON for the bookies: each in its affinity group of
+        ``groups`` (bookie index → group), else in group ``default``."""
+        document: dict[str, dict[str, dict[str, str]]] = {}
+        for bookie in self._bookies.values():
+            group = (groups or {}).get(bookie.index, "default")
+            info = {"rack": self.rack_of(bookie.index), "hostname": bookie.address}
+            document.setdefault(group, {})[bookie.bookie_id] = info
+        return document
+
+    def set_groups(self, groups: dict[int, str] | None) -> None:
+        """Rewrite the rack map znode with the bookies in these affinity groups (None: all ``default``),
+        as Pulsar's ``bookies set-bookie-rack --group`` does; racks are unchanged."""
+        client = self._kazoo()
+        try:
+            client.set(self.rack_map_znode, json.dumps(self.rack_map(groups), sort_keys=True).encode())
+        finally:
+            client.stop()
+            client.close()
 
     def _write_racks(self, client: KazooClient) -> None:
         data = json.dumps(self.rack_map(), sort_keys=True).encode()
@@ -278,10 +289,12 @@ class RealBookKeeperCluster:
         entries: int = 5,
         open_ledgers: int = 0,
         topic_prefix: str = "public/default/persistent/bkaudit",
+        custom: tuple[str, bytes] | None = None,
         timeout: float = 300.0,
     ) -> dict[str, Any]:
         """Create ``count`` ledgers with BookKeeper's Java client (rack-aware placement over the rack
-        script), ``entries`` entries each, the last ``open_ledgers`` left open. Returns
+        script), ``entries`` entries each, the last ``open_ledgers`` left open, with Pulsar's custom
+        metadata (and ``custom``, one more key and UTF-8 value). Returns
         ``{"closed": [ids], "open": [ids], "seconds": s}``."""
         argv = [
             java_binary(self.java_bin),
@@ -303,6 +316,7 @@ class RealBookKeeperCluster:
                 str(entries),
             ),
             *("--open", str(open_ledgers), "--topic-prefix", topic_prefix),
+            *(("--custom-key", custom[0], "--custom-value", custom[1].decode()) if custom else ()),
         ]
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)

@@ -50,6 +50,9 @@ public class LedgerWriter {
                 metadata.put("application", bytes("pulsar"));
                 metadata.put("component", bytes("managed-ledger"));
                 metadata.put("pulsar/managed-ledger", bytes(prefix + "-" + (i % 50)));
+                if (opts.containsKey("custom-key")) {
+                    metadata.put(opts.get("custom-key"), bytes(opts.getOrDefault("custom-value", "")));
+                }
                 CompletableFuture<Void> done = bk.newCreateLedgerOp()
                         .withEnsembleSize(ensemble).withWriteQuorumSize(writeQuorum).withAckQuorumSize(ackQuorum)
                         .withDigestType(DigestType.CRC32C).withPassword(password).withCustomMetadata(metadata)

@@ -19,6 +19,7 @@ import pytest
 
 from bkaudit.testing.harness import ServiceHarness
 from connectors.delta.queries import Lakehouse
+from core.domain.isolation import ISOLATION_METADATA_KEY, IsolationGroups, encode_isolation_config
 from core.domain.managed_ledger import ManagedLedgerInfo, TopicLedger, encode_managed_ledger_info
 from core.domain.metadata import LedgerMetadata
 from tests.chaos.stack import wait_for
@@ -173,6 +174,44 @@ def test_a_pause_shorter_than_the_session_timeout_raises_nothing(stack: RealStac
     assert not about_it, [a.alert for a in about_it]
     marked = {m.ledger_id: m.replicas for m in stack.marks.since(started).values()}
     assert not {i for i, replicas in marked.items() if bookie.bookie_id in replicas}, marked
+
+
+def test_ledgers_outside_their_isolation_group_are_flagged_and_resolve_when_the_group_allows_them(
+    stack: RealStack,
+) -> None:
+    """BookKeeper's Java client writes ledgers carrying Pulsar's isolation config (primary group
+    ``isolated``) but places them rack-aware over every bookie. With bookies 3 and 4 in another affinity
+    group of ``/bookies``, each ledger with one of them in its ensemble is PLACEMENT_ISOLATION_VIOLATED;
+    once they join ``isolated``, each alert resolves under the id it fired with."""
+    value = encode_isolation_config(IsolationGroups(("isolated",), ()))
+    written = stack.cluster.write_ledgers(6, ensemble=3, custom=(ISOLATION_METADATA_KEY, value))
+    ids = set(written["closed"])
+    stack.known_ledgers |= ids  # the managed-ledger test below lists every known ledger
+    stack.wait_ingested(ids)
+    others = {stack.cluster.bookie(i).bookie_id for i in (3, 4)}
+    placed = read_ledgers(stack.marks.client, ids)
+    outside = {i for i, md in placed.items() if any(set(s.ensemble) & others for s in md.segments)}
+    assert outside, "rack-aware placement over four bookies puts some ledger on bookie 3 or 4"
+    started = time.time()
+    try:
+        stack.cluster.set_groups({1: "isolated", 2: "isolated", 3: "other", 4: "other"})
+
+        def flagged() -> set[int]:
+            kinds = ("PLACEMENT_ISOLATION_VIOLATED",)
+            return {int(a.alert["ledger_id"]) for a in stack.alerts.open_now(kinds).values()}
+
+        wait_for("the ledgers outside their group", lambda: flagged() == outside, 180)
+        fired = {a.alert["alert_id"] for a in stack.alerts.firing(("PLACEMENT_ISOLATION_VIOLATED",), started)}
+        stack.cluster.set_groups({i: "isolated" for i in (1, 2, 3, 4)})
+        wait_for("every isolation alert to resolve", lambda: not flagged(), 180)
+        resolved = {
+            a.alert["alert_id"]
+            for a in stack.alerts.alerts()
+            if a.kind == "PLACEMENT_ISOLATION_VIOLATED" and not a.firing
+        }
+        assert fired <= resolved, "each alert resolves under the id it fired with"
+    finally:
+        stack.cluster.set_groups(None)
 
 
 def _managed_ledger_of(md: LedgerMetadata) -> str:
