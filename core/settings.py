@@ -432,6 +432,7 @@ class StreamSettings(_Section):
         "LEDGER_UNRECOVERABLE, which starts when its bookie is lost, after lostBookieRecoveryDelay) has had "
         "no under-replication mark for this long while an Auditor is elected and AutoRecovery is on: the "
         "Auditor is not marking what it should; the same grace as `bkaudit query auditor-diff --grace`; "
+        "keep it in minutes (a mark reaches bkaudit seconds to tens of seconds after the Auditor writes it); "
         "0 disables",
     )
     zookeeper_disruption_settle_s: float = Field(
