@@ -12,12 +12,15 @@ log file, batch B (E3/W2/A2, striped: each bookie holds two entries of three). T
   with the client's striping, per ledger and bookie, and the fenced flag with the recovery;
 - after the entry log files holding batch A on bookie 1 are deleted (bookie stopped, files removed,
   bookie started: no cache survives): what the bookie answers (``EIO``), what the agent answers, and the
-  alerts bkaudit's job raises.
+  alerts bkaudit's job raises;
+- after bookie 2 is formatted again under its id (disks wiped, cookie deleted, started: BookKeeper writes a
+  new cookie), the alerts for the copies it lost.
 """
 
 from __future__ import annotations
 
 import hashlib
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -42,6 +45,7 @@ from connectors.bookie.client import (
 from connectors.bookie.frames import EIO, LAST_ADD_CONFIRMED
 from connectors.bookie.ledger_probe import read_answered
 from connectors.bookkeeper import RealBookie, RealBookKeeperCluster
+from connectors.delta.tables import read_table
 from core.domain.dbstorage import (
     LEDGERS_DB,
     LOCATIONS_DB,
@@ -69,6 +73,10 @@ STREAM = {
     "ENTRY_READ_SAMPLE_PERCENT": "100",
     "PROBE_TIMEOUT_S": "2",
     "TIMERS_TRIGGER_INTERVAL_S": "1",
+    # A failed read is confirmed after two re-probes 5 and 10 s later (the default, 30 s doubling over
+    # three rounds, takes 3.5 minutes).
+    "REPROBE_DELAY_S": "5",
+    "REPROBE_ROUNDS": "2",
 }
 
 
@@ -348,3 +356,47 @@ def test_a_deleted_entry_log_reads_as_eio_and_bkaudit_alerts_the_lost_copies(sto
     assert {a.kind for a in open_alerts} == {"REPLICAS_LESS_THAN_WQ"}
     assert all(a.arrived_at >= deleted_at for a in open_alerts)
     assert not stack.alerts.firing(("BOOKIE_UNRESPONSIVE",), healthy_since), "the bookie answered every read"
+
+
+def test_a_bookie_formatted_again_under_its_id_has_its_lost_copies_alerted(storage: Storage) -> None:
+    """Bookie 2's disks wiped and its cookie deleted (``bookieformat -deleteCookie``), then started again:
+    BookKeeper 4.17 writes its cookie again (byte for byte the same: host, directories, the cluster's
+    instance id) and registers the bookie under the same id, so its Auditor, which only asks who is
+    registered, sees nothing lost. bkaudit records the new cookie and alerts every closed
+    ledger whose entries the bookie no longer holds."""
+    cluster, stack = storage.cluster, storage.stack
+    victim = cluster.bookie(2)
+    metadata = storage.metadata()
+    closed_on_victim = {
+        ledger_id
+        for ledger_id, md in metadata.items()
+        if md.is_closed and any(victim.bookie_id in s.ensemble for s in md.segments)
+    }
+    assert closed_on_victim, "the victim holds closed ledgers"
+
+    def alerted(since: float = 0.0) -> set[int]:
+        stack.require_alive()
+        open_now = stack.alerts.open_now(REPLICAS_KINDS).values()
+        return {int(a.alert["ledger_id"]) for a in open_now if a.arrived_at >= since}
+
+    # Batch A's ledgers are alerted already (the entry logs deleted above); batch B's are healthy.
+    fresh = closed_on_victim - alerted()
+    assert fresh, "the victim holds closed ledgers no alert names yet"
+    cookie = f"/ledgers/cookies/{victim.bookie_id}"
+    before = stack.marks.client.get(cookie)[1].czxid
+    formatted_at = time.time()
+    victim.stop()
+    for folder in ("journal", "ledgers"):  # wiped disks: empty directories
+        shutil.rmtree(victim.state_dir / folder)
+        (victim.state_dir / folder).mkdir()
+    stack.marks.client.delete(cookie)
+    cluster.start_bookie(2)
+    # The same bytes (host, directories, the cluster's instance id), in a new znode.
+    assert stack.marks.client.get(cookie)[1].czxid != before, "the bookie wrote its cookie again"
+
+    # New alerts for the ledgers that were healthy (the cookie's replacement queues the bookie's ledgers
+    # for a check at once; in this module the background walk, at 20 ledgers/s, would find them too).
+    wait_for(f"REPLICAS_* alerts for ledgers {sorted(fresh)}", lambda: fresh <= alerted(formatted_at), 180)
+    assert closed_on_victim <= alerted() <= set(metadata), "every ledger the bookie was part of, only those"
+    bookies = {row["bookie_id"]: row for row in read_table(stack.run.lakehouse, "bookies").to_pylist()}
+    assert bookies[victim.bookie_id]["cookie_changed_at"] is not None
