@@ -357,3 +357,45 @@ def test_promtool_parses_every_dashboard_expression(tmp_path):
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": recorded}]}))
     checked = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+# ------------------------------------------------------------------------------------------ runbook links
+
+
+def test_monitoring_writes_rules_and_dashboard_with_every_runbook_under_the_docs_base(cli, tmp_path):
+    base = "https://git.example.com/bkaudit/-/blob/main"
+    result = cli("config", "monitoring", "--docs-base-url", base + "/", "--out", str(tmp_path))
+    assert result.exit_code == 0, result.stderr
+    anchors = github_anchors(ALERTS_DOC.read_text())
+    written = yaml.safe_load((tmp_path / RULES.name).read_text())
+    urls = [rule["annotations"]["runbook_url"] for group in written["groups"] for rule in group["rules"]]
+    assert len(urls) == len(rules())
+    for url in urls:
+        page, _, anchor = url.partition("#")
+        assert page == f"{base}/docs/alerts.md" and anchor in anchors, url
+    board = json.loads((tmp_path / DASHBOARD.name).read_text())
+    docs = next(v for v in board["templating"]["list"] if v["name"] == "docs")
+    assert docs["query"] == docs["current"]["value"] == base
+    assert {**board, "templating": None} == {**dashboard(), "templating": None}  # only the variable changed
+
+
+def test_every_dashboard_link_opens_a_runbook_section_under_the_docs_variable():
+    anchors = github_anchors(ALERTS_DOC.read_text())
+    board = dashboard()
+    links = board["links"] + [link for panel in board["panels"] for link in panel.get("links", [])]
+    assert len(links) >= 5
+    for link in links:
+        page, _, anchor = link["url"].partition("#")
+        assert page == "${docs}/docs/alerts.md" and (not anchor or anchor in anchors), link
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--docs-base-url", "git.example.com"], "is not an absolute http(s) URL"),
+        (["--docs-base-url", "https://d.example", "--infra", "/nonexistent"], "no such file; pass --infra"),
+    ],
+)
+def test_monitoring_refuses_a_relative_url_or_a_missing_infra_in_one_line(cli, tmp_path, args, message):
+    result = cli("config", "monitoring", *args, "--out", str(tmp_path))
+    assert result.exit_code == 2 and message in result.stderr and len(result.stderr.splitlines()) == 1
