@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -20,7 +21,10 @@ from typing import TYPE_CHECKING, Any
 from connectors.kafka.embedded import EmbeddedBroker, tansu_binary
 from connectors.kafka.kafka_broker import KafkaBroker
 from connectors.zookeeper.embedded import EmbeddedZooKeeper
+from core.logsetup import step
 from core.settings import DevSettings
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from connectors.bookkeeper import RealBookKeeperCluster
@@ -85,10 +89,12 @@ class DevCluster:
         if self.settings.broker == "tansu" and not self.broker.is_running():
             tansu_binary()
         try:
-            self._start_zookeeper_and_broker(timeout)
+            with step(logger, f"ZooKeeper and the {self.settings.broker} broker: starting (or reusing)"):
+                self._start_zookeeper_and_broker(timeout)
             bookkeeper = self.bookkeeper()
             if bookkeeper is not None:
-                bookkeeper.start()
+                with step(logger, "real BookKeeper bookies and AutoRecovery: starting (or reusing)"):
+                    bookkeeper.start()
         except Exception:
             self.broker.stop()
             self.zookeeper.stop()

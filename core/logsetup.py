@@ -26,13 +26,15 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import sys
 import threading
+import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -248,3 +250,43 @@ def configure_command_logging(
     )
     sys.stdout.flush()
     return path
+
+
+@contextlib.contextmanager
+def step(log: logging.Logger, what: str) -> Iterator[None]:
+    """Log ``what...`` before a wait and ``what: done in X s`` after it, so a long start is never silent.
+
+    Example:
+        >>> import io
+        >>> handler = logging.StreamHandler(io.StringIO())
+        >>> demo = logging.getLogger("bkaudit.step-example"); demo.addHandler(handler)
+        >>> demo.setLevel(logging.INFO); demo.propagate = False
+        >>> with step(demo, "starting Spark"):
+        ...     pass
+        >>> handler.stream.getvalue().splitlines()[0]
+        'starting Spark...'
+    """
+    log.info("%s...", what)
+    started = time.monotonic()
+    yield
+    log.info("%s: done in %.1f s", what, time.monotonic() - started)
+
+
+def configure_progress_logging() -> None:
+    """bkaudit's own INFO records (its :func:`step` lines) on stderr as bare messages when stderr is a
+    terminal, for a short command whose stdout is its answer (``dev up`` prints JSON there); nothing else is
+    shown. A script's stderr keeps only the one-line error of a failure; a root logger that already has
+    handlers (a test runner's) is left as it is.
+
+    Example:
+        >>> # configure_progress_logging(); DevCluster(settings).up()   → "starting ZooKeeper..." on stderr
+    """
+    root = logging.getLogger()
+    if root.handlers or not sys.stderr.isatty():
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.addFilter(OwnRecords())
+    handler.addFilter(SECRET_FILTER)
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)

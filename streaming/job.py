@@ -40,6 +40,7 @@ from core.domain.rules.autorecovery import AutoRecoveryGraces
 from core.domain.rules.lost_bookie import DisruptionRule
 from core.errors import BkauditError, ConfigError, ServiceError
 from core.localfs import writable_directory
+from core.logsetup import step
 from core.settings import Settings, StreamSettings
 from streaming.decode import decode_batches
 from streaming.driver_batches import DriverMicroBatches, LaneStates, OffsetLog
@@ -556,8 +557,10 @@ def start(
     batch and table write (:class:`HeldCheckpoint`)."""
     checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
     check_state_layout(checkpoint, settings.stream)
-    partitions = ensure_topics(settings)
-    sink = AuditSink(sink_config(settings, partitions), _start_metrics(spark, settings))
+    with step(logger, f"checking the Kafka topics on {settings.kafka.bootstrap_servers}"):
+        partitions = ensure_topics(settings)
+    with step(logger, f"opening the Delta tables in {settings.lakehouse_root}"):
+        sink = AuditSink(sink_config(settings, partitions), _start_metrics(spark, settings))
     sink.set_write_check(write_check)
     if not available_now:
         sink.start_producer()  # a long-running job: its producer is connected before the first loss
@@ -566,8 +569,10 @@ def start(
     if settings.stream.sink_queue_depth:
         queue = SinkQueue(sink, checkpoint / "sink-queue", depth=settings.stream.sink_queue_depth)
         queue.recover()  # batches the last run queued and did not apply, before anything new
-    membership = start_membership_lane(settings, sink, available_now=available_now)
-    return _start_ledger_lane_and_timers(spark, settings, sink, queue, membership, available_now), sink
+    with step(logger, "starting the membership lane, the ledger lane and the timers query"):
+        membership = start_membership_lane(settings, sink, available_now=available_now)
+        queries = _start_ledger_lane_and_timers(spark, settings, sink, queue, membership, available_now)
+    return queries, sink
 
 
 def _start_metrics(spark: Any, settings: Settings) -> Any:
@@ -822,10 +827,16 @@ class IngestProgress:
         return text
 
 
-def _run_locked(settings: Settings, held: HeldCheckpoint) -> None:
+def started_spark(settings: Settings) -> Any:
+    """The job's Spark session, its start logged (a JVM's start takes tens of seconds on a busy host)."""
     from streaming.session import build_spark_session
 
-    spark = build_spark_session(settings.spark)
+    with step(logger, f"starting Spark ({settings.spark.master})"):
+        return build_spark_session(settings.spark)
+
+
+def _run_locked(settings: Settings, held: HeldCheckpoint) -> None:
+    spark = started_spark(settings)
     query, sink = start(spark, settings, write_check=held.write_check)
     checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
     logger.info(

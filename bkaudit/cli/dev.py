@@ -71,7 +71,9 @@ def up(
     """Start (or reuse) the embedded services; prints {"zookeeper": "host:port", "kafka": "host:port"} (plus
     "bookkeeper": its metadataServiceUri with --bookkeeper real)."""
     from core.localfs import writable_directory
+    from core.logsetup import configure_progress_logging
 
+    configure_progress_logging()  # the waits on stderr; stdout stays the JSON answer
     cluster = _cluster(state_dir, bookkeeper=bookkeeper, bookies=bookies, racks=racks)
     writable_directory(cluster.settings.state_dir, "dev.state_dir")
     emit_json(cluster.up())

@@ -46,11 +46,10 @@ def stream(
 
 def _stream(settings: Settings, *, available_now: bool) -> None:
     if available_now:
-        from streaming.job import exclusive_checkpoint, query_failure, start
-        from streaming.session import build_spark_session
+        from streaming.job import exclusive_checkpoint, query_failure, start, started_spark
 
         with exclusive_checkpoint(settings) as held:
-            spark = build_spark_session(settings.spark)
+            spark = started_spark(settings)
             query, sink = start(spark, settings, available_now=True, write_check=held.write_check)
             try:
                 query.awaitTermination()

@@ -95,6 +95,11 @@ def test_a_second_job_on_one_checkpoint_is_refused_and_a_killed_one_blocks_nothi
     third: subprocess.Popen[bytes] | None = None
     try:
         wait_running(first, first_log)
+        story = first_log.read_text(errors="replace")
+        waits = ["starting Spark (", "the Kafka topics", "opening the Delta tables", "timers query..."]
+        said = [story.find(what) for what in waits]  # each wait said what it waits for, in order...
+        assert -1 not in said and said == sorted(said) and said[-1] < story.find(RUNNING), story[-3000:]
+        assert story.count(": done in ") >= len(waits), story[-3000:]  # ...and how long it took
 
         started = time.monotonic()
         second = subprocess.run(

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import random
+import select
 import socket
 import subprocess
 import sys
@@ -149,6 +151,39 @@ def _bkaudit(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Comp
         cwd=cwd,
         timeout=120,
     )
+
+
+def test_dev_up_says_what_it_waits_for_on_a_terminal_and_keeps_stdout_its_json(tmp_path):
+    env = {"BKAUDIT_DEV__STATE_DIR": str(tmp_path / "state")}
+    primary, secondary = pty.openpty()  # stderr on a terminal, as a user's
+    try:
+        up = subprocess.run(
+            [sys.executable, "-m", "bkaudit.cli.main", "dev", "up"],
+            stdout=subprocess.PIPE,
+            stderr=secondary,
+            text=True,
+            env={**os.environ, **env},
+            cwd=tmp_path,
+            timeout=120,
+        )
+        os.close(secondary)
+        shown = b""
+        while select.select([primary], [], [], 0.5)[0]:
+            try:
+                chunk = os.read(primary, 4096)
+            except OSError:  # the terminal's other end closed: everything was read
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(primary)
+        _bkaudit(["dev", "down"], env, tmp_path)
+    assert up.returncode == 0
+    assert set(json.loads(up.stdout)) == {"zookeeper", "kafka"}
+    lines = shown.decode().splitlines()
+    assert lines[0] == "ZooKeeper and the tansu broker: starting (or reusing)...", lines
+    assert lines[1].startswith("ZooKeeper and the tansu broker: starting (or reusing): done in "), lines
 
 
 def test_dev_up_status_down_twice_leaves_nothing_behind(tmp_path):
