@@ -55,6 +55,7 @@ from connectors.kafka.publisher import (
     TAIL_RELEASE_MIN_INTERVAL_S,
     ChangePublisher,
 )
+from connectors.zookeeper.autorecovery import AutoRecoveryRecipe
 from connectors.zookeeper.fallback_watch import FALLBACK_EVENT, FallbackWatches
 from connectors.zookeeper.handler import PollingHandler
 from connectors.zookeeper.managed_ledgers import ManagedLedgerRecipe
@@ -99,14 +100,9 @@ from core.domain.registration import (
 from core.domain.underreplication import (
     CtimeZnode,
     UnderreplicationPaths,
-    ledger_id_from_urledger_path,
-    parse_auditor_vote,
-    parse_check_times,
-    parse_lock_data,
     parse_lost_bookie_recovery_delay,
     parse_underreplicated_ledger,
     parse_urledger_path,
-    vote_sequence,
 )
 from core.errors import ConfigError, FormatError, ServiceError
 from core.logsetup import SECRET_FILTER
@@ -636,8 +632,7 @@ class ChangeWatcher:
         self._marks: dict[int, int] = {}  # ledger id -> mzxid << 16 | epoch
         self._bookies: dict[str, _Bookie] = {}
         self._delay: tuple[int, bool] | None = None  # (mzxid, present) last published
-        self._autorecovery: bytes | None = None  # the AutoRecoveryState last published (serialized)
-        self._autorecovery_changed = False  # a notification under AutoRecovery's znodes awaits its read
+        self._autorecovery: AutoRecoveryRecipe | None = None  # with the router: it needs the ledgers root
         self._rack_published: tuple[Any, ...] | None = None
         self._rack_payload: pb.RackMap | None = None
         self._epoch = 0
@@ -718,6 +713,7 @@ class ChangeWatcher:
                 emit=self._emit,
             )
         self._choose_watch_mode()
+        self._autorecovery = self._autorecovery_recipe(self._router)
         # multiRead (ZooKeeper >= 3.6) batches snapshot reads; the fallback needs a watch per read instead.
         self._multi_read = (
             not self.fallback_mode
@@ -1267,6 +1263,25 @@ class ChangeWatcher:
                     ((OP_HEARTBEAT, "", None, None), None, None)
                 )  # a full queue means we are busy anyway
 
+    def _autorecovery_recipe(self, router: _Router) -> AutoRecoveryRecipe:
+        fallback = self.fallback_mode
+        undecodable = self.metrics.undecodable
+        return AutoRecoveryRecipe(
+            self.zookeeper,
+            router.ur,
+            emit=self._emit,
+            undecodable=lambda what, count: undecodable.labels(what).inc(count),
+            data_watch=self._fallback.data_watch if fallback else None,
+            child_watch=self._fallback.child_watch if fallback else None,
+            on_read=self._read_counter[OP_AUTORECOVERY].inc,
+        )
+
+    def _require_autorecovery(self) -> AutoRecoveryRecipe:
+        recipe = self._autorecovery
+        if recipe is None:
+            raise ServiceError("the watcher is not started")
+        return recipe
+
     def _require_router(self) -> _Router:
         if self._router is None:
             raise ServiceError("the watcher is not started")
@@ -1301,7 +1316,7 @@ class ChangeWatcher:
                 if self._process(item):
                     return
             self._flush_ledger_reads()
-            self._flush_autorecovery_read()
+            self._require_autorecovery().flush()
             if (
                 self._current is None
                 and self.publisher.holding
@@ -1398,7 +1413,7 @@ class ChangeWatcher:
             self._read_rack(None)
             return
         if op == OP_AUTORECOVERY:
-            self._read_autorecovery(_open(extra))
+            self._require_autorecovery().read(_open(extra))
             return
         try:
             if snapshot is not None and snapshot.done.is_set():
@@ -1423,7 +1438,7 @@ class ChangeWatcher:
             return
         route, info = router.route(path)
         if route == R_AUTORECOVERY:
-            self._autorecovery_changed = True  # read once per chunk: a burst of lock changes is one read
+            self._require_autorecovery().note_change()  # read once per chunk: a burst of lock changes
             return
         if event_type == EventType.CHILD:
             self._relist(route, path, info)
@@ -1692,107 +1707,6 @@ class ChangeWatcher:
                 self.metrics.undecodable.labels("recovery_delay").inc()
                 error = events.redact_reason(str(err), data or b"")
         self._emit(events.recovery_delay(seconds, present=present, stat=stat, error=error), snapshot)
-
-    def _flush_autorecovery_read(self) -> None:
-        """Read AutoRecovery's znodes once for every notification under them in the chunk just processed.
-
-        ReplicationWorkers create and delete a lock per ledger they replicate: reading every lock on each
-        of those notifications would cost the square of the locks; one read per chunk sees the newest.
-        """
-        if self._autorecovery_changed:
-            self._autorecovery_changed = False
-            self._read_autorecovery(None)
-
-    def _read_autorecovery(self, snapshot: Snapshot | None) -> None:
-        """Read AutoRecovery's znodes (``disable``, the Auditor votes, the replication locks, the Auditor's
-        check times) and publish them when they changed. Synchronous: a handful of znodes, changed rarely."""
-        self._read_counter[OP_AUTORECOVERY].inc()
-        try:
-            disabled, votes, locks, checks, errors = self._autorecovery_znodes()
-        except KazooException as err:
-            # ConnectionLoss / SessionExpired: the reconciliation after the reconnect reads them again.
-            if snapshot is not None:
-                snapshot.fail(f"read of AutoRecovery's znodes failed: {type(err).__name__}")
-            logger.debug("reading AutoRecovery's znodes failed: %s", type(err).__name__)
-            return
-        payload = events.auto_recovery_state(
-            disabled_ctime_ms=disabled, votes=votes, locks=locks, checks=checks, error="; ".join(errors)
-        )
-        serialized = payload.SerializeToString(deterministic=True)
-        if serialized == self._autorecovery and (snapshot is None or not snapshot.is_full):
-            return
-        self._autorecovery = serialized
-        self._emit(payload, snapshot)
-
-    def _autorecovery_znodes(
-        self,
-    ) -> tuple[
-        int | None,
-        list[tuple[int, str | None]],
-        list[tuple[int, str | None, int]],
-        dict[CtimeZnode, int],
-        list[str],
-    ]:
-        paths = self._require_router().ur
-        fallback = self.fallback_mode
-        data_watch = self._fallback.data_watch if fallback else None
-        stat = self.zookeeper.exists(paths.disable, watch=data_watch)
-        disabled = int(stat.ctime) if stat is not None else None
-        contents = {check: self._data_or_none(paths.ctime(check), data_watch) for check in CtimeZnode}
-        checks, errors = parse_check_times(contents)
-        if errors:
-            self.metrics.undecodable.labels("auditor_check_time").inc(len(errors))
-        votes: list[tuple[int, str | None]] = []
-        for name, data, _ in self._children_data(paths.auditor_election, fallback):
-            try:
-                votes.append((vote_sequence(name), parse_auditor_vote(data)))
-            except FormatError as err:
-                self.metrics.undecodable.labels("auditor_vote").inc()
-                errors.append(events.redact_reason(str(err), data))
-        locks: list[tuple[int, str | None, int]] = []
-        for name, data, lock_stat in self._children_data(paths.locks, fallback):
-            try:
-                ledger_id = ledger_id_from_urledger_path(name)
-            except FormatError as err:
-                errors.append(str(err))
-                continue
-            try:
-                holder = parse_lock_data(data)
-            except FormatError as err:
-                self.metrics.undecodable.labels("replication_lock").inc()
-                errors.append(events.redact_reason(str(err), data))
-                holder = None
-            locks.append((ledger_id, holder, int(lock_stat.ctime)))
-        return disabled, votes, locks, checks, errors
-
-    def _data_or_none(self, path: str, watch: Any) -> bytes | None:
-        """The data of ``path`` (None: it does not exist); with ``watch`` (fallback mode) on its change, or on
-        its creation."""
-        with contextlib.suppress(NoNodeError):
-            return bytes(self.zookeeper.get(path, watch=watch)[0])
-        if watch is None or self.zookeeper.exists(path, watch=watch) is None:
-            return None
-        with contextlib.suppress(NoNodeError):  # created between the two calls
-            return bytes(self.zookeeper.get(path, watch=watch)[0])
-        return None  # and deleted again: the watch just set fired for it
-
-    def _children_data(self, path: str, fallback: bool) -> list[tuple[str, bytes, Any]]:
-        """``(name, data, stat)`` of each child of ``path`` (none when it does not exist); in fallback mode
-        with a child watch on it, or a watch for its creation."""
-        try:
-            names = self.zookeeper.get_children(path, watch=self._fallback.child_watch if fallback else None)
-        except NoNodeError:
-            if fallback:
-                self.zookeeper.exists(path, watch=self._fallback.data_watch)
-            return []
-        found = []
-        for name in sorted(names):
-            try:
-                data, stat = self.zookeeper.get(f"{path}/{name}")
-            except NoNodeError:
-                continue  # gone between the listing and the read (its notification follows)
-            found.append((name, data, stat))
-        return found
 
     # -------------------------------------------------------------------------------------- bookies
 
