@@ -56,6 +56,7 @@ from connectors.kafka.publisher import (
     ChangePublisher,
 )
 from connectors.zookeeper.autorecovery import AutoRecoveryRecipe
+from connectors.zookeeper.bookies import BookieRegistry
 from connectors.zookeeper.fallback_watch import FALLBACK_EVENT, FallbackWatches
 from connectors.zookeeper.handler import PollingHandler
 from connectors.zookeeper.managed_ledgers import ManagedLedgerRecipe
@@ -90,11 +91,7 @@ from core.domain.layout import (
 from core.domain.metadata import decode_ledger_metadata
 from core.domain.rackmap import parse_rack_map
 from core.domain.registration import (
-    BookieServiceInfo,
     RegistrationKind,
-    bookie_rpc_address,
-    decode_bookie_service_info,
-    is_valid_bookie_id,
     parse_registration_path,
 )
 from core.domain.underreplication import (
@@ -509,46 +506,6 @@ _PURPOSE = {
 
 
 @dataclasses.dataclass
-class _Registration:
-    stat: Any
-    info: BookieServiceInfo | None
-    error: str
-
-
-@dataclasses.dataclass
-class _Bookie:
-    writable: _Registration | None = None
-    readonly: _Registration | None = None
-    cookie: bool = False
-    cookie_read: tuple[Any, bytes | None] | None = None  # the cookie's stat and bytes, once read
-    published: tuple[Any, ...] | None = None
-    published_in: str = ""  # snapshot id of the last status published inside a snapshot bracket
-    address: str = ""  # the bookie-rpc address of its last registration (probed once it vanishes)
-    # Registration reads in flight: the status is held back until they answer, so that e.g. a cookie seen
-    # before the registration data does not publish a transient GONE.
-    pending_reads: int = 0
-
-    @property
-    def exists(self) -> bool:
-        return self.writable is not None or self.readonly is not None or self.cookie
-
-    def status(self) -> tuple[events.BookieStatusValue, _Registration | None]:
-        if self.writable is not None:
-            return pb.BookieStatus.WRITABLE, self.writable
-        if self.readonly is not None:
-            return pb.BookieStatus.READ_ONLY, self.readonly
-        return pb.BookieStatus.GONE, None
-
-    def signature(self) -> tuple[Any, ...]:
-        status, registration = self.status()
-        cookie = (self.cookie_read[0].czxid, self.cookie_read[0].mzxid) if self.cookie_read else None
-        if registration is None:
-            return (status, self.cookie, cookie)
-        stat = registration.stat
-        return (status, self.cookie, cookie, stat.czxid, stat.mzxid, registration.error)
-
-
-@dataclasses.dataclass
 class WatcherStatus:
     """What the watcher has done so far (for tests, the CLI and logs).
 
@@ -630,7 +587,7 @@ class ChangeWatcher:
         # worker state (touched only by the worker thread)
         self._ledgers: dict[int, int] = {}  # ledger id -> mzxid << 16 | epoch
         self._marks: dict[int, int] = {}  # ledger id -> mzxid << 16 | epoch
-        self._bookies: dict[str, _Bookie] = {}
+        self._bookies: BookieRegistry | None = None  # with the watch mode: the fallback marks listings
         self._delay: tuple[int, bool] | None = None  # (mzxid, present) last published
         self._autorecovery: AutoRecoveryRecipe | None = None  # with the router: it needs the ledgers root
         self._rack_published: tuple[Any, ...] | None = None
@@ -714,6 +671,7 @@ class ChangeWatcher:
             )
         self._choose_watch_mode()
         self._autorecovery = self._autorecovery_recipe(self._router)
+        self._bookies = self._bookie_registry()
         # multiRead (ZooKeeper >= 3.6) batches snapshot reads; the fallback needs a watch per read instead.
         self._multi_read = (
             not self.fallback_mode
@@ -1276,6 +1234,25 @@ class ChangeWatcher:
             on_read=self._read_counter[OP_AUTORECOVERY].inc,
         )
 
+    def _bookie_registry(self) -> BookieRegistry:
+        fallback = self.fallback_mode
+        cookie_watch = self._fallback.data_watch if fallback else None
+        undecodable = self.metrics.undecodable.labels("registration")
+        return BookieRegistry(
+            read_registration=lambda path, extra: self._read(OP_REGISTRATION, path, extra, None),
+            read_cookie=lambda path, extra: self._read(OP_COOKIE, path, extra, cookie_watch),
+            emit=self._emit,
+            liveness=self._liveness,
+            mark_listed=self._fallback.mark_listed if fallback else None,
+            undecodable=undecodable.inc,
+        )
+
+    def _require_bookies(self) -> BookieRegistry:
+        registry = self._bookies
+        if registry is None:
+            raise ServiceError("the watcher is not started")
+        return registry
+
     def _require_autorecovery(self) -> AutoRecoveryRecipe:
         recipe = self._autorecovery
         if recipe is None:
@@ -1393,7 +1370,7 @@ class ChangeWatcher:
             self._emit_heartbeats()
             return
         if op == OP_PROBE:
-            self._publish_probe(*extra)
+            self._require_bookies().publish_probe(*extra)
             return
         if op == OP_BEGIN:
             self._begin_snapshot(extra)
@@ -1458,9 +1435,9 @@ class ChangeWatcher:
             elif route == R_DELAY:
                 self._read(OP_DELAY, path, None, watch)
             elif route in (R_WRITABLE, R_READONLY):
-                self._read_registration(path, _registration_kind(route), info, None)
+                self._require_bookies().read_registration(path, _registration_kind(route), info, None)
             elif route == R_COOKIE:  # created, or rewritten (a new instanceId or directories)
-                self._read_cookie(path, info, None)
+                self._require_bookies().read_cookie(path, info, None)
             elif route == R_RACK:
                 self._read_rack(None)
             elif route == R_IGNORED:
@@ -1558,14 +1535,10 @@ class ChangeWatcher:
             if op == OP_REGISTRATION:
                 # Gone already (its delete notification came first) or a lost read: publish what is known.
                 kind, bookie_id, in_snapshot = extra
-                bookie = self._bookie(bookie_id)
-                bookie.pending_reads -= 1
-                self._publish_bookie(bookie_id, bookie, _open(in_snapshot))
+                self._require_bookies().registration_answered(kind, bookie_id, None, _open(in_snapshot))
             elif op == OP_COOKIE:  # deleted meanwhile (its delete notification applies that)
                 bookie_id, in_snapshot = extra
-                bookie = self._bookie(bookie_id)
-                bookie.pending_reads -= 1
-                self._publish_bookie(bookie_id, bookie, _open(in_snapshot))
+                self._require_bookies().cookie_answered(bookie_id, None, _open(in_snapshot))
             if isinstance(error, NoNodeError):
                 self._on_absent(op, path, snapshot, extra)
             else:
@@ -1594,15 +1567,13 @@ class ChangeWatcher:
         elif op == OP_REGISTRATION:
             data, stat = value
             kind, bookie_id, in_snapshot = extra
-            self._bookie(bookie_id).pending_reads -= 1
-            self._set_registration(bookie_id, kind, (data, stat), _open(in_snapshot))
+            self._require_bookies().registration_answered(kind, bookie_id, (data, stat), _open(in_snapshot))
         elif op == OP_COOKIE:
             data, stat = value
             bookie_id, in_snapshot = extra
-            self._bookie(bookie_id).pending_reads -= 1
-            self._set_cookie(bookie_id, True, _open(in_snapshot), read=(stat, data))
+            self._require_bookies().cookie_answered(bookie_id, (stat, data), _open(in_snapshot))
         elif op == OP_BOOKIE_LIST:
-            self._on_bookie_list(path, extra, value, snapshot)
+            self._require_bookies().on_list(path, extra, value, snapshot)
         elif op == OP_FALLBACK_LIST:
             self._on_fallback_list(path, value, snapshot)
         elif op == OP_RACK:
@@ -1620,16 +1591,18 @@ class ChangeWatcher:
         elif route in (R_WRITABLE, R_READONLY):
             # Reads still pending for this bookie were issued *after* the delete (the barrier's answer comes
             # after every earlier one): publish the gap now, or a quick re-registration would hide it.
-            self._set_registration(info, _registration_kind(route), None, None, after_delete=True)
+            self._require_bookies().set_registration(
+                info, _registration_kind(route), None, None, after_delete=True
+            )
         elif route == R_COOKIE:
-            self._set_cookie(info, False, None)
+            self._require_bookies().set_cookie(info, False, None)
 
     def _on_absent(self, op: int, path: str, snapshot: Snapshot | None, extra: Any) -> None:
         if op == OP_DELAY:
             self._apply_delay(None, None, snapshot)
         elif op == OP_BOOKIE_LIST:
             self._fallback.forget_directory(path)
-            self._on_bookie_list(path, extra, [], snapshot)
+            self._require_bookies().on_list(path, extra, [], snapshot)
         elif op == OP_FALLBACK_LIST:
             self._fallback.forget_directory(path)
         elif op == OP_RACK:
@@ -1709,139 +1682,6 @@ class ChangeWatcher:
         self._emit(events.recovery_delay(seconds, present=present, stat=stat, error=error), snapshot)
 
     # -------------------------------------------------------------------------------------- bookies
-
-    def _read_registration(
-        self, path: str, kind: RegistrationKind, bookie_id: str, snapshot: Snapshot | None
-    ) -> None:
-        # Not slot-held (bookies are few); the snapshot rides along so the status lands in its bracket, and
-        # the END barrier (a round trip issued after this read) guarantees the answer comes before END.
-        self._bookie(bookie_id).pending_reads += 1
-        self._read(OP_REGISTRATION, path, (kind, bookie_id, snapshot), None)
-
-    def _bookie(self, bookie_id: str) -> _Bookie:
-        bookie = self._bookies.get(bookie_id)
-        if bookie is None:
-            bookie = self._bookies[bookie_id] = _Bookie()
-        return bookie
-
-    def _set_registration(
-        self,
-        bookie_id: str,
-        kind: RegistrationKind,
-        read: tuple[bytes | None, Any] | None,
-        snapshot: Snapshot | None,
-        *,
-        after_delete: bool = False,
-    ) -> None:
-        bookie = self._bookie(bookie_id)
-        registration: _Registration | None = None
-        if read is not None:
-            data, stat = read
-            try:
-                registration = _Registration(stat, decode_bookie_service_info(bookie_id, data), "")
-            except FormatError as err:
-                self.metrics.undecodable.labels("registration").inc()
-                registration = _Registration(stat, None, events.redact_reason(str(err), data or b""))
-        if kind is RegistrationKind.WRITABLE:
-            bookie.writable = registration
-        else:
-            bookie.readonly = registration
-        if registration is not None and registration.info is not None:
-            address = bookie_rpc_address(registration.info)
-            bookie.address = str(address) if address is not None else bookie.address
-        self._publish_bookie(bookie_id, bookie, snapshot, ignore_pending=after_delete)
-
-    def _read_cookie(self, path: str, bookie_id: str, snapshot: Snapshot | None) -> None:
-        """Read a cookie (its czxid and bytes tell a bookie formatted again); its status waits for it."""
-        self._bookie(bookie_id).pending_reads += 1
-        watch = self._fallback.data_watch if self.fallback_mode else None
-        self._read(OP_COOKIE, path, (bookie_id, snapshot), watch)
-
-    def _set_cookie(
-        self,
-        bookie_id: str,
-        present: bool,
-        snapshot: Snapshot | None,
-        read: tuple[Any, bytes | None] | None = None,
-    ) -> None:
-        bookie = self._bookie(bookie_id)
-        if bookie.cookie == present and (read is None or read == bookie.cookie_read):
-            return
-        bookie.cookie, bookie.cookie_read = present, (read if present else None)
-        self._publish_bookie(bookie_id, bookie, snapshot)
-
-    def _publish_bookie(
-        self,
-        bookie_id: str,
-        bookie: _Bookie,
-        snapshot: Snapshot | None,
-        *,
-        force: bool = False,
-        ignore_pending: bool = False,
-    ) -> None:
-        if bookie.pending_reads > 0 and not (force or ignore_pending):
-            return
-        signature = bookie.signature()
-        in_bracket = snapshot is not None and bookie.published_in == snapshot.snapshot_id
-        if signature != bookie.published or (force and not in_bracket):
-            bookie.published = signature
-            if snapshot is not None:
-                bookie.published_in = snapshot.snapshot_id
-            status, registration = bookie.status()
-            payload = events.bookie_status(
-                bookie_id,
-                status,
-                info=registration.info if registration is not None else None,
-                registration=registration.stat if registration is not None else None,
-                has_cookie=bookie.cookie,
-                registration_error=registration.error if registration is not None else "",
-                cookie=bookie.cookie_read,
-            )
-            if snapshot is not None:
-                snapshot.counts.bookies_published += 1
-            self._emit(payload, snapshot)
-            self._watch_liveness(bookie_id, bookie, status)
-        if not bookie.exists and bookie.pending_reads <= 0:
-            self._bookies.pop(bookie_id, None)
-
-    def _watch_liveness(self, bookie_id: str, bookie: _Bookie, status: events.BookieStatusValue) -> None:
-        """Probe a bookie while it is registered nowhere (a ZooKeeper outage or a dead bookie?)."""
-        if self._liveness is None:
-            return
-        if status == pb.BookieStatus.GONE:
-            self._liveness.watch(bookie_id, bookie.address or bookie_id)
-        else:
-            self._liveness.forget(bookie_id)
-
-    def _publish_probe(self, bookie_id: str, answered: bool, address: str, detail: str) -> None:
-        bookie = self._bookies.get(bookie_id)
-        if bookie is not None and bookie.status()[0] != pb.BookieStatus.GONE:
-            return  # registered again while the probe ran
-        self._emit(events.bookie_probe(bookie_id, answered=answered, address=address, detail=detail), None)
-
-    def _on_bookie_list(
-        self, path: str, kind: RegistrationKind, children: list[str], snapshot: Snapshot | None
-    ) -> None:
-        """A listing of available/, available/readonly/ or cookies/, diffed at its place in the stream."""
-        if self.fallback_mode:
-            self._fallback.mark_listed(path)
-        present = {c for c in children if is_valid_bookie_id(c)}  # drops "readonly" (any case) too
-        for bookie_id in list(self._bookies):
-            bookie = self._bookies.get(bookie_id)
-            if bookie is None or bookie_id in present:
-                continue
-            registered = bookie.writable if kind is RegistrationKind.WRITABLE else bookie.readonly
-            if kind is not RegistrationKind.COOKIE and registered is not None:
-                self._set_registration(bookie_id, kind, None, snapshot)
-            elif kind is RegistrationKind.COOKIE and bookie.cookie:
-                self._set_cookie(bookie_id, False, snapshot)
-        prefix = path + "/"
-        for bookie_id in sorted(present):
-            if kind is RegistrationKind.COOKIE:
-                self._read_cookie(prefix + bookie_id, bookie_id, snapshot)
-            else:
-                # Registration data may have changed while nobody watched (re-registration): read it again.
-                self._read_registration(prefix + bookie_id, kind, bookie_id, snapshot)
 
     def _on_fallback_list(self, path: str, children: list[str], snapshot: Snapshot | None) -> None:
         """Fallback mode: a directory listed with a child watch; read what is new, list new subdirectories."""
@@ -1930,8 +1770,7 @@ class ChangeWatcher:
             if self._managed is not None:
                 self._managed.infer_deletions(snapshot)
             if snapshot.is_full:
-                for bookie_id, bookie in sorted(self._bookies.items()):
-                    self._publish_bookie(bookie_id, bookie, snapshot, force=True)
+                self._require_bookies().publish_all(snapshot)
                 if self._rack_payload is not None and self._require_router().rack_path is None:
                     # A rack map not read by the scan (file, other ZooKeeper): restate it inside the bracket.
                     self._emit(self._rack_payload, snapshot)
