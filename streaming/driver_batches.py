@@ -8,7 +8,7 @@ code runs in the driver, and a loss reaches the lane after a few broker round tr
 
 It keeps a Spark query's guarantees with a checkpoint of its own:
 
-- *the same planner*: :class:`~connectors.kafka.spark_source.KafkaStreamReader` plans every batch (offsets,
+- *the same planner*: :class:`~connectors.kafka.planner.KafkaPlanner` plans every batch (offsets,
   topic fingerprints, ``failOnDataLoss``, broker outages with back-off), so both lanes read a recreated or
   truncated topic the same way;
 - *a write-ahead offset log*: ``offsets/<batch id>.json`` holds a batch's start, end and batch time before
@@ -42,7 +42,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from connectors.kafka.spark_source import ARROW_RECORD_SCHEMA
+from connectors.kafka.planner import ARROW_RECORD_SCHEMA
 from core.domain.alerts import rfc3339_ms
 from core.errors import ConfigError
 

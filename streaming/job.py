@@ -232,8 +232,8 @@ def decisions_frame(spark: Any, settings: Settings) -> Any:
 def membership_reader(settings: Settings) -> Any:
     """The membership lane's planner and reader: the changes topic's membership partition, its ``ledger/``
     records skipped while reading (the driver runs it, :mod:`streaming.driver_batches`)."""
+    from connectors.kafka.planner import KafkaPlanner
     from connectors.kafka.publisher import MEMBERSHIP_PARTITION_KEY
-    from connectors.kafka.spark_source import KafkaStreamReader
     from connectors.kafka.tail_reader import TailingReader
 
     if settings.stream.source_format != "bkaudit_kafka":
@@ -249,7 +249,7 @@ def membership_reader(settings: Settings) -> Any:
     # partition of the key "cluster" (their total order), and heartbeats and snapshot markers go to every
     # partition. Reading only that one is a quarter of the broker work per 0.1 s planning.
     options["bkaudit.partitionOfKey"] = MEMBERSHIP_PARTITION_KEY.decode()
-    reader = KafkaStreamReader({key.lower(): value for key, value in options.items()})
+    reader = KafkaPlanner({key.lower(): value for key, value in options.items()})
     # Between full plannings, a consumer that stays on that partition hands over records as they arrive.
     tailing = TailingReader(reader, wait_s=settings.stream.membership_trigger_interval_s)
     tailing.enabled = settings.stream.membership_tail_consumer
@@ -258,7 +258,7 @@ def membership_reader(settings: Settings) -> Any:
 
 def ledger_lane_reader(settings: Settings, available_now_topics: list[str] | None = None) -> Any:
     """The driver-run ledger lane's planner and reader: the changes, feedback and decisions topics."""
-    from connectors.kafka.spark_source import KafkaStreamReader
+    from connectors.kafka.planner import KafkaPlanner
 
     kafka = settings.kafka
     options = kafka_source_options(
@@ -270,7 +270,7 @@ def ledger_lane_reader(settings: Settings, available_now_topics: list[str] | Non
         options["maxOffsetsPerTrigger"] = str(settings.stream.max_offsets_per_trigger)
     if available_now_topics:
         options["bkaudit.availableNowTopics"] = ",".join(available_now_topics)
-    return KafkaStreamReader({key.lower(): value for key, value in options.items()})
+    return KafkaPlanner({key.lower(): value for key, value in options.items()})
 
 
 def ledger_lane_checkpoint(settings: Settings) -> Path:
@@ -656,9 +656,9 @@ class LoopSettler(threading.Thread):
         self.options = kafka_source_options(settings, self.loop_topics, status)
 
     def run(self) -> None:
-        from connectors.kafka.spark_source import KafkaStreamReader
+        from connectors.kafka.planner import KafkaPlanner
 
-        reader = KafkaStreamReader({key.lower(): value for key, value in self.options.items()})
+        reader = KafkaPlanner({key.lower(): value for key, value in self.options.items()})
         lane, timers = self.queries.ledgers, self.queries.timers
         try:
             while lane.isActive and timers.isActive:

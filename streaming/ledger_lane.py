@@ -105,7 +105,7 @@ class LedgerLane:
     Example:
         >>> import tempfile
         >>> from pathlib import Path
-        >>> from connectors.kafka.spark_source import ARROW_RECORD_SCHEMA
+        >>> from connectors.kafka.planner import ARROW_RECORD_SCHEMA
         >>> queued = []
         >>> lane = LedgerLane(LedgerLaneConfig("changes", "feedback", "tracked", "decisions",
         ...                                    ProcessorConfig(membership=False)),

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from connectors.kafka.spark_source import SourceStatusCollector
+from connectors.kafka.planner import SourceStatusCollector
 from core.domain.alerts import AlertKind, AlertState
 from core.metrics_http import serve_metrics
 

@@ -1,5 +1,5 @@
 """Partition offsets and the records at given offsets, each asked of Kafka once: the lookups that the
-Kafka source's planning (:mod:`connectors.kafka.spark_source`) and `bkaudit status`
+Kafka source's planning (:mod:`connectors.kafka.planner`) and `bkaudit status`
 (:mod:`connectors.kafka.positions`) share.
 
 No retries here: a call answers within its timeout or raises. The source wraps these calls in its

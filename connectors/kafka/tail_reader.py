@@ -1,6 +1,6 @@
 """The driver-run lanes' planner: one consumer that stays on the lane's partitions.
 
-A planning of :class:`~connectors.kafka.spark_source.KafkaStreamReader` asks the broker for the
+A planning of :class:`~connectors.kafka.planner.KafkaPlanner` asks the broker for the
 partitions' first and end offsets and checks fingerprints, and its batch then reads the ranges with new
 consumers: four round trips or more before a loss's record reaches the membership lane (85-240 ms at a
 million ledgers on the embedded broker under load, against 15 ms on a quiet machine), and seconds per
@@ -36,10 +36,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from connectors.kafka.spark_source import (
+from connectors.kafka.planner import (
     META,
+    KafkaPlanner,
     KafkaRange,
-    KafkaStreamReader,
     is_skipped,
     kafka_settings_of,
     positions_of,
@@ -66,11 +66,11 @@ Positions = dict[tuple[str, int], int]
 
 
 class TailingReader:
-    """A :class:`KafkaStreamReader` whose plannings between full ones come from a tailing consumer."""
+    """A :class:`KafkaPlanner` whose plannings between full ones come from a tailing consumer."""
 
     def __init__(
         self,
-        reader: KafkaStreamReader,
+        reader: KafkaPlanner,
         *,
         wait_s: float,
         verify_every_s: float = 5.0,

@@ -106,8 +106,8 @@ def planning_delays_ms(settings: Any, topic: str) -> dict[str, float]:
     """Median and max of ack-to-planning delays of records written one by one to a waiting planning."""
     import statistics
 
+    from connectors.kafka.planner import KafkaPlanner
     from connectors.kafka.publisher import MEMBERSHIP_PARTITION_KEY, partition_for_key
-    from connectors.kafka.spark_source import KafkaStreamReader
     from connectors.kafka.tail_reader import TailingReader
     from tests.integration.test_tail_reader import _batch, write_while_planning
 
@@ -117,7 +117,7 @@ def planning_delays_ms(settings: Any, topic: str) -> dict[str, float]:
         "bkaudit.partitionofkey": MEMBERSHIP_PARTITION_KEY.decode(),
         "bkaudit.skipkeyprefixes": "ledger/",
     }
-    tail = TailingReader(KafkaStreamReader(options), wait_s=2.0, verify_every_s=600)
+    tail = TailingReader(KafkaPlanner(options), wait_s=2.0, verify_every_s=600)
     try:
         end, _ = _batch(tail, tail.initialOffset())
         partition = partition_for_key(MEMBERSHIP_PARTITION_KEY, 4)

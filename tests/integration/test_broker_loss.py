@@ -26,7 +26,7 @@ import pytest
 
 from bkaudit.testing.kafka_io import produce
 from connectors.delta.tables import read_table
-from connectors.kafka.spark_source import META, KafkaRange, KafkaStreamReader, _KafkaOffsets, _read_range
+from connectors.kafka.planner import META, KafkaOffsets, KafkaPlanner, KafkaRange, read_range
 from connectors.kafka.topics import ensure_topic
 from core.settings import Settings
 from streaming import job
@@ -240,9 +240,7 @@ def test_a_topic_recreated_wider_is_read_from_its_start_even_where_its_ends_matc
     topic = "t.recreated-wider"
     ensure_topic(kafka_settings, topic, partitions=2)
     produce(kafka_settings, topic, [(b"k", b"old-%d" % i, i % 2) for i in range(6)])
-    reader = KafkaStreamReader(
-        {"kafka.bootstrap.servers": kafka_settings.bootstrap_servers, "subscribe": topic}
-    )
+    reader = KafkaPlanner({"kafka.bootstrap.servers": kafka_settings.bootstrap_servers, "subscribe": topic})
     limit = reader.getDefaultReadLimit()
     try:
         read = reader.latestOffset(reader.initialOffset(), limit)
@@ -270,7 +268,7 @@ def test_a_fingerprint_past_the_end_of_a_recreated_topic_is_no_record_not_a_brok
     lose_the_broker(bk_services)
     ensure_topic(kafka_settings, topic, partitions=1)
     produce(kafka_settings, topic, [(b"k", b"new-%d" % i, 0) for i in range(3)])
-    offsets = _KafkaOffsets(
+    offsets = KafkaOffsets(
         {
             "kafka.bootstrap.servers": kafka_settings.bootstrap_servers,
             "kafka.request.timeout.ms": "20000",
@@ -295,7 +293,7 @@ def test_ends_read_before_a_data_loss_are_planned_again_not_read_from_the_new_to
     topic = "t.ends-vanished"
     ensure_topic(kafka_settings, topic, partitions=1)
     produce(kafka_settings, topic, [(b"k", b"old-%d" % i, 0) for i in range(8)])
-    reader = KafkaStreamReader(
+    reader = KafkaPlanner(
         {
             "kafka.bootstrap.servers": kafka_settings.bootstrap_servers,
             "subscribe": topic,
@@ -336,7 +334,7 @@ def test_a_fingerprint_in_a_partition_the_key_left_is_no_record_for_a_key_filter
     lose_the_broker(bk_services)
     ensure_topic(kafka_settings, topic, partitions=3)
     produce(kafka_settings, topic, [(key.encode(), b"new-%d" % i, i % 3) for i in range(6)])
-    offsets = _KafkaOffsets(
+    offsets = KafkaOffsets(
         {
             "kafka.bootstrap.servers": kafka_settings.bootstrap_servers,
             "kafka.request.timeout.ms": "20000",
@@ -365,6 +363,6 @@ def test_a_range_whose_records_were_lost_while_a_task_read_it_ends_at_once(bk_se
     produce(kafka_settings, topic, [(b"k", b"new-%d" % i, 0) for i in range(3)])
     options = {"kafka.bootstrap.servers": kafka_settings.bootstrap_servers}
     started = time.monotonic()
-    batches = list(_read_range(options, KafkaRange(topic, 0, 5, 8, outage_limit_s=60.0)))
+    batches = list(read_range(options, KafkaRange(topic, 0, 5, 8, outage_limit_s=60.0)))
     assert time.monotonic() - started < 15
     assert sum(b.num_rows for b in batches) == 0

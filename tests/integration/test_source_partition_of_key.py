@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 
 from bkaudit.testing.kafka_io import produce
+from connectors.kafka.planner import META, KafkaPlanner
 from connectors.kafka.publisher import MEMBERSHIP_PARTITION_KEY, partition_for_key
-from connectors.kafka.spark_source import META, KafkaStreamReader
 from connectors.kafka.topics import ensure_topic
 
 pytestmark = pytest.mark.integration
@@ -17,8 +17,8 @@ pytestmark = pytest.mark.integration
 PARTITIONS = 4
 
 
-def _reader(kafka_settings: Any, topic: str) -> KafkaStreamReader:
-    return KafkaStreamReader(
+def _reader(kafka_settings: Any, topic: str) -> KafkaPlanner:
+    return KafkaPlanner(
         {
             "kafka.bootstrap.servers": kafka_settings.bootstrap_servers,
             "subscribe": topic,
@@ -27,7 +27,7 @@ def _reader(kafka_settings: Any, topic: str) -> KafkaStreamReader:
     )
 
 
-def _rows(reader: KafkaStreamReader, start: dict, end: dict) -> list[dict[str, Any]]:
+def _rows(reader: KafkaPlanner, start: dict, end: dict) -> list[dict[str, Any]]:
     return [
         row
         for part in reader.partitions(start, end)

@@ -155,7 +155,7 @@ def test_kafka_source_columns_match_the_builtin_kafka_source(spark, kafka_settin
 
 def _source_end(query) -> dict:
     """The source's end offset of the query's last micro-batch, without the source's bookkeeping."""
-    from connectors.kafka.spark_source import positions_of
+    from connectors.kafka.planner import positions_of
 
     end = query.lastProgress["sources"][0]["endOffset"]
     return positions_of(json.loads(end) if isinstance(end, str) else end)

@@ -14,8 +14,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bkaudit.testing.kafka_io import produce
 from connectors.kafka.client_config import consumer_config, producer_config
+from connectors.kafka.planner import META, KafkaPlanner
 from connectors.kafka.publisher import MEMBERSHIP_PARTITION_KEY, partition_for_key
-from connectors.kafka.spark_source import META, KafkaStreamReader
 from connectors.kafka.tail_reader import TailingReader, consumer_fetch_options
 from connectors.kafka.topics import ensure_topic
 
@@ -25,8 +25,8 @@ PARTITIONS = 4
 CLUSTER = MEMBERSHIP_PARTITION_KEY
 
 
-def _source(kafka_settings: Any, topic: str) -> KafkaStreamReader:
-    return KafkaStreamReader(
+def _source(kafka_settings: Any, topic: str) -> KafkaPlanner:
+    return KafkaPlanner(
         {
             "kafka.bootstrap.servers": kafka_settings.bootstrap_servers,
             "subscribe": topic,
@@ -265,8 +265,8 @@ def test_every_partition_of_every_topic_is_tailed_as_the_full_planning_would(kaf
     ensure_topic(kafka_settings, other, partitions=2)
     options = {"kafka.bootstrap.servers": kafka_settings.bootstrap_servers, "subscribe": f"{name},{other}"}
     produce(kafka_settings, name, [(b"ledger/1", b"a", 0), (b"ledger/2", b"b", 2)])
-    tail = TailingReader(KafkaStreamReader(options), wait_s=2.0, verify_every_s=600, gather_s=0.5)
-    full = KafkaStreamReader(options)
+    tail = TailingReader(KafkaPlanner(options), wait_s=2.0, verify_every_s=600, gather_s=0.5)
+    full = KafkaPlanner(options)
     try:
         first, values = _batch(tail, tail.initialOffset())
         assert sorted(values) == [b"a", b"b"] and tail.full_plannings == 1
@@ -295,8 +295,8 @@ def test_a_position_past_the_brokers_lagging_end_offset_is_not_taken_for_a_trunc
     changes/s pipeline benchmark); it now checks the record before our position and goes on."""
     name, _ = topic
     options = {"kafka.bootstrap.servers": kafka_settings.bootstrap_servers, "subscribe": name}
-    tail = TailingReader(KafkaStreamReader(options), wait_s=2.0, verify_every_s=600, gather_s=0.5)
-    full = KafkaStreamReader(options)
+    tail = TailingReader(KafkaPlanner(options), wait_s=2.0, verify_every_s=600, gather_s=0.5)
+    full = KafkaPlanner(options)
     try:
         first, _ = _batch(tail, tail.initialOffset())
         produce(kafka_settings, name, [(b"k", b"v%d" % i, 0) for i in range(10)], one_record_batches=False)
@@ -406,7 +406,7 @@ def test_a_partition_the_consumer_falls_behind_on_is_caught_up_by_a_full_plannin
     to the consumer until the full planning is due (600 s here)."""
     name, _ = topic
     options = {"kafka.bootstrap.servers": kafka_settings.bootstrap_servers, "subscribe": name}
-    tail = TailingReader(KafkaStreamReader(options), wait_s=2.0, verify_every_s=600, max_records=10)
+    tail = TailingReader(KafkaPlanner(options), wait_s=2.0, verify_every_s=600, max_records=10)
     try:
         first, _ = _batch(tail, tail.initialOffset())
         backlog = [f"r{i}".encode() for i in range(3000)]

@@ -10,7 +10,7 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from connectors.kafka.spark_source import ARROW_RECORD_SCHEMA
+from connectors.kafka.planner import ARROW_RECORD_SCHEMA
 from core import events as ev
 from core.domain.rackmap import parse_rack_map
 from core.pb import change_events_pb2 as pb

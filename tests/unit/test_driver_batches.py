@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from connectors.kafka.spark_source import ARROW_RECORD_SCHEMA
+from connectors.kafka.planner import ARROW_RECORD_SCHEMA
 from core.errors import ConfigError
 from streaming.driver_batches import BatchFiles, DriverMicroBatches, OffsetLog
 

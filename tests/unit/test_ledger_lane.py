@@ -107,7 +107,7 @@ def lane_with_forwarded(tmp_path):
 
 def change_records(events: list) -> pa.Table:
     """The change events as the lane's reader gives them: Kafka records plus the batch's time."""
-    from connectors.kafka.spark_source import ARROW_RECORD_SCHEMA
+    from connectors.kafka.planner import ARROW_RECORD_SCHEMA
     from core import events as ev
 
     rows = [

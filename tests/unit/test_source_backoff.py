@@ -7,7 +7,7 @@ import json
 import pytest
 
 from connectors.kafka.client_config import KafkaTimeout
-from connectors.kafka.spark_source import (
+from connectors.kafka.planner import (
     BACKOFF_MAX_S,
     SourceStatus,
     SourceStatusCollector,
