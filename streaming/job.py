@@ -403,15 +403,25 @@ def exclusive_checkpoint(settings: Settings) -> Iterator[HeldCheckpoint]:
     checkpoint or lakehouse root, a checkpoint another job holds, a state layout that does not match.
     """
     from connectors.delta.health import check_lakehouse
+
+    with locked_checkpoint(settings) as held:
+        check_state_layout(held.path, settings.stream)
+        check_lakehouse(settings.lakehouse_root)
+        logger.info("checkpoint %s locked by this job (pid %d)", held.path, os.getpid())
+        yield held
+
+
+@contextlib.contextmanager
+def locked_checkpoint(settings: Settings) -> Iterator[HeldCheckpoint]:
+    """The job's checkpoint, created and locked for the block (the local lock, and the ZooKeeper lease with
+    ``stream.lease = zookeeper``), its tables unchecked: what ``bkaudit repair`` holds while it rebuilds
+    them, so no job starts meanwhile and it never runs beside one."""
     from streaming.checkpoint_lock import CheckpointLock
 
     writable_directory(Path(settings.lakehouse_root), "lakehouse_root")
     checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
     writable_directory(checkpoint, "checkpoint_root")
     with CheckpointLock(checkpoint), _zookeeper_lease(settings) as (write_check, lost):
-        check_state_layout(checkpoint, settings.stream)
-        check_lakehouse(settings.lakehouse_root)
-        logger.info("checkpoint %s locked by this job (pid %d)", checkpoint, os.getpid())
         yield HeldCheckpoint(checkpoint, write_check, lost)
 
 
