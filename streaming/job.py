@@ -56,7 +56,7 @@ from streaming.schemas import CHANGE_SCHEMA, DECISION_SCHEMA
 from streaming.session import start_at_driver_priority
 from streaming.sink import AuditSink, SinkConfig
 from streaming.sink_queue import SinkQueue
-from streaming.spark_checkpoint import discard_unplanned_first_batch
+from streaming.spark_checkpoint import discard_temporary_files, discard_unplanned_first_batch
 from streaming.topics import TopicsConfig
 
 if TYPE_CHECKING:
@@ -402,11 +402,15 @@ def exclusive_checkpoint(settings: Settings) -> Iterator[HeldCheckpoint]:
     Runs before the Spark session is built, so an operator error is one line at once: an unwritable
     checkpoint or lakehouse root, a checkpoint another job holds, a state layout that does not match.
     """
+    from connectors.delta._fold_process import FOLD_SCRATCH
     from connectors.delta.health import check_lakehouse
 
     with locked_checkpoint(settings) as held:
         check_state_layout(held.path, settings.stream)
         check_lakehouse(settings.lakehouse_root)
+        discard_temporary_files(
+            held.path, Path(settings.lakehouse_root) / FOLD_SCRATCH, settings.stream.app_id
+        )
         logger.info("checkpoint %s locked by this job (pid %d)", held.path, os.getpid())
         yield held
 

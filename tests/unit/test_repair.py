@@ -220,3 +220,35 @@ def test_a_rebuild_cut_short_keeps_the_job_refusing(cli, job_env, monkeypatch):
     monkeypatch.setattr("connectors.delta.repair.open_alert_rows", open_alert_rows)
     assert cli("repair").exit_code == 0
     assert read_table(lakehouse, "open_alerts").num_rows == 8
+
+
+def test_the_job_removes_the_temporary_files_a_stop_on_a_full_disk_left(job_env, tmp_path):
+    """What Spark's checkpoint file manager (``.<name>.<uuid>.tmp`` and its ``.crc``, in every folder of
+    the timers query's checkpoint, RocksDB's state included), the driver lanes and the fold leave when a
+    write fails for want of space; the job's start removes them and nothing else."""
+    lakehouse = job_env
+    write_batches(lakehouse)
+    checkpoint = tmp_path / "checkpoints" / APP
+    left = [
+        "timers/offsets/.7.1b2c.tmp",
+        "timers/offsets/..7.1b2c.tmp.crc",
+        "timers/commits/.6.9f8e.tmp",
+        "timers/state/0/3/.12.zip.77aa.tmp",
+        "timers/state/0/3/SSTs/.000009-4d.sst.5e.tmp",
+        "ledger-lane/offsets/.41.json.tmp",
+        "membership/state/.9.json.tmp",
+        "ledger-lane/bkaudit-source-status.tmp",
+    ]
+    kept = ["timers/offsets/7", "timers/state/0/3/12.zip", "ledger-lane/offsets/41.json", "timers/metadata"]
+    for name in left + kept:
+        (checkpoint / name).parent.mkdir(parents=True, exist_ok=True)
+        (checkpoint / name).write_bytes(b"x" * 10)
+    scratch = lakehouse / "_fold"
+    scratch.mkdir()
+    for name in [f"{APP}-12.arrow", f"{APP}-13.request.json", "other-12.arrow", "other-13.request.json"]:
+        (scratch / name).touch()
+
+    starts(lakehouse)
+    files = sorted(str(p.relative_to(checkpoint)) for p in checkpoint.rglob("*") if p.is_file())
+    assert files == sorted([*kept, "bkaudit.lock", "bkaudit-state-layout.json"])
+    assert sorted(p.name for p in scratch.iterdir()) == ["other-12.arrow", "other-13.request.json"]
