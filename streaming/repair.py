@@ -19,15 +19,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from deltalake import DeltaTable
+
 from connectors.delta.health import REBUILT_FROM, recorded_tables, what_to_do
 from connectors.delta.repair import (
     Rebuilt,
     damaged_tables,
+    ledgers_in_changes,
     rebuild_index,
     rebuild_ledgers,
     rebuild_open_alerts,
     rebuild_violations,
+    violation_rows,
 )
+from connectors.delta.tables import read_current_ledgers, table_path
 from connectors.kafka.alert_tail import AlertHistory
 from core.errors import ConfigError
 from core.settings import Settings
@@ -103,6 +108,8 @@ def repair(
             return report
         for name in found.rebuild:
             if name == "ledgers":
+                if name not in found.damaged:
+                    _refuse_to_shrink(name, ledgers_in_changes(root), read_current_ledgers(root).num_rows)
                 report.rebuilt.append(rebuild_ledgers(root, settings.stream.app_id))
             elif name == "ledger_bookies":
                 report.rebuilt.append(rebuild_index(root))
@@ -112,8 +119,29 @@ def repair(
                 history = (alert_history or _alert_history(settings))()
                 report.topic_truncated = dict(history.truncated)
                 records = [(r.key, r.alert) for r in history.records if r.alert is not None]
+                if name not in found.damaged:
+                    held = DeltaTable(table_path(root, name)).to_pyarrow_table(columns=["alert_id"]).num_rows
+                    _refuse_to_shrink(name, violation_rows(records).num_rows, held)
                 report.rebuilt.append(rebuild_violations(root, records))
     return report
+
+
+def _refuse_to_shrink(name: str, source_rows: int, rows: int) -> None:
+    """A whole table rebuilt on request (``--table``) must not lose rows its source no longer holds.
+
+    Example:
+        >>> try:
+        ...     _refuse_to_shrink("violations", 10, 14)
+        ... except ConfigError as err:
+        ...     print(str(err).split(": a rebuild")[1])
+         would lose 4; violations is whole, left as it is
+    """
+    if source_rows >= rows:
+        return
+    raise ConfigError(
+        f"--table {name}: {REBUILT_FROM[name]} holds {source_rows} rows of the {rows} in {name} (the others "
+        f"are past its retention): a rebuild would lose {rows - source_rows}; {name} is whole, left as it is"
+    )
 
 
 def _alert_history(settings: Settings) -> Callable[[], AlertHistory]:

@@ -204,6 +204,20 @@ def rebuild_ledgers(root: str | Path, app_id: str) -> Rebuilt:
     return Rebuilt("ledgers", "ledger_changes", rows, note)
 
 
+def ledgers_in_changes(root: str | Path) -> int:
+    """How many ledgers ``ledger_changes`` holds a row of (what a rebuild of ``ledgers`` gives back).
+
+    Example:
+        >>> import tempfile
+        >>> from connectors.delta.tables import ensure_tables
+        >>> root = tempfile.mkdtemp(); _ = ensure_tables(root)
+        >>> ledgers_in_changes(root)
+        0
+    """
+    ids = DeltaTable(table_path(root, "ledger_changes")).to_pyarrow_table(columns=["ledger_id"])
+    return len(pc.unique(ids.column("ledger_id")))
+
+
 def rebuild_index(root: str | Path) -> Rebuilt:
     """``ledger_bookies`` written again from every ledger's current row (one commit)."""
     txns = _recreated(root, "ledger_bookies")
@@ -371,6 +385,7 @@ __all__ = [
     "DAMAGED_ASIDE",
     "Rebuilt",
     "damaged_tables",
+    "ledgers_in_changes",
     "logged_transactions",
     "open_alert_rows",
     "rebuild_index",

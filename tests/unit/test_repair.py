@@ -252,3 +252,18 @@ def test_the_job_removes_the_temporary_files_a_stop_on_a_full_disk_left(job_env,
     files = sorted(str(p.relative_to(checkpoint)) for p in checkpoint.rglob("*") if p.is_file())
     assert files == sorted([*kept, "bkaudit.lock", "bkaudit-state-layout.json"])
     assert sorted(p.name for p in scratch.iterdir()) == ["other-12.arrow", "other-13.request.json"]
+
+
+def test_a_whole_table_is_rebuilt_on_request_unless_its_source_lost_rows(cli, job_env):
+    lakehouse = job_env
+    write_batches(lakehouse)
+    before = rows_of(lakehouse, "open_alerts")
+    assert cli("repair", "--table", "open_alerts").text == "rebuilt open_alerts from violations: 8 rows\n"
+    assert rows_of(lakehouse, "open_alerts") == before
+    # The change log's retention removed the changes of ledgers 21..30: they are only in ledgers now.
+    DeltaTable(str(lakehouse / "ledger_changes")).delete("batch_id = 0 AND ledger_id > 20")
+    result = cli("repair", "--table", "ledgers")
+    assert result.exit_code == 2
+    assert "ledger_changes holds 20 rows of the 30 in ledgers" in result.stderr
+    assert "ledgers is whole, left as it is" in result.stderr
+    assert len(rows_of(lakehouse, "ledgers")) == 30
