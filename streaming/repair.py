@@ -18,10 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from deltalake import DeltaTable
 
-from connectors.delta.health import REBUILT_FROM, recorded_tables, what_to_do
+from connectors.delta.health import REBUILT_FROM, TABLES_RECORD, recorded_tables, what_to_do
 from connectors.delta.repair import (
     Rebuilt,
     damaged_tables,
@@ -101,6 +102,11 @@ def repair(
         if table not in known:
             raise ConfigError(f"--table {table}: no such table (one of {', '.join(sorted(REBUILT_FROM))})")
         raise ConfigError(f"--table {table}: {what_to_do(table)}")
+    if not (Path(root) / TABLES_RECORD).is_file():
+        raise ConfigError(
+            f"no lakehouse written by `bkaudit stream` at {root} ({TABLES_RECORD} is missing): check "
+            "lakehouse_root (BKAUDIT_LAKEHOUSE_ROOT)"
+        )
     with locked_checkpoint(settings):
         found = plan(damaged_tables(root), table)
         report = RepairReport(found, [], dry_run)

@@ -190,6 +190,13 @@ def test_a_table_without_a_source_is_named_and_the_job_still_refuses(cli, job_en
     assert "cannot be rebuilt" in cli("repair", "--table", "ledger_changes").stderr
 
 
+def test_repair_of_a_path_without_the_jobs_lakehouse_says_so(cli, job_env):
+    result = cli("repair")
+    assert result.exit_code == 2
+    assert f"no lakehouse written by `bkaudit stream` at {job_env}" in result.stderr
+    assert not job_env.exists()  # nothing created there
+
+
 def test_repair_is_refused_while_a_job_holds_the_checkpoint(cli, job_env, tmp_path):
     from streaming.checkpoint_lock import CheckpointLock
 
