@@ -99,6 +99,18 @@ def delete_a_data_file(table: Path) -> Path:
     return gone
 
 
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The two batches, written once per module (each test takes a copy: the log's paths are relative)."""
+    root = tmp_path_factory.mktemp("written") / "lakehouse"
+    write_batches(root)
+    return root
+
+
+def copy_of(template: Path, lakehouse: Path) -> None:
+    shutil.copytree(template, lakehouse)
+
+
 @pytest.fixture
 def job_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     for name in list(os.environ):
@@ -126,9 +138,9 @@ def starts(lakehouse: Path) -> None:
         LedgerLog(lakehouse, APP).ensure_open()
 
 
-def test_repair_rebuilds_ledgers_the_index_and_open_alerts_equal_to_before(cli, job_env):
+def test_repair_rebuilds_ledgers_the_index_and_open_alerts_equal_to_before(cli, job_env, written):
     lakehouse = job_env
-    write_batches(lakehouse)
+    copy_of(written, lakehouse)
     derived = ("ledgers", "ledger_bookies", "open_alerts")
     before = {name: rows_of(lakehouse, name) for name in derived}
     cut_short(lakehouse / "ledgers")
@@ -165,9 +177,9 @@ def test_repair_rebuilds_ledgers_the_index_and_open_alerts_equal_to_before(cli, 
     assert cli("repair").text == "every table is whole: nothing to repair\n"
 
 
-def test_a_batch_replayed_after_the_repair_is_not_written_twice(job_env, cli):
+def test_a_batch_replayed_after_the_repair_is_not_written_twice(job_env, cli, written):
     lakehouse = job_env
-    write_batches(lakehouse)
+    copy_of(written, lakehouse)
     cut_short(lakehouse / "open_alerts")
     assert cli("repair").exit_code == 0
     book = AlertBook("c1")
@@ -175,9 +187,9 @@ def test_a_batch_replayed_after_the_repair_is_not_written_twice(job_env, cli):
     assert record_transitions(BatchWriter(lakehouse, APP, 1), book) == (False, False)
 
 
-def test_a_table_without_a_source_is_named_and_the_job_still_refuses(cli, job_env):
+def test_a_table_without_a_source_is_named_and_the_job_still_refuses(cli, job_env, written):
     lakehouse = job_env
-    write_batches(lakehouse)
+    copy_of(written, lakehouse)
     truncated = cut_short(lakehouse / "ledger_changes")
     cut_short(lakehouse / "ledgers")
     result = cli("repair")
@@ -197,10 +209,10 @@ def test_repair_of_a_path_without_the_jobs_lakehouse_says_so(cli, job_env):
     assert not job_env.exists()  # nothing created there
 
 
-def test_repair_is_refused_while_a_job_holds_the_checkpoint(cli, job_env, tmp_path):
+def test_repair_is_refused_while_a_job_holds_the_checkpoint(cli, job_env, tmp_path, written):
     from streaming.checkpoint_lock import CheckpointLock
 
-    write_batches(job_env)
+    copy_of(written, job_env)
     shutil.rmtree(job_env / "open_alerts")
     checkpoint = tmp_path / "checkpoints" / APP
     checkpoint.mkdir(parents=True)
@@ -211,9 +223,9 @@ def test_repair_is_refused_while_a_job_holds_the_checkpoint(cli, job_env, tmp_pa
     assert not (job_env / "open_alerts").exists()
 
 
-def test_a_rebuild_cut_short_keeps_the_job_refusing(cli, job_env, monkeypatch):
+def test_a_rebuild_cut_short_keeps_the_job_refusing(cli, job_env, monkeypatch, written):
     lakehouse = job_env
-    write_batches(lakehouse)
+    copy_of(written, lakehouse)
     shutil.rmtree(lakehouse / "open_alerts")
 
     def dies(_table: pa.Table) -> None:
@@ -229,12 +241,12 @@ def test_a_rebuild_cut_short_keeps_the_job_refusing(cli, job_env, monkeypatch):
     assert read_table(lakehouse, "open_alerts").num_rows == 8
 
 
-def test_the_job_removes_the_temporary_files_a_stop_on_a_full_disk_left(job_env, tmp_path):
+def test_the_job_removes_the_temporary_files_a_stop_on_a_full_disk_left(job_env, tmp_path, written):
     """What Spark's checkpoint file manager (``.<name>.<uuid>.tmp`` and its ``.crc``, in every folder of
     the timers query's checkpoint, RocksDB's state included), the driver lanes and the fold leave when a
     write fails for want of space; the job's start removes them and nothing else."""
     lakehouse = job_env
-    write_batches(lakehouse)
+    copy_of(written, lakehouse)
     checkpoint = tmp_path / "checkpoints" / APP
     left = [
         "timers/offsets/.7.1b2c.tmp",
@@ -261,9 +273,9 @@ def test_the_job_removes_the_temporary_files_a_stop_on_a_full_disk_left(job_env,
     assert sorted(p.name for p in scratch.iterdir()) == ["other-12.arrow", "other-13.request.json"]
 
 
-def test_a_whole_table_is_rebuilt_on_request_unless_its_source_lost_rows(cli, job_env):
+def test_a_whole_table_is_rebuilt_on_request_unless_its_source_lost_rows(cli, job_env, written):
     lakehouse = job_env
-    write_batches(lakehouse)
+    copy_of(written, lakehouse)
     before = rows_of(lakehouse, "open_alerts")
     assert cli("repair", "--table", "open_alerts").text == "rebuilt open_alerts from violations: 8 rows\n"
     assert rows_of(lakehouse, "open_alerts") == before
