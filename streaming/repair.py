@@ -31,6 +31,7 @@ from connectors.delta.repair import (
     rebuild_ledgers,
     rebuild_open_alerts,
     rebuild_violations,
+    recreate,
     violation_rows,
 )
 from connectors.delta.tables import read_current_ledgers, table_path
@@ -40,7 +41,7 @@ from core.settings import Settings
 
 #: Sources first: each table after the one it is rebuilt from.
 ORDER = ("ledgers", "ledger_bookies", "violations", "open_alerts")
-#: The tables each rebuild reads besides its source.
+#: The tables each rebuild reads (its source among them).
 _READS = {
     "ledgers": ("ledger_changes",),
     "ledger_bookies": ("ledgers", "ledger_changes"),
@@ -62,6 +63,9 @@ class RepairPlan:
 
 @dataclass
 class RepairReport:
+    """What a repair did (nothing with ``dry_run``), and the alerts topic's partitions whose first
+    records are gone (partition → first offset held)."""
+
     plan: RepairPlan
     rebuilt: list[Rebuilt]
     dry_run: bool
@@ -112,13 +116,16 @@ def repair(
         report = RepairReport(found, [], dry_run)
         if dry_run:
             return report
+        index: dict[str, int] | None = None
+        if {"ledgers", "ledger_bookies"} <= set(found.rebuild):  # the fold appends to a readable index
+            index = recreate(root, "ledger_bookies")
         for name in found.rebuild:
             if name == "ledgers":
                 if name not in found.damaged:
                     _refuse_to_shrink(name, ledgers_in_changes(root), read_current_ledgers(root).num_rows)
                 report.rebuilt.append(rebuild_ledgers(root, settings.stream.app_id))
             elif name == "ledger_bookies":
-                report.rebuilt.append(rebuild_index(root))
+                report.rebuilt.append(rebuild_index(root, index))
             elif name == "open_alerts":
                 report.rebuilt.append(rebuild_open_alerts(root))
             else:

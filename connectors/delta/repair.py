@@ -146,9 +146,9 @@ def _checkpoint_transactions(log: Path) -> list[tuple[str, int]]:
     return found
 
 
-def _recreated(root: str | Path, name: str) -> dict[str, int]:
-    """Set the table aside (when there) and create it empty; returns the app transactions its log and the
-    table written in the same batches record."""
+def recreate(root: str | Path, name: str) -> dict[str, int]:
+    """Set the table aside (when there) and create it empty, its rebuild marked as unfinished; returns the
+    app transactions its log and the table written in the same batches record."""
     txns = logged_transactions(Path(root) / name)
     partner = _SAME_BATCHES.get(name)
     if partner is not None:
@@ -187,7 +187,7 @@ def rebuild_ledgers(root: str | Path, app_id: str) -> Rebuilt:
     """``ledgers`` folded again from ``ledger_changes`` by the job's own fold (through the last batch of
     ``app_id``). Changes older than the change log's retention are gone from it: their ledgers come back
     with the watcher's next FULL snapshot."""
-    _recreated(root, "ledgers")  # the fold's own transaction is the only one ``ledgers`` has
+    recreate(root, "ledgers")  # the fold's own transaction is the only one ``ledgers`` has
     log = LedgerLog(root, app_id)
     log.ensure_open()
     last = DeltaTable(table_path(root, "ledger_changes")).transaction_version(app_id)
@@ -218,9 +218,11 @@ def ledgers_in_changes(root: str | Path) -> int:
     return len(pc.unique(ids.column("ledger_id")))
 
 
-def rebuild_index(root: str | Path) -> Rebuilt:
-    """``ledger_bookies`` written again from every ledger's current row (one commit)."""
-    txns = _recreated(root, "ledger_bookies")
+def rebuild_index(root: str | Path, recreated: Mapping[str, int] | None = None) -> Rebuilt:
+    """``ledger_bookies`` written again from every ledger's current row (one commit). ``recreated``: the
+    transactions :func:`recreate` returned when it was recreated already (the fold of a ``ledgers``
+    rebuild appends to the index, so a damaged one is replaced first)."""
+    txns = recreate(root, "ledger_bookies") if recreated is None else dict(recreated)
     rows = index_rows_on(read_current_ledgers(root), None)
     rows = conform_to(rows, TABLES["ledger_bookies"].schema)
     write_deltalake(table_path(root, "ledger_bookies"), rows, mode="overwrite")
@@ -231,7 +233,7 @@ def rebuild_index(root: str | Path) -> Rebuilt:
 # -- alerts ------------------------------------------------------------------------------------------
 def rebuild_open_alerts(root: str | Path) -> Rebuilt:
     """``open_alerts`` written again from ``violations``: each alert whose last transition fires."""
-    txns = _recreated(root, "open_alerts")
+    txns = recreate(root, "open_alerts")
     violations = DeltaTable(table_path(root, "violations")).to_pyarrow_table()
     rows, unverified = open_alert_rows(violations)
     if rows.num_rows:
@@ -373,7 +375,7 @@ def _parse_time(text: object) -> datetime | None:
 
 def rebuild_violations(root: str | Path, records: Iterable[tuple[str | None, Mapping[str, Any]]]) -> Rebuilt:
     """``violations`` written again from the alerts topic's records (:func:`violation_rows`)."""
-    txns = _recreated(root, "violations")
+    txns = recreate(root, "violations")
     rows = violation_rows(records)
     if rows.num_rows:
         write_deltalake(table_path(root, "violations"), rows, mode="append")
@@ -392,6 +394,7 @@ __all__ = [
     "rebuild_ledgers",
     "rebuild_open_alerts",
     "rebuild_violations",
+    "recreate",
     "set_aside",
     "violation_rows",
 ]

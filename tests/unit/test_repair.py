@@ -286,3 +286,16 @@ def test_a_whole_table_is_rebuilt_on_request_unless_its_source_lost_rows(cli, jo
     assert "ledger_changes holds 20 rows of the 30 in ledgers" in result.stderr
     assert "ledgers is whole, left as it is" in result.stderr
     assert len(rows_of(lakehouse, "ledgers")) == 30
+
+
+def test_ledgers_and_their_index_both_cut_short(cli, job_env, written):
+    """The fold appends to the index: the index is rebuilt empty first, then written whole."""
+    lakehouse = job_env
+    copy_of(written, lakehouse)
+    before = {name: rows_of(lakehouse, name) for name in ("ledgers", "ledger_bookies")}
+    cut_short(lakehouse / "ledgers")
+    cut_short(lakehouse / "ledger_bookies")
+    done = cli("repair")
+    assert done.exit_code == 0, done.stderr
+    assert {name: rows_of(lakehouse, name) for name in before} == before
+    starts(lakehouse)
