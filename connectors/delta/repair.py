@@ -302,9 +302,11 @@ def _entity_of(row: Mapping[str, Any]) -> str | None:
 def _start_times(firing: pa.Table, violations: pa.Table) -> tuple[pa.Array, int]:
     """Each open alert's start time: its own, or the time of one of its transitions that its id confirms
     (else its first firing's), and how many were not confirmed."""
-    times: dict[str, list[datetime]] = {}
+    unknown = firing.filter(pc.is_null(firing.column("started_at"))).column("alert_id")
+    theirs = violations.filter(pc.is_in(violations.column("alert_id"), unknown.combine_chunks()))
+    times: dict[str, list[datetime]] = {}  # the transition times of the alerts without a start time
     for alert_id, at in zip(
-        violations.column("alert_id").to_pylist(), violations.column("detected_at").to_pylist(), strict=True
+        theirs.column("alert_id").to_pylist(), theirs.column("detected_at").to_pylist(), strict=True
     ):
         if at is not None:
             times.setdefault(alert_id, []).append(at)
