@@ -72,10 +72,22 @@ class FreeSpace:
             >>> FreeSpace("lakehouse_root", "/lh", 2**30, 100 * 2**30).describe()
             'lakehouse_root /lh: 1.0 GiB free of 100.0 GiB (1 %)'
         """
-        return (
-            f"{self.setting} {self.path}: {self.free / 2**30:.1f} GiB free of {self.total / 2**30:.1f} GiB "
-            f"({self.ratio * 100:.0f} %)"
-        )
+        share = f"{self.ratio * 100:.0f} %"
+        return f"{self.setting} {self.path}: {_size(self.free)} free of {_size(self.total)} ({share})"
+
+
+def _size(count: int) -> str:
+    """Bytes in GiB, or in MiB or KiB below a GiB (a small volume is not "0.0 GiB free of 0.0 GiB").
+
+    Example:
+        >>> _size(3 * 2**30), _size(640 * 2**10), _size(5 * 2**20)
+        ('3.0 GiB', '640 KiB', '5.0 MiB')
+    """
+    if count >= 2**30:
+        return f"{count / 2**30:.1f} GiB"
+    if count >= 2**20:
+        return f"{count / 2**20:.1f} MiB"
+    return f"{count / 2**10:.0f} KiB"
 
 
 def free_space(directories: Mapping[str, str | Path]) -> list[FreeSpace]:

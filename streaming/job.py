@@ -57,7 +57,7 @@ from streaming.schemas import CHANGE_SCHEMA, DECISION_SCHEMA
 from streaming.session import start_at_driver_priority
 from streaming.sink import AuditSink, SinkConfig
 from streaming.sink_queue import SinkQueue
-from streaming.spark_checkpoint import discard_unplanned_first_batch
+from streaming.spark_checkpoint import discard_temporary_files, discard_unplanned_first_batch
 from streaming.topics import TopicsConfig
 
 if TYPE_CHECKING:
@@ -403,16 +403,30 @@ def exclusive_checkpoint(settings: Settings) -> Iterator[HeldCheckpoint]:
     Runs before the Spark session is built, so an operator error is one line at once: an unwritable
     checkpoint or lakehouse root, a checkpoint another job holds, a state layout that does not match.
     """
+    from connectors.delta._fold_process import FOLD_SCRATCH
     from connectors.delta.health import check_lakehouse
+
+    with locked_checkpoint(settings) as held:
+        check_state_layout(held.path, settings.stream)
+        check_lakehouse(settings.lakehouse_root)
+        discard_temporary_files(
+            held.path, Path(settings.lakehouse_root) / FOLD_SCRATCH, settings.stream.app_id
+        )
+        logger.info("checkpoint %s locked by this job (pid %d)", held.path, os.getpid())
+        yield held
+
+
+@contextlib.contextmanager
+def locked_checkpoint(settings: Settings) -> Iterator[HeldCheckpoint]:
+    """The job's checkpoint, created and locked for the block (the local lock, and the ZooKeeper lease with
+    ``stream.lease = zookeeper``), its tables unchecked: what ``bkaudit repair`` holds while it rebuilds
+    them, so no job starts meanwhile and it never runs beside one."""
     from streaming.checkpoint_lock import CheckpointLock
 
     writable_directory(Path(settings.lakehouse_root), "lakehouse_root")
     checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
     writable_directory(checkpoint, "checkpoint_root")
     with CheckpointLock(checkpoint), _zookeeper_lease(settings) as (write_check, lost):
-        check_state_layout(checkpoint, settings.stream)
-        check_lakehouse(settings.lakehouse_root)
-        logger.info("checkpoint %s locked by this job (pid %d)", checkpoint, os.getpid())
         yield HeldCheckpoint(checkpoint, write_check, lost)
 
 

@@ -29,6 +29,7 @@ from bkaudit.cli import (
     path,
     pulsar,
     query,
+    repair,
     sim,
     status,
     stream,
@@ -136,6 +137,7 @@ app.command("stream")(stream.stream)
 app.command("watch")(watch.watch)
 app.command("status")(status.status)
 app.command("agent")(agent.agent)
+app.command("repair")(repair.repair)
 
 
 def _one_line(message: str) -> str:

@@ -1489,8 +1489,10 @@ class SimulatedCluster:
     # =============================================================================================== state
 
     def status(self) -> dict[str, Any]:
-        """What runs where: ZooKeeper, root, bookies (address, rack, mode, faults), ledgers. No password."""
+        """What runs where: ZooKeeper, root, bookies (address, rack, mode, where ZooKeeper has them
+        registered, faults), ledgers. No password."""
         with self._lock:
+            registered = self.registrations()
             return {
                 "zookeeper": self.zk_hosts,
                 "root": self.root,
@@ -1504,6 +1506,7 @@ class SimulatedCluster:
                         "address": bookie.address,
                         "rack": bookie.rack,
                         "mode": bookie.mode.value,
+                        "registered": registered.get(bookie.bookie_id, Registration.NONE).value,
                         "legacy_id": bookie.legacy_id,
                         "storage": SORTED_STORAGE if bookie.server.answers_entry_lists else DB_STORAGE,
                         "ledger_dir": str(bookie.store.ledger_dir)
@@ -1528,19 +1531,12 @@ class SimulatedCluster:
         with self._lock:
             now = _now_ms() if now_ms is None else now_ms
             self._check_pending_expiries()
+            registered = self.registrations()
             bookies: dict[str, BookieSnapshot] = {}
             with self._membership_lock:
                 absences = tuple(self._absences)
                 for bookie_id, bookie in self._bookies.items():
-                    if bookie.mode is BookieMode.WRITABLE:
-                        registration = Registration.WRITABLE
-                    elif bookie.mode is BookieMode.READONLY:
-                        registration = Registration.READONLY
-                    elif bookie.hard_killed and bookie.hard_killed_registration is not None:
-                        # Dead process, live session: still registered until ZooKeeper expires it.
-                        registration = Registration(bookie.hard_killed_registration.value)
-                    else:
-                        registration = Registration.NONE
+                    registration = registered.get(bookie_id, Registration.NONE)
                     faults = bookie.server.faults
                     store = bookie.store
                     holdings = {
@@ -1584,6 +1580,28 @@ class SimulatedCluster:
                 managed_znodes=dict(self._managed_znodes),
                 ledger_created_ms={lid: led.created_ms for lid, led in self._ledgers.items()},
             )
+
+    def registrations(self) -> dict[str, Registration]:
+        """Where each bookie is registered as ZooKeeper holds it now (read, not what the simulator
+        believes: a session ZooKeeper expired, a registration that failed or a znode deleted by hand show
+        at once). When ZooKeeper cannot be read, what its watches said last.
+
+        Example:
+            >>> # sim.registrations()["bookie-01"] is Registration.WRITABLE
+        """
+        try:
+            writable = set(self.admin.get_children(available_path(self.root))) - {"readonly"}
+            readonly = set(self.admin.get_children(readonly_path(self.root)))
+        except KazooException:
+            with self._membership_lock:
+                last = set(self._zk_registered)
+            readonly = {
+                b for b in last if self._bookies.get(b) and self._bookies[b].mode is BookieMode.READONLY
+            }
+            writable = last - readonly
+        found = {bookie: Registration.WRITABLE for bookie in writable}
+        found.update({bookie: Registration.READONLY for bookie in readonly})
+        return found
 
     def _check_pending_expiries(self) -> None:
         """Ask ZooKeeper directly about hard-killed bookies, in case the watch has not fired yet."""

@@ -36,6 +36,14 @@ from core.errors import ServiceError
 TABLES_RECORD = "_bkaudit_tables.json"
 #: Where the repair of each kind of damage is described.
 REPAIR_DOC = 'docs/troubleshooting.md, "A Delta table is damaged or gone"'
+#: The tables ``bkaudit repair`` rebuilds, each from its source (every other table holds what nothing else
+#: does: restore it from a backup).
+REBUILT_FROM = {
+    "ledgers": "ledger_changes",
+    "ledger_bookies": "ledgers",
+    "violations": "the alerts topic",
+    "open_alerts": "violations",
+}
 _COMMITS_CHECKED = 200
 
 
@@ -105,11 +113,46 @@ def check_lakehouse(root: str | Path) -> None:
         if not (path / "_delta_log").is_dir():
             raise ServiceError(
                 f"the Delta table '{name}' is gone from {base}, where this job created it: recreating it "
-                f"empty would lose its history; restore it, or rebuild it ({REPAIR_DOC})"
+                f"empty would lose its history; {what_to_do(name)}"
             )
-        damage = table_damage(path)
+        damage = unfinished_repair(base, name) or table_damage(path)
         if damage is not None:
-            raise ServiceError(f"the Delta table '{name}' is damaged: {damage}; {REPAIR_DOC}")
+            raise ServiceError(f"the Delta table '{name}' is damaged: {damage}; {what_to_do(name)}")
+
+
+def repair_marker(root: str | Path, name: str) -> Path:
+    """The file a rebuild of ``name`` leaves while it runs (a rebuild cut short leaves a table that looks
+    whole and is not)."""
+    return Path(root) / "_damaged" / f"{name}.repairing"
+
+
+def unfinished_repair(root: str | Path, name: str) -> str | None:
+    """What to say of a table whose rebuild did not finish (None: none was cut short).
+
+    Example:
+        >>> import tempfile
+        >>> unfinished_repair(tempfile.mkdtemp(), "ledgers") is None
+        True
+    """
+    marker = repair_marker(root, name)
+    if marker.exists():
+        return f"its rebuild did not finish ({marker} is still there)"
+    return None
+
+
+def what_to_do(name: str) -> str:
+    """The way back for a damaged table: the repair command for a table it rebuilds, else a restore.
+
+    Example:
+        >>> what_to_do("open_alerts").split(" (")[0]
+        'rebuild it from violations with `bkaudit repair`'
+        >>> what_to_do("ledger_changes").startswith("it cannot be rebuilt")
+        True
+    """
+    source = REBUILT_FROM.get(name)
+    if source is not None:
+        return f"rebuild it from {source} with `bkaudit repair` ({REPAIR_DOC})"
+    return f"it cannot be rebuilt (nothing else holds its rows): restore it from a backup ({REPAIR_DOC})"
 
 
 def _unparsable_commit(log: Path) -> str | None:
@@ -157,10 +200,14 @@ def _first_line(err: BaseException) -> str:
 
 
 __all__ = [
+    "REBUILT_FROM",
     "REPAIR_DOC",
     "TABLES_RECORD",
     "check_lakehouse",
     "record_tables",
     "recorded_tables",
+    "repair_marker",
     "table_damage",
+    "unfinished_repair",
+    "what_to_do",
 ]

@@ -42,7 +42,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from connectors.delta.health import REPAIR_DOC, table_damage
+from connectors.delta.health import table_damage, what_to_do
 from connectors.delta.placement_plans import (
     ALERT_COLUMNS,
     BOOKIE_COLUMNS,
@@ -345,7 +345,7 @@ class Lakehouse:
             pass
         except _READ_ERRORS as err:
             damage = table_damage(path)
-            why = f"it is damaged: {damage}; {REPAIR_DOC}" if damage else read_failure(err)
+            why = f"it is damaged: {damage}; {what_to_do(name)}" if damage else read_failure(err)
             raise ServiceError(f"cannot read the Delta table '{name}' under {self.root}: {why}") from None
         hint = "" if self.tables() else _demo_hint(self.root) or " (it holds no Delta tables)"
         raise NotFoundError(f"no Delta table '{name}' under {self.root}{hint}")

@@ -253,6 +253,18 @@ VIOLATIONS = TableSpec(
             _f("detected_date", pa.date32(), "date of detected_at (partition column)"),
             _ALERT["detail"],
             _f("batch_id", pa.int64(), "streaming micro-batch that recorded it"),
+            _f(
+                "entity",
+                pa.string(),
+                "ledger/<id>, bookie/<id>, topic/... or a cluster entity (null in rows written before "
+                "bkaudit kept it)",
+            ),
+            _f(
+                "started_at",
+                _TS,
+                "event time the condition started (part of its alert_id; null in rows rebuilt from the "
+                "alerts topic, which does not carry it, and in rows written before bkaudit kept it)",
+            ),
         ]
     ),
     "Append-only history of every alert transition (firing, resolved).",
@@ -431,16 +443,21 @@ def ensure_tables(root: str | Path) -> list[str]:
             continue
         if existing:
             logger.warning("creating the Delta table '%s' (empty) in the lakehouse %s", spec.name, root)
-        DeltaTable.create(
-            path,
-            spec.schema,
-            partition_by=list(spec.partition_by) or None,
-            name=spec.name,
-            description=spec.description,
-            configuration={"delta.enableChangeDataFeed": "true"},
-        )
+        create_table(root, spec)
     record_tables(root, set(TABLES))
     return sorted(TABLES)
+
+
+def create_table(root: str | Path, spec: TableSpec) -> None:
+    """Create the table ``spec`` describes, empty (change data feed on, comments set)."""
+    DeltaTable.create(
+        table_path(root, spec.name),
+        spec.schema,
+        partition_by=list(spec.partition_by) or None,
+        name=spec.name,
+        description=spec.description,
+        configuration={"delta.enableChangeDataFeed": "true"},
+    )
 
 
 def _add_missing_columns(table: DeltaTable, spec: TableSpec) -> None:

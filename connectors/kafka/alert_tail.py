@@ -65,6 +65,7 @@ class AlertRecord:
     timestamp_ms: int
     alert: dict[str, Any] | None
     error: str | None = None
+    key: str | None = None  # ``<cluster>/<entity>``
 
     @classmethod
     def from_message(cls, message: Any) -> AlertRecord:
@@ -74,7 +75,9 @@ class AlertRecord:
             alert, error = parse_alert(message.value()), None
         except ValueError as err:
             alert, error = None, str(err)
-        return cls(message.partition(), message.offset(), int(timestamp_ms), alert, error)
+        raw_key = message.key()
+        key = raw_key.decode("utf-8", "replace") if raw_key is not None else None
+        return cls(message.partition(), message.offset(), int(timestamp_ms), alert, error, key)
 
 
 class AlertTail:
@@ -98,6 +101,11 @@ class AlertTail:
             self.consumer.close()
             raise
         self.positions = {p: self._starts[p] for p in self.ends}
+
+    @property
+    def starts(self) -> dict[int, int]:
+        """Where each partition's read began (its first offset still held, for a read of everything)."""
+        return dict(self._starts)
 
     def _assign_last(self, last: int, timeout_s: float) -> dict[int, int]:
         """Assign each partition at ``last`` records before its end; returns the ends."""
@@ -157,4 +165,22 @@ class AlertTail:
         self.close()
 
 
-__all__ = ["AlertRecord", "AlertTail", "parse_alert"]
+@dataclass(frozen=True)
+class AlertHistory:
+    """Every record the alerts topic still holds, and the partitions whose first records are gone
+    (retention passed, or the topic was recreated): partition → first offset held."""
+
+    records: list[AlertRecord]
+    truncated: dict[int, int]
+
+
+def read_alert_history(settings: KafkaSettings, timeout_s: float = 10.0) -> AlertHistory:
+    """Every record of the alerts topic, oldest first (what ``bkaudit repair`` rebuilds ``violations``
+    from); :class:`~core.errors.ServiceError` when the topic does not exist."""
+    with AlertTail(settings, last=2**62, timeout_s=timeout_s) as tail:
+        records = tail.backlog()
+        truncated = {p: start for p, start in tail.starts.items() if start > 0}
+    return AlertHistory(records, truncated)
+
+
+__all__ = ["AlertHistory", "AlertRecord", "AlertTail", "parse_alert", "read_alert_history"]
