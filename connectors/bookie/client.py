@@ -597,7 +597,9 @@ class _Connection:
         except asyncio.CancelledError:
             failure = BookieConnectionError(f"{self.address}: client closed")
             raise
-        except ssl.SSLError as err:  # TLS 1.3: the bookie's verdict on our certificate comes after the handshake
+        except (
+            ssl.SSLError
+        ) as err:  # TLS 1.3: the bookie's verdict on our certificate comes after the handshake
             has_cert = self._tls is not None and self._tls.has_client_cert
             failure = BookieRefusedError(self.address, refusal_of(err, has_client_cert=has_cert))
         except OSError as err:
@@ -943,7 +945,9 @@ class BookieClient:
                 await writer.drain()
                 response = await self._first_answer(address, reader)
                 if (response.header.txnId, int(response.header.operation)) != key:
-                    raise BookieConnectionError(f"{address}: answered START_TLS with another request's answer")
+                    raise BookieConnectionError(
+                        f"{address}: answered START_TLS with another request's answer"
+                    )
                 if response.status != pb.EOK:
                     raise BookieRefusedError(
                         address,

@@ -186,7 +186,7 @@ class _AlertingSSLProtocol(sslproto.SSLProtocol):
         if handshake_exc is not None:
             with contextlib.suppress(Exception):
                 self._process_outgoing()  # type: ignore[attr-defined]
-        super()._on_handshake_complete(handshake_exc)  # type: ignore[misc]
+        super()._on_handshake_complete(handshake_exc)
 
 
 async def _start_tls_server_side(writer: asyncio.StreamWriter, context: ssl.SSLContext) -> None:
@@ -197,7 +197,9 @@ async def _start_tls_server_side(writer: asyncio.StreamWriter, context: ssl.SSLC
     transport: Any = writer.transport
     protocol: Any = writer._protocol  # type: ignore[attr-defined]
     waiter = loop.create_future()
-    ssl_protocol = _AlertingSSLProtocol(loop, protocol, context, waiter, True, None, call_connection_made=False)
+    ssl_protocol = _AlertingSSLProtocol(
+        loop, protocol, context, waiter, True, None, call_connection_made=False
+    )
     transport.pause_reading()
     transport.set_protocol(ssl_protocol)
     made = loop.call_soon(ssl_protocol.connection_made, transport)

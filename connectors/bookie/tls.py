@@ -30,9 +30,12 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from core.settings import BookieSettings
 
 #: Where a refusal tells the user to look (the settings of :class:`core.settings.BookieSettings`).
 CERT_SETTINGS = "bookie.tls_cert_file and bookie.tls_key_file"
@@ -47,7 +50,8 @@ class BookieTlsConfig:
 
     Example:
         >>> BookieTlsConfig(ca_file=Path("ca.pem"))
-        BookieTlsConfig(ca_file=PosixPath('ca.pem'), cert_file=None, key_file=None, hostname_verification=False)
+        BookieTlsConfig(ca_file=PosixPath('ca.pem'), cert_file=None, key_file=None, \
+hostname_verification=False)
     """
 
     ca_file: Path | None = None
@@ -65,10 +69,10 @@ class BookieTlsConfig:
         """The client ``SSLContext``; :class:`ConfigError` naming the setting when a file is unusable.
 
         Example:
-            >>> BookieTlsConfig(ca_file=Path("/nonexistent/ca.pem")).context()
+            >>> BookieTlsConfig(ca_file=Path("/nonexistent/ca.pem")).context()  # doctest: +ELLIPSIS
             Traceback (most recent call last):
             ...
-            core.errors.ConfigError: bookie.tls_ca_file: cannot read /nonexistent/ca.pem (No such file or directory)
+            core.errors.ConfigError: bookie.tls_ca_file: cannot read /nonexistent/ca.pem (No such file ...)
         """
         context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
         context.check_hostname = self.hostname_verification
@@ -94,20 +98,51 @@ class BookieTlsConfig:
         return context
 
 
+def bookie_tls_config(settings: BookieSettings) -> BookieTlsConfig | None:
+    """The client TLS of the ``bookie`` settings (None: plaintext), checked at once: an unreadable file or
+    a wrong key password is a :class:`ConfigError` when the process starts, not at the first probe.
+
+    Example:
+        >>> from core.settings import BookieSettings
+        >>> bookie_tls_config(BookieSettings()) is None
+        True
+        >>> bookie_tls_config(BookieSettings(tls=True)).has_client_cert
+        False
+    """
+    problem = settings.problem()
+    if problem is not None:
+        raise ConfigError(problem)
+    if not settings.tls:
+        return None
+    password = settings.tls_key_password.get_secret_value() if settings.tls_key_password else None
+    config = BookieTlsConfig(
+        ca_file=settings.tls_ca_file,
+        cert_file=settings.tls_cert_file,
+        key_file=settings.tls_key_file,
+        key_password=password,
+        hostname_verification=settings.tls_hostname_verification,
+    )
+    config.context()
+    return config
+
+
 def _why(err: BaseException) -> str:
     return str(getattr(err, "strerror", None) or getattr(err, "reason", None) or type(err).__name__)
 
 
-def refusal_reason(ssl_reason: str | None, *, has_client_cert: bool, verify_message: str | None = None) -> str:
+def refusal_reason(
+    ssl_reason: str | None, *, has_client_cert: bool, verify_message: str | None = None
+) -> str:
     """One line saying which credential a failed TLS handshake with a bookie is about.
 
     ``ssl_reason`` is OpenSSL's reason (``ssl.SSLError.reason``): the bookie's alert, or the client's own
     verification failure (``CERTIFICATE_VERIFY_FAILED``, with ``verify_message``).
 
     Example:
-        >>> refusal_reason("CERTIFICATE_VERIFY_FAILED", has_client_cert=True,
-        ...                verify_message="unable to get local issuer certificate")
-        "the bookie's certificate is not trusted (unable to get local issuer certificate): check bookie.tls_ca_file"
+        >>> print(refusal_reason("CERTIFICATE_VERIFY_FAILED", has_client_cert=True,
+        ...                      verify_message="unable to get local issuer certificate"))
+        the bookie's certificate is not trusted (unable to get local issuer certificate): check \
+bookie.tls_ca_file
         >>> refusal_reason("SSLV3_ALERT_CERTIFICATE_EXPIRED", has_client_cert=True)
         "the bookie refused bkaudit's client certificate (bookie.tls_cert_file): certificate expired"
         >>> refusal_reason("TLSV1_ALERT_UNKNOWN_CA", has_client_cert=True)
@@ -129,7 +164,7 @@ def refusal_of(err: ssl.SSLError, *, has_client_cert: bool) -> str:
     """:func:`refusal_reason` of a raised ``ssl.SSLError``.
 
     Example:
-        >>> error = ssl.SSLError(1, "[SSL: TLSV13_ALERT_CERTIFICATE_REQUIRED] tlsv13 alert certificate required")
+        >>> error = ssl.SSLError(1, "[SSL: TLSV13_ALERT_CERTIFICATE_REQUIRED] certificate required")
         >>> error.reason = "TLSV13_ALERT_CERTIFICATE_REQUIRED"
         >>> refusal_of(error, has_client_cert=False).startswith("the bookie requires a client certificate")
         True
@@ -145,10 +180,12 @@ def auth_required_reason(tls: BookieTlsConfig | None) -> str:
     """What an ``EUA`` answer means given what bkaudit presented: the credential to set or fix.
 
     Example:
-        >>> auth_required_reason(None)
-        'the bookie requires authentication and bkaudit does not use TLS with it: set bookie.tls with a client certificate (bookie.tls_cert_file and bookie.tls_key_file)'
-        >>> auth_required_reason(BookieTlsConfig())
-        'the bookie requires authentication: no client certificate given (bookie.tls_cert_file and bookie.tls_key_file)'
+        >>> auth_required_reason(None).endswith("does not use TLS with it: set bookie.tls with a client "
+        ...                                     "certificate (bookie.tls_cert_file and bookie.tls_key_file)")
+        True
+        >>> print(auth_required_reason(BookieTlsConfig()))
+        the bookie requires authentication: no client certificate given (bookie.tls_cert_file and \
+bookie.tls_key_file)
     """
     if tls is None:
         return (
@@ -189,7 +226,8 @@ def server_tls_context(
     clients' certificates must chain to (``tlsClientAuthentication=true``).
 
     Example:
-        >>> # server_tls_context(files.server_cert, files.server_key, ca_file=files.ca, require_client_cert=True)
+        >>> # server_tls_context(files.server_cert, files.server_key, ca_file=files.ca,
+        >>> #                    require_client_cert=True)
     """
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(str(cert_file), str(key_file))
@@ -202,6 +240,7 @@ def server_tls_context(
 __all__ = [
     "BookieTlsConfig",
     "auth_required_reason",
+    "bookie_tls_config",
     "certificate_roles",
     "refusal_of",
     "refusal_reason",

@@ -17,6 +17,7 @@ import pytest
 
 from bkaudit.testing.tls import TlsFiles, write_throwaway_ca
 from connectors.bookie.client import (
+    REFUSED_KINDS,
     AuthRequired,
     BlockingBookieClient,
     BookieClient,
@@ -25,6 +26,7 @@ from connectors.bookie.client import (
     ProbeResult,
     TlsRefused,
 )
+from connectors.bookie.ledger_probe import LedgerProbeTarget, probe_ledgers
 from connectors.bookie.liveness import answered_from
 from connectors.bookie.server import BookieServer, InMemoryEntryStore
 from connectors.bookie.tls import BookieTlsConfig, server_tls_context
@@ -167,7 +169,9 @@ def test_a_bookie_refuses_an_expired_client_certificate(store, tls):
 def test_a_bookie_without_tls_is_named_as_such(store, tls):
     with BookieServer(store) as bookie:
         result = probe(bookie.address, client_tls(tls))
-    assert isinstance(result, TlsRefused) and "does not offer TLS (START_TLS answered EBADREQ)" in result.reason
+    assert (
+        isinstance(result, TlsRefused) and "does not offer TLS (START_TLS answered EBADREQ)" in result.reason
+    )
 
 
 def test_bookie_authz_answers_eua_to_a_plaintext_client(store, tls):
@@ -191,3 +195,19 @@ def test_a_wrong_key_password_is_a_config_error_that_does_not_show_it(tls, caplo
     assert "wrong bookie.tls_key_password" in str(raised.value)
     assert "not-the-password" not in str(raised.value) + caplog.text
     assert "not-the-password" not in repr(client_tls(tls, key_password="not-the-password"))
+
+
+def test_a_ledger_probe_names_the_refusing_bookie_as_refused_not_silent(tls):
+    target = LedgerProbeTarget(7, 2, 2, 2, "CLOSED", 2, ((0, ("b1", "b2")),))
+    store = InMemoryEntryStore()
+    store.add_entries(7, [0, 1, 2])
+    with (
+        server(store, tls) as b1,
+        server(store, tls, authorized_roles=[ROLE]) as b2,  # our certificate has no role
+        BlockingBookieClient(tls=client_tls(tls), timeout=10.0) as client,
+    ):
+        [outcome] = probe_ledgers(client, [target], {"b1": b1.address, "b2": b2.address}, timeout=10.0)
+    assert outcome.answers["b1"] == "entry_list"
+    assert outcome.answers["b2"] in REFUSED_KINDS and outcome.unresponsive == ("b2",)
+    assert list(outcome.refused) == ["b2"]
+    assert "did not authorize bkaudit's client certificate" in outcome.refused["b2"]
