@@ -95,6 +95,7 @@ DEFAULT_MAX_IN_FLIGHT = 1000
 """Requests in flight across all bookies of one client."""
 
 _READ_CHUNK = 256 * 1024
+_CLOSE_WAIT_S = 1.0  # how long a close waits for the bookie's side of it
 _REASON_WAIT_S = 1.0  # after a failed write, how long the reader may take to tell why the connection died
 _EXPIRED_MEMORY = 4096
 _CLOSED_AFTER_HANDSHAKE = (
@@ -668,8 +669,14 @@ class _Connection:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._reader_task
         self._shut(BookieConnectionError(f"{self.address}: client closed"))
-        with contextlib.suppress(Exception):
-            await self._writer.wait_closed()
+        try:
+            # A TLS close waits for the bookie's close_notify, which a real bookie never sends.
+            async with asyncio.timeout(_CLOSE_WAIT_S):
+                await self._writer.wait_closed()
+        except TimeoutError:
+            self._writer.transport.abort()
+        except Exception:  # closing a dead connection: nothing more to do
+            logger.debug("bookie %s: close", self.address, exc_info=True)
 
 
 # ------------------------------------------------------------------------------------------------ client
