@@ -11,6 +11,7 @@ from connectors.bookie.tls import bookie_tls_config, refusal_reason
 from core.domain.alert_book import AlertBook
 from core.domain.alerts import AlertKind
 from core.errors import ConfigError
+from core.logsetup import secret_values
 from core.settings import BookieSettings, load_settings
 from streaming.sink_batch import SinkBatch, apply_decisions, bookie_answers
 
@@ -91,3 +92,4 @@ def test_the_key_password_is_never_shown(monkeypatch, caplog):
     settings = load_settings()
     assert settings.bookie.tls_key_password is not None
     assert "pw-s3cret" not in repr(settings) + settings.model_dump_json() + caplog.text
+    assert "pw-s3cret" in secret_values(settings)  # what register_secrets redacts from every log record
