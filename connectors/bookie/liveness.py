@@ -41,6 +41,7 @@ from connectors.bookie.client import (
     ProbeRequest,
     ProbeResult,
     Timeout,
+    refusal_of_result,
 )
 from connectors.bookie.tls import BookieTlsConfig
 
@@ -69,12 +70,16 @@ def answered_from(result: ProbeResult) -> tuple[bool, str]:
     Example:
         >>> answered_from(Timeout(2.0))
         (False, 'no answer in 2.0 s')
+        >>> from connectors.bookie.client import TlsRefused
+        >>> answered_from(TlsRefused("the bookie requires a client certificate"))
+        (True, 'answered tls_refused: the bookie requires a client certificate')
     """
     if isinstance(result, Timeout):
         return False, f"no answer in {result.timeout_s} s"
     if isinstance(result, ConnectionFailed | BadResponse):
         return False, result.reason
-    return True, f"answered {result.kind}"
+    refusal = refusal_of_result(result)  # alive, but refusing bkaudit: say what it wants
+    return True, f"answered {result.kind}" + (f": {refusal}" if refusal else "")
 
 
 @dataclass
