@@ -97,11 +97,11 @@ DEFAULT_MAX_IN_FLIGHT = 1000
 _READ_CHUNK = 256 * 1024
 _CLOSE_WAIT_S = 1.0  # how long a close waits for the bookie's side of it
 _REASON_WAIT_S = 1.0  # after a failed write, how long the reader may take to tell why the connection died
-_EXPIRED_MEMORY = 4096
+_EXPIRED_MEMORY = 4096  # txnIds remembered after a timeout, so their late answers log quietly
 _CLOSED_AFTER_HANDSHAKE = (
     "the bookie closed the TLS connection before any answer, without saying why: it may refuse bkaudit's "
     "client certificate (bookie.tls_cert_file: missing, expired, or signed by a CA it does not trust)"
-)  # txnIds remembered after a timeout, so their late answers log quietly
+)
 
 Address = tuple[str, int]
 _Key = tuple[int, int]  # (txnId, operation): what a response is matched on
@@ -598,9 +598,8 @@ class _Connection:
         except asyncio.CancelledError:
             failure = BookieConnectionError(f"{self.address}: client closed")
             raise
-        except (
-            ssl.SSLError
-        ) as err:  # TLS 1.3: the bookie's verdict on our certificate comes after the handshake
+        except ssl.SSLError as err:
+            # TLS 1.3: the bookie's verdict on our client certificate comes after our side of the handshake.
             has_cert = self._tls is not None and self._tls.has_client_cert
             failure = BookieRefusedError(self.address, refusal_of(err, has_client_cert=has_cert))
         except OSError as err:
