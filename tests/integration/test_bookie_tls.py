@@ -26,6 +26,7 @@ from connectors.bookie.client import (
     ProbeResult,
     TlsRefused,
 )
+from connectors.bookie.frames import EOK, FrameDecoder, encode_frame, parse_request, start_tls_response
 from connectors.bookie.ledger_probe import LedgerProbeTarget, probe_ledgers
 from connectors.bookie.liveness import answered_from
 from connectors.bookie.server import BookieServer, InMemoryEntryStore
@@ -211,3 +212,24 @@ def test_a_ledger_probe_names_the_refusing_bookie_as_refused_not_silent(tls):
     assert outcome.answers["b2"] in REFUSED_KINDS and outcome.unresponsive == ("b2",)
     assert list(outcome.refused) == ["b2"]
     assert "did not authorize bkaudit's client certificate" in outcome.refused["b2"]
+
+
+def test_a_bookie_that_closes_after_the_handshake_without_an_alert_is_a_refusal(tls):
+    """What a bookie whose TLS stack sends no alert looks like: the handshake passes, then the connection
+    closes before any answer (TLS 1.3 checks a client certificate after the client's side is done)."""
+    context = server_tls_context(tls.server_cert, tls.server_key)
+
+    async def scenario() -> ProbeResult:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            frame = FrameDecoder().feed(await reader.read(1024))[0]
+            writer.write(encode_frame(start_tls_response(parse_request(frame).header, EOK)))
+            await writer.start_tls(context)
+            writer.transport.abort()
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server, BookieClient(tls=client_tls(tls), timeout=10.0) as client:
+            return await client.list_entries(f"127.0.0.1:{port}", 5)
+
+    result = run(scenario())
+    assert isinstance(result, TlsRefused) and "closed the TLS connection before any answer" in result.reason
