@@ -825,6 +825,77 @@ class PulsarSettings(_Section):
         return absolute_znode_path(value, "managed_ledgers_path")
 
 
+class BookieSettings(_Section):
+    """How bkaudit connects to bookies (the job's replicas probes, the watcher's liveness probes): TLS and
+    authentication the way BookKeeper's client does them.
+
+    With ``tls`` every connection is upgraded by ``START_TLS`` (the bookies' ``tlsProviderFactoryClass``),
+    verifying the bookies' certificates against ``tls_ca_file``, presenting ``tls_cert_file`` where the
+    bookies require a client certificate (``tlsClientAuthentication=true``). ``auth_provider``
+    ``tls-certificate`` is the bookies' ``bookieAuthProviderFactoryClass=``
+    ``org.apache.bookkeeper.tls.BookieAuthZFactory`` (Pulsar's): the client certificate is the credential,
+    its OU role (``OU=0:<role>``) one of the bookies' ``authorizedRoles``. A bookie that refuses what bkaudit
+    presents is ``BOOKIE_AUTH_REFUSED`` naming the credential, never ``BOOKIE_UNRESPONSIVE``. The key
+    password is a secret (masked, never logged).
+
+    Example:
+        >>> bookie = BookieSettings(tls=True, tls_cert_file="c.pem", tls_key_password="pw")
+        >>> bookie.tls_key_password
+        SecretStr('**********')
+        >>> BookieSettings(auth_provider="tls-certificate").problem()
+        'bookie.auth_provider tls-certificate needs bookie.tls and bookie.tls_cert_file'
+    """
+
+    tls: bool = Field(
+        False,
+        description="upgrade every bookie connection with START_TLS, as BookKeeper's client with "
+        "tlsProviderFactoryClass set (a bookie without TLS is then refused, BOOKIE_AUTH_REFUSED)",
+    )
+    tls_ca_file: Path | None = Field(
+        None, description="CA certificates (PEM) that sign the bookies' certificates; default: system roots"
+    )
+    tls_cert_file: Path | None = Field(
+        None,
+        description="client certificate chain (PEM), for bookies with tlsClientAuthentication=true or "
+        "auth_provider tls-certificate",
+    )
+    tls_key_file: Path | None = Field(
+        None, description="private key (PEM) of tls_cert_file; unset: the key is in tls_cert_file"
+    )
+    tls_key_password: SecretStr | None = Field(None, description="password of an encrypted tls_key_file")
+    tls_hostname_verification: bool = Field(
+        False,
+        description="check the bookie's host name against its certificate (BookKeeper's "
+        "tlsHostnameVerificationEnabled; off, its default, still verifies the certificate chain)",
+    )
+    auth_provider: Literal["none", "tls-certificate"] = Field(
+        "none",
+        description="the bookies' bookieAuthProviderFactoryClass: none, or tls-certificate "
+        "(org.apache.bookkeeper.tls.BookieAuthZFactory: the client certificate's OU role must be among the "
+        "bookies' authorizedRoles; needs tls and tls_cert_file). SASL is not supported",
+    )
+
+    def problem(self) -> str | None:
+        """What makes these settings contradictory (checked where bookies are reached), or None.
+
+        Example:
+            >>> BookieSettings(tls_ca_file="ca.pem").problem()
+            'bookie.tls_ca_file set but bookie.tls is false'
+        """
+        if self.auth_provider == "tls-certificate" and not (self.tls and self.tls_cert_file):
+            return "bookie.auth_provider tls-certificate needs bookie.tls and bookie.tls_cert_file"
+        given = [
+            f"bookie.{name}"
+            for name in ("tls_ca_file", "tls_cert_file", "tls_key_file")
+            if getattr(self, name)
+        ]
+        if given and not self.tls:
+            return f"{', '.join(given)} set but bookie.tls is false"
+        if self.tls_key_file and not self.tls_cert_file:
+            return "bookie.tls_key_file set without bookie.tls_cert_file"
+        return None
+
+
 class Settings(BaseSettings):
     """All settings of one bkaudit process.
 
@@ -862,6 +933,7 @@ class Settings(BaseSettings):
     stream: StreamSettings = Field(default_factory=StreamSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
     pulsar: PulsarSettings = Field(default_factory=PulsarSettings)
+    bookie: BookieSettings = Field(default_factory=BookieSettings)
 
     @classmethod
     def settings_customise_sources(

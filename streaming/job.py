@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from connectors.bookie.tls import bookie_tls_config
 from connectors.kafka.publisher import MEMBERSHIP_PARTITION_KEY, partition_for_key
 from core.domain.rules.autorecovery import AutoRecoveryGraces
 from core.domain.rules.lost_bookie import DisruptionRule
@@ -127,6 +128,7 @@ def sink_config(settings: Settings, changes_partitions: int) -> SinkConfig:
         index_cleanup_interval_s=stream.index_cleanup_interval_s,
         index_append_interval_s=stream.index_append_interval_s,
         agents=agent_config(settings),
+        bookie_tls=bookie_tls_config(settings.bookie),
     )
 
 

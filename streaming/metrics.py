@@ -110,6 +110,10 @@ AUDIT_GAUGES = {
         "bkaudit_num_unresponsive_bookies",
         "registered bookies that never answer probes",
     ),
+    "BOOKIE_AUTH_REFUSED": (
+        "bkaudit_num_bookies_refusing_auth",
+        "live bookies that refuse bkaudit's TLS or credentials (or want ones it was not given)",
+    ),
     "AUTORECOVERY_DISABLED": (
         "bkaudit_autorecovery_disabled",
         "1 while AutoRecovery has been switched off (underreplication/disable) past its grace period",

@@ -67,6 +67,7 @@ from streaming.sink_batch import (
     VERSION_ONLY_KINDS,
     SinkBatch,
     apply_decisions,
+    bookie_answers,
     evaluate_ledgers,
     rack_map_is_invalid,
 )
@@ -82,6 +83,7 @@ from streaming.topics import TopicsConfig, TopicsStage
 
 if TYPE_CHECKING:
     from connectors.agent.client import AgentConfig
+    from connectors.bookie.tls import BookieTlsConfig
     from streaming.metrics import StreamMetrics
 
 logger = logging.getLogger(__name__)
@@ -115,6 +117,7 @@ class SinkConfig:
     index_cleanup_interval_s: float = 5.0  # at least this long between two index cleanups; 0 = every batch
     index_append_interval_s: float = 5.0  # at least this long between two index appends; 0 = every batch
     agents: AgentConfig | None = None  # bookie-side agents asked first (core.settings.AgentSettings)
+    bookie_tls: BookieTlsConfig | None = None  # TLS to the bookies (core.settings.BookieSettings)
     topics: TopicsConfig = field(default_factory=TopicsConfig)  # Pulsar's managed ledgers (settings.pulsar)
     topics_state_dir: Path | None = None  # the topics stage's state files (None: kept in memory)
 
@@ -290,6 +293,7 @@ class AuditSink:
             self._probe_client = BlockingBookieClient(
                 timeout=self.config.probe_timeout_s,
                 max_reads_per_s_per_bookie=self.config.entry_reads_per_s_per_bookie,
+                tls=self.config.bookie_tls,
             )
         return self._probe_client
 
@@ -675,7 +679,7 @@ class AuditSink:
     def _probe(self, batch: SinkBatch, report: BatchReport) -> list[dict[str, Any]]:
         """Stage 6: the processor's re-probes and the throttled scrutiny pass; returns the feedback events
         (round results) and raises ``BOOKIE_UNRESPONSIVE`` for registered bookies that never answer."""
-        from connectors.bookie.ledger_probe import ANSWERED_KINDS, LedgerProbeTarget
+        from connectors.bookie.ledger_probe import LedgerProbeTarget
 
         requests, ledgers, bookie_rows = batch.probe_requests, batch.ledgers, batch.bookie_rows
         book, cluster = batch.book, batch.cluster
@@ -729,9 +733,7 @@ class AuditSink:
         now_ms = int(time.time() * 1000)
         messages = []
         for (request, target), outcome in zip(targets, outcomes, strict=True):
-            for bookie, kind in outcome.answers.items():
-                if kind in ANSWERED_KINDS:
-                    book.set_bookie_condition(AlertKind.BOOKIE_UNRESPONSIVE, bookie, False, at_ms=now_ms)
+            bookie_answers(book, target.ledger_id, outcome.answers, outcome.refused, at_ms=now_ms)
             if request.get("scrutiny") and not outcome.failing:
                 continue  # healthy background check: nothing to report
             messages.append(
@@ -750,6 +752,7 @@ class AuditSink:
                         "unresponsive": list(outcome.unresponsive),
                         "unresolved": list(outcome.unresolved),
                         "answers": outcome.answers,
+                        "refused": outcome.refused,
                     },
                 }
             )

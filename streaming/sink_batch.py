@@ -411,7 +411,10 @@ def _replicas_confirmed(batch: SinkBatch, row: Row) -> None:
             pulsar_topic=row_now.get("pulsar_topic"),
             detail={"round": payload.get("round"), **found},
         )
+    refused = found.get("refused") or {}  # alive but refusing bkaudit: BOOKIE_AUTH_REFUSED, at the probe
     for silent in found.get("unresponsive") or []:
+        if silent in refused:
+            continue
         if (batch.bookie_rows.get(silent) or {}).get("status") in ("WRITABLE", "READ_ONLY"):
             batch.book.set_bookie_condition(
                 AlertKind.BOOKIE_UNRESPONSIVE,
@@ -420,6 +423,32 @@ def _replicas_confirmed(batch: SinkBatch, row: Row) -> None:
                 at_ms=at_ms,
                 detail={"ledger_id": ledger_id, "rounds": payload.get("round")},
             )
+
+
+def bookie_answers(
+    book: AlertBook, ledger_id: int, answers: Mapping[str, str], refused: Mapping[str, str], *, at_ms: int
+) -> None:
+    """What one ledger's probe tells of its bookies: an answer resolves ``BOOKIE_UNRESPONSIVE`` and
+    ``BOOKIE_AUTH_REFUSED``; a refusal (a live bookie refusing bkaudit's TLS or credentials) resolves the
+    first and fires the second at once, with the reason (``refused``) naming the credential.
+
+    Example:
+        >>> book = AlertBook("c1")
+        >>> bookie_answers(book, 7, {"b1": "tls_refused", "b2": "entry_list"}, {"b1": "expired"}, at_ms=1)
+        >>> [(alert.entity, alert.kind.value, alert.detail["reason"]) for alert in book.open.values()]
+        [('bookie/b1', 'BOOKIE_AUTH_REFUSED', 'expired')]
+    """
+    from connectors.bookie.client import REFUSED_KINDS
+    from connectors.bookie.ledger_probe import ANSWERED_KINDS
+
+    for bookie, kind in answers.items():
+        if kind in ANSWERED_KINDS or kind in REFUSED_KINDS:  # alive, whatever else it said
+            book.set_bookie_condition(AlertKind.BOOKIE_UNRESPONSIVE, bookie, False, at_ms=at_ms)
+        if kind in ANSWERED_KINDS:
+            book.set_bookie_condition(AlertKind.BOOKIE_AUTH_REFUSED, bookie, False, at_ms=at_ms)
+        elif kind in REFUSED_KINDS:
+            detail = {"answer": kind, "ledger_id": ledger_id, "reason": refused.get(bookie, kind)}
+            book.set_bookie_condition(AlertKind.BOOKIE_AUTH_REFUSED, bookie, True, at_ms=at_ms, detail=detail)
 
 
 def _replicas_cleared(batch: SinkBatch, row: Row) -> None:

@@ -46,6 +46,7 @@ import json
 import logging
 import random
 import secrets
+import ssl
 import threading
 import time
 import uuid
@@ -253,7 +254,9 @@ class SimulatedCluster:
     ``zk_hosts`` is a kazoo hosts string (an optional chroot after the last host); ``root`` the ledgers root
     inside it; ``racks`` how many racks new bookies are spread over (round robin) unless given one;
     ``bookie_session_timeout_s`` the session timeout of each bookie (how long a hard-killed bookie stays
-    registered; ZooKeeper clamps it to 2..20 ticks). All public methods are thread-safe.
+    registered; ZooKeeper clamps it to 2..20 ticks); ``bookie_tls`` a server ``ssl.SSLContext`` every bookie
+    then upgrades connections with on ``START_TLS`` (one that requires client certificates makes bookies
+    that do; :func:`connectors.bookie.tls.server_tls_context`). All public methods are thread-safe.
 
     Example:
         >>> sim = SimulatedCluster("127.0.0.1:2181", root="/ledgers", racks=2, seed=7)
@@ -281,8 +284,10 @@ class SimulatedCluster:
         seed: int | None = None,
         truth_parameters: TruthParameters | None = None,
         index_root: Path | None = None,
+        bookie_tls: ssl.SSLContext | None = None,
     ) -> None:
         self.zk_hosts = zk_hosts
+        self.bookie_tls = bookie_tls
         self.root = validate_root(root)
         self.manager = LedgerManagerType.from_name(manager) if isinstance(manager, str) else manager
         if self.manager is LedgerManagerType.MS:
@@ -557,7 +562,13 @@ class SimulatedCluster:
             if rack is None:
                 rack = self.rack_names[ordinal % len(self.rack_names)]
             store = self._new_store(storage, ordinal)
-            server = BookieServer(store, host=self.host, port=port, answers_entry_lists=storage != DB_STORAGE)
+            server = BookieServer(
+                store,
+                host=self.host,
+                port=port,
+                answers_entry_lists=storage != DB_STORAGE,
+                tls=self.bookie_tls,
+            )
             self._loop.run(server.start())
             try:
                 if legacy_id:

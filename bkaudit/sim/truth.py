@@ -44,6 +44,8 @@ snapshot at all):
   timeout) while it is expected to hold at least one entry a check judges (otherwise nothing would ever
   probe it: listed under ``may_alert`` instead). A registered bookie whose server is down (a hard kill
   before the session expires) or that answers with an error status is also only ``may_alert``.
+- ``BOOKIE_AUTH_REFUSED``: never; the simulator's bookies accept what the auditor is configured to present
+  (TLS with the cluster's CA and client certificate, when they speak TLS), so any is a mismatch.
 - ``UNDER_REPLICATION_STUCK``: ``urL`` marks whose stored ctime is more than ``under_replication_grace_s``
   old (marks without ctime never are, as in BookKeeper); disabled when the grace is ``None``.
 - ``METADATA_CORRUPT``: ledger znodes that do not decode.
@@ -168,7 +170,7 @@ TOPIC_KINDS = ("TOPIC_LEDGER_MISSING",)
 """Alert kinds whose subjects are ``<managed ledger>/<ledger id>`` (the alert's entity without ``topic/`` and
 ``ledger/``)."""
 
-BOOKIE_KINDS = ("BOOKIE_LOST", "BOOKIE_UNRESPONSIVE")
+BOOKIE_KINDS = ("BOOKIE_LOST", "BOOKIE_UNRESPONSIVE", "BOOKIE_AUTH_REFUSED")
 """Alert kinds whose subjects are bookie ids."""
 
 CLUSTER_KINDS = (

@@ -1,7 +1,11 @@
 """Asyncio client that asks bookies which entries they hold (BookKeeper's v3 wire protocol).
 
-Probing only: ``GET_LIST_OF_ENTRIES_OF_LEDGER`` and plain ``READ_ENTRY``. No auth plugin and
-no TLS (an ``EUA`` answer is reported as :class:`AuthRequired`); no writes, no fencing.
+Probing only: ``GET_LIST_OF_ENTRIES_OF_LEDGER`` and plain ``READ_ENTRY``; no writes, no fencing. With a
+:class:`~connectors.bookie.tls.BookieTlsConfig` every connection is upgraded as BookKeeper's client does it
+(``START_TLS``, then the TLS handshake on the same socket, with a client certificate when one is given:
+what a bookie with ``BookieAuthZFactory`` authenticates). A bookie that refuses, or wants what bkaudit was
+not given, is a :class:`TlsRefused` or :class:`AuthRequired` whose reason names the credential: an answer
+of a live bookie, never a silent one. No ``AUTH`` plugin exchange (SASL) is spoken.
 
 How it talks (BookKeeper's v3 protocol): one TCP connection per bookie address, reused and pipelined; every
 request gets a fresh ``txnId`` and the answer is matched on ``(txnId, operation)`` as BookKeeper's
@@ -20,7 +24,8 @@ NoLedger          ``ENOLEDGER``                                  holds nothing o
 EntryPresent      ``READ_ENTRY`` ``EOK``                         holds that entry
 NoEntry           ``READ_ENTRY`` ``ENOENTRY``                    does not hold that entry
 LastConfirmed     ``READ_ENTRY`` of entry -1, ``EOK``            its last entry and the LAC that entry carries
-AuthRequired      ``EUA``                                        unknown (we did not authenticate)
+AuthRequired      ``EUA`` (or ``EIO`` to ``START_TLS``)          unknown: the bookie wants other credentials
+TlsRefused        ``START_TLS`` refused, TLS handshake failed    unknown: the reason names the credential
 Timeout           no answer in time (DbLedgerStorage bookies!)   unknown, never "missing"
 ConnectionFailed  refused, reset, unreachable, bad address       unknown
 BookieError       any other status (``EIO``, ``EBADVERSION`` …)  unknown
@@ -49,6 +54,7 @@ import collections
 import contextlib
 import itertools
 import logging
+import ssl
 import threading
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
@@ -66,8 +72,10 @@ from connectors.bookie.frames import (
     parse_response,
     peek_header,
     read_entry_request,
+    start_tls_request,
     status_name,
 )
+from connectors.bookie.tls import BookieTlsConfig, auth_required_reason, refusal_of
 from core.domain.availability import EntryAvailability, decode_availability
 from core.errors import BkauditError, FormatError
 from core.pb import bookkeeper_protocol_pb2 as pb
@@ -87,7 +95,13 @@ DEFAULT_MAX_IN_FLIGHT = 1000
 """Requests in flight across all bookies of one client."""
 
 _READ_CHUNK = 256 * 1024
+_CLOSE_WAIT_S = 1.0  # how long a close waits for the bookie's side of it
+_REASON_WAIT_S = 1.0  # after a failed write, how long the reader may take to tell why the connection died
 _EXPIRED_MEMORY = 4096  # txnIds remembered after a timeout, so their late answers log quietly
+_CLOSED_AFTER_HANDSHAKE = (
+    "the bookie closed the TLS connection before any answer, without saying why: it may refuse bkaudit's "
+    "client certificate (bookie.tls_cert_file: missing, expired, or signed by a CA it does not trust)"
+)
 
 Address = tuple[str, int]
 _Key = tuple[int, int]  # (txnId, operation): what a response is matched on
@@ -199,14 +213,45 @@ class LastConfirmed(ProbeResult):
 
 @dataclass(frozen=True, slots=True)
 class AuthRequired(ProbeResult):
-    """``EUA``: the bookie has an auth plugin configured and we did not authenticate.
+    """``EUA``: the bookie has an auth plugin configured and did not authenticate us; ``reason`` names the
+    credential (see :func:`connectors.bookie.tls.auth_required_reason`).
 
     Example:
-        >>> AuthRequired().conclusive
-        False
+        >>> AuthRequired().conclusive, AuthRequired("no client certificate").reason
+        (False, 'no client certificate')
     """
 
+    reason: str = "the bookie requires authentication"
     kind: ClassVar[str] = "auth_required"
+
+
+@dataclass(frozen=True, slots=True)
+class TlsRefused(ProbeResult):
+    """``START_TLS`` refused or the TLS handshake failed: a live bookie we could not talk to securely.
+
+    Example:
+        >>> TlsRefused("the bookie requires a client certificate").kind
+        'tls_refused'
+    """
+
+    reason: str
+    kind: ClassVar[str] = "tls_refused"
+
+
+#: Result kinds of a live bookie that refused bkaudit's credentials (or wants ones it was not given).
+REFUSED_KINDS = frozenset({AuthRequired.kind, TlsRefused.kind})
+
+
+def refusal_of_result(result: ProbeResult) -> str | None:
+    """The reason of a refusal (:class:`AuthRequired`, :class:`TlsRefused`), else None.
+
+    Example:
+        >>> refusal_of_result(TlsRefused("expired")), refusal_of_result(NoLedger())
+        ('expired', None)
+    """
+    if isinstance(result, AuthRequired | TlsRefused):
+        return result.reason
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +338,14 @@ def _consume_outcome(task: asyncio.Task[Any]) -> None:
 
 class BookieConnectionError(BkauditError):
     """A connection to a bookie failed or dropped; in-flight requests on it end with this (internally)."""
+
+
+class BookieRefusedError(BookieConnectionError):
+    """The bookie refused the TLS upgrade or bkaudit's certificate; ``reason`` names the credential."""
+
+    def __init__(self, address: str, reason: str) -> None:
+        super().__init__(f"{address}: {reason}")
+        self.reason = reason
 
 
 # ------------------------------------------------------------------------------------------ classification
@@ -452,21 +505,34 @@ class _Connection:
     """One TCP connection to one bookie: pipelined requests, answers matched on (txnId, operation)."""
 
     def __init__(
-        self, address: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_frame_size: int
+        self,
+        address: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        max_frame_size: int,
+        *,
+        tls: BookieTlsConfig | None = None,
+        start_tls_key: _Key | None = None,
     ) -> None:
         self.address = address
+        self._tls = tls
+        self._start_tls_key = start_tls_key  # a bookie that does not authorize us answers it again, EIO
         self._reader = reader
         self._writer = writer
         self._decoder = FrameDecoder(max_frame_size)
         self._pending: dict[_Key, asyncio.Future[pb.Response]] = {}
         self._expired: collections.OrderedDict[_Key, None] = collections.OrderedDict()
         self.closed = False
+        self._failure: Exception | None = None
+        self._answered = False  # anything received after the upgrade
         self._outgoing: list[bytes] = []
         self._loop = asyncio.get_running_loop()
         self._reader_task = self._loop.create_task(self._read_loop())
 
     async def round_trip(self, key: _Key, frame: bytes, timeout: float) -> pb.Response:
         """Send one frame and wait for its answer. Raises TimeoutError, BookieConnectionError, FormatError."""
+        if self.closed:  # closed since it was handed out (a bookie that refused us right after the handshake)
+            raise self._failure or BookieConnectionError(f"{self.address}: connection closed")
         future: asyncio.Future[pb.Response] = self._loop.create_future()
         self._pending[key] = future
         try:
@@ -478,10 +544,17 @@ class _Connection:
             self._remember_expired(key)
             raise
         except OSError as err:  # from drain(): the socket died under us
+            # The reason may be a TLS alert the reader is about to see (TLS 1.3 refuses a client
+            # certificate after the handshake): that is the failure to report.
+            await asyncio.wait({self._reader_task}, timeout=_REASON_WAIT_S)
+            if isinstance(self._failure, BookieRefusedError):
+                raise self._failure from None
             raise BookieConnectionError(f"{self.address}: write failed: {err}") from None
         finally:
             if self._pending.get(key) is future:
                 del self._pending[key]
+            if future.done() and not future.cancelled():
+                future.exception()  # retrieved: the connection's failure may have reached it meanwhile
 
     def _queue_write(self, frame: bytes) -> None:
         # Requests issued in the same loop iteration leave in one send(): one syscall per frame was the
@@ -506,7 +579,10 @@ class _Connection:
             while True:
                 data = await self._reader.read(_READ_CHUNK)
                 if not data:
+                    if self._start_tls_key is not None and not self._answered:
+                        failure = BookieRefusedError(self.address, _CLOSED_AFTER_HANDSHAKE)
                     break
+                self._answered = True
                 try:
                     frames = self._decoder.feed(data)
                 except FormatError as err:
@@ -522,12 +598,16 @@ class _Connection:
         except asyncio.CancelledError:
             failure = BookieConnectionError(f"{self.address}: client closed")
             raise
+        except ssl.SSLError as err:
+            # TLS 1.3: the bookie's verdict on our client certificate comes after our side of the handshake.
+            has_cert = self._tls is not None and self._tls.has_client_cert
+            failure = BookieRefusedError(self.address, refusal_of(err, has_client_cert=has_cert))
         except OSError as err:
             failure = BookieConnectionError(f"{self.address}: connection lost: {err}")
         finally:
             self._shut(failure)
 
-    def _dispatch(self, frame: bytes) -> FormatError | None:
+    def _dispatch(self, frame: bytes) -> BkauditError | None:
         """Deliver one answer; returns an error when the connection must be dropped (unroutable garbage)."""
         try:
             response = parse_response(frame)
@@ -547,6 +627,10 @@ class _Connection:
             logger.warning("bookie %s: undecodable answer, closing connection: %s", self.address, err)
             return err
         key = (response.header.txnId, int(response.header.operation))
+        if key == self._start_tls_key and response.status != pb.EOK:
+            # BookieRequestProcessor: a handshake the auth provider did not authorize answers START_TLS again.
+            logger.warning("bookie %s: did not authorize the TLS connection", self.address)
+            return BookieRefusedError(self.address, auth_required_reason(self._tls))
         future = self._pending.pop(key, None)
         if future is None:
             if key in self._expired:
@@ -567,6 +651,7 @@ class _Connection:
         if self.closed:
             return
         self.closed = True
+        self._failure = failure
         pending = list(self._pending.values())
         self._pending.clear()
         if pending:
@@ -583,8 +668,14 @@ class _Connection:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._reader_task
         self._shut(BookieConnectionError(f"{self.address}: client closed"))
-        with contextlib.suppress(Exception):
-            await self._writer.wait_closed()
+        try:
+            # A TLS close waits for the bookie's close_notify, which a real bookie never sends.
+            async with asyncio.timeout(_CLOSE_WAIT_S):
+                await self._writer.wait_closed()
+        except TimeoutError:
+            self._writer.transport.abort()
+        except Exception:  # closing a dead connection: nothing more to do
+            logger.debug("bookie %s: close", self.address, exc_info=True)
 
 
 # ------------------------------------------------------------------------------------------------ client
@@ -633,6 +724,7 @@ class BookieClient:
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         max_reads_per_s_per_bookie: float | None = None,
+        tls: BookieTlsConfig | None = None,
     ) -> None:
         if max_in_flight_per_bookie < 1 or max_in_flight < 1:
             raise ValueError("in-flight limits must be at least 1")
@@ -645,6 +737,9 @@ class BookieClient:
         self.max_in_flight_per_bookie = max_in_flight_per_bookie
         self.max_in_flight = max_in_flight
         self.max_frame_size = max_frame_size
+        self.tls = tls
+        self._ssl_context = tls.context() if tls is not None else None  # ConfigError at once when unusable
+        self._auth_reason = auth_required_reason(tls)
         self._txn_ids = itertools.count(1)
         self._connections: dict[Address, _Connection] = {}
         self._connecting: dict[Address, asyncio.Task[_Connection]] = {}
@@ -780,11 +875,14 @@ class BookieClient:
                 response = await self._round_trip(address, target, (txn_id, operation), frame, wait)
             except TimeoutError:
                 return Timeout(wait)
+            except BookieRefusedError as err:
+                return TlsRefused(err.reason)
             except BookieConnectionError as err:
                 return ConnectionFailed(str(err))
             except FormatError as err:
                 return BadResponse(str(err))
-        return classify(response)
+        result = classify(response)
+        return AuthRequired(self._auth_reason) if isinstance(result, AuthRequired) else result
 
     async def _round_trip(
         self, address: str, target: Address, key: _Key, frame: bytes, wait: float
@@ -826,7 +924,65 @@ class BookieClient:
         except OSError as err:
             raise BookieConnectionError(f"{address}: cannot connect: {err.strerror or err}") from None
         logger.debug("bookie %s: connected", address)
-        return _Connection(address, reader, writer, self.max_frame_size)
+        if self._ssl_context is None:
+            return _Connection(address, reader, writer, self.max_frame_size)
+        try:
+            key = await self._start_tls(address, host, reader, writer, self._ssl_context)
+        except BaseException:
+            writer.close()
+            raise
+        return _Connection(address, reader, writer, self.max_frame_size, tls=self.tls, start_tls_key=key)
+
+    async def _start_tls(
+        self,
+        address: str,
+        host: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        context: ssl.SSLContext,
+    ) -> _Key:
+        """``START_TLS``, then the TLS handshake on the same connection; returns the request's key."""
+        txn_id = self._next_txn_id()
+        key = (txn_id, int(pb.START_TLS))
+        has_cert = self.tls is not None and self.tls.has_client_cert
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                writer.write(encode_frame(start_tls_request(txn_id)))
+                await writer.drain()
+                response = await self._first_answer(address, reader)
+                if (response.header.txnId, int(response.header.operation)) != key:
+                    raise BookieConnectionError(
+                        f"{address}: answered START_TLS with another request's answer"
+                    )
+                if response.status != pb.EOK:
+                    raise BookieRefusedError(
+                        address,
+                        f"the bookie does not offer TLS (START_TLS answered {status_name(response.status)}): "
+                        "it has no tlsProviderFactoryClass, while bookie.tls is on",
+                    )
+                await writer.start_tls(context, server_hostname=host)
+        except TimeoutError:
+            raise BookieConnectionError(
+                f"{address}: START_TLS and TLS handshake unfinished after {self.connect_timeout:g} s"
+            ) from None
+        except ssl.SSLError as err:
+            raise BookieRefusedError(address, refusal_of(err, has_client_cert=has_cert)) from None
+        except OSError as err:
+            raise BookieConnectionError(f"{address}: connection lost at START_TLS: {err}") from None
+        except FormatError as err:
+            raise BookieConnectionError(f"{address}: undecodable answer to START_TLS: {err}") from None
+        logger.debug("bookie %s: TLS established", address)
+        return key
+
+    async def _first_answer(self, address: str, reader: asyncio.StreamReader) -> pb.Response:
+        decoder = FrameDecoder(self.max_frame_size)
+        while True:
+            data = await reader.read(_READ_CHUNK)
+            if not data:
+                raise BookieConnectionError(f"{address}: closed the connection at START_TLS")
+            frames = decoder.feed(data)
+            if frames:
+                return parse_response(frames[0])
 
 
 # ----------------------------------------------------------------------------------------- sync callers

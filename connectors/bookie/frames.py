@@ -1,7 +1,7 @@
 """Frame codec for BookKeeper's v3 wire protocol: length-prefixed protobuf ``Request``/``Response`` messages.
 
 Covers what the auditor and the simulator need (GET_LIST_OF_ENTRIES_OF_LEDGER, READ_ENTRY,
-AUTH and status-only answers). Pure code: no sockets, no event loop, no clock.
+START_TLS, AUTH and status-only answers). Pure code: no sockets, no event loop, no clock.
 
 On the wire every message is a 4-byte big-endian length followed by that many bytes
 of serialized protobuf; there is no magic number and no version byte outside the protobuf. BookKeeper reads it
@@ -215,6 +215,19 @@ def auth_request(plugin_name: str, payload: bytes, txn_id: int) -> pb.Request:
     return request
 
 
+def start_tls_request(txn_id: int) -> pb.Request:
+    """A ``START_TLS`` (op 9) request: after its ``EOK`` answer both ends run the TLS handshake on the same
+    connection (BookKeeper's ``PerChannelBookieClient.initiateTLS``).
+
+    Example:
+        >>> start_tls_request(4).SerializeToString().hex(" ")
+        '0a 06 08 03 10 09 18 04 d2 06 00'
+    """
+    request = pb.Request(header=_header(pb.START_TLS, txn_id))
+    request.startTLSRequest.SetInParent()
+    return request
+
+
 # ----------------------------------------------------------------------------------------- response builders
 
 
@@ -276,6 +289,21 @@ def read_entry_response(
     inner.entryId = entry_id
     if body is not None:
         inner.body = body
+    return response
+
+
+def start_tls_response(request_header: pb.BKPacketHeader, status: int) -> pb.Response:
+    """The answer to ``START_TLS``: ``EOK`` with an empty ``startTLSResponse`` (the handshake follows), or
+    ``EBADREQ`` from a bookie without TLS (``BookieRequestProcessor.processStartTLSRequestV3``).
+
+    Example:
+        >>> header = start_tls_request(4).header
+        >>> start_tls_response(header, EOK).HasField("startTLSResponse")
+        True
+    """
+    response = status_response(request_header, status)
+    if status == pb.EOK:
+        response.startTLSResponse.SetInParent()
     return response
 
 
@@ -431,4 +459,5 @@ EUA = pb.EUA
 EBADVERSION = pb.EBADVERSION
 READ_ENTRY = pb.READ_ENTRY
 AUTH = pb.AUTH
+START_TLS = pb.START_TLS
 GET_LIST_OF_ENTRIES_OF_LEDGER = pb.GET_LIST_OF_ENTRIES_OF_LEDGER

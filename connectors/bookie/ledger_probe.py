@@ -43,6 +43,7 @@ from connectors.bookie.client import (
     ProbeRequest,
     ProbeResult,
     availability_of,
+    refusal_of_result,
 )
 from connectors.bookie.frames import EIO, LAST_ADD_CONFIRMED
 from core.domain.rules.entry_reads import ReadAnswer, answers_from_reads, entries_to_read
@@ -98,6 +99,7 @@ class LedgerProbeOutcome:
     answers: dict[str, str] = field(default_factory=dict)  # bookie → result kind (entry_list, timeout, ...)
     unresponsive: tuple[str, ...] = ()  # asked, did not answer conclusively
     unresolved: tuple[str, ...] = ()  # no address: not registered (or unknown to the rack of registrations)
+    refused: dict[str, str] = field(default_factory=dict)  # bookie → why it refused bkaudit (TLS, auth)
 
     @property
     def failing(self) -> bool:
@@ -306,13 +308,33 @@ def _classify(
     kinds = {bookie: result.kind for bookie, result in (lac_answers or {}).items()}
     kinds.update({bookie: result.kind for bookie, result in lists.items()})
     kinds.update({bookie: _read_kind(results) for bookie, results in reads.items()})
+    everything = [*(lac_answers or {}).items(), *lists.items()]
+    everything += [(bookie, result) for bookie, results in reads.items() for result in results.values()]
     return LedgerProbeOutcome(
         target.ledger_id,
         verdict,
         dict(sorted(kinds.items())),
         tuple(sorted(unresponsive)),
         unresolved,
+        _refusals(everything, kinds),
     )
+
+
+def _refusals(results: Sequence[tuple[str, ProbeResult]], kinds: Mapping[str, str]) -> dict[str, str]:
+    """Why each bookie whose ``answers`` kind is a refusal refused bkaudit (its TLS, its credentials).
+
+    Example:
+        >>> from connectors.bookie.client import TlsRefused
+        >>> kinds = {"b1": "tls_refused", "b2": "no_ledger"}
+        >>> _refusals([("b1", TlsRefused("expired")), ("b2", NoLedger())], kinds)
+        {'b1': 'expired'}
+    """
+    refused: dict[str, str] = {}
+    for bookie, result in results:
+        reason = refusal_of_result(result)
+        if reason is not None and kinds.get(bookie) == result.kind:
+            refused.setdefault(bookie, reason)
+    return dict(sorted(refused.items()))
 
 
 def _lac_unknown(
@@ -320,12 +342,14 @@ def _lac_unknown(
 ) -> LedgerProbeOutcome:
     """An open ledger whose LAC no bookie answered: SKIPPED, its last segment's bookies unknown."""
     last_ensemble = target.segments[-1][1] if target.segments else ()
+    kinds = {bookie: result.kind for bookie, result in sorted(lac_answers.items())}
     return LedgerProbeOutcome(
         target.ledger_id,
         ReplicasVerdict(ReplicasResult.SKIPPED, None, (), 0, ()),
-        {bookie: result.kind for bookie, result in sorted(lac_answers.items())},
+        kinds,
         tuple(sorted(lac_answers)),
         tuple(sorted(b for b in set(last_ensemble) if b not in addresses)),
+        _refusals(list(lac_answers.items()), kinds),
     )
 
 

@@ -9,9 +9,9 @@ missing, and reports the first answer and every change (answering ↔ silent). T
 
 The probe is a plain ``READ_ENTRY`` of a ledger id no cluster allocates (no fencing, no master key): any
 answer of the bookie protocol, whatever its status (``ENOLEDGER`` normally, ``EUA`` from a bookie that wants
-authentication), means the bookie process is alive and serving. A timeout, a refused or reset connection or
-an undecodable answer means silent. ``READ_ENTRY`` rather than the entry list, since DbLedgerStorage bookies
-(Pulsar's) never answer the list.
+authentication), or a refused ``START_TLS`` or TLS handshake, means the bookie process is alive and serving.
+A timeout, a refused or reset connection or an undecodable answer means silent. ``READ_ENTRY`` rather than
+the entry list, since DbLedgerStorage bookies (Pulsar's) never answer the list.
 
 A bookie silent for ``give_up_s`` is no longer probed (it is lost by then under any rule).
 
@@ -41,7 +41,9 @@ from connectors.bookie.client import (
     ProbeRequest,
     ProbeResult,
     Timeout,
+    refusal_of_result,
 )
+from connectors.bookie.tls import BookieTlsConfig
 
 logger = logging.getLogger(__name__)
 
@@ -68,12 +70,16 @@ def answered_from(result: ProbeResult) -> tuple[bool, str]:
     Example:
         >>> answered_from(Timeout(2.0))
         (False, 'no answer in 2.0 s')
+        >>> from connectors.bookie.client import TlsRefused
+        >>> answered_from(TlsRefused("the bookie requires a client certificate"))
+        (True, 'answered tls_refused: the bookie requires a client certificate')
     """
     if isinstance(result, Timeout):
         return False, f"no answer in {result.timeout_s} s"
     if isinstance(result, ConnectionFailed | BadResponse):
         return False, result.reason
-    return True, f"answered {result.kind}"
+    refusal = refusal_of_result(result)  # alive, but refusing bkaudit: say what it wants
+    return True, f"answered {result.kind}" + (f": {refusal}" if refusal else "")
 
 
 @dataclass
@@ -96,6 +102,7 @@ class LivenessProbes:
         give_up_s: float = DEFAULT_GIVE_UP_S,
         client: _Prober | None = None,
         clock: Callable[[], float] = time.monotonic,
+        tls: BookieTlsConfig | None = None,
     ) -> None:
         self.report = report
         self.interval_s = interval_s
@@ -103,6 +110,7 @@ class LivenessProbes:
         self.give_up_s = give_up_s
         self._client = client
         self._clock = clock
+        self._tls = tls
         self._watched: dict[str, _Watched] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -174,7 +182,9 @@ class LivenessProbes:
 
     def _prober(self) -> _Prober:
         if self._client is None:
-            self._client = BlockingBookieClient(timeout=self.timeout_s, connect_timeout=self.timeout_s)
+            self._client = BlockingBookieClient(
+                timeout=self.timeout_s, connect_timeout=self.timeout_s, tls=self._tls
+            )
         return self._client
 
     def _loop(self) -> None:

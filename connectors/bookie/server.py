@@ -4,7 +4,12 @@ Answers ``GET_LIST_OF_ENTRIES_OF_LEDGER`` from a pluggable
 :class:`EntryStore` (byte-exact availability, one group per run as a real bookie sends) and plain
 ``READ_ENTRY`` (entry -1, ``LAST_ADD_CONFIRMED``, answers the last entry held, whose header carries the LAC
 its writer had when it sent it: that entry's id - 1, every earlier entry having been acknowledged);
-optional auth gate (``EUA`` until an ``AUTH`` with the right plugin name); ``EBADVERSION``
+optional auth gate (``EUA`` until an ``AUTH`` with the right plugin name); ``START_TLS`` when given a
+server ``ssl.SSLContext`` (``EOK``, then the TLS handshake on the same connection, as a real bookie; a
+context that requires client certificates refuses a client without one or with one its CA did not sign, or
+an expired one); ``authorized_roles``, BookKeeper's ``BookieAuthZFactory``: every request is answered
+``EUA`` until a TLS handshake whose client certificate carries one of the roles (``OU=0:<role>``), and an
+unauthorized handshake answers the ``START_TLS`` again, ``EIO``; ``EBADVERSION``
 for a non-v3 header; ``EBADREQ`` for operations it does not implement. It does not speak the v2 binary
 protocol: a frame that is not a v3 ``Request`` closes the connection (a real bookie would switch to v2).
 
@@ -36,11 +41,13 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto as sslproto
 import contextlib
 import dataclasses
 import logging
 import random
 import socket
+import ssl
 import threading
 from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
@@ -59,8 +66,10 @@ from connectors.bookie.frames import (
     operation_name,
     parse_request,
     read_entry_response,
+    start_tls_response,
     status_response,
 )
+from connectors.bookie.tls import certificate_roles
 from core.domain.availability import encode_availability
 from core.errors import FormatError, ServiceError
 from core.pb import bookkeeper_protocol_pb2 as pb
@@ -166,6 +175,46 @@ class InMemoryEntryStore:
             return sorted(self._ledgers)
 
 
+# ---------------------------------------------------------------------------------------------------- TLS
+
+
+class _AlertingSSLProtocol(sslproto.SSLProtocol):
+    """asyncio's server-side TLS, except that a failed handshake still sends its alert (asyncio closes the
+    socket with the alert unsent), as a real bookie's Netty does: clients learn why they were refused."""
+
+    def _on_handshake_complete(self, handshake_exc: BaseException | None) -> None:
+        if handshake_exc is not None:
+            with contextlib.suppress(Exception):
+                self._process_outgoing()  # type: ignore[attr-defined]
+        super()._on_handshake_complete(handshake_exc)
+
+
+async def _start_tls_server_side(writer: asyncio.StreamWriter, context: ssl.SSLContext) -> None:
+    """``StreamWriter.start_tls`` on the server side with :class:`_AlertingSSLProtocol` (the body of
+    ``loop.start_tls``, which has no protocol hook)."""
+    await writer.drain()
+    loop = asyncio.get_running_loop()
+    transport: Any = writer.transport
+    protocol: Any = writer._protocol  # type: ignore[attr-defined]
+    waiter = loop.create_future()
+    ssl_protocol = _AlertingSSLProtocol(
+        loop, protocol, context, waiter, True, None, call_connection_made=False
+    )
+    transport.pause_reading()
+    transport.set_protocol(ssl_protocol)
+    made = loop.call_soon(ssl_protocol.connection_made, transport)
+    resumed = loop.call_soon(transport.resume_reading)
+    try:
+        await waiter
+    except BaseException:
+        transport.close()
+        made.cancel()
+        resumed.cancel()
+        raise
+    writer._transport = ssl_protocol._app_transport  # type: ignore[attr-defined]
+    protocol._replace_writer(writer)
+
+
 # ------------------------------------------------------------------------------------------------- faults
 
 
@@ -256,8 +305,12 @@ class BookieServer:
         auth_plugin_name: str = DEFAULT_AUTH_PLUGIN_NAME,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         answers_entry_lists: bool = True,
+        tls: ssl.SSLContext | None = None,
+        authorized_roles: Iterable[str] | None = None,
     ) -> None:
         self.store = store
+        self.tls = tls
+        self.authorized_roles = frozenset(authorized_roles) if authorized_roles is not None else None
         self.answers_entry_lists = answers_entry_lists
         self.host = host
         self.port = port
@@ -435,7 +488,7 @@ class BookieServer:
             return
         self._writers.add(writer)
         decoder = FrameDecoder(self.max_frame_size)
-        authenticated = not self.require_auth
+        authenticated = not self.require_auth and self.authorized_roles is None
         try:
             while True:
                 data = await reader.read(_READ_CHUNK)
@@ -458,6 +511,11 @@ class BookieServer:
                             "simulated bookie %s: not a v3 request, closing: %s", self.address, err
                         )
                         return
+                    if request.header.operation == pb.START_TLS and request.HasField("startTLSRequest"):
+                        if not await self._start_tls(writer, request):
+                            return
+                        authenticated = authenticated or self._authorized(writer, request)
+                        continue
                     if self.require_auth and request.header.operation == pb.AUTH:
                         authenticated = self._authenticate(writer, request) or authenticated
                         continue
@@ -472,6 +530,32 @@ class BookieServer:
         finally:
             self._writers.discard(writer)
             writer.close()
+
+    async def _start_tls(self, writer: asyncio.StreamWriter, request: pb.Request) -> bool:
+        """Answer ``START_TLS`` and run the handshake; False when the connection must close."""
+        if self.tls is None:  # BookieRequestProcessor: "Got StartTLS request but TLS not configured"
+            self._send(writer, start_tls_response(request.header, pb.EBADREQ))
+            return True
+        self._flush(writer)  # answers queued before this one leave in plaintext, in order
+        writer.write(encode_frame(start_tls_response(request.header, pb.EOK)))
+        self.stats.responses_sent += 1
+        try:
+            await _start_tls_server_side(writer, self.tls)
+        except (ssl.SSLError, OSError) as err:
+            logger.info("simulated bookie %s: TLS handshake failed: %s", self.address, err)
+            return False
+        return True
+
+    def _authorized(self, writer: asyncio.StreamWriter, request: pb.Request) -> bool:
+        """BookieAuthZFactory after the handshake: authorized when the certificate's role is allowed."""
+        if self.authorized_roles is None:
+            return False
+        roles = certificate_roles(writer.get_extra_info("peercert"))
+        if roles and roles[0] in self.authorized_roles:
+            return True
+        logger.info("simulated bookie %s: AuthZ failed (roles %s)", self.address, roles)
+        self._send(writer, status_response(request.header, pb.EIO))
+        return False
 
     def _authenticate(self, writer: asyncio.StreamWriter, request: pb.Request) -> bool:
         """Accept any payload for the expected plugin name (enough to exercise the EUA path)."""

@@ -47,6 +47,7 @@ from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from connectors.bookie.liveness import LivenessProbes
+from connectors.bookie.tls import bookie_tls_config
 from connectors.kafka.client_config import KafkaTimeout
 from connectors.kafka.publisher import (
     PRODUCER_STALL_S,
@@ -619,6 +620,7 @@ class ChangeWatcher:
                 self._on_probe_answer,
                 interval_s=self.config.bookie_probe_interval_s,
                 timeout_s=self.config.bookie_probe_timeout_s,
+                tls=bookie_tls_config(settings.bookie),
             )
 
     # ============================================================================================ lifecycle

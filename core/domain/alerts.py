@@ -44,6 +44,8 @@ class AlertKind(enum.Enum):
     REPLICAS_LESS_THAN_WQ = "REPLICAS_LESS_THAN_WQ"
     BOOKIE_LOST = "BOOKIE_LOST"
     BOOKIE_UNRESPONSIVE = "BOOKIE_UNRESPONSIVE"
+    # A live bookie that refuses bkaudit's TLS or credentials (or wants ones it was not given).
+    BOOKIE_AUTH_REFUSED = "BOOKIE_AUTH_REFUSED"
     UNDER_REPLICATION_STUCK = "UNDER_REPLICATION_STUCK"
     METADATA_CORRUPT = "METADATA_CORRUPT"
     RACK_MAP_INVALID = "RACK_MAP_INVALID"
@@ -66,7 +68,7 @@ class AlertKind(enum.Enum):
 
     @property
     def is_bookie_kind(self) -> bool:
-        return self in (AlertKind.BOOKIE_LOST, AlertKind.BOOKIE_UNRESPONSIVE)
+        return self in (AlertKind.BOOKIE_LOST, AlertKind.BOOKIE_UNRESPONSIVE, AlertKind.BOOKIE_AUTH_REFUSED)
 
     @property
     def is_topic_kind(self) -> bool:
@@ -129,6 +131,7 @@ _SEVERITY = {
     AlertKind.REPLICAS_LESS_THAN_WQ: "warning",
     AlertKind.BOOKIE_LOST: "warning",
     AlertKind.BOOKIE_UNRESPONSIVE: "warning",
+    AlertKind.BOOKIE_AUTH_REFUSED: "warning",
     AlertKind.UNDER_REPLICATION_STUCK: "warning",
     AlertKind.PLACEMENT_NOT_ADHERING: "warning",
     AlertKind.PLACEMENT_ISOLATION_VIOLATED: "warning",

@@ -42,6 +42,7 @@ from connectors.bookie.frames import (
     parse_response,
 )
 from connectors.bookie.server import BookieServer, InMemoryEntryStore
+from connectors.bookie.tls import auth_required_reason
 from connectors.process import free_port
 from core.domain.availability import EntryAvailability, encode_availability
 from core.pb import bookkeeper_protocol_pb2 as pb
@@ -147,8 +148,9 @@ def test_fail_status_answers_bookie_error(store):
 def test_auth_required_answers_eua(store):
     async def scenario() -> None:
         async with running_bookie(store, require_auth=True) as server, BookieClient() as client:
-            assert await client.list_entries(server.address, 5) == AuthRequired()
-            assert await client.read_entry_exists(server.address, 5, 0) == AuthRequired()
+            wanted = AuthRequired(auth_required_reason(None))  # names what bkaudit was not given
+            assert await client.list_entries(server.address, 5) == wanted
+            assert await client.read_entry_exists(server.address, 5, 0) == wanted
 
     run(scenario())
 

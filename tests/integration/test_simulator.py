@@ -23,7 +23,9 @@ from kazoo.client import KazooClient
 from bkaudit.sim.cluster import SIM_AUDITOR_ID, SimulatedCluster
 from bkaudit.sim.errors import SimulatorError
 from bkaudit.testing.harness import ServiceHarness
+from bkaudit.testing.tls import write_throwaway_ca
 from connectors.bookie.client import BlockingBookieClient, EntryList, NoLedger, Timeout, availability_of
+from connectors.bookie.tls import BookieTlsConfig, server_tls_context
 from core.domain.cookie import parse_cookie
 from core.domain.layout import (
     LedgerLayout,
@@ -548,3 +550,18 @@ end_at: 0.4
     ]
     again = cli("sim", "run", str(scenario), "--zookeeper", hosts)
     assert again.exit_code == 2 and "already has /ledgers" in again.stderr
+
+
+def test_simulated_bookies_speak_tls_and_require_client_certificates(hosts, tmp_path):
+    tls = write_throwaway_ca(tmp_path)
+    context = server_tls_context(tls.server_cert, tls.server_key, ca_file=tls.ca, require_client_cert=True)
+    cluster = SimulatedCluster(hosts, racks=1, seed=5, bookie_tls=context).init()
+    try:
+        address = cluster.bookie_address(cluster.add_bookie())
+        mutual = BookieTlsConfig(ca_file=tls.ca, cert_file=tls.client_cert, key_file=tls.client_key)
+        with BlockingBookieClient(timeout=5.0, tls=mutual) as client:
+            assert isinstance(client.list_entries(address, 1), NoLedger)
+        with BlockingBookieClient(timeout=5.0, tls=BookieTlsConfig(ca_file=tls.ca)) as client:
+            assert client.list_entries(address, 1).kind == "tls_refused"
+    finally:
+        cluster.close()
