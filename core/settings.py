@@ -143,6 +143,31 @@ class ZooKeeperSettings(_Section):
         None,
         description="password of the digest or SASL DIGEST-MD5 authentication",
     )
+    use_tls: bool = Field(
+        False,
+        description="connect over TLS (ZooKeeper's secureClientPort; `connect` then names the TLS ports)",
+    )
+    tls_cafile: Path | None = Field(
+        None,
+        description="CA bundle (PEM) that signed ZooKeeper's server certificates (default: the system's)",
+    )
+    tls_certfile: Path | None = Field(
+        None,
+        description="client certificate (PEM) for mutual TLS (ZooKeeper's ssl.clientAuth=need)",
+    )
+    tls_keyfile: Path | None = Field(None, description="private key (PEM) of tls_certfile")
+    tls_keyfile_password: SecretStr | None = Field(None, description="password of an encrypted tls_keyfile")
+    tls_check_hostname: bool = Field(
+        False,
+        description="also check that the server certificate names the host in `connect` (the CA is always "
+        "checked)",
+    )
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ZooKeeperSettings:
+        if (self.tls_certfile is None) != (self.tls_keyfile is None):
+            raise ValueError("zookeeper.tls_certfile and zookeeper.tls_keyfile go together (mutual TLS)")
+        return self
 
     @field_validator("connect")
     @classmethod
