@@ -75,6 +75,8 @@ def client_context(
             context.load_verify_locations(cafile=str(cafile))
         except (OSError, ssl.SSLError) as err:
             raise ConfigError(f"{prefix}cafile: cannot read {cafile} ({_reason(err)})") from None
+    if (certfile is None) != (keyfile is None):
+        raise ConfigError(f"{prefix}certfile and {prefix}keyfile go together (the client's pair)")
     if certfile is not None and keyfile is not None:
         for name, path in (("certfile", certfile), ("keyfile", keyfile)):
             if not Path(path).is_file():

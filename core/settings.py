@@ -153,7 +153,8 @@ class ZooKeeperSettings(_Section):
     )
     tls_certfile: Path | None = Field(
         None,
-        description="client certificate (PEM) for mutual TLS (ZooKeeper's ssl.clientAuth=need)",
+        description="client certificate (PEM) for mutual TLS (ZooKeeper's ssl.clientAuth=need); with "
+        "tls_keyfile",
     )
     tls_keyfile: Path | None = Field(None, description="private key (PEM) of tls_certfile")
     tls_keyfile_password: SecretStr | None = Field(None, description="password of an encrypted tls_keyfile")
@@ -162,12 +163,6 @@ class ZooKeeperSettings(_Section):
         description="also check that the server certificate names the host in `connect` (the CA is always "
         "checked)",
     )
-
-    @model_validator(mode="after")
-    def _tls_pair(self) -> ZooKeeperSettings:
-        if (self.tls_certfile is None) != (self.tls_keyfile is None):
-            raise ValueError("zookeeper.tls_certfile and zookeeper.tls_keyfile go together (mutual TLS)")
-        return self
 
     @field_validator("connect")
     @classmethod

@@ -1,5 +1,5 @@
-"""``kazoo_client_options`` with ``zookeeper.use_tls``: every kazoo client gets the CA, the client pair and the
-key password, and the key password is registered with the secret filter (never logged)."""
+"""``kazoo_client_options`` with ``zookeeper.use_tls``: every kazoo client gets the CA, the client pair and
+the key password, and the key password is registered with the secret filter (never logged)."""
 
 from __future__ import annotations
 
