@@ -15,15 +15,26 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from connectors.kafka.embedded import EmbeddedBroker, tansu_binary
 from connectors.kafka.kafka_broker import KafkaBroker
+from connectors.tls import ServerTls
 from connectors.zookeeper.embedded import EmbeddedZooKeeper
+from core.errors import ConfigError
 from core.settings import DevSettings
 
 if TYPE_CHECKING:
     from connectors.bookkeeper import RealBookKeeperCluster
+
+
+def _started_with_tls(root: Path) -> bool:
+    """Whether the ZooKeeper under ``root`` was last configured with a TLS port only."""
+    try:
+        return "secureClientPort=" in (root / "zookeeper" / "zoo.cfg").read_text()
+    except OSError:
+        return False
 
 
 @dataclass
@@ -35,6 +46,11 @@ class DevCluster:
 
     def __post_init__(self) -> None:
         root = self.settings.state_dir.absolute()
+        if not self.settings.tls and _started_with_tls(root):
+            # `dev up --tls` ran here: status, down and --dev find its services as they are.
+            self.settings = self.settings.model_copy(update={"tls": True, "broker": "kafka"})
+        #: With ``dev.tls``: the throwaway CA's files (``bkaudit dev up --tls`` writes them first).
+        self.tls = ServerTls.in_directory(root / "tls") if self.settings.tls else None
         self.zookeeper = EmbeddedZooKeeper(
             root / "zookeeper",
             port=self.settings.zookeeper_port,
@@ -42,6 +58,7 @@ class DevCluster:
             tick_ms=self.settings.zookeeper_tick_ms,
             java_bin=self.settings.java_bin,
             classpath=self.settings.zookeeper_classpath,
+            tls=self.tls,
         )
         self.broker: EmbeddedBroker | KafkaBroker = self._broker()
 
@@ -54,6 +71,7 @@ class DevCluster:
                 port=self.settings.kafka_port,
                 heap=self.settings.kafka_heap,
                 java_bin=self.settings.java_bin,
+                tls=self.tls,
             )
         return EmbeddedBroker(root / "broker", port=self.settings.kafka_port)
 
@@ -82,6 +100,7 @@ class DevCluster:
         A missing broker package is reported before anything starts (one line, which extra to install).
         """
         timeout = self.settings.start_timeout_s
+        self._check_tls()
         if self.settings.broker == "tansu" and not self.broker.is_running():
             tansu_binary()
         try:
@@ -94,6 +113,39 @@ class DevCluster:
             self.zookeeper.stop()
             raise
         return self.addresses()
+
+    def _check_tls(self) -> None:
+        if self.tls is None:
+            return
+        if self.settings.broker != "kafka":
+            raise ConfigError("dev.tls needs dev.broker = kafka (Tansu has no TLS listener)")
+        if self.settings.bookkeeper == "real":
+            raise ConfigError("dev.tls: the real BookKeeper cluster does not run with TLS here")
+        missing = [path for path in (self.tls.cafile, self.tls.keystore) if not path.is_file()]
+        if missing:
+            raise ConfigError(f"dev.tls: no {missing[0]}; `bkaudit dev up --tls` writes a throwaway CA there")
+
+    def client_tls_variables(self) -> dict[str, str]:
+        """With ``dev.tls``: the ``BKAUDIT_*`` variables that make a client use the CA and client pair (an
+        unencrypted key: the files are throwaway); empty without TLS.
+
+        Example:
+            >>> DevCluster(DevSettings(state_dir="/s")).client_tls_variables()
+            {}
+        """
+        if self.tls is None:
+            return {}
+        ca, cert, key = str(self.tls.cafile), str(self.tls.client_certfile), str(self.tls.client_keyfile)
+        return {
+            "BKAUDIT_ZOOKEEPER__USE_TLS": "true",
+            "BKAUDIT_ZOOKEEPER__TLS_CAFILE": ca,
+            "BKAUDIT_ZOOKEEPER__TLS_CERTFILE": cert,
+            "BKAUDIT_ZOOKEEPER__TLS_KEYFILE": key,
+            "BKAUDIT_KAFKA__SECURITY_PROTOCOL": "SSL",
+            "BKAUDIT_KAFKA__SSL_CAFILE": ca,
+            "BKAUDIT_KAFKA__SSL_CERTFILE": cert,
+            "BKAUDIT_KAFKA__SSL_KEYFILE": key,
+        }
 
     def _start_zookeeper_and_broker(self, timeout: float) -> None:
         """Both at once (neither needs the other; each JVM's start is mostly one busy thread)."""
@@ -108,6 +160,8 @@ class DevCluster:
 
     def addresses(self) -> dict[str, str]:
         addresses = {"zookeeper": self.zookeeper.address, "kafka": self.broker.bootstrap}
+        if self.tls is not None:
+            addresses["tls"] = str(self.tls.cafile.parent)
         bookkeeper = self.bookkeeper()
         if bookkeeper is not None:
             addresses["bookkeeper"] = bookkeeper.service_uri

@@ -24,6 +24,12 @@ from pathlib import Path
 
 from core.errors import ConfigError
 
+#: File names of a TLS directory (written by ``bkaudit.testing.tls``, read by :meth:`ServerTls.in_directory`).
+CA_FILE = "ca.pem"
+SERVER_KEYSTORE_FILE = "server-keystore.pem"
+CLIENT_CERT_FILE = "client.pem"
+CLIENT_KEY_FILE = "client.key.pem"
+
 
 @dataclass(frozen=True)
 class ServerTls:
@@ -42,6 +48,21 @@ class ServerTls:
     keystore: Path
     client_certfile: Path
     client_keyfile: Path
+
+    @classmethod
+    def in_directory(cls, directory: Path) -> ServerTls:
+        """The files under their conventional names (those ``bkaudit.testing.tls`` writes) in ``directory``.
+
+        Example:
+            >>> ServerTls.in_directory(Path("/s/tls")).keystore
+            PosixPath('/s/tls/server-keystore.pem')
+        """
+        return cls(
+            directory / CA_FILE,
+            directory / SERVER_KEYSTORE_FILE,
+            directory / CLIENT_CERT_FILE,
+            directory / CLIENT_KEY_FILE,
+        )
 
     def client_context(self) -> ssl.SSLContext:
         """A client context trusting ``cafile`` with the client pair (for readiness checks)."""

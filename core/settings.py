@@ -91,6 +91,11 @@ class DevSettings(_Section):
         6, ge=1, le=250, description="real BookKeeper: how many bookies (127.0.0.2, .3, ...)"
     )
     racks: int = Field(3, ge=1, le=250, description="real BookKeeper: racks the bookies are spread over")
+    tls: bool = Field(
+        False,
+        description="ZooKeeper and the broker serve TLS only, client certificates required, with a throwaway "
+        "CA written to `<state_dir>/tls` (needs broker = kafka: Tansu has no TLS listener)",
+    )
 
 
 def absolute_znode_path(value: str, what: str) -> str:

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from connectors.tls import CA_FILE, CLIENT_CERT_FILE, CLIENT_KEY_FILE, SERVER_KEYSTORE_FILE
+
 if TYPE_CHECKING:
     from cryptography import x509
     from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
@@ -80,15 +82,15 @@ def write_throwaway_ca(
     expired = _certificate("bkaudit-expired", expired_key, ca, ca_key, past, san=True)
     files = TlsFiles(
         directory=out,
-        ca=_write(out / "ca.pem", _cert_pem(ca)),
+        ca=_write(out / CA_FILE, _cert_pem(ca)),
         ca_key=_write(out / "ca.key.pem", _key_pem(ca_key), secret=True),
         server_cert=_write(out / "server.pem", _cert_pem(server)),
         server_key=_write(out / "server.key.pem", _key_pem(server_key), secret=True),
         server_keystore=_write(
-            out / "server-keystore.pem", _key_pem(server_key) + _cert_pem(server), secret=True
+            out / SERVER_KEYSTORE_FILE, _key_pem(server_key) + _cert_pem(server), secret=True
         ),
-        client_cert=_write(out / "client.pem", _cert_pem(client)),
-        client_key=_write(out / "client.key.pem", _key_pem(client_key), secret=True),
+        client_cert=_write(out / CLIENT_CERT_FILE, _cert_pem(client)),
+        client_key=_write(out / CLIENT_KEY_FILE, _key_pem(client_key), secret=True),
         client_key_encrypted=_write(
             out / "client.key.enc.pem", _key_pem(client_key, key_password), secret=True
         ),
@@ -98,6 +100,23 @@ def write_throwaway_ca(
         other_ca=_write(out / "other-ca.pem", _cert_pem(other)),
     )
     return files
+
+
+def ensure_throwaway_ca(directory: str | os.PathLike[str]) -> Path:
+    """``directory`` with a throwaway CA in it: the one already there (a restart keeps the clients' files
+    valid), else a new one from :func:`write_throwaway_ca`.
+
+    Example:
+        >>> import tempfile
+        >>> folder = ensure_throwaway_ca(tempfile.mkdtemp())
+        >>> (folder / "ca.pem").read_bytes() == (ensure_throwaway_ca(folder) / "ca.pem").read_bytes()
+        True
+    """
+    out = Path(directory)
+    names = (CA_FILE, SERVER_KEYSTORE_FILE, CLIENT_CERT_FILE, CLIENT_KEY_FILE)
+    if not all((out / name).is_file() for name in names):
+        write_throwaway_ca(out)
+    return out
 
 
 def _certificate(
