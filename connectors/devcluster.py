@@ -23,7 +23,7 @@ from connectors.kafka.kafka_broker import KafkaBroker
 from connectors.tls import ServerTls
 from connectors.zookeeper.embedded import EmbeddedZooKeeper
 from core.errors import ConfigError
-from core.settings import DevSettings
+from core.settings import DevSettings, Settings
 
 if TYPE_CHECKING:
     from connectors.bookkeeper import RealBookKeeperCluster
@@ -146,6 +146,26 @@ class DevCluster:
             "BKAUDIT_KAFKA__SSL_CERTFILE": cert,
             "BKAUDIT_KAFKA__SSL_KEYFILE": key,
         }
+
+    def secured(self, settings: Settings) -> Settings:
+        """``settings`` with the clients' TLS settings of ``dev.tls`` (the CA and the client pair); unchanged
+        without TLS.
+
+        Example:
+            >>> DevCluster(DevSettings(state_dir="/s")).secured(Settings()).kafka.security_protocol
+            'PLAINTEXT'
+        """
+        if self.tls is None:
+            return settings
+        ca, cert, key = self.tls.cafile, self.tls.client_certfile, self.tls.client_keyfile
+        zookeeper = {"use_tls": True, "tls_cafile": ca, "tls_certfile": cert, "tls_keyfile": key}
+        kafka = {"security_protocol": "SSL", "ssl_cafile": ca, "ssl_certfile": cert, "ssl_keyfile": key}
+        return settings.model_copy(
+            update={
+                "zookeeper": settings.zookeeper.model_copy(update=zookeeper),
+                "kafka": settings.kafka.model_copy(update=kafka),
+            }
+        )
 
     def _start_zookeeper_and_broker(self, timeout: float) -> None:
         """Both at once (neither needs the other; each JVM's start is mostly one busy thread)."""

@@ -168,20 +168,35 @@ def kazoo_client_options(
             }
         else:  # Kerberos from the process' ticket cache
             options["sasl_options"] = {"mechanism": "GSSAPI"}
-    if settings.use_tls:
-        key_password = settings.tls_keyfile_password
-        options.update(
-            use_ssl=True,
-            verify_certs=True,
-            check_hostname=settings.tls_check_hostname,
-            ca=str(settings.tls_cafile) if settings.tls_cafile is not None else None,
-            certfile=str(settings.tls_certfile) if settings.tls_certfile is not None else None,
-            keyfile=str(settings.tls_keyfile) if settings.tls_keyfile is not None else None,
-            keyfile_password=key_password.get_secret_value() if key_password is not None else None,
-        )
-        SECRET_FILTER.add_secret(options["keyfile_password"])
+    options.update(kazoo_tls_options(settings))
     options["logger"] = _kazoo_logger(password)
     return options
+
+
+def kazoo_tls_options(settings: ZooKeeperSettings) -> dict[str, Any]:
+    """The KazooClient TLS keyword arguments of ``settings`` (empty without ``use_tls``), for clients built
+    elsewhere (the simulator's sessions); the key password is registered with the secret filter.
+
+    Example:
+        >>> kazoo_tls_options(ZooKeeperSettings())
+        {}
+        >>> kazoo_tls_options(ZooKeeperSettings(use_tls=True))["verify_certs"]
+        True
+    """
+    if not settings.use_tls:
+        return {}
+    key_password = settings.tls_keyfile_password
+    secret = key_password.get_secret_value() if key_password is not None else None
+    SECRET_FILTER.add_secret(secret)
+    return {
+        "use_ssl": True,
+        "verify_certs": True,
+        "check_hostname": settings.tls_check_hostname,
+        "ca": str(settings.tls_cafile) if settings.tls_cafile is not None else None,
+        "certfile": str(settings.tls_certfile) if settings.tls_certfile is not None else None,
+        "keyfile": str(settings.tls_keyfile) if settings.tls_keyfile is not None else None,
+        "keyfile_password": secret,
+    }
 
 
 def check_tls(settings: ZooKeeperSettings, hosts: str, timeout_s: float) -> None:
