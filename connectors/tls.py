@@ -156,26 +156,50 @@ def probe_handshake(
         >>> probe_handshake(ssl.create_default_context(), "127.0.0.1", 1, 1.0) is None
         True
     """
+    return _probe(context, host, port, timeout_s, hello)[1]
+
+
+def first_refusal(
+    context: ssl.SSLContext, servers: list[tuple[str, int]], timeout_s: float, *, hello: bytes = b""
+) -> tuple[str, int, str] | None:
+    """Probe ``servers`` in order until one answers: its refusal as ``(host, port, reason)``, or ``None``
+    (accepted, or none reachable: the client's own error then says so).
+
+    Example:
+        >>> first_refusal(ssl.create_default_context(), [("127.0.0.1", 1)], 1.0) is None
+        True
+    """
+    for host, port in servers:
+        reached, reason = _probe(context, host, port, timeout_s, hello)
+        if reason is not None:
+            return host, port, reason
+        if reached:
+            return None
+    return None
+
+
+def _probe(
+    context: ssl.SSLContext, host: str, port: int, timeout_s: float, hello: bytes
+) -> tuple[bool, str | None]:
+    """``(reached, refusal)`` of one handshake (see :func:`probe_handshake`)."""
     try:
         raw = socket.create_connection((host, port), timeout=timeout_s)
     except OSError:
-        return None
+        return False, None
     try:
         with context.wrap_socket(raw, server_hostname=host) as sock:
             if hello:
                 sock.sendall(hello)
                 sock.recv(1)
     except ssl.SSLError as err:
-        return _reason(err)
-    except (TimeoutError, ConnectionError) as err:
-        return (
-            None if isinstance(err, TimeoutError) else f"connection closed during TLS ({type(err).__name__})"
-        )
-    except OSError:
-        return None
+        return True, _reason(err)
+    except ConnectionError as err:
+        return True, f"connection closed during TLS ({type(err).__name__})"
+    except OSError:  # a timeout: no refusal came
+        return True, None
     finally:
         raw.close()
-    return None
+    return True, None
 
 
 def explain_refusal(reason: str, prefix: str, *, sent_certificate: bool = True) -> str:
@@ -203,7 +227,8 @@ def explain_refusal(reason: str, prefix: str, *, sent_certificate: bool = True) 
         return f"the server refused the client certificate as expired: renew {prefix}certfile"
     if "unknown ca" in lowered or "bad certificate" in lowered or "certificate unknown" in lowered:
         return f"the server does not trust the client certificate in {prefix}certfile (signed by another CA?)"
-    if "wrong version number" in lowered or "record layer failure" in lowered or "eof occurred" in lowered:
+    plaintext = ("wrong version number", "record layer failure", "eof occurred", "closed during tls")
+    if any(text in lowered for text in plaintext):
         return "the server does not speak TLS on this port (a plaintext port?)"
     return f"check {prefix}cafile, {prefix}certfile and {prefix}keyfile"
 

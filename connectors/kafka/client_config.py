@@ -27,7 +27,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from pydantic import SecretStr
 
-from connectors.tls import client_context, explain_refusal, probe_handshake
+from connectors.tls import client_context, explain_refusal, first_refusal
 from core.domain.addresses import parse_bootstrap_servers
 from core.errors import ConfigError, ServiceError
 from core.settings import KafkaSettings, is_secret_property
@@ -339,12 +339,13 @@ def tls_refusal(settings: KafkaSettings, timeout_s: float = 10.0) -> ServiceErro
         )
     except ConfigError as err:
         return err
-    for host, port in parse_bootstrap_servers(settings.bootstrap_servers):
-        reason = probe_handshake(context, host, port, timeout_s, hello=_API_VERSIONS_REQUEST)
-        if reason is not None:
-            hint = explain_refusal(reason, "kafka.ssl_", sent_certificate=settings.ssl_certfile is not None)
-            return ServiceError(f"TLS refused by {host}:{port} ({reason}): {hint}")
-    return None
+    servers = parse_bootstrap_servers(settings.bootstrap_servers)
+    refused = first_refusal(context, servers, timeout_s, hello=_API_VERSIONS_REQUEST)
+    if refused is None:
+        return None
+    host, port, reason = refused
+    hint = explain_refusal(reason, "kafka.ssl_", sent_certificate=settings.ssl_certfile is not None)
+    return ServiceError(f"TLS refused by {host}:{port} ({reason}): {hint}")
 
 
 def check_tls(settings: KafkaSettings, action: str) -> None:

@@ -55,7 +55,7 @@ from connectors.kafka.publisher import (
     TAIL_RELEASE_MIN_INTERVAL_S,
     ChangePublisher,
 )
-from connectors.tls import client_context, explain_refusal, probe_handshake
+from connectors.tls import client_context, explain_refusal, first_refusal
 from connectors.zookeeper.fallback_watch import FALLBACK_EVENT, FallbackWatches
 from connectors.zookeeper.handler import PollingHandler
 from connectors.zookeeper.managed_ledgers import ManagedLedgerRecipe
@@ -220,15 +220,15 @@ def check_tls(settings: ZooKeeperSettings, hosts: str, timeout_s: float) -> None
         key_password.get_secret_value() if key_password is not None else None,
         check_hostname=settings.tls_check_hostname,
     )
-    for host, port in parse_zookeeper_connect(hosts)[0]:
-        # "srvr" is the four-letter word ZooKeeper answers by default: with TLS 1.3 a refused client
-        # certificate shows only at the first read.
-        reason = probe_handshake(context, host, port, min(timeout_s, 10.0), hello=b"srvr")
-        if reason is not None:
-            hint = explain_refusal(
-                reason, "zookeeper.tls_", sent_certificate=settings.tls_certfile is not None
-            )
-            raise ServiceError(f"ZooKeeper at {host}:{port}: TLS refused ({reason}): {hint}")
+    # "srvr" is the four-letter word ZooKeeper answers by default: with TLS 1.3 a refused client
+    # certificate shows only at the first read.
+    servers = parse_zookeeper_connect(hosts)[0]
+    refused = first_refusal(context, servers, min(timeout_s, 10.0), hello=b"srvr")
+    if refused is not None:
+        host, port, reason = refused
+        sent = settings.tls_certfile is not None
+        hint = explain_refusal(reason, "zookeeper.tls_", sent_certificate=sent)
+        raise ServiceError(f"ZooKeeper at {host}:{port}: TLS refused ({reason}): {hint}")
 
 
 def start_client(

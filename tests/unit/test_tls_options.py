@@ -5,6 +5,8 @@ refuses a secured cluster instead of connecting without its settings."""
 
 from __future__ import annotations
 
+import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -78,3 +80,28 @@ def test_the_jvm_kafka_source_refuses_a_secured_cluster(tmp_path: Path):
         kafka_source_options(settings, ["t"], tmp_path / "status.json")
     secured_python_source = Settings(kafka={"security_protocol": "SSL"})
     assert kafka_source_options(secured_python_source, ["t"], tmp_path / "s.json")["subscribe"] == "t"
+
+
+def test_a_plaintext_port_is_named_as_such(tls: TlsFiles):
+    """A TLS client at a port that answers in plaintext (a ZooKeeper clientPort closes on the ClientHello)."""
+    from connectors.tls import client_context, explain_refusal, first_refusal
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+
+        def answer_in_plaintext() -> None:
+            connection, _ = server.accept()
+            with connection:
+                connection.recv(1024)
+                connection.sendall(b"HTTP/1.0 400 Bad Request\r\n\r\n")
+
+        thread = threading.Thread(target=answer_in_plaintext, daemon=True)
+        thread.start()
+        context = client_context("kafka.ssl_", tls.ca, None, None, None)
+        refused = first_refusal(context, [("127.0.0.1", 1), ("127.0.0.1", port)], 30.0)
+        thread.join(30)
+
+    assert refused is not None and refused[1] == port, refused
+    assert "does not speak TLS on this port" in explain_refusal(refused[2], "kafka.ssl_")
