@@ -117,7 +117,10 @@ def _set_zookeeper_env(monkeypatch: pytest.MonkeyPatch, values: dict[str, Any]) 
             monkeypatch.setenv(name, str(value))
 
 
-def test_zookeeper_admin_reads_over_mutual_tls(cli: Cli, secured: Secured, monkeypatch: pytest.MonkeyPatch):
+def test_zookeeper_admin_reads_over_mutual_tls(
+    cli: Cli, secured: Secured, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    caplog.set_level(logging.DEBUG)
     settings = ZooKeeperSettings.model_validate({**_zookeeper_env(secured.tls), "connect": secured.zookeeper})
     client = KazooClient(**kazoo_client_options(settings))
     start_client(client, settings, settings.connect, "zookeeper.connect", 60.0)
@@ -133,6 +136,7 @@ def test_zookeeper_admin_reads_over_mutual_tls(cli: Cli, secured: Secured, monke
 
     assert result.exit_code == 0, result.stderr
     assert "bookie-tls-1:3181" in json.dumps(json.loads(result.stdout))
+    assert secured.tls.key_password not in caplog.text  # the encrypted key's password, at DEBUG too
 
 
 @pytest.mark.parametrize(
@@ -182,8 +186,9 @@ def _kafka(secured: Secured, **override: Any) -> KafkaSettings:
     return KafkaSettings.model_validate({**values, **override})
 
 
-def test_kafka_produce_and_consume_over_mutual_tls(secured: Secured):
-    settings = _kafka(secured)
+def test_kafka_produce_and_consume_over_mutual_tls(secured: Secured, caplog: pytest.LogCaptureFixture):
+    caplog.set_level(logging.DEBUG)
+    settings = _kafka(secured, extra_config={"debug": "security"})  # librdkafka's TLS steps logged
     topic = f"tls-{uuid.uuid4().hex[:8]}"
     assert ensure_topic(settings, topic) == 1
     producer = Producer(producer_config(settings))
@@ -201,6 +206,8 @@ def test_kafka_produce_and_consume_over_mutual_tls(secured: Secured):
     finally:
         consumer.close()
     assert values == [b"v0", b"v1", b"v2"]
+    assert any(record.name == "connectors.kafka.librdkafka" for record in caplog.records)
+    assert secured.tls.key_password not in caplog.text
 
 
 @pytest.mark.parametrize(
