@@ -254,7 +254,14 @@ def run_demo(settings: Settings, *, keep_running: bool = False, out: TextIO | No
         settings = cluster_services.secured(settings)
         # The Spark workers' Kafka source reads its settings from the environment.
         os.environ.update(cluster_services.client_tls_variables())
-        printer.say(f"TLS only, client certificates required; throwaway CA in {addresses['tls']}")
+        listeners = cluster_services.listeners()
+        plaintext = [
+            f"{name} {port}" for name, ports in listeners.items() for port, tls in ports.items() if not tls
+        ]
+        open_ports = ", ".join(plaintext) if plaintext else "none"
+        printer.say(
+            f"TLS only, client certificates, CA in {addresses['tls']}; plaintext listeners: {open_ports}"
+        )
     zookeeper_tls = kazoo_tls_options(settings.zookeeper)
 
     chroot = f"/bkaudit-demo-{stamp}"

@@ -12,6 +12,8 @@ Example:
 
 from __future__ import annotations
 
+import socket
+import ssl
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from connectors.kafka.embedded import EmbeddedBroker, tansu_binary
 from connectors.kafka.kafka_broker import KafkaBroker
+from connectors.process import LOOPBACK, listening_ports
 from connectors.tls import ServerTls
 from connectors.zookeeper.embedded import EmbeddedZooKeeper
 from core.errors import ConfigError
@@ -27,6 +30,17 @@ from core.settings import DevSettings, Settings
 
 if TYPE_CHECKING:
     from connectors.bookkeeper import RealBookKeeperCluster
+
+
+def _speaks_tls(context: ssl.SSLContext, port: int) -> bool:
+    try:
+        with (
+            socket.create_connection((LOOPBACK, port), timeout=10) as raw,
+            context.wrap_socket(raw, server_hostname=LOOPBACK) as sock,
+        ):
+            return sock.version() is not None
+    except OSError:
+        return False
 
 
 def _started_with_tls(root: Path) -> bool:
@@ -146,6 +160,22 @@ class DevCluster:
             "BKAUDIT_KAFKA__SSL_CERTFILE": cert,
             "BKAUDIT_KAFKA__SSL_KEYFILE": key,
         }
+
+    def listeners(self) -> dict[str, dict[int, bool]]:
+        """Every port ZooKeeper's and the broker's processes listen on, each with whether it completed a TLS
+        handshake (with the client pair of ``dev.tls``; without TLS every port is plaintext: ``False``).
+
+        Example:
+            >>> DevCluster(DevSettings(state_dir="/tmp/bkaudit-doc-dev")).listeners()
+            {'zookeeper': {}, 'kafka': {}}
+        """
+        context = self.tls.client_context() if self.tls is not None else None
+        report: dict[str, dict[int, bool]] = {}
+        for name, service in (("zookeeper", self.zookeeper), ("kafka", self.broker)):
+            pid = service.pid()
+            ports = sorted(listening_ports(pid)) if pid is not None else []
+            report[name] = {port: context is not None and _speaks_tls(context, port) for port in ports}
+        return report
 
     def secured(self, settings: Settings) -> Settings:
         """``settings`` with the clients' TLS settings of ``dev.tls`` (the CA and the client pair); unchanged

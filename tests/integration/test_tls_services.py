@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
-import ssl
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -28,7 +26,6 @@ from bkaudit.testing.tls import TlsFiles, write_throwaway_ca
 from connectors.devcluster import DevCluster
 from connectors.kafka.client_config import assign_from_beginning, consumer_config, producer_config
 from connectors.kafka.topics import ensure_topic
-from connectors.process import LOOPBACK, listening_ports
 from connectors.zookeeper.watcher import kazoo_client_options, start_client
 from core.errors import BkauditError
 from core.settings import DevSettings, KafkaSettings, ZooKeeperSettings
@@ -73,24 +70,18 @@ def _files(tls: TlsFiles, override: dict[str, str | None]) -> dict[str, Any]:
     }
 
 
-def _speaks_tls(port: int, tls: TlsFiles) -> bool:
-    context = ssl.create_default_context(cafile=str(tls.ca))
-    context.load_cert_chain(str(tls.client_cert), str(tls.client_key))
-    with (
-        socket.create_connection((LOOPBACK, port), timeout=30) as raw,
-        context.wrap_socket(raw, server_hostname=LOOPBACK) as sock,
-    ):
-        return sock.getpeercert() is not None
-
-
 def test_dev_up_tls_opens_no_plaintext_port(secured: Secured):
     cluster = DevCluster(DevSettings(state_dir=secured.state_dir))  # found as started: TLS, real Kafka
     assert cluster.tls is not None and cluster.addresses()["tls"] == str(secured.state_dir / "tls")
-    for service in (cluster.zookeeper, cluster.broker):
-        pid = service.pid()
-        assert pid is not None
-        ports = listening_ports(pid)
-        assert ports and all(_speaks_tls(port, secured.tls) for port in ports), (service, ports)
+
+    listeners = cluster.listeners()
+
+    zookeeper_port, kafka_port = (
+        int(address.rsplit(":", 1)[1]) for address in (secured.zookeeper, secured.kafka)
+    )
+    assert listeners["zookeeper"] == {zookeeper_port: True}
+    assert kafka_port in listeners["kafka"] and len(listeners["kafka"]) == 2  # clients' and controller's
+    assert all(listeners["kafka"].values())
 
 
 # ------------------------------------------------------------------------------------------- ZooKeeper
