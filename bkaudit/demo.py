@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import threading
@@ -236,29 +237,51 @@ def run_demo(settings: Settings, *, keep_running: bool = False, out: TextIO | No
     from connectors.delta.tables import read_table
     from connectors.devcluster import DevCluster
     from connectors.kafka.topics import ensure_topic
-    from connectors.zookeeper.watcher import ChangeWatcher
+    from connectors.zookeeper.watcher import ChangeWatcher, kazoo_tls_options
     from streaming import job
     from streaming.session import build_spark_session
 
     printer = _Printer(out or sys.stdout)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     cluster_services = DevCluster(settings.dev)
+    if cluster_services.tls is not None:
+        from bkaudit.testing.tls import ensure_throwaway_ca
+
+        ensure_throwaway_ca(cluster_services.tls.cafile.parent)
     addresses = cluster_services.up()
     printer.say(f"embedded ZooKeeper {addresses['zookeeper']}, Kafka-protocol broker {addresses['kafka']}")
+    if cluster_services.tls is not None:
+        settings = cluster_services.secured(settings)
+        # The Spark workers' Kafka source reads its settings from the environment.
+        os.environ.update(cluster_services.client_tls_variables())
+        listeners = cluster_services.listeners()
+        plaintext = [
+            f"{name} {port}" for name, ports in listeners.items() for port, tls in ports.items() if not tls
+        ]
+        open_ports = ", ".join(plaintext) if plaintext else "none"
+        printer.say(
+            f"TLS only, client certificates, CA in {addresses['tls']}; plaintext listeners: {open_ports}"
+        )
+    zookeeper_tls = kazoo_tls_options(settings.zookeeper)
 
     chroot = f"/bkaudit-demo-{stamp}"
     hosts = f"{addresses['zookeeper']}{chroot}"
     lakehouse = settings.lakehouse_root / "demo"
     shutil.rmtree(lakehouse, ignore_errors=True)
     demo_settings = demo_run_settings(settings, lakehouse, hosts, addresses["kafka"], stamp)
-    root_client = KazooClient(hosts=addresses["zookeeper"])
+    root_client = KazooClient(hosts=addresses["zookeeper"], **zookeeper_tls)
     root_client.start(timeout=15)
     root_client.ensure_path(chroot)
     root_client.stop()
     root_client.close()
 
     sim = SimulatedCluster(
-        hosts, racks=3, bookie_session_timeout_s=2.0, lost_bookie_recovery_delay_s=0, seed=42
+        hosts,
+        racks=3,
+        bookie_session_timeout_s=2.0,
+        lost_bookie_recovery_delay_s=0,
+        seed=42,
+        zookeeper_tls=zookeeper_tls,
     )
     watcher: ChangeWatcher | None = None
     query = sink = tail = None

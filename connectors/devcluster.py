@@ -13,21 +13,46 @@ Example:
 from __future__ import annotations
 
 import logging
+import socket
+import ssl
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from connectors.kafka.embedded import EmbeddedBroker, tansu_binary
 from connectors.kafka.kafka_broker import KafkaBroker
+from connectors.process import LOOPBACK, listening_ports
+from connectors.tls import ServerTls
 from connectors.zookeeper.embedded import EmbeddedZooKeeper
+from core.errors import ConfigError
 from core.logsetup import step
-from core.settings import DevSettings
+from core.settings import DevSettings, Settings
 
 logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from connectors.bookkeeper import RealBookKeeperCluster
+
+
+def _speaks_tls(context: ssl.SSLContext, port: int) -> bool:
+    try:
+        with (
+            socket.create_connection((LOOPBACK, port), timeout=10) as raw,
+            context.wrap_socket(raw, server_hostname=LOOPBACK) as sock,
+        ):
+            return sock.version() is not None
+    except OSError:
+        return False
+
+
+def _started_with_tls(root: Path) -> bool:
+    """Whether the ZooKeeper under ``root`` was last configured with a TLS port only."""
+    try:
+        return "secureClientPort=" in (root / "zookeeper" / "zoo.cfg").read_text()
+    except OSError:
+        return False
 
 
 @dataclass
@@ -39,6 +64,11 @@ class DevCluster:
 
     def __post_init__(self) -> None:
         root = self.settings.state_dir.absolute()
+        if not self.settings.tls and _started_with_tls(root):
+            # `dev up --tls` ran here: status, down and --dev find its services as they are.
+            self.settings = self.settings.model_copy(update={"tls": True, "broker": "kafka"})
+        #: With ``dev.tls``: the throwaway CA's files (``bkaudit dev up --tls`` writes them first).
+        self.tls = ServerTls.in_directory(root / "tls") if self.settings.tls else None
         self.zookeeper = EmbeddedZooKeeper(
             root / "zookeeper",
             port=self.settings.zookeeper_port,
@@ -46,6 +76,7 @@ class DevCluster:
             tick_ms=self.settings.zookeeper_tick_ms,
             java_bin=self.settings.java_bin,
             classpath=self.settings.zookeeper_classpath,
+            tls=self.tls,
         )
         self.broker: EmbeddedBroker | KafkaBroker = self._broker()
 
@@ -58,6 +89,7 @@ class DevCluster:
                 port=self.settings.kafka_port,
                 heap=self.settings.kafka_heap,
                 java_bin=self.settings.java_bin,
+                tls=self.tls,
             )
         return EmbeddedBroker(root / "broker", port=self.settings.kafka_port)
 
@@ -86,6 +118,7 @@ class DevCluster:
         A missing broker package is reported before anything starts (one line, which extra to install).
         """
         timeout = self.settings.start_timeout_s
+        self._check_tls()
         if self.settings.broker == "tansu" and not self.broker.is_running():
             tansu_binary()
         try:
@@ -101,6 +134,75 @@ class DevCluster:
             raise
         return self.addresses()
 
+    def _check_tls(self) -> None:
+        if self.tls is None:
+            return
+        if self.settings.broker != "kafka":
+            raise ConfigError("dev.tls needs dev.broker = kafka (Tansu has no TLS listener)")
+        if self.settings.bookkeeper == "real":
+            raise ConfigError("dev.tls: the real BookKeeper cluster does not run with TLS here")
+        missing = [path for path in (self.tls.cafile, self.tls.keystore) if not path.is_file()]
+        if missing:
+            raise ConfigError(f"dev.tls: no {missing[0]}; `bkaudit dev up --tls` writes a throwaway CA there")
+
+    def client_tls_variables(self) -> dict[str, str]:
+        """With ``dev.tls``: the ``BKAUDIT_*`` variables that make a client use the CA and client pair (an
+        unencrypted key: the files are throwaway); empty without TLS.
+
+        Example:
+            >>> DevCluster(DevSettings(state_dir="/s")).client_tls_variables()
+            {}
+        """
+        if self.tls is None:
+            return {}
+        ca, cert, key = str(self.tls.cafile), str(self.tls.client_certfile), str(self.tls.client_keyfile)
+        return {
+            "BKAUDIT_ZOOKEEPER__USE_TLS": "true",
+            "BKAUDIT_ZOOKEEPER__TLS_CAFILE": ca,
+            "BKAUDIT_ZOOKEEPER__TLS_CERTFILE": cert,
+            "BKAUDIT_ZOOKEEPER__TLS_KEYFILE": key,
+            "BKAUDIT_KAFKA__SECURITY_PROTOCOL": "SSL",
+            "BKAUDIT_KAFKA__SSL_CAFILE": ca,
+            "BKAUDIT_KAFKA__SSL_CERTFILE": cert,
+            "BKAUDIT_KAFKA__SSL_KEYFILE": key,
+        }
+
+    def listeners(self) -> dict[str, dict[int, bool]]:
+        """Every port ZooKeeper's and the broker's processes listen on, each with whether it completed a TLS
+        handshake (with the client pair of ``dev.tls``; without TLS every port is plaintext: ``False``).
+
+        Example:
+            >>> DevCluster(DevSettings(state_dir="/tmp/bkaudit-doc-dev")).listeners()
+            {'zookeeper': {}, 'kafka': {}}
+        """
+        context = self.tls.client_context() if self.tls is not None else None
+        report: dict[str, dict[int, bool]] = {}
+        for name, service in (("zookeeper", self.zookeeper), ("kafka", self.broker)):
+            pid = service.pid()
+            ports = sorted(listening_ports(pid)) if pid is not None else []
+            report[name] = {port: context is not None and _speaks_tls(context, port) for port in ports}
+        return report
+
+    def secured(self, settings: Settings) -> Settings:
+        """``settings`` with the clients' TLS settings of ``dev.tls`` (the CA and the client pair); unchanged
+        without TLS.
+
+        Example:
+            >>> DevCluster(DevSettings(state_dir="/s")).secured(Settings()).kafka.security_protocol
+            'PLAINTEXT'
+        """
+        if self.tls is None:
+            return settings
+        ca, cert, key = self.tls.cafile, self.tls.client_certfile, self.tls.client_keyfile
+        zookeeper = {"use_tls": True, "tls_cafile": ca, "tls_certfile": cert, "tls_keyfile": key}
+        kafka = {"security_protocol": "SSL", "ssl_cafile": ca, "ssl_certfile": cert, "ssl_keyfile": key}
+        return settings.model_copy(
+            update={
+                "zookeeper": settings.zookeeper.model_copy(update=zookeeper),
+                "kafka": settings.kafka.model_copy(update=kafka),
+            }
+        )
+
     def _start_zookeeper_and_broker(self, timeout: float) -> None:
         """Both at once (neither needs the other; each JVM's start is mostly one busy thread)."""
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="broker-start") as pool:
@@ -114,6 +216,8 @@ class DevCluster:
 
     def addresses(self) -> dict[str, str]:
         addresses = {"zookeeper": self.zookeeper.address, "kafka": self.broker.bootstrap}
+        if self.tls is not None:
+            addresses["tls"] = str(self.tls.cafile.parent)
         bookkeeper = self.bookkeeper()
         if bookkeeper is not None:
             addresses["bookkeeper"] = bookkeeper.service_uri

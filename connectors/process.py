@@ -96,6 +96,32 @@ def recorded_int(config_file: Path, key: str) -> int | None:
     return None
 
 
+def listening_ports(pid: int) -> set[int]:
+    """The TCP ports process ``pid`` listens on (IPv4 and IPv6, any address), read from ``/proc``.
+
+    Example:
+        >>> with socket.socket() as server:
+        ...     server.bind((LOOPBACK, 0)); server.listen()
+        ...     server.getsockname()[1] in listening_ports(os.getpid())
+        True
+    """
+    inodes: set[str] = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+    ports: set[int] = set()
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+            for fields in (line.split() for line in lines):
+                if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
 def pid_alive(pid: int) -> bool:
     """True when ``pid`` exists and is not a zombie."""
     try:

@@ -4,9 +4,10 @@ A client library that meets a refused TLS handshake retries it in silence (kazoo
 connection error among many (librdkafka), and a wrong key password surfaces as an OpenSSL "PEM lib" error.
 Before a client starts, :func:`client_context` loads the CA, certificate and key as the client will (one
 :class:`~core.errors.ConfigError` line naming the setting when a file is missing, unreadable, the key
-password is wrong or the client certificate has expired) and :func:`probe_handshake` makes one handshake
-with the server and turns its refusal into a reason and a hint (:func:`explain_refusal`). Key passwords are
-never part of a message.
+password is wrong or the client certificate has expired) and :func:`first_refusal` makes one handshake
+with the first server that answers and returns its refusal, which :func:`explain_refusal` turns into a
+hint naming the setting. Key passwords are never part of a message. :class:`ServerTls` names the files an
+embedded service serves TLS with.
 
 Example:
     >>> explain_refusal("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed", "zookeeper.tls_")

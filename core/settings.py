@@ -91,6 +91,11 @@ class DevSettings(_Section):
         6, ge=1, le=250, description="real BookKeeper: how many bookies (127.0.0.2, .3, ...)"
     )
     racks: int = Field(3, ge=1, le=250, description="real BookKeeper: racks the bookies are spread over")
+    tls: bool = Field(
+        False,
+        description="ZooKeeper and the broker serve TLS only, client certificates required, with a throwaway "
+        "CA written to `<state_dir>/tls` (needs broker = kafka: Tansu has no TLS listener)",
+    )
 
 
 def absolute_znode_path(value: str, what: str) -> str:
@@ -142,6 +147,26 @@ class ZooKeeperSettings(_Section):
     auth_password: SecretStr | None = Field(
         None,
         description="password of the digest or SASL DIGEST-MD5 authentication",
+    )
+    use_tls: bool = Field(
+        False,
+        description="connect over TLS (ZooKeeper's secureClientPort; `connect` then names the TLS ports)",
+    )
+    tls_cafile: Path | None = Field(
+        None,
+        description="CA bundle (PEM) that signed ZooKeeper's server certificates (default: the system's)",
+    )
+    tls_certfile: Path | None = Field(
+        None,
+        description="client certificate (PEM) for mutual TLS (ZooKeeper's ssl.clientAuth=need); with "
+        "tls_keyfile",
+    )
+    tls_keyfile: Path | None = Field(None, description="private key (PEM) of tls_certfile")
+    tls_keyfile_password: SecretStr | None = Field(None, description="password of an encrypted tls_keyfile")
+    tls_check_hostname: bool = Field(
+        False,
+        description="also check that the server certificate names the host in `connect` (the CA is always "
+        "checked)",
     )
 
     @field_validator("connect")

@@ -173,6 +173,13 @@ def kafka_source_options(settings: Settings, topics: list[str], status_file: Pat
         ('bkaudit.changes', 'true')
     """
     kafka, stream = settings.kafka, settings.stream
+    if stream.source_format == "kafka" and kafka.security_protocol != "PLAINTEXT":
+        # The Python source builds its clients from the kafka.* settings; the JVM one would need them all
+        # translated (key stores, JAAS), which is not done: refuse rather than connect without them.
+        raise ConfigError(
+            f"stream.source_format=kafka (Spark's JVM source) does not get kafka.security_protocol="
+            f"{kafka.security_protocol} and its settings; use stream.source_format=bkaudit_kafka"
+        )
     return {
         "kafka.bootstrap.servers": kafka.bootstrap_servers,
         "subscribe": ",".join(topics),

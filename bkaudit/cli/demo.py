@@ -29,6 +29,12 @@ def demo(
     verbose: bool = typer.Option(
         False, "--verbose", help="show the logs of Spark, py4j and the clients here, not in the log file"
     ),
+    tls: bool = typer.Option(
+        False,
+        "--tls",
+        help="ZooKeeper and the real Kafka broker TLS only, client certificates required (dev.tls); "
+        "with --bookkeeper simulator",
+    ),
 ) -> None:
     """Embedded services + a BookKeeper cluster + watcher + auditor, a scripted story, alerts live."""
     from bkaudit.demo import run_demo
@@ -39,6 +45,11 @@ def demo(
     if bookkeeper not in ("real", "simulator"):
         raise ConfigError(f"--bookkeeper: {bookkeeper!r} is not one of 'real', 'simulator'")
     settings = load_settings()
+    if tls:
+        if bookkeeper == "real":
+            raise ConfigError("--tls: the real bookies do not run with TLS here; add --bookkeeper simulator")
+        dev = settings.dev.model_copy(update={"tls": True, "broker": "kafka"})
+        settings = settings.model_copy(update={"dev": dev})
     configure_command_logging("demo", settings.log_dir, level="WARNING", verbose=verbose)
     runner = run_real_demo if bookkeeper == "real" else run_demo
     summary = runner(settings, keep_running=keep_running)

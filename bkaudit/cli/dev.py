@@ -67,15 +67,28 @@ def up(
         int | None, typer.Option("--bookies", help="real BookKeeper: bookies (dev.bookies)")
     ] = None,
     racks: Annotated[int | None, typer.Option("--racks", help="real BookKeeper: racks (dev.racks)")] = None,
+    tls: Annotated[
+        bool,
+        typer.Option(
+            "--tls",
+            help="TLS only, client certificates required: ZooKeeper (secureClientPort) and the real Kafka "
+            "broker (dev.tls, dev.broker = kafka), a throwaway CA in <state dir>/tls",
+        ),
+    ] = False,
 ) -> None:
     """Start (or reuse) the embedded services; prints {"zookeeper": "host:port", "kafka": "host:port"} (plus
-    "bookkeeper": its metadataServiceUri with --bookkeeper real)."""
+    "bookkeeper": its metadataServiceUri with --bookkeeper real, "tls": the CA's directory with --tls)."""
     from core.localfs import writable_directory
     from core.logsetup import configure_progress_logging
 
     configure_progress_logging()  # the waits on stderr; stdout stays the JSON answer
-    cluster = _cluster(state_dir, bookkeeper=bookkeeper, bookies=bookies, racks=racks)
+    secured = {"tls": True, "broker": "kafka"} if tls else {}
+    cluster = _cluster(state_dir, bookkeeper=bookkeeper, bookies=bookies, racks=racks, **secured)
     writable_directory(cluster.settings.state_dir, "dev.state_dir")
+    if cluster.tls is not None:
+        from bkaudit.testing.tls import ensure_throwaway_ca
+
+        ensure_throwaway_ca(cluster.tls.cafile.parent)
     emit_json(cluster.up())
 
 

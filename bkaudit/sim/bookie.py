@@ -30,7 +30,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -121,6 +121,7 @@ def open_session(
     session_timeout_s: float,
     connect_timeout_s: float = 15.0,
     log: logging.Logger | None = None,
+    tls: Mapping[str, Any] | None = None,
 ) -> KazooClient:
     """A started kazoo client with its own ZooKeeper session (``ServiceError`` when unreachable).
 
@@ -129,7 +130,7 @@ def open_session(
     Example:
         >>> # client = open_session("127.0.0.1:2181/chroot", 2.0)
     """
-    client = KazooClient(hosts=hosts, timeout=session_timeout_s, logger=log or session_logger)
+    client = KazooClient(hosts=hosts, timeout=session_timeout_s, logger=log or session_logger, **(tls or {}))
     try:
         client.start(timeout=connect_timeout_s)
     except Exception as err:  # kazoo raises its own timeout types
@@ -150,6 +151,19 @@ def close_session(client: KazooClient) -> None:
         client.stop()
     finally:
         client.close()
+
+
+def tls_options_of(client: KazooClient) -> dict[str, Any]:
+    """The TLS keyword arguments ``client`` was built with (empty for a plaintext client), for a twin.
+
+    Example:
+        >>> tls_options_of(KazooClient(hosts="127.0.0.1:1"))
+        {}
+    """
+    if not client.use_ssl:
+        return {}
+    names = ("use_ssl", "verify_certs", "check_hostname", "ca", "certfile", "keyfile", "keyfile_password")
+    return {name: getattr(client, name) for name in names}
 
 
 def expire_session(client: KazooClient, hosts: str, timeout_s: float = 30.0) -> None:
@@ -175,7 +189,9 @@ def expire_session(client: KazooClient, hosts: str, timeout_s: float = 30.0) -> 
 
     session_id, password = client.client_id
     client.add_listener(listener)
-    twin = KazooClient(hosts=hosts, client_id=(session_id, password), timeout=timeout_s)
+    twin = KazooClient(
+        hosts=hosts, client_id=(session_id, password), timeout=timeout_s, **tls_options_of(client)
+    )
     try:
         twin.start(timeout=timeout_s)
     finally:

@@ -285,9 +285,12 @@ class SimulatedCluster:
         truth_parameters: TruthParameters | None = None,
         index_root: Path | None = None,
         bookie_tls: ssl.SSLContext | None = None,
+        zookeeper_tls: Mapping[str, Any] | None = None,
     ) -> None:
         self.zk_hosts = zk_hosts
         self.bookie_tls = bookie_tls
+        #: KazooClient TLS arguments of every session (``kazoo_tls_options``); empty: plaintext.
+        self.zookeeper_tls = dict(zookeeper_tls or {})
         self.root = validate_root(root)
         self.manager = LedgerManagerType.from_name(manager) if isinstance(manager, str) else manager
         if self.manager is LedgerManagerType.MS:
@@ -367,7 +370,12 @@ class SimulatedCluster:
         with self._lock:
             if self._admin is not None:
                 return self
-            admin = open_session(self.zk_hosts, self.session_timeout_s, log=logging.getLogger("kazoo.client"))
+            admin = open_session(
+                self.zk_hosts,
+                self.session_timeout_s,
+                log=logging.getLogger("kazoo.client"),
+                tls=self.zookeeper_tls,
+            )
             try:
                 self._write_new_cluster(admin, reset)
             except BaseException:
@@ -618,7 +626,7 @@ class SimulatedCluster:
         return f"bookie-{number:02d}"
 
     def _start_session(self, bookie: SimBookie, mode: BookieMode = BookieMode.WRITABLE) -> None:
-        bookie.session = open_session(self.zk_hosts, self.bookie_session_timeout_s)
+        bookie.session = open_session(self.zk_hosts, self.bookie_session_timeout_s, tls=self.zookeeper_tls)
         try:
             path = cookie_path(bookie.bookie_id, self.root)
             if bookie.session.exists(path) is None:

@@ -27,6 +27,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from pydantic import SecretStr
 
+from connectors.tls import client_context, explain_refusal, first_refusal
+from core.domain.addresses import parse_bootstrap_servers
 from core.errors import ConfigError, ServiceError
 from core.settings import KafkaSettings, is_secret_property
 
@@ -293,6 +295,7 @@ def kafka_errors(settings: KafkaSettings, action: str) -> Iterator[None]:
     try:
         yield
     except (KafkaException, BufferError) as err:
+        check_tls(settings, action)
         refused = configuration_error(err)
         if refused is not None:
             raise refused from None
@@ -308,6 +311,52 @@ def kafka_errors(settings: KafkaSettings, action: str) -> Iterator[None]:
         raise ServiceError(
             f"Kafka at {settings.bootstrap_servers}: {action} failed ({detail}); {hint}"
         ) from None
+
+
+#: A Kafka ApiVersions request (v0, correlation id 1, no client id): what a TLS probe sends so that a broker
+#: that refuses the client certificate after a TLS 1.3 handshake says so at once.
+_API_VERSIONS_REQUEST = bytes.fromhex("0000000a0012000000000001ffff")
+
+
+def tls_refusal(settings: KafkaSettings, timeout_s: float = 10.0) -> ServiceError | ConfigError | None:
+    """Why TLS to the brokers fails, as one line, or None (TLS is off, or accepted).
+
+    librdkafka retries a refused handshake and reports a timeout or a transport error; this loads the
+    ``kafka.ssl_*`` files (a missing file, a wrong key password, an expired client certificate:
+    :class:`ConfigError`) and makes one handshake with each bootstrap server until one answers (a wrong CA,
+    a missing or refused client certificate: :class:`ServiceError`).
+
+    Example:
+        >>> tls_refusal(KafkaSettings()) is None  # PLAINTEXT
+        True
+    """
+    if settings.security_protocol not in ("SSL", "SASL_SSL"):
+        return None
+    password = settings.ssl_password.get_secret_value() if settings.ssl_password is not None else None
+    try:
+        context = client_context(
+            "kafka.ssl_", settings.ssl_cafile, settings.ssl_certfile, settings.ssl_keyfile, password
+        )
+    except ConfigError as err:
+        return err
+    servers = parse_bootstrap_servers(settings.bootstrap_servers)
+    refused = first_refusal(context, servers, timeout_s, hello=_API_VERSIONS_REQUEST)
+    if refused is None:
+        return None
+    host, port, reason = refused
+    hint = explain_refusal(reason, "kafka.ssl_", sent_certificate=settings.ssl_certfile is not None)
+    return ServiceError(f"TLS refused by {host}:{port} ({reason}): {hint}")
+
+
+def check_tls(settings: KafkaSettings, action: str) -> None:
+    """Raise :func:`tls_refusal`'s line, prefixed with the brokers and ``action``, if there is one.
+
+    Example:
+        >>> check_tls(KafkaSettings(), "creating topic 't'")  # PLAINTEXT: nothing to check
+    """
+    refused = tls_refusal(settings)
+    if refused is not None:
+        raise type(refused)(f"Kafka at {settings.bootstrap_servers}: {action} failed: {refused}") from None
 
 
 #: How long a producer's metadata request for an absent topic is repeated while a broker that creates

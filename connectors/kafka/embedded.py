@@ -54,11 +54,13 @@ def tansu_binary() -> str:
         raise ServiceError(f"cannot find the Tansu broker binary: {err}") from None
 
 
-def broker_answers_metadata(bootstrap: str, timeout_s: float = 2.0) -> bool:
+def broker_answers_metadata(
+    bootstrap: str, timeout_s: float = 2.0, security: dict[str, str] | None = None
+) -> bool:
     """True when the broker answers a Kafka metadata request (a real readiness check, not just a port).
 
     The probe's client is quiet (``log_level`` 0): "connection refused" is the expected answer while the
-    broker starts, not an error worth a log line.
+    broker starts, not an error worth a log line. ``security``: librdkafka properties for a TLS listener.
     """
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
@@ -69,6 +71,7 @@ def broker_answers_metadata(bootstrap: str, timeout_s: float = 2.0) -> bool:
         "socket.timeout.ms": max(10, int(timeout_s * 1000)),
         "log_level": 0,
         "logger": logger,
+        **(security or {}),
     }
     admin = AdminClient(config)
     try:

@@ -39,6 +39,7 @@ from connectors.process import (
     free_port,
     port_is_free,
 )
+from connectors.tls import ServerTls
 from core.errors import ServiceError
 
 #: Kafka's server main class and its storage formatter (``kafka-storage.sh``) in ``kafka_2.13``.
@@ -162,7 +163,64 @@ def server_properties(
         "log.cleaner.dedupe.buffer.size": str(8 * 1024 * 1024),
     }
     properties.update(extra or {})
-    return "".join(f"{key}={value}\n" for key, value in properties.items())
+    return _properties_text(properties)
+
+
+def tls_properties(tls: ServerTls, port: int, controller_port: int) -> dict[str, str]:
+    """The :func:`server_properties` overrides that make every listener TLS with client certificates
+    required (mutual TLS), the controller's included: no plaintext port.
+
+    The key and certificate go in inline (``ssl.keystore.key``): Kafka reads a PEM key store file only with
+    an encrypted key, and the CA as a PEM trust store file.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> _ = (d / "ks.pem").write_text("KEY-PEM" + chr(10) + "-----BEGIN CERTIFICATE-----")
+        >>> props = tls_properties(ServerTls(d / "ca.pem", d / "ks.pem", d / "c", d / "k"), 9093, 9094)
+        >>> props["listeners"], props["ssl.client.auth"]
+        ('SSL://127.0.0.1:9093,CONTROLLER://127.0.0.1:9094', 'required')
+    """
+    keystore = tls.keystore.read_text()
+    marker = "-----BEGIN CERTIFICATE-----"
+    key, _, chain = keystore.partition(marker)
+    return {
+        "listeners": f"SSL://{LOOPBACK}:{port},CONTROLLER://{LOOPBACK}:{controller_port}",
+        "advertised.listeners": f"SSL://{LOOPBACK}:{port}",
+        "inter.broker.listener.name": "SSL",
+        "listener.security.protocol.map": "SSL:SSL,CONTROLLER:SSL",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.key": key.strip(),
+        "ssl.keystore.certificate.chain": (marker + chain).strip(),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(tls.cafile),
+        "ssl.client.auth": "required",
+    }
+
+
+def client_tls_properties(tls: ServerTls) -> dict[str, str]:
+    """librdkafka properties for a client of a :func:`tls_properties` broker (its readiness check).
+
+    Example:
+        >>> tls = ServerTls(Path("ca"), Path("ks"), Path("c"), Path("k"))
+        >>> client_tls_properties(tls)["security.protocol"]
+        'SSL'
+    """
+    return {
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(tls.cafile),
+        "ssl.certificate.location": str(tls.client_certfile),
+        "ssl.key.location": str(tls.client_keyfile),
+    }
+
+
+def _properties_text(properties: dict[str, str]) -> str:
+    # Java properties: a value's newlines written as \n (PEM blocks), backslashes doubled.
+    lines = (
+        f"{key}={value.replace(chr(92), chr(92) * 2).replace(chr(10), chr(92) + 'n')}\n"
+        for key, value in properties.items()
+    )
+    return "".join(lines)
 
 
 def log4j2_properties() -> str:
@@ -334,6 +392,8 @@ class KafkaBroker(ProcessService):
     extra_properties: dict[str, str] = field(default_factory=dict)
     jvm_options: tuple[str, ...] = FAST_START_JVM_OPTIONS
     format_timeout_s: float = 60.0
+    #: Serve TLS only (every listener, client certificates required).
+    tls: ServerTls | None = None
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir).absolute()
@@ -424,10 +484,13 @@ class KafkaBroker(ProcessService):
                 self.controller_port,
                 self.data_dir,
                 num_partitions=self.num_partitions,
-                extra=self.extra_properties,
+                extra={**self._tls_properties(), **self.extra_properties},
             )
         )
         (self.state_dir / "log4j2.properties").write_text(log4j2_properties())
+
+    def _tls_properties(self) -> dict[str, str]:
+        return tls_properties(self.tls, self.port, self.controller_port) if self.tls is not None else {}
 
     def _classpath(self) -> str:
         if self.classpath is None:
@@ -496,7 +559,9 @@ class KafkaBroker(ProcessService):
 
     def _wait_ready(self, timeout: float) -> None:
         self._process.wait_until(
-            lambda: broker_answers_metadata(self.bootstrap, 1.0),
+            lambda: broker_answers_metadata(
+                self.bootstrap, 1.0, client_tls_properties(self.tls) if self.tls is not None else None
+            ),
             timeout,
             what=f"answering on {self.bootstrap}",
         )

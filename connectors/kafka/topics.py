@@ -11,7 +11,7 @@ import time
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from connectors.kafka.client_config import admin_config, error_code, kafka_errors
+from connectors.kafka.client_config import admin_config, check_tls, error_code, kafka_errors
 from core.errors import ServiceError
 from core.settings import KafkaSettings
 
@@ -26,6 +26,8 @@ def ensure_topic(
     :class:`ServiceError` line (naming the brokers), not as a client's traceback.
     """
     wanted = partitions or settings.topic_partitions
+    # librdkafka would retry a refused TLS handshake until the bootstrap timeout: one handshake first.
+    check_tls(settings, f"creating topic {topic!r}")
     with kafka_errors(settings, f"creating topic {topic!r}"):
         admin = AdminClient(admin_config(settings))
         # The first answer bounds the wait for an unreachable cluster (kafka.bootstrap_timeout_ms).

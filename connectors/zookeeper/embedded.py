@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import shutil
 import socket
+import ssl
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +31,12 @@ from connectors.process import (
     port_is_free,
     recorded_int,
 )
+from connectors.tls import ServerTls
 from core.errors import ServiceError
 
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+#: The connection factory that serves TLS (the default NIO one does not).
+NETTY_FACTORY = "org.apache.zookeeper.server.NettyServerCnxnFactory"
 
 _LOG4J2 = """\
 status = warn
@@ -61,9 +65,13 @@ def pyspark_jars_classpath() -> str:
     return f"{jars}/*"
 
 
-def four_letter_word(port: int, word: str, host: str = LOOPBACK, timeout: float = 2.0) -> str:
-    """Send a ZooKeeper four-letter word (``ruok``, ``srvr``, ``mntr``, ``envi``) and return the answer."""
-    with socket.create_connection((host, port), timeout=timeout) as sock:
+def four_letter_word(
+    port: int, word: str, host: str = LOOPBACK, timeout: float = 2.0, tls: ssl.SSLContext | None = None
+) -> str:
+    """Send a ZooKeeper four-letter word (``ruok``, ``srvr``, ``mntr``, ``envi``) and return the answer
+    (over TLS with ``tls``, for a secureClientPort)."""
+    with socket.create_connection((host, port), timeout=timeout) as raw:
+        sock = tls.wrap_socket(raw, server_hostname=host) if tls is not None else raw
         sock.sendall(word.encode("ascii"))
         chunks: list[bytes] = []
         while True:
@@ -90,6 +98,8 @@ class EmbeddedZooKeeper(ProcessService):
     tick_ms: int = 500
     java_bin: str = "java"
     classpath: str | None = None
+    #: Serve TLS only (a secureClientPort with client certificates required, no plaintext port).
+    tls: ServerTls | None = None
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir).absolute()
@@ -112,7 +122,25 @@ class EmbeddedZooKeeper(ProcessService):
         return f"{LOOPBACK}:{self.port}"
 
     def _recorded_port(self) -> int | None:
-        return recorded_int(self.config_file, "clientPort")
+        return recorded_int(self.config_file, "secureClientPort" if self.tls else "clientPort")
+
+    def _port_lines(self) -> list[str]:
+        if self.tls is None:
+            return [f"clientPort={self.port}", f"clientPortAddress={LOOPBACK}"]
+        # Netty serves the TLS port; PEM key and trust stores (ZooKeeper 3.8+); ssl.* lines become the
+        # zookeeper.ssl.* properties.
+        return [
+            f"secureClientPort={self.port}",
+            f"secureClientPortAddress={LOOPBACK}",
+            f"ssl.keyStore.location={self.tls.keystore}",
+            "ssl.keyStore.type=PEM",
+            f"ssl.trustStore.location={self.tls.cafile}",
+            "ssl.trustStore.type=PEM",
+            "ssl.clientAuth=need",
+        ]
+
+    def _tls_context(self) -> ssl.SSLContext | None:
+        return self.tls.client_context() if self.tls is not None else None
 
     def _write_config(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -122,8 +150,7 @@ class EmbeddedZooKeeper(ProcessService):
                 [
                     f"tickTime={self.tick_ms}",
                     f"dataDir={self.data_dir}",
-                    f"clientPort={self.port}",
-                    f"clientPortAddress={LOOPBACK}",
+                    *self._port_lines(),
                     "maxClientCnxns=0",
                     f"minSessionTimeout={2 * self.tick_ms}",
                     f"maxSessionTimeout={240 * self.tick_ms}",  # 2 minutes at 500 ms ticks
@@ -164,6 +191,11 @@ class EmbeddedZooKeeper(ProcessService):
             "-Djute.maxbuffer=67108864",  # 1 M-child listings (flat layout) exceed the 1 MB default
             f"-Dlog4j2.configurationFile={self.state_dir / 'zookeeper-log4j2.properties'}",
             "-Dzookeeper.jmx.log4j.disable=true",
+            *(
+                ["-Dzookeeper.serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory"]
+                if self.tls
+                else []
+            ),
             "-cp",
             classpath,
             MAIN_CLASS,
@@ -174,8 +206,9 @@ class EmbeddedZooKeeper(ProcessService):
 
     def _ready(self) -> bool:
         try:
-            return four_letter_word(self.port, "ruok", timeout=0.5) == "imok" and "Mode:" in four_letter_word(
-                self.port, "srvr", timeout=0.5
+            tls = self._tls_context()
+            return four_letter_word(self.port, "ruok", timeout=0.5, tls=tls) == "imok" and "Mode:" in (
+                four_letter_word(self.port, "srvr", timeout=0.5, tls=tls)
             )
         except OSError:
             return False
@@ -203,7 +236,7 @@ class EmbeddedZooKeeper(ProcessService):
 
     def stats(self) -> dict[str, str]:
         """The ``mntr`` figures (znode count, data size, latency...) as a dict."""
-        answer = four_letter_word(self.port, "mntr")
+        answer = four_letter_word(self.port, "mntr", tls=self._tls_context())
         pairs = (line.split("\t", 1) for line in answer.splitlines() if "\t" in line)
         return {key: value for key, value in pairs}
 

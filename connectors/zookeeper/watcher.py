@@ -56,6 +56,7 @@ from connectors.kafka.publisher import (
     TAIL_RELEASE_MIN_INTERVAL_S,
     ChangePublisher,
 )
+from connectors.tls import client_context, explain_refusal, first_refusal
 from connectors.zookeeper.autorecovery import AutoRecoveryRecipe
 from connectors.zookeeper.bookies import BookieRegistry
 from connectors.zookeeper.fallback_watch import FALLBACK_EVENT, FallbackWatches
@@ -73,6 +74,7 @@ from connectors.zookeeper.snapshot import (
     TreeWalker,
 )
 from core import events
+from core.domain.addresses import parse_zookeeper_connect
 from core.domain.layout import (
     AVAILABLE_NODE,
     COOKIES_NODE,
@@ -160,8 +162,67 @@ def kazoo_client_options(
             }
         else:  # Kerberos from the process' ticket cache
             options["sasl_options"] = {"mechanism": "GSSAPI"}
+    options.update(kazoo_tls_options(settings))
     options["logger"] = _kazoo_logger(password)
     return options
+
+
+def kazoo_tls_options(settings: ZooKeeperSettings) -> dict[str, Any]:
+    """The KazooClient TLS keyword arguments of ``settings`` (empty without ``use_tls``), for clients built
+    elsewhere (the simulator's sessions); the key password is registered with the secret filter.
+
+    Example:
+        >>> kazoo_tls_options(ZooKeeperSettings())
+        {}
+        >>> kazoo_tls_options(ZooKeeperSettings(use_tls=True))["verify_certs"]
+        True
+    """
+    if not settings.use_tls:
+        return {}
+    key_password = settings.tls_keyfile_password
+    secret = key_password.get_secret_value() if key_password is not None else None
+    SECRET_FILTER.add_secret(secret)
+    return {
+        "use_ssl": True,
+        "verify_certs": True,
+        "check_hostname": settings.tls_check_hostname,
+        "ca": str(settings.tls_cafile) if settings.tls_cafile is not None else None,
+        "certfile": str(settings.tls_certfile) if settings.tls_certfile is not None else None,
+        "keyfile": str(settings.tls_keyfile) if settings.tls_keyfile is not None else None,
+        "keyfile_password": secret,
+    }
+
+
+def check_tls(settings: ZooKeeperSettings, hosts: str, timeout_s: float) -> None:
+    """With ``use_tls``: load the TLS files and make one handshake with the first host that answers; a
+    problem is one :class:`ConfigError` (files, key password, expired client certificate) or
+    :class:`ServiceError` (the server refused: wrong CA, missing or refused client certificate) line.
+
+    kazoo itself would retry a refused handshake until the connect timeout, saying only "no connection".
+
+    Example:
+        >>> check_tls(ZooKeeperSettings(), "127.0.0.1:2181", 1.0)  # use_tls off: nothing to check
+    """
+    if not settings.use_tls:
+        return
+    key_password = settings.tls_keyfile_password
+    context = client_context(
+        "zookeeper.tls_",
+        settings.tls_cafile,
+        settings.tls_certfile,
+        settings.tls_keyfile,
+        key_password.get_secret_value() if key_password is not None else None,
+        check_hostname=settings.tls_check_hostname,
+    )
+    # "srvr" is the four-letter word ZooKeeper answers by default: with TLS 1.3 a refused client
+    # certificate shows only at the first read.
+    servers = parse_zookeeper_connect(hosts)[0]
+    refused = first_refusal(context, servers, min(timeout_s, 10.0), hello=b"srvr")
+    if refused is not None:
+        host, port, reason = refused
+        sent = settings.tls_certfile is not None
+        hint = explain_refusal(reason, "zookeeper.tls_", sent_certificate=sent)
+        raise ServiceError(f"ZooKeeper at {host}:{port}: TLS refused ({reason}): {hint}")
 
 
 def start_client(
@@ -173,12 +234,14 @@ def start_client(
     Example:
         >>> # start_client(KazooClient(**kazoo_client_options(zk)), zk, zk.connect, "zookeeper.connect", 10)
     """
+    check_tls(settings, hosts, timeout_s)
     try:
         client.start(timeout=timeout_s)
     except (client.handler.timeout_exception, KazooException) as err:
         # kazoo's own text ("Connection time-out") names neither the address nor what to do.
         what = "no connection" if isinstance(err, client.handler.timeout_exception) else type(err).__name__
         auth = "" if settings.auth_scheme == "none" else f" and the {settings.auth_scheme} credentials"
+        auth += " and zookeeper.use_tls (TLS port?)" if settings.use_tls else ""
         raise ServiceError(
             f"ZooKeeper at {hosts}: {what} within {timeout_s:g} s; check {setting} "
             f"(BKAUDIT_{setting.upper().replace('.', '__')}), that ZooKeeper is up and reachable from "
