@@ -72,7 +72,7 @@ def up(
         typer.Option(
             "--tls",
             help="TLS only, client certificates required: ZooKeeper (secureClientPort) and the real Kafka "
-            "broker (dev.tls, dev.broker = kafka), a throwaway CA in <state dir>/tls",
+            "broker (dev.tls, dev.broker = kafka), a throwaway CA in the tls folder of the state directory",
         ),
     ] = False,
 ) -> None:
