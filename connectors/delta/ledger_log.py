@@ -79,7 +79,7 @@ from connectors.delta._fold_process import (
     write_arrow_file,
     write_fold,
 )
-from connectors.delta.scan import scan
+from connectors.delta.scan import scan, scan_partitions
 from connectors.delta.tables import (
     APP_METADATA_KEY,
     FOLD_METADATA_KEY,
@@ -363,7 +363,7 @@ class LedgerLog:
         with self._lock:
             overlay, latest = dict(self._overlay), self._latest
         pending = index_rows_on(_latest_rows(overlay, latest), bookies).select(list(columns))
-        stored = scan(table, [("bookie", "in", list(bookies))], list(columns), prune_partitions=True)
+        stored = scan_partitions(table, "bookie", bookies, columns)
         stored = stored.filter(pa.array(~np.isin(stored.column("ledger_id").to_numpy(), latest.ids)))
         return pa.concat_tables([self.current_index(stored), conform_to(pending, stored.schema)])
 
