@@ -79,7 +79,7 @@ from connectors.delta._fold_process import (
     write_arrow_file,
     write_fold,
 )
-from connectors.delta.scan import scan
+from connectors.delta.scan import scan, scan_partitions
 from connectors.delta.tables import (
     APP_METADATA_KEY,
     FOLD_METADATA_KEY,
@@ -179,6 +179,7 @@ class LedgerLog:
         self._recorded_through = _NO_VERSION  # the last batch recorded
         self._index_through = _NO_VERSION  # the last batch whose new versions are in ledger_bookies
         self._opened = False
+        self._changes = 0  # counts every change of the current rows (see ``changes``)
         self._index_cursor = 0
         self._rows_recorded = 0  # ledger rows recorded since open: a new version can leave old index rows
         self._index_clean_at: dict[str, int] = {}  # per bookie partition: _rows_recorded when last cleaned
@@ -202,6 +203,14 @@ class LedgerLog:
     def opened(self) -> bool:
         return self._opened
 
+    @property
+    def changes(self) -> int:
+        """A number that changes whenever a ledger's current row may have: a batch recorded, or the state
+        loaded again (a fold changes none). What a reader computed from the current rows holds while it
+        stays the same."""
+        with self._lock:
+            return self._changes
+
     def ensure_open(self) -> None:
         """Open with every batch recorded so far (for a reader that comes before the ledger lane's first
         batch: the membership lane's loss owner)."""
@@ -221,6 +230,7 @@ class LedgerLog:
                 if any(b >= batch_id for b, _ in self._overlay):  # a replay: forget its first attempt
                     self._overlay = [(b, rows) for b, rows in self._overlay if b < batch_id]
                     self._latest = _OverlayIndex.of(self._overlay)
+                    self._changes += 1
                 self._foldable_through = batch_id - 1
                 self._recorded_through = min(self._recorded_through, batch_id - 1)
                 return
@@ -250,6 +260,7 @@ class LedgerLog:
                     rows = changes.filter(pc.equal(changes.column("batch_id"), one)).drop(["batch_id"])
                     self._overlay.append((int(one), conform_to(rows, LEDGERS.schema)))
             self._latest = _OverlayIndex.of(self._overlay)
+            self._changes += 1
             self._folded_through = folded
             self._foldable_through = batch_id - 1
             self._recorded_through = batch_id - 1
@@ -363,7 +374,7 @@ class LedgerLog:
         with self._lock:
             overlay, latest = dict(self._overlay), self._latest
         pending = index_rows_on(_latest_rows(overlay, latest), bookies).select(list(columns))
-        stored = scan(table, [("bookie", "in", list(bookies))], list(columns), prune_partitions=True)
+        stored = scan_partitions(table, "bookie", bookies, columns)
         stored = stored.filter(pa.array(~np.isin(stored.column("ledger_id").to_numpy(), latest.ids)))
         return pa.concat_tables([self.current_index(stored), conform_to(pending, stored.schema)])
 
@@ -388,6 +399,7 @@ class LedgerLog:
                 self._overlay = [(b, t) for b, t in self._overlay if b != batch]
                 self._overlay.append((batch, table))
                 self._latest = self._latest.updated_with(batch, table)
+                self._changes += 1
             self._recorded_through = max(self._recorded_through, batch)
         return written
 

@@ -36,6 +36,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -44,7 +45,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from core.domain.alerts import AlertKind, AlertState, alert_id_of, rfc3339_ms
+from core.domain.alerts import AlertKind, AlertState, rfc3339_ms
 
 #: The ledger kinds, in the order a ledger's transitions are listed (the book's order).
 LEDGER_KINDS = (AlertKind.LEDGER_UNDER_REPLICATED.value, AlertKind.LEDGER_UNRECOVERABLE.value)
@@ -268,12 +269,7 @@ def _firings(cluster: str, conditions: pa.Table, kept: np.ndarray) -> pa.Table:
     kinds = firing.column("kind")
     ledger_ids = firing.column("ledger_id")
     at_ms = firing.column("at_ms")
-    ids = [
-        alert_id_of(cluster, kind, f"ledger/{ledger_id}", at)
-        for kind, ledger_id, at in zip(
-            kinds.to_pylist(), ledger_ids.to_pylist(), at_ms.to_pylist(), strict=True
-        )
-    ]
+    ids = ledger_alert_ids(cluster, kinds, ledger_ids, at_ms)
     state = pa.array(np.full(firing.num_rows, AlertState.FIRING.value, dtype=object), pa.string())
     columns = {
         "alert_id": pa.array(ids, pa.string()),
@@ -287,6 +283,29 @@ def _firings(cluster: str, conditions: pa.Table, kept: np.ndarray) -> pa.Table:
         "state": state,
     }
     return pa.table(columns).cast(TRANSITION_SCHEMA)
+
+
+def ledger_alert_ids(
+    cluster: str, kinds: pa.ChunkedArray | pa.Array, ledger_ids: pa.ChunkedArray | pa.Array, at_ms: Any
+) -> list[str]:
+    """:func:`~core.domain.alerts.alert_id_of` of each ledger alert (``ledger/<id>``, started at ``at_ms``):
+    the identities joined as columns, one SHA-256 per row.
+
+    Example:
+        >>> from core.domain.alerts import alert_id_of
+        >>> ids = ledger_alert_ids("c1", pa.array(["LEDGER_UNDER_REPLICATED"]), pa.array([7]), pa.array([5]))
+        >>> ids == [alert_id_of("c1", "LEDGER_UNDER_REPLICATED", "ledger/7", 5)]
+        True
+    """
+    identities = pc.binary_join_element_wise(
+        pa.scalar(cluster),
+        kinds,
+        pc.binary_join_element_wise(pa.scalar("ledger/"), pc.cast(ledger_ids, pa.string()), pa.scalar("")),
+        pc.cast(at_ms, pa.string()),
+        pa.scalar("\x1f"),
+    )
+    sha256 = hashlib.sha256
+    return [sha256(identity).hexdigest()[:32] for identity in pc.cast(identities, pa.binary()).to_pylist()]
 
 
 def _by_ledger_and_kind(transitions: pa.Table) -> pa.Table:
@@ -304,31 +323,62 @@ def alert_records(cluster: str, transitions: pa.Table) -> list[tuple[bytes, byte
     if not transitions.num_rows:
         return []
     transitions = transitions.combine_chunks()
-    prefix = json.dumps(cluster, ensure_ascii=False)
-    kinds = transitions.column("kind").to_pylist()
-    parts = zip(
-        transitions.column("alert_id").to_pylist(),
+    kinds = transitions.column("kind")
+    distinct_kinds = pc.unique(kinds)
+    severities = pa.array([AlertKind(kind).severity for kind in distinct_kinds.to_pylist()], pa.string())
+    detail = transitions.column("detail")
+    no_detail = pc.fill_null(pc.equal(detail, ""), True)
+    parts = [
+        '{"alert_id":"',
+        transitions.column("alert_id"),
+        f'","cluster":{json.dumps(cluster, ensure_ascii=False)},"kind":"',
         kinds,
-        transitions.column("state").to_pylist(),
-        transitions.column("ledger_id").to_pylist(),
-        _per_distinct_list(transitions.column("bookies"), _json_list).to_pylist(),
-        _per_distinct(transitions.column("pulsar_topic"), _json_text).to_pylist(),
-        _per_distinct(transitions.column("detected_at_ms"), rfc3339_ms).to_pylist(),
-        transitions.column("detail").to_pylist(),
-        strict=True,
-    )
-    severity = {kind: AlertKind(kind).severity for kind in set(kinds)}
-    return [
-        (
-            f"{cluster}/ledger/{ledger_id}".encode(),
-            (
-                f'{{"alert_id":"{alert_id}","cluster":{prefix},"kind":"{kind}","state":"{state}",'
-                f'"severity":"{severity[kind]}","ledger_id":{ledger_id},"bookies":{bookies},'
-                f'"pulsar_topic":{topic},"detected_at":"{detected}","detail":{detail or "{}"}}}'
-            ).encode(),
-        )
-        for alert_id, kind, state, ledger_id, bookies, topic, detected, detail in parts
+        '","state":"',
+        transitions.column("state"),
+        '","severity":"',
+        severities.take(pc.index_in(kinds, distinct_kinds)),
+        '","ledger_id":',
+        pc.cast(transitions.column("ledger_id"), pa.string()),
+        ',"bookies":',
+        _per_distinct_list(transitions.column("bookies"), _json_list),
+        ',"pulsar_topic":',
+        _json_texts(transitions.column("pulsar_topic")),
+        ',"detected_at":"',
+        _per_distinct(transitions.column("detected_at_ms"), rfc3339_ms),
+        '","detail":',
+        pc.if_else(no_detail, pa.scalar("{}"), detail),
+        "}",
     ]
+    values = _joined(parts)
+    keys = _joined([f"{cluster}/ledger/", pc.cast(transitions.column("ledger_id"), pa.string())])
+    return list(zip(keys, values, strict=True))
+
+
+def _joined(parts: Sequence[Any]) -> list[bytes]:
+    """Text constants and string columns concatenated row by row, as UTF-8 bytes (one Arrow kernel)."""
+    columns = [pa.scalar(part) if isinstance(part, str) else part for part in parts]
+    joined = pc.binary_join_element_wise(*columns, pa.scalar(""))
+    return pc.cast(joined, pa.binary()).to_pylist()
+
+
+def _json_texts(texts: pa.Array) -> pa.Array:
+    """Each text as a JSON string, as ``json.dumps(text, ensure_ascii=False)`` writes it (null as
+    ``null``): quoted in bulk, and the few that need an escape (a quote, a backslash or a control
+    character) one by one.
+
+    Example:
+        >>> _json_texts(pa.array(["a/b", None, 'say "x"'])).to_pylist()
+        ['"a/b"', 'null', '"say \\\\"x\\\\""']
+    """
+    quoted = pc.binary_join_element_wise(pa.scalar('"'), texts, pa.scalar('"'), pa.scalar(""))
+    escaped = pc.fill_null(pc.match_substring_regex(texts, r'["\\\x00-\x1f]'), False)
+    if pc.any(escaped).as_py():
+        where = np.flatnonzero(escaped.to_numpy(zero_copy_only=False))
+        values = quoted.to_pylist()
+        for row in where.tolist():
+            values[row] = _json_text(texts[row].as_py())
+        quoted = pa.array(values, pa.string())
+    return pc.fill_null(quoted, "null")
 
 
 def alert_rows(cluster: str, transitions: pa.Table) -> pa.Table:

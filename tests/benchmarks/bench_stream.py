@@ -1815,6 +1815,11 @@ def summary_line(figures: dict[str, Any]) -> dict[str, Any]:
         "mode": figures.get("mode", "job"),
         "alert_producer_batch_size": level.get("alert_producer_batch_size"),
         "loss_to_last_alert_p50_s_by_variant": level.get("last_alert_p50_s_by_variant") or None,
+        "loss_load_average": [r.get("load_average") for r in runs],
+        "loss_owner_phase_s": [(r.get("timeline_s") or {}).get("loss_owner_phase_s") for r in runs],
+        "loss_timeline_s": [
+            {k: v for k, v in (r.get("timeline_s") or {}).items() if isinstance(v, int | float)} for r in runs
+        ],
     }
 
 

@@ -263,14 +263,19 @@ def test_a_never_registered_bookie_is_judged_from_the_stored_index_after_a_resta
 
 
 def test_the_unmarked_at_risk_ledgers_are_the_open_ledger_alerts_whose_rows_carry_no_mark(
-    sink: AuditSink,
+    sink: AuditSink, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``AUDITOR_LAGGING``'s input: the loss owner's open ledger alerts, less the ledgers whose current row
-    the sink marked (an ``under_replication`` decision, as the timers query relays a ``urL`` mark)."""
+    the sink marked (an ``under_replication`` decision, as the timers query relays a ``urL`` mark). Looked
+    up again only once a row or the open set changed."""
     assert sink.loss.unmarked_at_risk() == UnmarkedAtRisk()
     sink.process(decisions(ledger(2, ["b2", "b3", "b1"], 1_500, 11)), 1)
     lose(sink, "b2", 2_000, 0)
+    lookups: list[int] = []
+    take = sink.ledger_log.take
+    monkeypatch.setattr(sink.ledger_log, "take", lambda *args, **kw: lookups.append(1) or take(*args, **kw))
     assert sink.loss.unmarked_at_risk() == UnmarkedAtRisk(2, 2_000, (1, 2))
+    assert sink.loss.unmarked_at_risk() == UnmarkedAtRisk(2, 2_000, (1, 2)) and len(lookups) == 1
 
     marked = {"state": "SET", "replicas": ["b2"], "mark_ctime_ms": 2_500}
     sink.process(decisions(("under_replication", 3_000, 1, None, marked)), 2)

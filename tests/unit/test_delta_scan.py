@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from connectors.delta.scan import filter_expression, scan, view_typed_dataset
+from connectors.delta.scan import filter_expression, scan, scan_partitions, view_typed_dataset
 from connectors.delta.tables import LEDGERS, BatchWriter, ensure_tables, table_path
 from core.settings import KafkaSettings
 from streaming.sink import AuditSink, SinkConfig
@@ -95,3 +95,32 @@ def test_engines_filter_the_view_typed_dataset_across_physical_types(tmp_path: P
 def test_an_unknown_operator_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="unsupported filter operator 'like' on 'state'"):
         filter_expression([("state", "like", "C%")], pa.schema([("state", pa.string())]))
+
+
+def test_a_partitions_files_read_directly_are_what_the_pruned_scan_reads(tmp_path: Path) -> None:
+    """``scan_partitions`` (a loss's read of its bookie's index partition) equals :func:`scan` with the
+    partitions pruned: files written before a column was added give nulls, MERGE-written (``string_view``)
+    files read as the table's types, other partitions are not read, and an absent one gives no rows."""
+    path = str(tmp_path / "index")
+    first = pa.table({"bookie": ["b1", "b2"], "ledger_id": [1, 2]})
+    write_deltalake(path, first, partition_by=["bookie"])
+    later = pa.table({"bookie": ["b2", "b3"], "ledger_id": [3, 4], "state": ["OPEN", "CLOSED"]})
+    write_deltalake(path, later, mode="append", schema_mode="merge")
+    merged = pa.table({"bookie": ["b2"], "ledger_id": [2], "state": ["CLOSED"]})
+    table = DeltaTable(path)
+    table.merge(
+        merged, "t.ledger_id = s.ledger_id", source_alias="s", target_alias="t"
+    ).when_matched_update_all().execute()
+    table = DeltaTable(path)
+    for bookies in (["b2"], ["b2", "b3", "b2"], ["b9"]):
+        for columns in (None, ["state", "bookie", "ledger_id"]):
+            direct = scan_partitions(table, "bookie", bookies, columns)
+            pruned = scan(table, [("bookie", "in", bookies)], columns, prune_partitions=True)
+            assert direct.schema == pruned.schema
+            assert direct.sort_by("ledger_id").to_pylist() == pruned.sort_by("ledger_id").to_pylist()
+    assert scan_partitions(table, "bookie", ["b2"], ["ledger_id", "state"]).sort_by(
+        "ledger_id"
+    ).to_pylist() == [
+        {"ledger_id": 2, "state": "CLOSED"},
+        {"ledger_id": 3, "state": "OPEN"},
+    ]

@@ -214,3 +214,36 @@ def test_an_open_set_keeps_its_schema_through_calls() -> None:
     )
     _, open_now = ledger_transitions("c", empty_open(), conditions)
     assert open_now.schema == OPEN_SCHEMA
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.text()), max_size=8))
+def test_topics_are_quoted_in_bulk_exactly_as_json_dumps_quotes_them(topics: list[str | None]) -> None:
+    from core.domain.ledger_alerts import _json_texts
+
+    quoted = _json_texts(pa.array(topics, pa.string())).to_pylist()
+    assert quoted == [json.dumps(topic, ensure_ascii=False) for topic in topics]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.text(),
+    st.lists(st.tuples(st.sampled_from(LEDGER_KINDS), st.integers(0, 2**62), st.integers(0, 2**50))),
+)
+def test_ledger_alert_ids_in_bulk_are_the_per_alert_ids(
+    cluster: str, alerts: list[tuple[str, int, int]]
+) -> None:
+    from core.domain.alerts import alert_id_of
+    from core.domain.ledger_alerts import ledger_alert_ids
+
+    kinds, ledger_ids, at_ms = (
+        (pa.array(column) for column in zip(*alerts, strict=True))
+        if alerts
+        else (
+            pa.array([], pa.string()),
+            pa.array([], pa.int64()),
+            pa.array([], pa.int64()),
+        )
+    )
+    expected = [alert_id_of(cluster, kind, f"ledger/{ledger}", at) for kind, ledger, at in alerts]
+    assert ledger_alert_ids(cluster, kinds, ledger_ids, at_ms) == expected
