@@ -95,7 +95,7 @@ def processor_config(stream: StreamSettings, *, membership: bool = True) -> Proc
 def sink_config(settings: Settings, changes_partitions: int) -> SinkConfig:
     stream = settings.stream
     return SinkConfig(
-        lakehouse_root=Path(settings.lakehouse_root),
+        lakehouse_root=settings.lakehouse,
         app_id=stream.app_id,
         kafka=settings.kafka,
         cluster_default=settings.cluster or "unknown",
@@ -402,17 +402,43 @@ def exclusive_checkpoint(settings: Settings) -> Iterator[HeldCheckpoint]:
     Runs before the Spark session is built, so an operator error is one line at once: an unwritable
     checkpoint or lakehouse root, a checkpoint another job holds, a state layout that does not match.
     """
+    from connectors import storage
     from connectors.delta.health import check_lakehouse
     from streaming.checkpoint_lock import CheckpointLock
 
-    writable_directory(Path(settings.lakehouse_root), "lakehouse_root")
+    storage.configure_from(settings)
+    lakehouse_setting = (
+        "object_store.lakehouse_url" if settings.object_store.lakehouse_url else "lakehouse_root"
+    )
+    storage.ensure_writable(settings.lakehouse, lakehouse_setting)
+    refuse_remote_checkpoint(settings.checkpoint_root)
     checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
     writable_directory(checkpoint, "checkpoint_root")
     with CheckpointLock(checkpoint), _zookeeper_lease(settings) as (write_check, lost):
         check_state_layout(checkpoint, settings.stream)
-        check_lakehouse(settings.lakehouse_root)
+        check_lakehouse(settings.lakehouse)
         logger.info("checkpoint %s locked by this job (pid %d)", checkpoint, os.getpid())
         yield HeldCheckpoint(checkpoint, write_check, lost)
+
+
+def refuse_remote_checkpoint(checkpoint_root: str | Path) -> None:
+    """One :class:`ConfigError` line for a ``checkpoint_root`` on an object store: the checkpoint is a local
+    directory (the tables may be on the object store, ``object_store.lakehouse_url``).
+
+    Example:
+        >>> refuse_remote_checkpoint(Path("checkpoints"))
+        >>> try:
+        ...     refuse_remote_checkpoint(Path("s3://bucket/checkpoints"))
+        ... except ConfigError as err:
+        ...     print(str(err).split(":")[0])
+        checkpoint_root (BKAUDIT_CHECKPOINT_ROOT) must be a local directory
+    """
+    if re.match(r"s3a?:/", str(checkpoint_root)):
+        raise ConfigError(
+            f"checkpoint_root (BKAUDIT_CHECKPOINT_ROOT) must be a local directory: {checkpoint_root} is an "
+            "object store, where checkpoints are not supported yet (object_store.lakehouse_url puts the "
+            "tables there)"
+        )
 
 
 @contextlib.contextmanager

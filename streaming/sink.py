@@ -91,7 +91,7 @@ logger = logging.getLogger(__name__)
 class SinkConfig:
     """Everything the sink needs; built by ``streaming.job`` from the settings."""
 
-    lakehouse_root: Path
+    lakehouse_root: str | Path
     app_id: str
     kafka: KafkaSettings
     cluster_default: str = "unknown"

@@ -301,7 +301,7 @@ def stream_status(
     }
 
 
-def audit_summary(lakehouse_root: Path) -> dict[str, Any]:
+def audit_summary(lakehouse_root: str | Path) -> dict[str, Any]:
     """Open alerts per kind and the lost and read-only bookies, from the Delta tables (an ``error`` note
     when there are none yet).
 
@@ -332,6 +332,9 @@ def gather_status(settings: Settings, limits: StatusLimits, now_s: float | None 
     Example:
         >>> # gather_status(load_settings(), StatusLimits.defaults(load_settings()))["healthy"]  → True
     """
+    from connectors.storage import configure_from
+
+    configure_from(settings)  # the tables may be on an object store
     now_s = time.time() if now_s is None else now_s
     topic = settings.kafka.changes_topic
     with ThreadPoolExecutor(1, thread_name_prefix="status-zookeeper") as pool:
@@ -357,7 +360,7 @@ def _processes_and_tables(
         "healthy": watcher["state"] == "up" and stream["state"] == "up",
         "watcher": watcher,
         "stream": stream,
-        **audit_summary(Path(settings.lakehouse_root)),
+        **audit_summary(settings.lakehouse),
         "low_disk": low_free_space(settings),
         "limits": {"heartbeat_timeout_s": limits.heartbeat_timeout_s, "max_lag_s": limits.max_lag_s},
     }

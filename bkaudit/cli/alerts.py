@@ -57,12 +57,14 @@ def republish(
 
     from bkaudit.cli._render import render
     from connectors.kafka.republish import republish_open_alerts
+    from connectors.storage import configure_from
     from core.settings import load_settings
 
     use_dev_services(dev)
     settings = load_settings()
+    configure_from(settings)
     report = republish_open_alerts(
-        lakehouse if lakehouse is not None else settings.lakehouse_root, settings.kafka, dry_run=dry_run
+        lakehouse if lakehouse is not None else settings.lakehouse, settings.kafka, dry_run=dry_run
     )
     if fmt is OutputFormat.json:
         emit_json(
