@@ -297,7 +297,7 @@ def ensure_writable(location: str | Path, setting: str) -> None:
         raise ConfigError(f"{setting} ({variable}) is not writable: {location}: {detail}") from None
 
 
-def configure_from(settings: Settings) -> None:
+def configure_from(settings: Settings, environ: dict[str, str] | None = None) -> None:
     """:func:`configure` with the ``object_store`` settings (every process that reads or writes the
     lakehouse calls it first).
 
@@ -313,6 +313,7 @@ def configure_from(settings: Settings) -> None:
         secret_access_key=store.secret_access_key.get_secret_value() if store.secret_access_key else None,
         session_token=store.session_token.get_secret_value() if store.session_token else None,
         allow_http=store.allow_http,
+        environ=environ,
     )
 
 

@@ -580,6 +580,9 @@ def start(
     """Start the lanes and the timers query; returns them as one handle with the ledger lane's sink (whose
     reports, and whose ``loss`` auditor's, tests and the demo read). ``write_check`` runs before every
     batch and table write (:class:`HeldCheckpoint`)."""
+    from connectors.storage import configure_from
+
+    configure_from(settings)  # the tables may be on an object store
     checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
     check_state_layout(checkpoint, settings.stream)
     partitions = ensure_topics(settings)
