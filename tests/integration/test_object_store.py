@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
+from bkaudit.cli._status_facts import audit_summary
 from bkaudit.cli.main import run as run_cli
 from connectors import storage
 from connectors.delta.health import check_lakehouse, record_tables
@@ -136,3 +137,8 @@ def test_the_job_writes_its_tables_to_s3_and_query_reads_them_there(
     assert run_cli(["query", "alerts", "--lakehouse", lakehouse, "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert {(r["kind"], r["ledger_id"]) for r in rows} == firing
+    summary = audit_summary(settings.lakehouse)  # what `bkaudit status` reports of the tables
+    assert summary["lost_bookies"] == [BOOKIES[0]]
+    assert summary["open_alerts"] == dict.fromkeys(
+        ["BOOKIE_LOST", "LEDGER_UNDER_REPLICATED", "LEDGER_UNRECOVERABLE"], 1
+    )
