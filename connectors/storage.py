@@ -210,7 +210,7 @@ def read_bytes(location: str | Path) -> bytes:
         return bytes(stream.read())
 
 
-def write_atomic(location: str | Path, data: bytes) -> None:
+def write_atomic(location: str | Path, data: bytes | pa.Buffer) -> None:
     """Write ``data`` to ``location`` whole or not at all: locally a fsynced temporary file renamed over
     it; on S3 one PUT (an object is replaced atomically).
 
@@ -354,3 +354,17 @@ def local_scratch(root: str | Path, name: str) -> Path:
         place = Path(root) / name
     place.mkdir(parents=True, exist_ok=True)
     return place
+
+
+def modified_s(location: str | Path) -> float:
+    """When the file at ``location`` was last written, in epoch seconds (S3: the object's LastModified).
+
+    Example:
+        >>> path = join(tempfile.mkdtemp(), "x"); write_atomic(path, b""); modified_s(path) > 1.7e9
+        True
+    """
+    fs, inner = filesystem(location)
+    info = fs.get_file_info(inner)
+    if info.type == pafs.FileType.NotFound or info.mtime is None:
+        raise FileNotFoundError(str(location))
+    return float(info.mtime.timestamp())

@@ -843,6 +843,12 @@ class ObjectStoreSettings(_Section):
         None,
         description="`s3://bucket/prefix` of the Delta tables on the object store; unset: `lakehouse_root`",
     )
+    checkpoint_url: str | None = Field(
+        None,
+        description="`s3://bucket/prefix` of the job's own checkpoint files (offset logs, lane state, sink "
+        "queue); needs `stream.lease = zookeeper`; the timers query's Spark checkpoint stays under "
+        "`checkpoint_root`; unset: all under `checkpoint_root`",
+    )
     endpoint_url: str | None = Field(
         None, description="the S3 API's endpoint, e.g. `http://minio:9000`; unset: AWS's for `region`"
     )
@@ -854,7 +860,7 @@ class ObjectStoreSettings(_Section):
         False, description="allow a plain-http `endpoint_url` (a local MinIO or a test server only)"
     )
 
-    @field_validator("lakehouse_url")
+    @field_validator("lakehouse_url", "checkpoint_url")
     @classmethod
     def _s3_url(cls, value: str | None) -> str | None:
         if value is not None and not re.fullmatch(r"s3a?://[^/]+(/.*)?", value):
@@ -911,6 +917,21 @@ class Settings(BaseSettings):
             ('s3://b/lh', 'lakehouse')
         """
         return self.object_store.lakehouse_url or str(self.lakehouse_root)
+
+    @property
+    def checkpoint(self) -> str:
+        """The job's own checkpoint, ``<object_store.checkpoint_url or checkpoint_root>/<stream.app_id>``
+        (the timers query's Spark checkpoint is always under ``checkpoint_root``).
+
+        Example:
+            >>> Settings(object_store={"checkpoint_url": "s3://b/cp"}).checkpoint
+            's3://b/cp/bkaudit-stream'
+            >>> Settings().checkpoint
+            'checkpoints/bkaudit-stream'
+        """
+        if self.object_store.checkpoint_url:
+            return f"{self.object_store.checkpoint_url}/{self.stream.app_id}"
+        return str(Path(self.checkpoint_root) / self.stream.app_id)
 
     @classmethod
     def settings_customise_sources(

@@ -106,7 +106,7 @@ class SinkConfig:
     scrutiny_pass_s: float = 86_400.0  # a walk over every closed ledger within this long
     scrutiny_on_close: bool = False  # check a ledger when it closes
     scrutiny_max_per_batch: int = 1000
-    scrutiny_state_dir: Path | None = None  # where the walk's position is kept (None: not kept)
+    scrutiny_state_dir: str | Path | None = None  # where the walk's position is kept (None: not kept)
     maintenance_every_batches: int = 0  # compact + vacuum every N batches; 0 = never
     changes_partitions: int = 1  # partitions of the changes topic (snapshot reconciliation per partition)
     ledger_fold_interval_s: float = 0.0  # fold ledger_changes into ledgers this often; 0 = only at close()
@@ -116,7 +116,7 @@ class SinkConfig:
     index_append_interval_s: float = 5.0  # at least this long between two index appends; 0 = every batch
     agents: AgentConfig | None = None  # bookie-side agents asked first (core.settings.AgentSettings)
     topics: TopicsConfig = field(default_factory=TopicsConfig)  # Pulsar's managed ledgers (settings.pulsar)
-    topics_state_dir: Path | None = None  # the topics stage's state files (None: kept in memory)
+    topics_state_dir: str | Path | None = None  # the topics stage's state files (None: kept in memory)
 
 
 #: What the sink receives per batch (:data:`streaming.schemas.DECISION_SCHEMA` as Arrow): the processor's
