@@ -1,6 +1,6 @@
-"""Tables on an S3 API (moto in server mode on 127.0.0.1, started by the harness): the storage module, the
-lakehouse health check, concurrent Delta commits, and the job end to end with `bkaudit query` reading
-the tables there."""
+"""Tables and checkpoints on an S3 API (moto in server mode on 127.0.0.1, started by the harness): the
+storage module, the lakehouse health check, concurrent Delta commits, and the job end to end with its tables
+and checkpoint files there, `bkaudit query` and status reading them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from bkaudit.cli._status_facts import audit_summary
+from bkaudit.cli._status_facts import audit_summary, ledger_lane_position
 from bkaudit.cli.main import run as run_cli
 from connectors import storage
 from connectors.delta.health import check_lakehouse, record_tables
@@ -107,12 +107,15 @@ def test_two_writers_committing_at_once_lose_no_commit(bucket):
     assert sorted(table.to_pyarrow_table().column("n").to_pylist()) == [0, 1, 2, 3, 4]
 
 
-def test_the_job_writes_its_tables_to_s3_and_query_reads_them_there(
+def test_the_job_keeps_its_tables_and_checkpoint_on_s3_and_query_reads_them_there(
     spark, kafka_settings, tmp_path, s3_server, bucket, capsys
 ):
     settings, watcher, t0 = job_with_watcher(kafka_settings, tmp_path, clock_offset_ms=-60_000)
     lakehouse = storage.join(bucket, "lakehouse")
-    settings = settings.model_copy(update={"object_store": s3_server.object_store(lakehouse)})
+    store = s3_server.object_store(lakehouse).model_copy(
+        update={"checkpoint_url": storage.join(bucket, "checkpoints")}
+    )
+    settings = settings.model_copy(update={"object_store": store})
     watcher.send(ev.rack_map_event("file:/racks.json", RackMap.from_racks(RACKS), present=True))
     for bookie in BOOKIES:
         watcher.bookie(bookie, "WRITABLE")
@@ -132,6 +135,17 @@ def test_the_job_writes_its_tables_to_s3_and_query_reads_them_there(
     assert not (tmp_path / "lh").exists()  # nothing of the tables went to lakehouse_root
     assert storage.list_dirs(lakehouse)[:3] == ["bookies", "dead_letters", "ledger_bookies"]
     assert sorted(read_table(lakehouse, "ledgers").column("ledger_id").to_pylist()) == [1, 2, 3]
+    # The lanes' checkpoint files are on S3 (the second run went on from them); only the timers query's
+    # Spark checkpoint and the sources' status files are local.
+    assert settings.checkpoint.startswith("s3://")
+    assert {"ledger-lane", "membership"} <= set(storage.list_dirs(settings.checkpoint))
+    assert storage.exists(storage.join(settings.checkpoint, "bkaudit-state-layout.json"))
+    lane = ledger_lane_position(settings.checkpoint, settings.kafka.changes_topic)
+    assert lane is not None and lane.batch_id >= 1
+    local = tmp_path / "cp" / settings.stream.app_id
+    assert not (local / "ledger-lane" / "offsets").exists()
+    assert not (local / "membership" / "offsets").exists()
+    assert (local / "timers" / "offsets").is_dir()
 
     capsys.readouterr()
     assert run_cli(["query", "alerts", "--lakehouse", lakehouse, "--format", "json"]) == 0
