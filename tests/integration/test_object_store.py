@@ -15,12 +15,14 @@ from bkaudit.cli._status_facts import audit_summary, ledger_lane_position
 from bkaudit.cli.main import run as run_cli
 from connectors import storage
 from connectors.delta.health import check_lakehouse, record_tables
+from connectors.delta.ledger_log import LedgerLog
 from connectors.delta.tables import ensure_tables, read_table
 from core import events as ev
 from core.domain.rackmap import RackMap
 from core.errors import ConfigError, ServiceError
 from core.settings import Settings
 from tests.integration.event_fixtures import alerts_on
+from tests.integration.test_ledger_log import APP, record, row
 from tests.integration.test_stream_job import BOOKIES, RACKS, job_with_watcher, run_once
 
 pytestmark = pytest.mark.integration
@@ -105,6 +107,27 @@ def test_two_writers_committing_at_once_lose_no_commit(bucket):
     table = DeltaTable(path)
     assert table.version() == 4
     assert sorted(table.to_pyarrow_table().column("n").to_pylist()) == [0, 1, 2, 3, 4]
+
+
+def test_a_fold_in_a_process_of_its_own_reads_and_commits_on_s3_with_its_scratch_file_local(bucket):
+    # The child inherits the AWS_* variables; the Arrow file it leaves for the job to map is on local disk.
+    root = storage.join(bucket, "lh")
+    ensure_tables(root)
+    log = LedgerLog(root, APP)
+    log.fold_in_child_from_rows = 0
+    record(log, root, 0, [row(1, 10), row(2, 11)])
+    record(log, root, 1, [row(1, 12), row(3, 13)])
+    assert log.fold(through=1).merged
+    folded = read_table(root, "ledgers")
+    assert dict(zip(*(folded.column(c).to_pylist() for c in ("ledger_id", "mzxid")), strict=True)) == {
+        1: 12,
+        2: 11,
+        3: 13,
+    }
+    scratch = storage.local_scratch(root, "_fold")
+    assert [p.name for p in scratch.iterdir()] == [f"{APP}-1.arrow"]
+    assert "_fold" not in storage.list_dirs(root)
+    log.stop_folding()
 
 
 def test_the_job_keeps_its_tables_and_checkpoint_on_s3_and_query_reads_them_there(
