@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import sys
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -44,8 +43,12 @@ def republish(
         bool, typer.Option("--dry-run", help="count what would be sent; send nothing")
     ] = False,
     lakehouse: Annotated[
-        Path | None,
-        typer.Option("--lakehouse", help="root of the Delta tables (default: the lakehouse_root setting)"),
+        str | None,
+        typer.Option(
+            "--lakehouse",
+            help="root of the Delta tables, a path or s3://bucket/prefix (default: the lakehouse_root "
+            "setting, or object_store.lakehouse_url)",
+        ),
     ] = None,
     fmt: Annotated[
         OutputFormat, typer.Option("--format", "-f", help="table (aligned text) or json (one object)")
