@@ -5,6 +5,7 @@ and checkpoint files there, `bkaudit query` and status reading them."""
 from __future__ import annotations
 
 import json
+import random
 import threading
 
 import pyarrow as pa
@@ -16,11 +17,13 @@ from bkaudit.cli.main import run as run_cli
 from connectors import storage
 from connectors.delta.health import check_lakehouse, record_tables
 from connectors.delta.ledger_log import LedgerLog
-from connectors.delta.tables import ensure_tables, read_table
+from connectors.delta.tables import ensure_tables, read_current_ledgers, read_table
 from core import events as ev
 from core.domain.rackmap import RackMap
 from core.errors import ConfigError, ServiceError
 from core.settings import Settings
+from tests.chaos.fold_worker import expected_state, recorded_batch
+from tests.chaos.test_kill_during_fold import run_until_killed, versions_of
 from tests.integration.event_fixtures import alerts_on
 from tests.integration.test_ledger_log import APP, record, row
 from tests.integration.test_stream_job import BOOKIES, RACKS, job_with_watcher, run_once
@@ -128,6 +131,25 @@ def test_a_fold_in_a_process_of_its_own_reads_and_commits_on_s3_with_its_scratch
     assert [p.name for p in scratch.iterdir()] == [f"{APP}-1.arrow"]
     assert "_fold" not in storage.list_dirs(root)
     log.stop_folding()
+
+
+@pytest.mark.chaos
+def test_kill9_between_batches_and_folds_on_s3_loses_and_repeats_nothing(bucket):
+    # tests/chaos/test_kill_during_fold.py's worker (the sink's ledger writes, index appends, folds in the
+    # background and in a child) on tables on S3, SIGKILLed at random moments and restarted.
+    root = storage.join(bucket, "lakehouse")
+    rng = random.Random(20261129)
+    for round_number in range(4):
+        run_until_killed(root, round_number, rng)  # type: ignore[arg-type]  # a location, str or Path
+    last = recorded_batch(root)
+    assert last >= 4
+    expected = expected_state(last)
+    current = read_current_ledgers(root)
+    ids = current.column("ledger_id").to_pylist()
+    assert len(ids) == len(set(ids)) == len(expected)
+    assert versions_of(current) == expected
+    folded = read_table(root, "ledgers").column("ledger_id").to_pylist()
+    assert len(folded) == len(set(folded))  # the fold never wrote a ledger twice
 
 
 def test_the_job_keeps_its_tables_and_checkpoint_on_s3_and_query_reads_them_there(
