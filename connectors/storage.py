@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import tempfile
@@ -125,8 +126,15 @@ def storage_options(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def _s3(environ: Mapping[str, str] | None = None) -> pafs.S3FileSystem:
-    """pyarrow's S3 client on the configured endpoint (path-style addressing, as MinIO and moto expect)."""
-    options = storage_options(environ)
+    """pyarrow's S3 client on the configured endpoint, one per configuration (kept: a checkpoint file is
+    written per batch)."""
+    return _s3_client(tuple(sorted(storage_options(environ).items())))
+
+
+@functools.lru_cache(maxsize=8)
+def _s3_client(settings: tuple[tuple[str, str], ...]) -> pafs.S3FileSystem:
+    """pyarrow's S3 client for ``settings`` (path-style addressing, as MinIO and moto expect)."""
+    options = dict(settings)
     endpoint = options.get(ENV_ENDPOINT)
     kwargs: dict[str, object] = {
         "region": options.get(ENV_REGION, "us-east-1"),
