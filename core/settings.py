@@ -921,6 +921,49 @@ class BookieSettings(_Section):
         return None
 
 
+class ObjectStoreSettings(_Section):
+    """An S3-compatible object store for the Delta tables (AWS S3, MinIO, Ceph RGW, …).
+
+    ``lakehouse_url`` (``s3://bucket/prefix``) puts the tables there instead of under ``lakehouse_root``;
+    the job, ``bkaudit query`` and ``bkaudit status`` then read and write them through delta-rs's object
+    store. The secret key and session token are secrets (masked, never logged); without them the usual
+    AWS chain applies (environment, instance role, web identity).
+
+    Example:
+        >>> store = ObjectStoreSettings(lakehouse_url="s3://audit/lh", secret_access_key="k")
+        >>> store.lakehouse_url, store.secret_access_key
+        ('s3://audit/lh', SecretStr('**********'))
+    """
+
+    lakehouse_url: str | None = Field(
+        None,
+        description="`s3://bucket/prefix` of the Delta tables on the object store; unset: `lakehouse_root`",
+    )
+    checkpoint_url: str | None = Field(
+        None,
+        description="`s3://bucket/prefix` of the job's own checkpoint files (offset logs, lane state, sink "
+        "queue); needs `stream.lease = zookeeper`; the timers query's Spark checkpoint stays under "
+        "`checkpoint_root`; unset: all under `checkpoint_root`",
+    )
+    endpoint_url: str | None = Field(
+        None, description="the S3 API's endpoint, e.g. `http://minio:9000`; unset: AWS's for `region`"
+    )
+    region: str = Field("us-east-1", description="the bucket's region (any value for MinIO and the like)")
+    access_key_id: str | None = Field(None, description="access key id; unset: the AWS credential chain")
+    secret_access_key: SecretStr | None = Field(None, description="secret access key (masked)")
+    session_token: SecretStr | None = Field(None, description="session token of temporary credentials")
+    allow_http: bool = Field(
+        False, description="allow a plain-http `endpoint_url` (a local MinIO or a test server only)"
+    )
+
+    @field_validator("lakehouse_url", "checkpoint_url")
+    @classmethod
+    def _s3_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"s3a?://[^/]+(/.*)?", value):
+            raise ValueError("must be s3://bucket[/prefix]")
+        return value.rstrip("/") if value is not None else None
+
+
 class Settings(BaseSettings):
     """All settings of one bkaudit process.
 
@@ -939,7 +982,8 @@ class Settings(BaseSettings):
     cluster: str | None = Field(None, description="cluster name in alerts; default: the INSTANCEID")
     lakehouse_root: Path = Field(
         Path("lakehouse"),
-        description="root directory of the Delta tables (a local or mounted path; see infra/README.md)",
+        description="root directory of the Delta tables (a local or mounted path; see infra/README.md); "
+        "`object_store.lakehouse_url` puts them on an object store instead",
     )
     checkpoint_root: Path = Field(
         Path("checkpoints"),
@@ -959,6 +1003,32 @@ class Settings(BaseSettings):
     agent: AgentSettings = Field(default_factory=AgentSettings)
     pulsar: PulsarSettings = Field(default_factory=PulsarSettings)
     bookie: BookieSettings = Field(default_factory=BookieSettings)
+    object_store: ObjectStoreSettings = Field(default_factory=ObjectStoreSettings)
+
+    @property
+    def lakehouse(self) -> str:
+        """Where the Delta tables are: ``object_store.lakehouse_url`` when set, else ``lakehouse_root``.
+
+        Example:
+            >>> Settings(object_store={"lakehouse_url": "s3://b/lh"}).lakehouse, Settings().lakehouse
+            ('s3://b/lh', 'lakehouse')
+        """
+        return self.object_store.lakehouse_url or str(self.lakehouse_root)
+
+    @property
+    def checkpoint(self) -> str:
+        """The job's own checkpoint, ``<object_store.checkpoint_url or checkpoint_root>/<stream.app_id>``
+        (the timers query's Spark checkpoint is always under ``checkpoint_root``).
+
+        Example:
+            >>> Settings(object_store={"checkpoint_url": "s3://b/cp"}).checkpoint
+            's3://b/cp/bkaudit-stream'
+            >>> Settings().checkpoint
+            'checkpoints/bkaudit-stream'
+        """
+        if self.object_store.checkpoint_url:
+            return f"{self.object_store.checkpoint_url}/{self.stream.app_id}"
+        return str(Path(self.checkpoint_root) / self.stream.app_id)
 
     @classmethod
     def settings_customise_sources(

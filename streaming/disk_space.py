@@ -34,17 +34,19 @@ LOW_FREE_RATIO = 0.1
 
 
 def job_directories(settings: Settings) -> dict[str, str | Path]:
-    """The directories the job writes, by setting (their volumes must not fill up).
+    """The directories the job writes, by setting (their volumes must not fill up; tables on an object
+    store have no volume here).
 
     Example:
         >>> sorted(job_directories(Settings()))
         ['checkpoint_root', 'lakehouse_root', 'log_dir']
+        >>> sorted(job_directories(Settings(object_store={"lakehouse_url": "s3://b/lh"})))
+        ['checkpoint_root', 'log_dir']
     """
-    return {
-        "lakehouse_root": settings.lakehouse_root,
-        "checkpoint_root": settings.checkpoint_root,
-        "log_dir": settings.log_dir,
-    }
+    local: dict[str, str | Path] = (
+        {} if settings.object_store.lakehouse_url else {"lakehouse_root": settings.lakehouse_root}
+    )
+    return {**local, "checkpoint_root": settings.checkpoint_root, "log_dir": settings.log_dir}
 
 
 def low_free_space(settings: Settings) -> list[str]:

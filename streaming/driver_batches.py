@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -42,6 +41,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from connectors import storage
 from connectors.kafka.planner import ARROW_RECORD_SCHEMA
 from core.domain.alerts import rfc3339_ms
 from core.errors import ConfigError
@@ -56,21 +56,20 @@ class BatchFiles:
     """One small JSON document per micro-batch in a directory, written atomically and durably; the newest
     ``keep`` are kept. A crash leaves either the previous files or the new one, never a torn file."""
 
-    def __init__(self, directory: Path, keep: int = 100) -> None:
+    def __init__(self, directory: str | Path, keep: int = 100) -> None:
         self.directory = directory
         self.keep = keep
 
     def batches(self) -> list[int]:
-        if not self.directory.is_dir():
-            return []
-        return sorted(int(p.stem) for p in self.directory.glob("*.json") if p.stem.isdigit())
+        names = (name.removesuffix(".json") for name in storage.list_files(self.directory))
+        return sorted(int(stem) for stem in names if stem.isdigit())
 
     def read(self, batch_id: int) -> dict[str, Any]:
         """One batch's document; a file that is not one (written by hand, a damaged disk) is a ConfigError
         naming it: the checkpoint cannot be trusted, a person must reset it."""
-        path = self.directory / f"{batch_id}.json"
+        path = storage.join(self.directory, f"{batch_id}.json")
         try:
-            document = json.loads(path.read_text())
+            document = json.loads(storage.read_bytes(path))
         except (ValueError, UnicodeDecodeError) as err:
             raise ConfigError(
                 f"{path}: not a batch file ({err}); reset the checkpoint (docs/troubleshooting.md)"
@@ -87,18 +86,13 @@ class BatchFiles:
         return self.read(earlier[-1]) if earlier else None
 
     def saved(self, batch_id: int) -> bool:
-        return (self.directory / f"{batch_id}.json").is_file()
+        return storage.exists(storage.join(self.directory, f"{batch_id}.json"))
 
     def save(self, batch_id: int, document: dict[str, Any]) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        temporary = self.directory / f".{batch_id}.json.tmp"
-        with open(temporary, "w") as handle:
-            json.dump(document, handle, separators=(",", ":"), sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self.directory / f"{batch_id}.json")
+        text = json.dumps(document, separators=(",", ":"), sort_keys=True)
+        storage.write_atomic(storage.join(self.directory, f"{batch_id}.json"), text.encode())
         for old in self.batches()[: -self.keep]:
-            (self.directory / f"{old}.json").unlink(missing_ok=True)
+            storage.delete(storage.join(self.directory, f"{old}.json"))
 
 
 class LaneStates(BatchFiles):
@@ -112,7 +106,7 @@ class LaneStates(BatchFiles):
         ({'tracked': [7]}, None)
     """
 
-    def __init__(self, directory: Path, keep: int = 20) -> None:
+    def __init__(self, directory: str | Path, keep: int = 20) -> None:
         super().__init__(directory, keep)
 
 

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from connectors import storage
 from connectors.bookie.tls import bookie_tls_config
 from connectors.kafka.publisher import MEMBERSHIP_PARTITION_KEY, partition_for_key
 from core.domain.rules.autorecovery import AutoRecoveryGraces
@@ -97,7 +98,7 @@ def processor_config(stream: StreamSettings, *, membership: bool = True) -> Proc
 def sink_config(settings: Settings, changes_partitions: int) -> SinkConfig:
     stream = settings.stream
     return SinkConfig(
-        lakehouse_root=Path(settings.lakehouse_root),
+        lakehouse_root=settings.lakehouse,
         app_id=stream.app_id,
         kafka=settings.kafka,
         cluster_default=settings.cluster or "unknown",
@@ -112,14 +113,14 @@ def sink_config(settings: Settings, changes_partitions: int) -> SinkConfig:
         scrutiny_pass_s=stream.scrutiny_pass_s,
         scrutiny_on_close=stream.scrutiny_on_close,
         scrutiny_max_per_batch=stream.scrutiny_max_per_batch,
-        scrutiny_state_dir=ledger_lane_checkpoint(settings).parent / "sink",
+        scrutiny_state_dir=storage.join(settings.checkpoint, "sink"),
         topics=TopicsConfig(
             enabled=settings.pulsar.follow_managed_ledgers,
             managed_ledgers_path=settings.pulsar.managed_ledgers_path,
             missing_grace_s=settings.pulsar.missing_grace_s,
             orphan_grace_s=settings.pulsar.orphan_grace_s,
         ),
-        topics_state_dir=ledger_lane_checkpoint(settings).parent / "sink" / "topics",
+        topics_state_dir=storage.join(settings.checkpoint, "sink", "topics"),
         maintenance_every_batches=stream.maintenance_every_batches,
         changes_partitions=changes_partitions,
         ledger_fold_interval_s=stream.ledger_fold_interval_s,
@@ -251,7 +252,9 @@ def membership_reader(settings: Settings) -> Any:
             "reading)"
         )
     options = kafka_source_options(
-        settings, [settings.kafka.changes_topic], membership_checkpoint(settings) / SOURCE_STATUS_FILE
+        settings,
+        [settings.kafka.changes_topic],
+        local_checkpoint(settings) / "membership" / SOURCE_STATUS_FILE,
     )
     options["bkaudit.skipKeyPrefixes"] = ",".join(SKIPPED_KEY_PREFIXES)
     # Every event the lane needs is on one partition: bookie events and the recovery delay share the
@@ -282,25 +285,32 @@ def ledger_lane_reader(settings: Settings, available_now_topics: list[str] | Non
     return KafkaPlanner({key.lower(): value for key, value in options.items()})
 
 
-def ledger_lane_checkpoint(settings: Settings) -> Path:
+def local_checkpoint(settings: Settings) -> Path:
+    """The job's local directory, ``<checkpoint_root>/<stream.app_id>``: its lock, the timers query's
+    Spark checkpoint and the sources' status files; with ``object_store.checkpoint_url`` unset, also
+    everything else of the checkpoint (:attr:`~core.settings.Settings.checkpoint`)."""
+    return Path(settings.checkpoint_root) / settings.stream.app_id
+
+
+def ledger_lane_checkpoint(settings: Settings) -> str:
     """The driver-run ledger lane's checkpoint (offset log and state), inside the job's."""
-    return Path(settings.checkpoint_root) / settings.stream.app_id / "ledger-lane"
+    return storage.join(settings.checkpoint, "ledger-lane")
 
 
 def timers_checkpoint(settings: Settings) -> Path:
-    """The timers query's Spark checkpoint, inside the job's."""
-    return Path(settings.checkpoint_root) / settings.stream.app_id / "timers"
+    """The timers query's Spark checkpoint, inside the job's local directory (Spark would need ``s3a``)."""
+    return local_checkpoint(settings) / "timers"
 
 
-def membership_checkpoint(settings: Settings) -> Path:
+def membership_checkpoint(settings: Settings) -> str:
     """The membership lane's checkpoint: inside the job's, so a checkpoint reset resets both lanes."""
-    return Path(settings.checkpoint_root) / settings.stream.app_id / "membership"
+    return storage.join(settings.checkpoint, "membership")
 
 
 def source_status_file(settings: Settings) -> Path:
     """Where the ledger lane's Kafka source keeps its outage and reset counts (read by the job's
-    ``/metrics``), in the lane's checkpoint."""
-    return ledger_lane_checkpoint(settings) / SOURCE_STATUS_FILE
+    ``/metrics``), in the job's local directory."""
+    return local_checkpoint(settings) / "ledger-lane" / SOURCE_STATUS_FILE
 
 
 SOURCE_STATUS_FILE = "bkaudit-source-status.json"
@@ -320,7 +330,7 @@ STATE_LAYOUT_VERSION = 2  # 1: one state group per ledger; 2: ledger buckets wit
 LEDGER_LANE = "driver"
 
 
-def check_state_layout(checkpoint: Path, stream: StreamSettings) -> None:
+def check_state_layout(checkpoint: str | Path, stream: StreamSettings) -> None:
     """Refuse a checkpoint whose state was grouped differently (its ledgers' state would be silently lost).
 
     The first start records the layout next to the lanes' checkpoints; later starts must match it.
@@ -339,21 +349,22 @@ def check_state_layout(checkpoint: Path, stream: StreamSettings) -> None:
     if found is not None:
         _check_recorded_layout(checkpoint, found, stream)
         return
-    if (checkpoint / "offsets").exists():
+    if storage.exists(storage.join(checkpoint, "offsets")):
         raise ConfigError(
             f"checkpoint {checkpoint} was written by an earlier version's Spark ledger lane, which this "
             "version does not run: reset the checkpoint (infra/README.md, 'Checkpoint reset')"
         )
-    checkpoint.mkdir(parents=True, exist_ok=True)
+    storage.make_dirs(checkpoint)
     wanted = {
         "state_layout": STATE_LAYOUT_VERSION,
         "ledger_state_buckets": stream.ledger_state_buckets,
         "ledger_lane": LEDGER_LANE,
     }
-    (checkpoint / STATE_LAYOUT_FILE).write_text(json.dumps(wanted, sort_keys=True) + "\n")
+    layout = json.dumps(wanted, sort_keys=True) + "\n"
+    storage.write_atomic(storage.join(checkpoint, STATE_LAYOUT_FILE), layout.encode())
 
 
-def _check_recorded_layout(checkpoint: Path, found: dict[str, Any], stream: StreamSettings) -> None:
+def _check_recorded_layout(checkpoint: str | Path, found: dict[str, Any], stream: StreamSettings) -> None:
     """Raise :class:`ConfigError` when the layout a checkpoint recorded is not this job's."""
     if found.get("state_layout") != STATE_LAYOUT_VERSION:
         raise ConfigError(
@@ -374,13 +385,13 @@ def _check_recorded_layout(checkpoint: Path, found: dict[str, Any], stream: Stre
         )
 
 
-def _recorded_layout(checkpoint: Path) -> dict[str, Any] | None:
+def _recorded_layout(checkpoint: str | Path) -> dict[str, Any] | None:
     """The state layout the checkpoint's first start recorded (None: none recorded)."""
-    marker = checkpoint / STATE_LAYOUT_FILE
-    if not marker.exists():
+    marker = storage.join(checkpoint, STATE_LAYOUT_FILE)
+    if not storage.exists(marker):
         return None
     try:
-        return dict(json.loads(marker.read_text()))
+        return dict(json.loads(storage.read_bytes(marker)))
     except ValueError as err:
         raise ConfigError(f"{marker}: unreadable state layout ({err}); reset the checkpoint") from None
 
@@ -416,12 +427,12 @@ def exclusive_checkpoint(settings: Settings) -> Iterator[HeldCheckpoint]:
     from connectors.delta.health import check_lakehouse
 
     with locked_checkpoint(settings) as held:
-        check_state_layout(held.path, settings.stream)
-        check_lakehouse(settings.lakehouse_root)
+        check_state_layout(settings.checkpoint, settings.stream)
+        check_lakehouse(settings.lakehouse)
         discard_temporary_files(
-            held.path, Path(settings.lakehouse_root) / FOLD_SCRATCH, settings.stream.app_id
+            held.path, storage.local_scratch(settings.lakehouse, FOLD_SCRATCH), settings.stream.app_id
         )
-        logger.info("checkpoint %s locked by this job (pid %d)", held.path, os.getpid())
+        logger.info("checkpoint %s locked by this job (pid %d)", settings.checkpoint, os.getpid())
         yield held
 
 
@@ -432,11 +443,57 @@ def locked_checkpoint(settings: Settings) -> Iterator[HeldCheckpoint]:
     them, so no job starts meanwhile and it never runs beside one."""
     from streaming.checkpoint_lock import CheckpointLock
 
-    writable_directory(Path(settings.lakehouse_root), "lakehouse_root")
-    checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
-    writable_directory(checkpoint, "checkpoint_root")
-    with CheckpointLock(checkpoint), _zookeeper_lease(settings) as (write_check, lost):
-        yield HeldCheckpoint(checkpoint, write_check, lost)
+    storage.configure_from(settings)
+    lakehouse_setting = (
+        "object_store.lakehouse_url" if settings.object_store.lakehouse_url else "lakehouse_root"
+    )
+    storage.ensure_writable(settings.lakehouse, lakehouse_setting)
+    refuse_remote_checkpoint(settings.checkpoint_root)
+    require_lease_for_remote_checkpoint(settings)
+    local = local_checkpoint(settings)
+    writable_directory(local, "checkpoint_root")
+    if settings.object_store.checkpoint_url:
+        storage.ensure_writable(settings.checkpoint, "object_store.checkpoint_url")
+    with CheckpointLock(local), _zookeeper_lease(settings) as (write_check, lost):
+        yield HeldCheckpoint(local, write_check, lost)
+
+
+def require_lease_for_remote_checkpoint(settings: Settings) -> None:
+    """One :class:`ConfigError` line for a checkpoint on the object store without the ZooKeeper lease: the
+    local lock file stops a second job on this host only, and nothing would stop one on another host.
+
+    Example:
+        >>> require_lease_for_remote_checkpoint(Settings())
+        >>> try:
+        ...     require_lease_for_remote_checkpoint(Settings(object_store={"checkpoint_url": "s3://b/cp"}))
+        ... except ConfigError as err:
+        ...     print(str(err).split(":")[0])
+        object_store.checkpoint_url needs stream.lease = zookeeper
+    """
+    if settings.object_store.checkpoint_url and settings.stream.lease != "zookeeper":
+        raise ConfigError(
+            "object_store.checkpoint_url needs stream.lease = zookeeper: a local lock cannot keep a job on "
+            "another host off a checkpoint on the object store (BKAUDIT_STREAM__LEASE=zookeeper)"
+        )
+
+
+def refuse_remote_checkpoint(checkpoint_root: str | Path) -> None:
+    """One :class:`ConfigError` line for a ``checkpoint_root`` on an object store: it is a local directory
+    (``object_store.checkpoint_url`` puts the checkpoint's files on the object store).
+
+    Example:
+        >>> refuse_remote_checkpoint(Path("checkpoints"))
+        >>> try:
+        ...     refuse_remote_checkpoint(Path("s3://bucket/checkpoints"))
+        ... except ConfigError as err:
+        ...     print(str(err).split(":")[0])
+        checkpoint_root (BKAUDIT_CHECKPOINT_ROOT) must be a local directory
+    """
+    if re.match(r"s3a?:/", str(checkpoint_root)):
+        raise ConfigError(
+            f"checkpoint_root (BKAUDIT_CHECKPOINT_ROOT) must be a local directory: {checkpoint_root} is an "
+            "object store URL; set object_store.checkpoint_url to it instead"
+        )
 
 
 @contextlib.contextmanager
@@ -543,7 +600,7 @@ def start_membership_lane(settings: Settings, sink: AuditSink, *, available_now:
     """Start the membership lane: micro-batches in a driver thread, with its own checkpoint directory."""
     stream = settings.stream
     checkpoint = membership_checkpoint(settings)
-    store = MembershipStateStore(checkpoint / "bkaudit-membership-state")
+    store = MembershipStateStore(storage.join(checkpoint, "bkaudit-membership-state"))
     lane = MembershipLane(
         MembershipLaneConfig(
             app_id=stream.app_id,
@@ -562,7 +619,7 @@ def start_membership_lane(settings: Settings, sink: AuditSink, *, available_now:
         membership_reader(settings),
         lane.process,
         store.saved,
-        OffsetLog(checkpoint / "offsets"),
+        OffsetLog(storage.join(checkpoint, "offsets")),
         interval_s=stream.membership_trigger_interval_s,
         available_now=available_now,
     ).start()
@@ -578,7 +635,8 @@ def start(
     """Start the lanes and the timers query; returns them as one handle with the ledger lane's sink (whose
     reports, and whose ``loss`` auditor's, tests and the demo read). ``write_check`` runs before every
     batch and table write (:class:`HeldCheckpoint`)."""
-    checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
+    storage.configure_from(settings)  # the tables or the checkpoint may be on an object store
+    checkpoint = settings.checkpoint
     check_state_layout(checkpoint, settings.stream)
     with step(logger, f"checking the Kafka topics on {settings.kafka.bootstrap_servers}"):
         partitions = ensure_topics(settings)
@@ -590,7 +648,9 @@ def start(
         sink.start_folding()
     queue = None
     if settings.stream.sink_queue_depth:
-        queue = SinkQueue(sink, checkpoint / "sink-queue", depth=settings.stream.sink_queue_depth)
+        queue = SinkQueue(
+            sink, storage.join(checkpoint, "sink-queue"), depth=settings.stream.sink_queue_depth
+        )
         queue.recover()  # batches the last run queued and did not apply, before anything new
     with step(logger, "starting the membership lane, the ledger lane and the timers query"):
         membership = start_membership_lane(settings, sink, available_now=available_now)
@@ -715,7 +775,7 @@ def start_ledger_lane(
     kafka, stream = settings.kafka, settings.stream
     interval_s = stream.ledger_lane_interval_s
     checkpoint = ledger_lane_checkpoint(settings)
-    store = LaneStates(checkpoint / "state")
+    store = LaneStates(storage.join(checkpoint, "state"))
     lane = LedgerLane(
         LedgerLaneConfig(
             changes_topic=kafka.changes_topic,
@@ -749,7 +809,7 @@ def start_ledger_lane(
         reader,
         lane.process,
         store.saved,
-        OffsetLog(checkpoint / "offsets"),
+        OffsetLog(storage.join(checkpoint, "offsets")),
         # Available-now plans in full each time: look again soon (the interval is the tailing's gather).
         interval_s=min(interval_s, 0.1) if available_now else interval_s,
         on_progress=sink.metrics.on_progress if sink.metrics is not None else None,

@@ -174,7 +174,7 @@ class LossAuditor:
 
     def __init__(
         self,
-        lakehouse_root: Path,
+        lakehouse_root: str | Path,
         kafka: KafkaSettings,
         producer: Callable[[], Any],
         ledger_log: LedgerLog,

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from connectors import storage
 from core.domain.rules.auditor_lag import UnmarkedAtRisk
 from streaming.decode import decode_batches
 from streaming.driver_batches import BatchFiles, LaneStates
@@ -130,7 +131,7 @@ class MembershipLane:
         self.logic = ClusterLogic(config.processor)
         self.reports: list[LossReport] = []
         # AUDITOR_LAGGING's input per batch, written before the batch decides: a replay reads it back.
-        self.lagging_inputs = BatchFiles(store.directory / LAGGING_INPUTS, keep=store.keep)
+        self.lagging_inputs = BatchFiles(storage.join(store.directory, LAGGING_INPUTS), keep=store.keep)
 
     def process(self, records: pa.Table, batch_id: int) -> LossReport:
         """Apply one micro-batch of raw Kafka records (the source's columns plus ``batch_time``); its

@@ -30,12 +30,15 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
+
+from connectors import storage
 
 #: Ledgers that closed and wait for their check, at most (more are left to the walk).
 CLOSED_QUEUE_LIMIT = 100_000
@@ -175,17 +178,17 @@ class ScrutinyStore:
         9
     """
 
-    def __init__(self, directory: Path) -> None:
-        self.path = directory / STATE_FILE
+    def __init__(self, directory: str | Path) -> None:
+        self.path = storage.join(directory, STATE_FILE)
         self._saved: dict[str, Any] | None = None
 
     def load(self, walk: ScrutinyPass) -> None:
         """Restore ``walk`` from the file, if there is one; a file that does not parse starts a new walk."""
         try:
-            document = json.loads(self.path.read_text())
+            document = json.loads(storage.read_bytes(self.path))
         except FileNotFoundError:
             return
-        except (OSError, ValueError):
+        except (OSError, ValueError, pa.ArrowException):
             return  # a torn write of a best-effort position: the walk starts over, nothing else is lost
         if isinstance(document, dict):
             walk.restore(document)
@@ -196,11 +199,5 @@ class ScrutinyStore:
         document = walk.to_json()
         if document == self._saved:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_name(f".{STATE_FILE}.tmp")
-        with open(temporary, "w") as handle:
-            json.dump(document, handle, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, self.path)
+        storage.write_atomic(self.path, json.dumps(document, sort_keys=True).encode())
         self._saved = document

@@ -93,7 +93,7 @@ logger = logging.getLogger(__name__)
 class SinkConfig:
     """Everything the sink needs; built by ``streaming.job`` from the settings."""
 
-    lakehouse_root: Path
+    lakehouse_root: str | Path
     app_id: str
     kafka: KafkaSettings
     cluster_default: str = "unknown"
@@ -108,7 +108,7 @@ class SinkConfig:
     scrutiny_pass_s: float = 86_400.0  # a walk over every closed ledger within this long
     scrutiny_on_close: bool = False  # check a ledger when it closes
     scrutiny_max_per_batch: int = 1000
-    scrutiny_state_dir: Path | None = None  # where the walk's position is kept (None: not kept)
+    scrutiny_state_dir: str | Path | None = None  # where the walk's position is kept (None: not kept)
     maintenance_every_batches: int = 0  # compact + vacuum every N batches; 0 = never
     changes_partitions: int = 1  # partitions of the changes topic (snapshot reconciliation per partition)
     ledger_fold_interval_s: float = 0.0  # fold ledger_changes into ledgers this often; 0 = only at close()
@@ -119,7 +119,7 @@ class SinkConfig:
     agents: AgentConfig | None = None  # bookie-side agents asked first (core.settings.AgentSettings)
     bookie_tls: BookieTlsConfig | None = None  # TLS to the bookies (core.settings.BookieSettings)
     topics: TopicsConfig = field(default_factory=TopicsConfig)  # Pulsar's managed ledgers (settings.pulsar)
-    topics_state_dir: Path | None = None  # the topics stage's state files (None: kept in memory)
+    topics_state_dir: str | Path | None = None  # the topics stage's state files (None: kept in memory)
 
 
 #: What the sink receives per batch (:data:`streaming.schemas.DECISION_SCHEMA` as Arrow): the processor's

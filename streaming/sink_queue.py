@@ -28,7 +28,6 @@ Example:
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections import deque
 from pathlib import Path
@@ -36,6 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from connectors import storage
 from core.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ _SUFFIX = ".arrow"
 class SinkQueue:
     """Queues a batch's decisions durably and applies them in a worker thread, in batch order."""
 
-    def __init__(self, sink: Any, directory: Path, *, depth: int = 1) -> None:
+    def __init__(self, sink: Any, directory: str | Path, *, depth: int = 1) -> None:
         self.sink = sink
         self.directory = directory
         self.depth = max(1, depth)
@@ -56,7 +56,7 @@ class SinkQueue:
         self._running = False  # a batch is in the sink right now
         self._putting = 0  # put calls between their checks and their queueing
         self._worker: threading.Thread | None = None
-        directory.mkdir(parents=True, exist_ok=True)
+        storage.make_dirs(directory)
 
     # -- the lane's side -------------------------------------------------------------------------------
     def put(self, decisions: pa.Table, batch_id: int) -> None:
@@ -83,17 +83,13 @@ class SinkQueue:
                 self._cond.notify_all()
 
     def _write(self, decisions: pa.Table, batch_id: int) -> None:
-        final = self._path(batch_id)
-        partial = final.with_suffix(".partial")
-        with partial.open("wb") as out:
-            with pa.ipc.new_file(out, decisions.schema) as writer:
-                writer.write_table(decisions)
-            out.flush()
-            os.fsync(out.fileno())
-        partial.replace(final)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, decisions.schema) as writer:
+            writer.write_table(decisions)
+        storage.write_atomic(self._path(batch_id), sink.getvalue())
 
-    def _path(self, batch_id: int) -> Path:
-        return self.directory / f"{batch_id:020d}{_SUFFIX}"
+    def _path(self, batch_id: int) -> str:
+        return storage.join(self.directory, f"{batch_id:020d}{_SUFFIX}")
 
     # -- the worker ---------------------------------------------------------------------------------------
     def _ensure_worker(self) -> None:
@@ -127,7 +123,7 @@ class SinkQueue:
     def _apply(self, decisions: pa.Table, batch_id: int) -> None:
         with self.sink.busy:
             self.sink.process(decisions, batch_id)
-        self._path(batch_id).unlink(missing_ok=True)
+        storage.delete(self._path(batch_id))
 
     @property
     def failure(self) -> BaseException | None:
@@ -154,18 +150,19 @@ class SinkQueue:
 
     def leftovers(self) -> list[int]:
         """Batch ids whose decisions were queued but not applied (a stop or crash before the worker)."""
-        return sorted(int(p.stem) for p in self.directory.glob(f"*{_SUFFIX}"))
+        names = storage.list_files(self.directory)
+        return sorted(int(name.removesuffix(_SUFFIX)) for name in names if name.endswith(_SUFFIX))
 
     def recover(self) -> int:
         """Apply the batches a previous run queued and did not apply, in order; returns how many."""
         done = 0
-        for partial in self.directory.glob("*.partial"):
-            partial.unlink()  # its batch was not committed: the lane runs it again
+        for name in storage.list_files(self.directory):
+            if name.endswith(".partial"):  # an earlier version's: its batch was not committed, it runs again
+                storage.delete(storage.join(self.directory, name))
         for batch_id in self.leftovers():
             path = self._path(batch_id)
             try:
-                with pa.OSFile(str(path), "rb") as source:
-                    decisions = pa.ipc.open_file(source).read_all()
+                decisions = pa.ipc.open_file(pa.py_buffer(storage.read_bytes(path))).read_all()
             except (
                 OSError,
                 pa.ArrowInvalid,

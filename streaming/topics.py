@@ -96,7 +96,9 @@ def _pair_key(name: str, ledger_id: int) -> str:
 class TopicsStage:
     """See the module docstring; one per sink."""
 
-    def __init__(self, config: TopicsConfig, state_dir: Path | None, *, changes_partitions: int) -> None:
+    def __init__(
+        self, config: TopicsConfig, state_dir: str | Path | None, *, changes_partitions: int
+    ) -> None:
         self.config = config
         self.partitions = changes_partitions
         self._store = LaneStates(state_dir) if state_dir is not None else None

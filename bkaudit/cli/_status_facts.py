@@ -35,6 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pyarrow import ArrowException
+
+from connectors import storage
 from connectors.kafka.positions import TopicPositions
 from connectors.process import pid_alive
 from core.domain.alerts import AlertKind
@@ -164,7 +167,7 @@ def _source_offsets(end: dict[str, Any], topic: str) -> dict[int, int]:
     return {int(p): int(o) for p, o in offsets.items()} if isinstance(offsets, dict) else {}
 
 
-def ledger_lane_position(checkpoint: Path, topic: str) -> LanePosition | None:
+def ledger_lane_position(checkpoint: str | Path, topic: str) -> LanePosition | None:
     """The ledger lane's newest planned batch (``ledger-lane/offsets/<id>.json``).
 
     Example:
@@ -176,10 +179,10 @@ def ledger_lane_position(checkpoint: Path, topic: str) -> LanePosition | None:
         >>> position.batch_id, position.offsets
         (3, {0: 7})
     """
-    return _driver_lane_position(checkpoint / LEDGER_LANE_DIR, "ledgers", topic)
+    return _driver_lane_position(storage.join(checkpoint, LEDGER_LANE_DIR), "ledgers", topic)
 
 
-def membership_lane_position(checkpoint: Path, topic: str) -> LanePosition | None:
+def membership_lane_position(checkpoint: str | Path, topic: str) -> LanePosition | None:
     """The membership lane's newest planned batch (``membership/offsets/<id>.json``).
 
     Example:
@@ -190,22 +193,22 @@ def membership_lane_position(checkpoint: Path, topic: str) -> LanePosition | Non
         >>> membership_lane_position(folder, "t").offsets
         {1: 9}
     """
-    return _driver_lane_position(checkpoint / MEMBERSHIP_DIR, "membership", topic)
+    return _driver_lane_position(storage.join(checkpoint, MEMBERSHIP_DIR), "membership", topic)
 
 
-def _driver_lane_position(directory: Path, lane: str, topic: str) -> LanePosition | None:
+def _driver_lane_position(directory: str, lane: str, topic: str) -> LanePosition | None:
     """A driver-run lane's newest planned batch (``<directory>/offsets/<id>.json``)."""
     try:
-        latest = OffsetLog(directory / "offsets").latest()
-    except (OSError, ConfigError):  # unreadable or damaged: no position to report
+        latest = OffsetLog(storage.join(directory, "offsets")).latest()
+        if latest is None:
+            return None
+        batch_id, entry = latest
+        written_s = storage.modified_s(storage.join(directory, "offsets", f"{batch_id}.json"))
+    except (OSError, ConfigError, ArrowException):  # unreadable or damaged: no position to report
         return None
-    if latest is None:
-        return None
-    batch_id, entry = latest
     end = entry.get("end")
-    path = directory / "offsets" / f"{batch_id}.json"
     offsets = _source_offsets(end, topic) if isinstance(end, dict) else {}
-    return LanePosition(lane, batch_id, path.stat().st_mtime, offsets)
+    return LanePosition(lane, batch_id, written_s, offsets)
 
 
 def _lag(
@@ -255,8 +258,8 @@ def stream_status(
         >>> # stream_status(settings, positions, {0: 812}, time.time(), limits)["lag_records"]  → 0
     """
     topic = settings.kafka.changes_topic
-    checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
-    holder = job_holder(checkpoint)
+    checkpoint = settings.checkpoint
+    holder = job_holder(Path(settings.checkpoint_root) / settings.stream.app_id)
     lanes = [
         lane
         for lane in (ledger_lane_position(checkpoint, topic), membership_lane_position(checkpoint, topic))
@@ -301,7 +304,7 @@ def stream_status(
     }
 
 
-def audit_summary(lakehouse_root: Path) -> dict[str, Any]:
+def audit_summary(lakehouse_root: str | Path) -> dict[str, Any]:
     """Open alerts per kind and the lost and read-only bookies, from the Delta tables (an ``error`` note
     when there are none yet).
 
@@ -332,6 +335,9 @@ def gather_status(settings: Settings, limits: StatusLimits, now_s: float | None 
     Example:
         >>> # gather_status(load_settings(), StatusLimits.defaults(load_settings()))["healthy"]  → True
     """
+    from connectors.storage import configure_from
+
+    configure_from(settings)  # the tables may be on an object store
     now_s = time.time() if now_s is None else now_s
     topic = settings.kafka.changes_topic
     with ThreadPoolExecutor(1, thread_name_prefix="status-zookeeper") as pool:
@@ -357,7 +363,7 @@ def _processes_and_tables(
         "healthy": watcher["state"] == "up" and stream["state"] == "up",
         "watcher": watcher,
         "stream": stream,
-        **audit_summary(Path(settings.lakehouse_root)),
+        **audit_summary(settings.lakehouse),
         "low_disk": low_free_space(settings),
         "limits": {"heartbeat_timeout_s": limits.heartbeat_timeout_s, "max_lag_s": limits.max_lag_s},
     }

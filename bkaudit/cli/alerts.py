@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import sys
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -44,8 +43,12 @@ def republish(
         bool, typer.Option("--dry-run", help="count what would be sent; send nothing")
     ] = False,
     lakehouse: Annotated[
-        Path | None,
-        typer.Option("--lakehouse", help="root of the Delta tables (default: the lakehouse_root setting)"),
+        str | None,
+        typer.Option(
+            "--lakehouse",
+            help="root of the Delta tables, a path or s3://bucket/prefix (default: the lakehouse_root "
+            "setting, or object_store.lakehouse_url)",
+        ),
     ] = None,
     fmt: Annotated[
         OutputFormat, typer.Option("--format", "-f", help="table (aligned text) or json (one object)")
@@ -57,12 +60,14 @@ def republish(
 
     from bkaudit.cli._render import render
     from connectors.kafka.republish import republish_open_alerts
+    from connectors.storage import configure_from
     from core.settings import load_settings
 
     use_dev_services(dev)
     settings = load_settings()
+    configure_from(settings)
     report = republish_open_alerts(
-        lakehouse if lakehouse is not None else settings.lakehouse_root, settings.kafka, dry_run=dry_run
+        lakehouse if lakehouse is not None else settings.lakehouse, settings.kafka, dry_run=dry_run
     )
     if fmt is OutputFormat.json:
         emit_json(

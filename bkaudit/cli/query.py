@@ -24,7 +24,6 @@ import sys
 from collections.abc import Callable
 from datetime import datetime
 from enum import StrEnum
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -50,8 +49,12 @@ class OutputFormat(StrEnum):
 
 
 LakehouseOption = Annotated[
-    Path | None,
-    typer.Option("--lakehouse", help="root of the Delta tables (default: the lakehouse_root setting)"),
+    str | None,
+    typer.Option(
+        "--lakehouse",
+        help="root of the Delta tables, a path or s3://bucket/prefix (default: the lakehouse_root setting, "
+        "or object_store.lakehouse_url)",
+    ),
 ]
 FormatOption = Annotated[
     OutputFormat, typer.Option("--format", "-f", help="table (aligned text), json (one array) or csv")
@@ -100,14 +103,17 @@ NARROW: dict[str, tuple[str, ...]] = {
 }
 
 
-def _lakehouse(path: Path | None) -> Lakehouse:
+def _lakehouse(location: str | None) -> Lakehouse:
     from connectors.delta.queries import Lakehouse
+    from connectors.storage import configure_from, is_remote
 
-    if path is None:
+    if location is None or is_remote(location):  # the settings say where, or hold the credentials
         from core.settings import load_settings
 
-        path = load_settings().lakehouse_root
-    return Lakehouse(path)
+        settings = load_settings()
+        configure_from(settings)
+        location = settings.lakehouse if location is None else location
+    return Lakehouse(location)
 
 
 def _columns(table: pa.Table, fmt: OutputFormat, columns: str | None, narrow: tuple[str, ...]) -> pa.Table:
@@ -128,7 +134,7 @@ def _columns(table: pa.Table, fmt: OutputFormat, columns: str | None, narrow: tu
 
 
 def _print(
-    lakehouse: Path | None,
+    lakehouse: str | None,
     fmt: OutputFormat,
     limit: int | None,
     query: Callable[[Lakehouse, int | None], pa.Table],

@@ -11,6 +11,8 @@ Fixtures:
   queries still active at the end of a module are stopped. On the Spark line the ``spark-interop`` jars are
   built for, it has them too (:mod:`connectors.delta.spark_interop`: delta-spark and Spark's Kafka source).
 - ``lakehouse`` (test): an empty directory for Delta tables.
+- ``s3_server`` (session): a real S3 API on 127.0.0.1 (:class:`~bkaudit.testing.s3_server.S3Server`, moto
+  in server mode); ``s3_server.new_bucket()`` gives each test a bucket of its own.
 
 When a test that uses the services fails, the tails of the ZooKeeper and broker logs are attached to its
 report.
@@ -121,3 +123,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.failed and harness is not None and "bk_services" in getattr(item, "fixturenames", ()):
         for name, tail in harness.log_tails().items():
             report.sections.append((f"{name} log (tail)", tail))
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from bkaudit.testing.s3_server import S3Server
+
+    server = S3Server(tmp_path_factory.mktemp("bkaudit-s3"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -26,10 +26,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import unquote
 
+import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
+from connectors import storage
 from core.errors import ServiceError
 
 #: At the lakehouse root: the tables the job created there (a JSON list of names).
@@ -55,12 +58,13 @@ def recorded_tables(root: str | Path) -> set[str]:
         >>> recorded_tables(tempfile.mkdtemp())
         set()
     """
+    record = storage.join(root, TABLES_RECORD)
     try:
-        return set(json.loads((Path(root) / TABLES_RECORD).read_text(encoding="utf-8")))
+        return set(json.loads(storage.read_bytes(record).decode("utf-8")))
     except FileNotFoundError:
         return set()
-    except (OSError, ValueError) as err:
-        raise ServiceError(f"cannot read {Path(root) / TABLES_RECORD}: {err}; {REPAIR_DOC}") from None
+    except (OSError, ValueError, pa.ArrowException) as err:
+        raise ServiceError(f"cannot read {record}: {err}; {REPAIR_DOC}") from None
 
 
 def record_tables(root: str | Path, names: set[str]) -> None:
@@ -68,10 +72,7 @@ def record_tables(root: str | Path, names: set[str]) -> None:
     known = recorded_tables(root)
     if names <= known:
         return
-    path = Path(root) / TABLES_RECORD
-    partial = path.with_suffix(".tmp")
-    partial.write_text(json.dumps(sorted(known | names)), encoding="utf-8")
-    partial.replace(path)
+    storage.write_atomic(storage.join(root, TABLES_RECORD), json.dumps(sorted(known | names)).encode())
 
 
 def table_damage(path: str | Path) -> str | None:
@@ -85,7 +86,7 @@ def table_damage(path: str | Path) -> str | None:
         >>> table_damage(Path(root, "bookies")) is None
         True
     """
-    log = Path(path) / "_delta_log"
+    log = storage.join(path, "_delta_log")
     broken = _unparsable_commit(log)
     if broken is not None:
         return broken
@@ -94,6 +95,13 @@ def table_damage(path: str | Path) -> str | None:
         files = table.file_uris()
     except (DeltaError, OSError) as err:
         return f"its log cannot be read ({_first_line(err)})"
+    if storage.is_remote(path):
+        base = str(path).rstrip("/") + "/"
+        present = set(storage.list_files(path, recursive=True))
+        for uri in files:
+            if uri.startswith(base) and unquote(uri.removeprefix(base)) not in present:
+                return f"its log names {uri}, which is gone"
+        return None
     for uri in files:
         local = Path(uri.removeprefix("file://"))
         if uri.startswith(("/", "file://")) and not local.exists():
@@ -107,10 +115,10 @@ def check_lakehouse(root: str | Path) -> None:
     Runs before the job builds anything, so a damaged lakehouse stops it with exit 2 and the file's name
     instead of a traceback, and a deleted table is never recreated empty.
     """
-    base = Path(root)
+    base = str(root)
     for name in sorted(recorded_tables(base)):
-        path = base / name
-        if not (path / "_delta_log").is_dir():
+        path = storage.join(base, name)
+        if not storage.is_dir(storage.join(path, "_delta_log")):
             raise ServiceError(
                 f"the Delta table '{name}' is gone from {base}, where this job created it: recreating it "
                 f"empty would lose its history; {what_to_do(name)}"
@@ -155,20 +163,21 @@ def what_to_do(name: str) -> str:
     return f"it cannot be rebuilt (nothing else holds its rows): restore it from a backup ({REPAIR_DOC})"
 
 
-def _unparsable_commit(log: Path) -> str | None:
+def _unparsable_commit(log: str) -> str | None:
     """The first commit file (newest first) with a line that is not JSON, among those a reader reads: the
     ones after the last checkpoint (at most ``_COMMITS_CHECKED``)."""
     try:
-        commits = sorted(log.glob("*.json"), reverse=True)
-    except OSError as err:
-        return f"{log} cannot be listed ({err.strerror})"
+        names = [name for name in storage.list_files(log) if name.endswith(".json")]
+    except (OSError, pa.ArrowException) as err:
+        return f"{log} cannot be listed ({getattr(err, 'strerror', None) or err})"
     checkpoint = _last_checkpoint(log)
-    for commit in commits[:_COMMITS_CHECKED]:
-        if checkpoint is not None and _version(commit) <= checkpoint:
+    for name in sorted(names, reverse=True)[:_COMMITS_CHECKED]:
+        if checkpoint is not None and _version(name) <= checkpoint:
             break
+        commit = storage.join(log, name)
         try:
-            lines = commit.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as err:
+            lines = storage.read_bytes(commit).decode("utf-8").splitlines()
+        except (OSError, UnicodeDecodeError, pa.ArrowException) as err:
             return f"{commit} cannot be read ({err})"
         for number, line in enumerate(lines, 1):
             if not line.strip():
@@ -180,16 +189,16 @@ def _unparsable_commit(log: Path) -> str | None:
     return None
 
 
-def _last_checkpoint(log: Path) -> int | None:
+def _last_checkpoint(log: str) -> int | None:
     try:
-        return int(json.loads((log / "_last_checkpoint").read_text(encoding="utf-8"))["version"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return int(json.loads(storage.read_bytes(storage.join(log, "_last_checkpoint")))["version"])
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
         return None
 
 
-def _version(commit: Path) -> int:
+def _version(name: str) -> int:
     try:
-        return int(commit.stem)
+        return int(name.removesuffix(".json"))
     except ValueError:
         return -1
 

@@ -71,6 +71,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable, write_deltalake
 
+from connectors import storage
 from connectors.delta._fold_process import (
     FOLD_SCRATCH,
     FoldRequest,
@@ -162,7 +163,7 @@ class LedgerLog:
     """
 
     def __init__(self, root: str | Path, app_id: str) -> None:
-        self.root = Path(root)
+        self.root = str(root)
         self.app_id = app_id
         self._lock = threading.Lock()  # base and overlay
         self.fold_lock = threading.Lock()  # one writer of ``ledgers`` at a time (the fold, maintenance)
@@ -248,7 +249,8 @@ class LedgerLog:
             [("batch_id", ">", folded), ("batch_id", "<", batch_id)],
         )
         indexed = DeltaTable(table_path(self.root, "ledger_bookies")).transaction_version(self.app_id)
-        for stale in (self.root / FOLD_SCRATCH).glob(f"{self.app_id}-*.arrow"):  # a killed job's
+        scratch = storage.local_scratch(self.root, FOLD_SCRATCH)
+        for stale in scratch.glob(f"{self.app_id}-*.arrow"):  # a killed job's
             stale.unlink(missing_ok=True)
         with self._lock:
             self._set_base(base)
@@ -479,7 +481,7 @@ class LedgerLog:
         """The fold by a child process: it reads the base from where this one came from (the Arrow file of
         the last child's fold, or ``ledgers`` at the version it was loaded from) and the changes from
         ``ledger_changes``, commits, and leaves the new base in a file mapped here without a copy."""
-        scratch = self.root / FOLD_SCRATCH
+        scratch = storage.local_scratch(self.root, FOLD_SCRATCH)
         scratch.mkdir(exist_ok=True)
         if self._base_file is None and self._base_version is None:  # folded here before: hand it over
             self._base_file = scratch / f"{self.app_id}-{folded_before}.arrow"

@@ -261,7 +261,7 @@ class PlacementPlanner:
     """
 
     def __init__(self, root: str | Path, config: PlacementPolicyConfig, ledger_log: LedgerLog) -> None:
-        self.root = Path(root)
+        self.root = str(root)
         self.config = config
         self.ledger_log = ledger_log
         self._written_for: str | None = None  # the inputs' fingerprint the table was last written for

@@ -42,6 +42,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
+from connectors import storage
 from connectors.delta.health import table_damage, what_to_do
 from connectors.delta.placement_plans import (
     ALERT_COLUMNS,
@@ -222,16 +223,19 @@ def read_failure(err: BaseException) -> str:
     return ": ".join(parts)[:300] or type(err).__name__
 
 
-def _is_table(path: Path) -> bool:
+def _is_table(path: str) -> bool:
     """Whether ``path`` is a Delta table's directory; a file, or a directory that cannot be read, is not."""
     try:
-        return path.is_dir() and DeltaTable.is_deltatable(str(path))
-    except (DeltaError, OSError):
+        return storage.is_dir(path) and DeltaTable.is_deltatable(path)
+    except (DeltaError, OSError, pa.ArrowException):
         return False
 
 
-def _demo_hint(root: Path) -> str:
+def _demo_hint(location: str) -> str:
     """Where the demo's tables are, when ``root`` holds them one or two levels down (a common slip)."""
+    if storage.is_remote(location):
+        return ""
+    root = Path(location)
     for place in (root / "demo", root / "lakehouse" / "demo"):
         if root.name != "demo" and place.is_dir():
             return f" (the demo's tables are in {place})"
@@ -298,8 +302,8 @@ class Lakehouse:
     """
 
     def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
-        if not self.root.is_dir():
+        self.root = str(root)
+        if not storage.is_dir(self.root):
             raise NotFoundError(f"no lakehouse at {self.root}{_demo_hint(self.root)}")
         self._con = duckdb.connect(":memory:")
         self._con.execute("SET TimeZone = 'UTC'")
@@ -331,16 +335,18 @@ class Lakehouse:
             True
         """
         try:
-            return sorted(p.name for p in self.root.iterdir() if _is_table(p))
-        except OSError as err:
-            raise ServiceError(f"cannot list the lakehouse at {self.root}: {err.strerror}") from None
+            names = storage.list_dirs(self.root)
+        except (OSError, pa.ArrowException) as err:
+            why = getattr(err, "strerror", None) or " ".join(str(err).split())[:300]
+            raise ServiceError(f"cannot list the lakehouse at {self.root}: {why}") from None
+        return [name for name in names if _is_table(storage.join(self.root, name))]
 
     def _delta(self, name: str) -> DeltaTable:
         """The table ``name``; one line (not a traceback) when it is missing or cannot be read."""
-        path = self.root / name
+        path = storage.join(self.root, name)
         try:
-            if path.is_dir():
-                return DeltaTable(str(path))
+            if storage.is_dir(path):
+                return DeltaTable(path)
         except TableNotFoundError:
             pass
         except _READ_ERRORS as err:
@@ -366,7 +372,7 @@ class Lakehouse:
             self._files_view(name, name)
             return
         self._files_view("ledgers", "ledgers__folded")
-        if _is_table(self.root / "ledger_changes"):
+        if _is_table(storage.join(self.root, "ledger_changes")):
             self._files_view("ledger_changes", "ledger_changes__all")
         else:
             self._con.execute(
@@ -386,9 +392,11 @@ class Lakehouse:
         schema = pa.schema(table.schema().to_arrow())
         actions = pa.RecordBatchReader.from_stream(table.get_add_actions(flatten=True)).read_all()
         paths = [unquote(p) for p in actions.column("path").to_pylist()]
-        if not paths or table.protocol().min_reader_version > 1 or any("://" in p for p in paths):
+        remote = storage.is_remote(self.root) or any("://" in p for p in paths)
+        if not paths or table.protocol().min_reader_version > 1 or remote:
             # No files (DuckDB cannot read an empty file list), or a table DuckDB's Parquet reader cannot
-            # read correctly by itself (deletion vectors, column mapping, files elsewhere): deltalake's own
+            # read correctly by itself (deletion vectors, column mapping, files elsewhere), or files on an
+            # object store (DuckDB would need its httpfs extension, fetched at run time): deltalake's own
             # Arrow dataset does it.
             source: Any = schema.empty_table() if not paths else view_typed_dataset(table)
             con.register(f"{view_name}__arrow", source)
@@ -402,7 +410,7 @@ class Lakehouse:
         # Not union_by_name: it reads every file's footer before the query (a streaming table has many
         # files), and every file of a table has its spec's schema (BatchWriter conforms each write to it).
         files = con.read_parquet(
-            [str(self.root / name / p) for p in paths], hive_partitioning=bool(partition_columns)
+            [storage.join(self.root, name, p) for p in paths], hive_partitioning=bool(partition_columns)
         )
         files.create_view(f"{view_name}__files", replace=True)
         present = set(files.columns)
@@ -757,7 +765,10 @@ class Lakehouse:
 
     def _plans_written(self) -> bool:
         """Whether a job has written ``placement_plans`` (one it only created is at version 0)."""
-        return _is_table(self.root / "placement_plans") and self._delta("placement_plans").version() > 0
+        return (
+            _is_table(storage.join(self.root, "placement_plans"))
+            and self._delta("placement_plans").version() > 0
+        )
 
     def _computed_plans(self, config: PlacementPolicyConfig) -> pa.Table:
         """The ``placement_plans`` rows computed now from ``open_alerts``, ``ledgers``, ``bookies`` and the
@@ -1262,7 +1273,7 @@ class Lakehouse:
     def _offloads(self, ledger_id: int) -> list[dict[str, Any]]:
         """History rows of a ledger a Pulsar topic offloaded to tiered storage (``topics`` table): its
         deletion from BookKeeper is then by design, not a loss."""
-        if not _is_table(self.root / "topics"):
+        if not _is_table(storage.join(self.root, "topics")):
             return []
         found = _rows(
             self._query(
@@ -1379,7 +1390,7 @@ class Lakehouse:
         folds = {int(c["version"]) for c in table.history() if FOLD_METADATA_KEY in c}
         rows, complete_from = _feed(table, predicate)
         rows = [r for r in rows if r["_commit_version"] not in folds]
-        if _is_table(self.root / "ledger_changes"):
+        if _is_table(storage.join(self.root, "ledger_changes")):
             appended, _ = _feed(self._delta("ledger_changes"), f"ledger_id = {ledger_id}")
             rows += appended
         return rows, complete_from

@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Field, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
+from connectors import storage
 from connectors.delta.health import record_tables, recorded_tables
 from connectors.delta.scan import scan
 
@@ -429,12 +430,18 @@ TABLES: dict[str, TableSpec] = {
 
 
 def table_path(root: str | Path, name: str) -> str:
-    return str(Path(root) / name)
+    """The location of the table ``name`` under ``root`` (a local path or an ``s3://`` URL).
+
+    Example:
+        >>> table_path("s3://audit/lh", "ledgers"), table_path("lh", "ledgers")
+        ('s3://audit/lh/ledgers', 'lh/ledgers')
+    """
+    return storage.join(root, name)
 
 
 def ensure_tables(root: str | Path) -> list[str]:
     """Create every table that does not exist yet (CDF on, comments set); returns the table names."""
-    Path(root).mkdir(parents=True, exist_ok=True)
+    storage.make_dirs(root)
     existing = recorded_tables(root)
     for spec in TABLES.values():
         path = table_path(root, spec.name)

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pytest
 
-import streaming.driver_batches as batch_files_module
+import connectors.storage as storage_module
 from core import events as ev
 from core.domain.rules.lost_bookie import BookieMembership
 from streaming.membership import MembershipLaneConfig, MembershipStateStore, membership_rows
@@ -48,12 +48,17 @@ def test_a_crash_while_saving_leaves_the_previous_state_readable(tmp_path, monke
     store = MembershipStateStore(tmp_path)
     store.save(5, {"bookies": {"b1": {"status": "WRITABLE"}}})
 
-    def torn_dump(state, handle, **kwargs):
-        handle.write('{"bookies": {"b1"')  # half of the new state, then the process dies
+    real_write = storage_module.Path.open
+
+    def torn_open(path, mode="r", *args, **kwargs):
+        handle = real_write(path, mode, *args, **kwargs)
+        if "w" not in mode:
+            return handle
+        handle.write(b'{"bookies": {"b1"')  # half of the new state, then the process dies
         handle.flush()
         raise KeyboardInterrupt("killed while writing")
 
-    monkeypatch.setattr(batch_files_module.json, "dump", torn_dump)
+    monkeypatch.setattr(storage_module.Path, "open", torn_open)
     with pytest.raises(KeyboardInterrupt):
         store.save(5, {"bookies": {}})  # a replay of batch 5 rewriting its own file
     with pytest.raises(KeyboardInterrupt):

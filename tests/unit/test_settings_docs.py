@@ -66,6 +66,8 @@ _ADDRESSES = {
     "zookeeper.connect": "zk.example:2181/alternative",
     "kafka.bootstrap_servers": "kafka.example:9093",
     "watcher.rack_map_zookeeper": "zk2.example:2181",
+    "object_store.lakehouse_url": "s3://bucket/alternative",
+    "object_store.checkpoint_url": "s3://bucket/checkpoints",
 }
 
 

@@ -338,6 +338,19 @@ def test_stream_with_an_unwritable_lakehouse_root(cli, monkeypatch, no_spark, tm
     )
 
 
+def test_stream_with_its_checkpoint_on_an_object_store_needs_the_zookeeper_lease(
+    cli, monkeypatch, no_spark, tmp_path
+):
+    monkeypatch.setenv("BKAUDIT_LAKEHOUSE_ROOT", str(tmp_path / "lakehouse"))
+    monkeypatch.setenv("BKAUDIT_CHECKPOINT_ROOT", str(tmp_path / "checkpoints"))
+    monkeypatch.setenv("BKAUDIT_OBJECT_STORE__CHECKPOINT_URL", "s3://audit/checkpoints")
+    monkeypatch.setenv("BKAUDIT_OBJECT_STORE__SECRET_ACCESS_KEY", KAFKA_PASSWORD)
+    monkeypatch.setattr("streaming.job.ensure_topics", lambda _settings: 4)  # Kafka answers (stand-in)
+    stderr = one_line_error(cli("stream"))
+    assert "object_store.checkpoint_url needs stream.lease = zookeeper" in stderr
+    assert not (tmp_path / "checkpoints").exists()  # refused before anything was created
+
+
 @pytest.mark.parametrize(
     ("name", "text", "why"),
     [
