@@ -263,7 +263,7 @@ def test_the_job_removes_the_temporary_files_a_stop_on_a_full_disk_left(job_env,
         (checkpoint / name).parent.mkdir(parents=True, exist_ok=True)
         (checkpoint / name).write_bytes(b"x" * 10)
     scratch = lakehouse / "_fold"
-    scratch.mkdir()
+    scratch.mkdir(exist_ok=True)  # the fold's scratch folder of the copied lakehouse, if it has one
     for name in [f"{APP}-12.arrow", f"{APP}-13.request.json", "other-12.arrow", "other-13.request.json"]:
         (scratch / name).touch()
 
