@@ -228,6 +228,17 @@ def print_comparison(printer: _Printer, rows: list[tuple[str, int, int]], truth_
     return matches
 
 
+def _bookie_server_tls(cluster_services: Any) -> Any:
+    """With ``dev.tls``: the simulated bookies' TLS (``START_TLS`` with the throwaway CA's server pair,
+    client certificates required), as the bookies of a secured cluster; None without TLS."""
+    if cluster_services.tls is None:
+        return None
+    from connectors.bookie.tls import server_tls_context
+
+    files = cluster_services.tls
+    return server_tls_context(files.keystore, files.keystore, ca_file=files.cafile, require_client_cert=True)
+
+
 def run_demo(settings: Settings, *, keep_running: bool = False, out: TextIO | None = None) -> dict[str, Any]:
     """Run the story; returns the summary (open alerts per kind, ground truth, timings)."""
     from kazoo.client import KazooClient
@@ -260,7 +271,8 @@ def run_demo(settings: Settings, *, keep_running: bool = False, out: TextIO | No
         ]
         open_ports = ", ".join(plaintext) if plaintext else "none"
         printer.say(
-            f"TLS only, client certificates, CA in {addresses['tls']}; plaintext listeners: {open_ports}"
+            f"TLS only, client certificates, CA in {addresses['tls']}; plaintext listeners: {open_ports}; "
+            "the simulated bookies speak START_TLS and require client certificates"
         )
     zookeeper_tls = kazoo_tls_options(settings.zookeeper)
 
@@ -282,6 +294,7 @@ def run_demo(settings: Settings, *, keep_running: bool = False, out: TextIO | No
         lost_bookie_recovery_delay_s=0,
         seed=42,
         zookeeper_tls=zookeeper_tls,
+        bookie_tls=_bookie_server_tls(cluster_services),
     )
     watcher: ChangeWatcher | None = None
     query = sink = tail = None

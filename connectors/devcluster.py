@@ -165,6 +165,10 @@ class DevCluster:
             "BKAUDIT_KAFKA__SSL_CAFILE": ca,
             "BKAUDIT_KAFKA__SSL_CERTFILE": cert,
             "BKAUDIT_KAFKA__SSL_KEYFILE": key,
+            "BKAUDIT_BOOKIE__TLS": "true",
+            "BKAUDIT_BOOKIE__TLS_CA_FILE": ca,
+            "BKAUDIT_BOOKIE__TLS_CERT_FILE": cert,
+            "BKAUDIT_BOOKIE__TLS_KEY_FILE": key,
         }
 
     def listeners(self) -> dict[str, dict[int, bool]]:
@@ -184,8 +188,8 @@ class DevCluster:
         return report
 
     def secured(self, settings: Settings) -> Settings:
-        """``settings`` with the clients' TLS settings of ``dev.tls`` (the CA and the client pair); unchanged
-        without TLS.
+        """``settings`` with the clients' TLS settings of ``dev.tls`` (the CA and the client pair, for
+        ZooKeeper, Kafka and the bookies the simulator serves over TLS); unchanged without TLS.
 
         Example:
             >>> DevCluster(DevSettings(state_dir="/s")).secured(Settings()).kafka.security_protocol
@@ -196,10 +200,12 @@ class DevCluster:
         ca, cert, key = self.tls.cafile, self.tls.client_certfile, self.tls.client_keyfile
         zookeeper = {"use_tls": True, "tls_cafile": ca, "tls_certfile": cert, "tls_keyfile": key}
         kafka = {"security_protocol": "SSL", "ssl_cafile": ca, "ssl_certfile": cert, "ssl_keyfile": key}
+        bookie = {"tls": True, "tls_ca_file": ca, "tls_cert_file": cert, "tls_key_file": key}
         return settings.model_copy(
             update={
                 "zookeeper": settings.zookeeper.model_copy(update=zookeeper),
                 "kafka": settings.kafka.model_copy(update=kafka),
+                "bookie": settings.bookie.model_copy(update=bookie),
             }
         )
 

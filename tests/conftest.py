@@ -104,6 +104,7 @@ def cli() -> Callable[..., CliResult]:
         fake_out = io.TextIOWrapper(out_buffer, encoding="utf-8", write_through=True)
         fake_err = io.TextIOWrapper(err_buffer, encoding="utf-8", write_through=True)
         # A private MonkeyPatch: undoing it must not undo the test's own patches (env vars...).
+        environment = dict(os.environ)
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(sys, "stdin", fake_in)
             patch.setattr(sys, "stdout", fake_out)
@@ -115,6 +116,11 @@ def cli() -> Callable[..., CliResult]:
             finally:
                 fake_out.flush()
                 fake_err.flush()
+                # What the command put in the environment (--set, --config, --dev's addresses and TLS
+                # files) is the command's, as in its own process: a later test in this worker must not
+                # inherit it (a Kafka client told to speak TLS to a plaintext broker retries for minutes).
+                os.environ.clear()
+                os.environ.update(environment)
         return CliResult(code, out_buffer.getvalue(), err_buffer.getvalue().decode("utf-8"))
 
     return invoke
