@@ -7,7 +7,8 @@ process of its own"). Here the child reads what it needs from Delta itself (the 
 after it), folds, commits, and leaves the new folded state as an Arrow file that the job memory-maps: the
 job spends no CPU on a fold, and the child runs at a lower priority and dies with the job.
 
-The fold is the same function wherever it runs (:func:`connectors.delta.tables.fold_rows`);
+A fold is a tick of the rotation (:func:`fold_tick`): it rewrites a few buckets of ``ledgers``, and the
+whole folded state only when the watermark advances. It is the same function wherever it runs;
 :class:`~connectors.delta.ledger_log.LedgerLog` folds small states in its own thread, where a process would
 cost more than the fold.
 

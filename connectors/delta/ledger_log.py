@@ -17,12 +17,16 @@ batch. The layout instead (docs/journal.md, "Ledger state without a MERGE per ba
   are in the table; after a crash the versions not appended are found again from ``ledger_changes``. Rows
   of older versions stay until :meth:`LedgerLog.clean_index` removes them; every reader keeps only the
   rows of a ledger's current version.
-- ``ledgers``: one row per ledger, the fold of the changes (:meth:`LedgerLog.fold`, every
-  ``stream.ledger_fold_interval_s`` in a background thread; from ``FOLD_IN_CHILD_FROM_ROWS`` rows on,
-  computed and written by a child process, :mod:`connectors.delta._fold_process`), committed with the app
-  transaction ``(<app>.fold, last batch folded)``.
-- In memory: ``ledgers`` as of its last fold, sorted by ledger id, and the rows changed since (the overlay),
-  so versions and rows are looked up without reading Delta.
+- ``ledgers``: one row per ledger, the fold of the changes, partitioned in ``buckets``
+  (``ledger_id % buckets``) and folded in rotation (:meth:`LedgerLog.fold`, ``fold_ticks`` times per
+  ``stream.ledger_fold_interval_s`` in a background thread, each tick rewriting a few of the buckets holding
+  changes, oldest first; from ``FOLD_IN_CHILD_FROM_ROWS`` rows on, computed and written by a child process,
+  :mod:`connectors.delta._fold_process`). Each commit carries the watermark, the last batch every bucket
+  holds, as the app transaction ``(<app>.fold, watermark)``: it advances past a batch once the last bucket
+  holding one of its changes is folded. Files a fold replaced are vacuumed ``vacuum_rounds`` watermark
+  advances later.
+- In memory: ``ledgers`` as of the watermark, sorted by ledger id, and the rows changed since (the
+  overlay), so versions and rows are looked up without reading Delta.
 
 Staleness: :func:`read_current_ledgers` and :func:`read_current_index` (used by ``bkaudit query`` and
 :func:`connectors.delta.tables.read_table`) show every batch the job finished; a reader of the raw
@@ -116,6 +120,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _NO_VERSION = -1
+#: How long ``ledgers`` keeps its commit files once folds vacuum it (a replay reads a few commits back).
+LOG_RETENTION = "interval 1 hours"
 #: From this many rows folded (the base's and the changes'), a fold runs in a process of its own
 #: (:mod:`._fold_process`).
 FOLD_IN_CHILD_FROM_ROWS = 200_000
@@ -659,6 +665,18 @@ class LedgerLog:
             return None, rows, merged
         return folded, rows, merged
 
+    def _keep_log(self, retention: str) -> None:
+        """Have delta-rs drop ``ledgers``' commit files older than ``retention`` at its checkpoints (a fold
+        tick commits some kB of file actions; kept 30 days by default, they would outgrow the table)."""
+        key = "delta.logRetentionDuration"
+        try:
+            table = DeltaTable(table_path(self.root, "ledgers"))
+            if table.metadata().configuration.get(key) != retention:
+                with self.fold_lock:
+                    table.alter.set_table_properties({key: retention}, raise_if_not_exists=False)
+        except Exception:  # an optimisation: the log is then kept as long as delta-rs's default
+            logger.warning("setting the ledgers table's log retention failed", exc_info=True)
+
     def _vacuum_after_round(self) -> None:
         """Delete the ``ledgers`` files no version since the watermark's last ``vacuum_rounds`` advances
         references (a reader or a replay reads those versions; nothing older)."""
@@ -693,6 +711,8 @@ class LedgerLog:
         if interval_s <= 0 or self._folder is not None:
             return
         self.fold_ticks, self.vacuum_rounds = max(1, ticks), max(0, vacuum_rounds)
+        if self.vacuum_rounds:
+            self._keep_log(LOG_RETENTION)
         self._stop_folding.clear()
         self._folder = threading.Thread(
             target=self._fold_loop,
