@@ -62,6 +62,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -203,6 +204,18 @@ def plan_tick(oldest: np.ndarray, through: int, limit: int | None) -> tuple[np.n
     left = ordered[len(chosen) :]
     complete = through if not len(left) else min(through, int(oldest[left].min()) - 1)
     return np.sort(chosen), complete
+
+
+def tick_limit(per_tick: int, seconds: float, period: float, buckets: int) -> int:
+    """How many buckets the next fold tick may rewrite: ``per_tick``, times the ticks' periods the last tick
+    took (``seconds``), so a rotation still takes about one interval when ticks are slow (a starved
+    machine, a snapshot's first folds) and each tick's fixed costs are shared by more buckets.
+
+    Example:
+        >>> tick_limit(26, 0.4, 3.0, 256), tick_limit(26, 7.0, 3.0, 256), tick_limit(26, 90.0, 3.0, 256)
+        (26, 78, 256)
+    """
+    return min(buckets, per_tick * max(1, math.ceil(seconds / period)))
 
 
 def oldest_pending(changes: Sequence[tuple[int, pa.Table]], folded: np.ndarray, buckets: int) -> np.ndarray:
@@ -724,18 +737,20 @@ class LedgerLog:
 
     def _fold_loop(self, interval_s: float) -> None:
         ticks = self.fold_ticks
+        period = interval_s / ticks
         per_tick = -(-self.buckets // ticks)
-        tick = 0
-        while not self._stop_folding.wait(interval_s / ticks):
+        limit, tick = per_tick, 0
+        while not self._stop_folding.wait(period):
             tick += 1
             try:
-                self.last_fold = self.fold(max_buckets=per_tick) or self.last_fold
+                report = self.fold(max_buckets=limit)
             except Exception:  # the changes stay in ledger_changes; the next fold takes them
                 logger.warning(
-                    "folding ledger changes into ledgers failed; retrying in %.1f s",
-                    interval_s / ticks,
-                    exc_info=True,
+                    "folding ledger changes into ledgers failed; retrying in %.1f s", period, exc_info=True
                 )
+            else:
+                self.last_fold = report or self.last_fold
+                limit = tick_limit(per_tick, 0.0 if report is None else report.seconds, period, self.buckets)
             if tick % ticks == 0:  # once per interval, as its inputs change at most that often
                 self._run_after_fold()
 
