@@ -621,6 +621,7 @@ class AuditSink:
         self._index_cleaned_at = now
         try:
             self.ledger_log.clean_index(self.config.index_cleanup_bookies_per_batch)
+            self.ledger_log.vacuum_index()  # once per fold round: the partitions' replaced files
         except Exception:  # an optimisation, like maintenance: never fail a batch for it
             logger.warning(
                 "cleaning old index rows failed (batch %d); trying again later", batch_id, exc_info=True

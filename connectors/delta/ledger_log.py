@@ -254,12 +254,12 @@ class LedgerLog:
         self.vacuum_rounds = 0
         self._bucket_folded = np.full(buckets, _NO_VERSION, np.int64)  # per bucket: last batch in ``ledgers``
         self._reached = _NO_VERSION  # the newest batch any bucket of ``ledgers`` holds
-        self._rebucket = (
-            False  # ``ledgers`` was written with another bucket count: the next fold rewrites all
-        )
-        self._round_versions: list[
-            int
-        ] = []  # ``ledgers`` versions where the watermark advanced, oldest first
+        # ``ledgers`` was written with another bucket count: the next fold rewrites all of it.
+        self._rebucket = False
+        # ``ledgers`` versions where the watermark advanced (oldest first), and ``ledger_bookies``' then.
+        self._round_versions: list[int] = []
+        self._index_round_versions: list[int] = []
+        self._index_vacuumed: list[int] = []  # the latter when the index was last vacuumed
         self._lock = threading.Lock()  # base and overlay
         self.fold_lock = threading.Lock()  # one writer of ``ledgers`` at a time (the fold, maintenance)
         self._base = LEDGERS.schema.empty_table()
@@ -696,6 +696,10 @@ class LedgerLog:
         if self.vacuum_rounds <= 0:
             return
         try:
+            index_version = DeltaTable(table_path(self.root, "ledger_bookies")).version()
+            with self._lock:
+                versions = [*self._index_round_versions, index_version]
+                self._index_round_versions = versions[-self.vacuum_rounds - 1 :]
             table = DeltaTable(table_path(self.root, "ledgers"))
             self._round_versions.append(table.version())
             if len(self._round_versions) <= self.vacuum_rounds:
@@ -707,6 +711,22 @@ class LedgerLog:
             )
         except Exception:  # an optimisation: the periodic maintenance vacuums too
             logger.warning("vacuuming ledgers after a fold round failed", exc_info=True)
+
+    def vacuum_index(self) -> int:
+        """Delete the ``ledger_bookies`` files (appends the cleanup rewrote) that no version since the fold
+        watermark's last ``vacuum_rounds`` advances references, once per advance; returns the files
+        deleted. Runs in the ledger lane's thread, the index's only writer (a vacuum commits too)."""
+        with self._lock:
+            versions = self._index_round_versions
+        if self.vacuum_rounds <= 0 or len(versions) <= self.vacuum_rounds or versions == self._index_vacuumed:
+            return 0
+        table = self._index_table()
+        kept = list(range(versions[0], table.version() + 1))
+        removed = table.vacuum(
+            retention_hours=0, dry_run=False, enforce_retention_duration=False, keep_versions=kept
+        )
+        self._index_vacuumed = versions
+        return len(removed)
 
     def _forget_base_file(self) -> None:
         """The base no longer comes from a file or a table version (a removed file's mapping stays readable

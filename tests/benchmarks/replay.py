@@ -22,8 +22,10 @@ Figures:
   resident memory of the job's Python process (which also holds this benchmark's bookkeeping of the
   changes sent) plus its fold processes (``jvm_rss_peak_mb``: Spark's JVM, for the timers query, apart);
   ``job_bytes_per_ledger``: that peak over ``--ledgers``;
-- ``lakehouse_mb_before`` / ``lakehouse_mb_after``: the lakehouse's size on disk when the changes start and
-  when the last one is applied, plus one fold interval (so the folds of the changes are in it);
+- ``lakehouse_mb_before`` / ``lakehouse_mb_after``: the lakehouse's tables on disk when the changes start
+  and when the last one is applied, plus one fold interval (so the folds of the changes are in it); the
+  fold's scratch (``_fold``: the mapped base of the ledger state, one file) is apart, in
+  ``lakehouse_mb_by_table``;
 - ``changes_mb``: the size of the change records offered (protobuf value plus key, as on Kafka).
 
 Example:
@@ -43,6 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from connectors.delta._fold_process import FOLD_SCRATCH
 from connectors.kafka.publisher import (
     TAIL_RELEASE_IDLE_S,
     TAIL_RELEASE_MAX_INTERVAL_S,
@@ -337,21 +340,30 @@ class RssSampler:
         self.jvm_peak_mb = max(self.jvm_peak_mb, jvm_kb / 1024)
 
 
-def directory_mb(path: Path) -> float:
-    """The size of the files under ``path`` in MB (0 when absent).
+def directory_mb(path: Path, *, skip: tuple[str, ...] = ()) -> float:
+    """The size of the files under ``path`` in MB, without its top-level entries named in ``skip`` (0 when
+    absent).
 
     Example:
         >>> directory_mb(Path("/nonexistent"))
         0.0
     """
     total = 0
-    for folder, _, names in os.walk(path):
+    for folder, folders, names in os.walk(path):
+        if folder == str(path):
+            folders[:] = [name for name in folders if name not in skip]
         for name in names:
             try:
                 total += os.path.getsize(os.path.join(folder, name))
             except OSError:  # removed meanwhile (a vacuum)
                 continue
     return round(total / 1e6, 1)
+
+
+def _by_table(lakehouse: Path) -> dict[str, float]:
+    """MB per directory of the lakehouse (``_fold``: the fold's scratch, the mapped base of the ledger
+    state, one file whatever the churn)."""
+    return {table.name: directory_mb(table) for table in sorted(lakehouse.iterdir()) if table.is_dir()}
 
 
 #: The options that take a list, each value run one after the other (every combination).
@@ -458,7 +470,8 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         figures["sink_helpers_ingest"] = Timers.delta(before_changes, {})
         figures["load_average_before_changes"] = _load()
         figures["machine_probe_ms_before_changes"] = machine_probe_ms()
-        figures["lakehouse_mb_before"] = directory_mb(lakehouse)
+        figures["lakehouse_mb_before"] = directory_mb(lakehouse, skip=(FOLD_SCRATCH,))
+        figures["lakehouse_mb_by_table_before"] = _by_table(lakehouse)
         assert writer.stdin is not None
         writer.stdin.write(b"go\n")
         writer.stdin.flush()
@@ -472,10 +485,8 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         last_applied = max(applied.values(), default=result["finished"])
         time.sleep(args.fold_interval_s)  # one more fold interval: the changes' folds are in the size
         sampler.stop()
-        figures["lakehouse_mb_after"] = directory_mb(lakehouse)
-        figures["lakehouse_mb_by_table"] = {
-            table.name: directory_mb(table) for table in sorted(lakehouse.iterdir()) if table.is_dir()
-        }
+        figures["lakehouse_mb_after"] = directory_mb(lakehouse, skip=(FOLD_SCRATCH,))
+        figures["lakehouse_mb_by_table"] = _by_table(lakehouse)
         figures["changes_mb"] = round(result.get("offered_bytes", 0) / 1e6, 1)
         figures["job_rss_peak_mb"] = round(sampler.job_peak_mb)
         figures["job_rss_scope"] = (

@@ -494,11 +494,20 @@ def test_files_the_folds_replaced_are_vacuumed_after_the_rounds_kept(root):
     log.vacuum_rounds = 2
     path = table_path(root, "ledgers")
     on_disk = []
+    index = Path(table_path(root, "ledger_bookies"))
+    index_files = []
     for batch in range(8):
         record(log, root, batch, [row(i, 100 * batch + i) for i in range(4)])
         log.fold(through=batch)
         on_disk.append(len(list(Path(path).glob("ledger_bucket=*/*.parquet"))))
+        log.clean_index(max_bookies=2)  # the sink's cleanup, then its vacuum of the index
+        log.vacuum_index()
+        index_files.append(len(list(index.glob("bookie=*/*.parquet"))))
     assert on_disk[-1] == on_disk[-2] == on_disk[-3] == 2 * 3  # two buckets' files of the last three rounds
+    assert index_files[-1] == index_files[-2] < 2 * 8  # two bookies: cleaned files gone, not 8 appends each
+    assert sorted(
+        (r["bookie"], r["ledger_id"], r["mzxid"]) for r in read_current_index(root).to_pylist()
+    ) == [(b, i, 700 + i) for b in ("b1", "b2") for i in range(4)]
     current = DeltaTable(path).version()
     for version in range(current - 2, current + 1):  # the versions of the rounds kept are still readable
         assert DeltaTable(path, version=version).to_pyarrow_table().num_rows == 4
