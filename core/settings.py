@@ -549,6 +549,25 @@ class StreamSettings(_Section):
         "(a raw Delta reader of ledgers is at most this plus one fold behind; bkaudit query is not); "
         "0 = only when the job stops",
     )
+    ledger_table_buckets: int = Field(
+        256,
+        ge=1,
+        le=65536,
+        description="partitions of the ledgers table (ledger_bucket = ledger_id modulo this), the unit a "
+        "fold rewrites; a lakehouse written with another count is rewritten whole by the first fold",
+    )
+    ledger_fold_ticks: int = Field(
+        10,
+        ge=1,
+        description="folds per ledger_fold_interval_s, each rewriting at most 1/this of the buckets, those "
+        "holding the oldest changes first: the fold's CPU and bytes are spread over the interval",
+    )
+    ledger_vacuum_rounds: int = Field(
+        3,
+        ge=0,
+        description="files the fold replaced in the ledgers table are deleted once its watermark (every "
+        "bucket folded) advanced this many times since; 0 = only the periodic maintenance (7 days)",
+    )
     ledger_changes_retention_hours: float = Field(
         168.0,
         ge=0,

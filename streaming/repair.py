@@ -123,7 +123,9 @@ def repair(
             if name == "ledgers":
                 if name not in found.damaged:
                     _refuse_to_shrink(name, ledgers_in_changes(root), read_current_ledgers(root).num_rows)
-                report.rebuilt.append(rebuild_ledgers(root, settings.stream.app_id))
+                report.rebuilt.append(
+                    rebuild_ledgers(root, settings.stream.app_id, settings.stream.ledger_table_buckets)
+                )
             elif name == "ledger_bookies":
                 report.rebuilt.append(rebuild_index(root, index))
             elif name == "open_alerts":

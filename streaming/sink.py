@@ -112,6 +112,9 @@ class SinkConfig:
     maintenance_every_batches: int = 0  # compact + vacuum every N batches; 0 = never
     changes_partitions: int = 1  # partitions of the changes topic (snapshot reconciliation per partition)
     ledger_fold_interval_s: float = 0.0  # fold ledger_changes into ledgers this often; 0 = only at close()
+    ledger_table_buckets: int = 256  # partitions of ledgers (core.settings.StreamSettings)
+    ledger_fold_ticks: int = 1  # folds per interval, each rewriting at most 1/this of the buckets
+    ledger_vacuum_rounds: int = 0  # ledgers files vacuumed after this many watermark advances; 0 = never
     ledger_changes_retention_hours: float = 168.0  # folded ledger_changes rows kept this long (maintenance)
     index_cleanup_bookies_per_batch: int = 1  # ledger_bookies partitions cleaned of old versions per run
     index_cleanup_interval_s: float = 5.0  # at least this long between two index cleanups; 0 = every batch
@@ -255,7 +258,7 @@ class AuditSink:
         # afresh reads its log from the last checkpoint: a cost on every batch, growing with the table).
         self.tables = OpenTables(config.lakehouse_root)
         # The ledgers' state: appended per batch, folded into ``ledgers`` in the background, held in memory.
-        self.ledger_log = LedgerLog(config.lakehouse_root, config.app_id)
+        self.ledger_log = LedgerLog(config.lakehouse_root, config.app_id, buckets=config.ledger_table_buckets)
         # After every fold: the relocation plans of the ledgers with an open placement alert.
         self.ledger_log.after_fold = PlacementPlanner(
             config.lakehouse_root, config.placement, self.ledger_log
@@ -307,7 +310,11 @@ class AuditSink:
 
     def start_folding(self) -> None:
         """Fold the ledger changes into ``ledgers`` every ``ledger_fold_interval_s`` in the background."""
-        self.ledger_log.start_folding(self.config.ledger_fold_interval_s)
+        self.ledger_log.start_folding(
+            self.config.ledger_fold_interval_s,
+            ticks=self.config.ledger_fold_ticks,
+            vacuum_rounds=self.config.ledger_vacuum_rounds,
+        )
 
     def close(self) -> None:
         """Fold what is left, then close the clients (also when the fold raises: a lost lease refuses it)."""
@@ -618,6 +625,7 @@ class AuditSink:
         self._index_cleaned_at = now
         try:
             self.ledger_log.clean_index(self.config.index_cleanup_bookies_per_batch)
+            self.ledger_log.vacuum_index()  # once per fold round: the partitions' replaced files
         except Exception:  # an optimisation, like maintenance: never fail a batch for it
             logger.warning(
                 "cleaning old index rows failed (batch %d); trying again later", batch_id, exc_info=True

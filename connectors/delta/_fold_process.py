@@ -7,7 +7,8 @@ process of its own"). Here the child reads what it needs from Delta itself (the 
 after it), folds, commits, and leaves the new folded state as an Arrow file that the job memory-maps: the
 job spends no CPU on a fold, and the child runs at a lower priority and dies with the job.
 
-The fold is the same function wherever it runs (:func:`connectors.delta.tables.fold_rows`);
+A fold is a tick of the rotation (:func:`fold_tick`): it rewrites a few buckets of ``ledgers``, and the
+whole folded state only when the watermark advances. It is the same function wherever it runs;
 :class:`~connectors.delta.ledger_log.LedgerLog` folds small states in its own thread, where a process would
 cost more than the fold.
 
@@ -25,6 +26,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -39,13 +41,19 @@ NICENESS = 10
 class FoldRequest:
     """What the child folds: the state as of ``folded`` (the ``ledgers`` table at ``base_version``, or
     the Arrow file ``base_file`` a previous fold left) and the changes of batches ``folded`` < b <=
-    ``through``; the new state goes to ``out_file``."""
+    ``through``, for the ``chosen`` buckets (None: all) of ``buckets``; the commit records ``complete`` and
+    ``reached`` (:class:`FoldCommit`). With ``out_file``, the state folded through ``complete`` (the base
+    itself when ``complete`` is ``folded``) goes there."""
 
     root: str
     app: str
     folded: int
     through: int
-    out_file: str
+    out_file: str | None
+    buckets: int
+    complete: int
+    reached: int
+    chosen: list[int] | None = None
     base_file: str | None = None
     base_version: int | None = None
 
@@ -68,12 +76,96 @@ PLAIN_COLUMNS = (
 )
 
 
-def write_fold(root: str | Path, app: str, folded: pa.Table, latest: pa.Table, through: int) -> bool:
-    """Commit the folded state as the new version of ``ledgers``: the partitions ``latest`` falls in,
-    overwritten with their folded rows, with the app transaction ``(app, through)``. False when ``ledgers``
-    already holds that fold (a replay after a crash). The base is the table as of its last fold, so this
-    equals merging the changes without reading and joining the table (0.4 s against 2.0 s for 300 k changes
-    into 1 M rows); a MERGE would rewrite the same files."""
+def with_buckets(rows: pa.Table, buckets: int) -> pa.Table:
+    """``rows`` with ``ledger_bucket`` set to ``ledger_id % buckets`` (the partition a row belongs in).
+
+    Example:
+        >>> rows = pa.table({"ledger_id": [5, 18], "ledger_bucket": pa.array([5, 2], pa.int32())})
+        >>> with_buckets(rows, 16).column("ledger_bucket").to_pylist()
+        [5, 2]
+    """
+    at = rows.schema.get_field_index("ledger_bucket")
+    ids = rows.column("ledger_id").to_numpy() if rows.num_rows else np.empty(0, np.int64)
+    bucket = pa.array((ids % buckets).astype(np.int32), pa.int32())
+    return rows.set_column(at, rows.schema.field(at), bucket)
+
+
+def in_buckets(rows: pa.Table, chosen: np.ndarray, buckets: int) -> pa.Table:
+    """The rows of ``rows`` whose ledger falls in one of the ``chosen`` buckets (of ``buckets``).
+
+    Example:
+        >>> in_buckets(pa.table({"ledger_id": [1, 2, 5]}), np.array([1]), 4).column("ledger_id").to_pylist()
+        [1, 5]
+    """
+    if not rows.num_rows:
+        return rows
+    ids = rows.column("ledger_id").to_numpy()
+    return rows.filter(pa.array(np.isin(ids % buckets, chosen)))
+
+
+@dataclass(frozen=True)
+class FoldTick:
+    """What one fold tick writes and keeps: the folded rows of the ``chosen`` buckets (through the tick's
+    last batch), and the new in-memory base (folded through ``complete``; None: the base stays)."""
+
+    slice_rows: pa.Table
+    new_base: pa.Table | None
+    merged_rows: int
+
+
+def fold_tick(
+    base: pa.Table,
+    changes: pa.Table,
+    *,
+    chosen: np.ndarray,
+    buckets: int,
+    complete: int | None,
+) -> FoldTick:
+    """One tick of the rotation: ``base`` (folded through some batch) and ``changes`` (with ``batch_id``,
+    every batch after the base's up to the tick's last) folded for the ``chosen`` buckets only, and, when
+    ``complete`` is given, the whole base folded through batch ``complete``. Folding a bucket again with
+    changes it already holds gives the same rows (the newest change per ledger wins), so a bucket folded
+    ahead of the base needs no changes of its own.
+
+    Example:
+        >>> from connectors.delta.tables import LEDGERS
+        >>> base = LEDGERS.schema.empty_table()
+        >>> changes = pa.Table.from_pylist([{"ledger_id": i, "mzxid": 1} for i in (1, 2, 3)],
+        ...     schema=LEDGERS.schema).append_column("batch_id", pa.array([0, 0, 1], pa.int64()))
+        >>> tick = fold_tick(base, changes, chosen=np.array([1]), buckets=2, complete=0)
+        >>> tick.slice_rows.column("ledger_id").to_pylist(), tick.new_base.column("ledger_id").to_pylist()
+        ([1, 3], [1, 2])
+    """
+    from connectors.delta.tables import fold_rows
+
+    mine = in_buckets(changes, chosen, buckets)
+    slice_rows, latest = fold_rows(in_buckets(base, chosen, buckets), [mine], order_by="batch_id")
+    new_base = None
+    if complete is not None:
+        through = changes.filter(pc.less_equal(changes.column("batch_id"), complete))
+        new_base = with_buckets(fold_rows(base, [through], order_by="batch_id")[0], buckets)
+    return FoldTick(with_buckets(slice_rows, buckets), new_base, latest.num_rows)
+
+
+@dataclass(frozen=True)
+class FoldCommit:
+    """What a fold commit records: the batches every bucket holds (``complete``, the app transaction; -1:
+    not all of batch 0 yet), the newest batch any bucket holds (``reached``), the bucket count, and the
+    buckets overwritten (None: the whole table, as after a change of the bucket count)."""
+
+    complete: int
+    reached: int
+    buckets: int
+    chosen: tuple[int, ...] | None
+
+
+def write_fold(root: str | Path, app: str, rows: pa.Table, commit: FoldCommit) -> bool:
+    """Commit ``rows`` (the folded rows of the ``commit.chosen`` buckets, or of every ledger) as the new
+    version of ``ledgers``: those partitions overwritten, with the app transaction ``(app,
+    commit.complete)``. False when ``ledgers`` already holds every batch through ``commit.reached`` (a
+    replay after a crash). The rows come from the table as of a fold plus the changes since, so this equals
+    merging the changes without reading and joining the table (0.4 s against 2.0 s for 300 k changes into
+    1 M rows); a MERGE would rewrite the same files."""
     from deltalake import (
         ColumnProperties,
         CommitProperties,
@@ -83,33 +175,39 @@ def write_fold(root: str | Path, app: str, folded: pa.Table, latest: pa.Table, t
         write_deltalake,
     )
 
-    from connectors.delta.tables import APP_METADATA_KEY, FOLD_METADATA_KEY, LEDGER_BUCKETS, table_path
+    from connectors.delta.tables import (
+        APP_METADATA_KEY,
+        FOLD_BUCKETS_KEY,
+        FOLD_METADATA_KEY,
+        FOLD_REACHED_KEY,
+        table_path,
+    )
 
     ledgers = DeltaTable(table_path(root, "ledgers"))
     done = ledgers.transaction_version(app)
-    if done is not None and done >= through:
+    if done is not None and done >= commit.reached:
         return False
-    changed_buckets = latest.column("ledger_bucket")
-    buckets = pc.unique(changed_buckets).drop_null().to_pylist()
     predicate = None
-    if changed_buckets.null_count == 0 and len(buckets) < LEDGER_BUCKETS:
-        folded = folded.filter(pc.is_in(folded.column("ledger_bucket"), pa.array(buckets, pa.int32())))
-        predicate = f"ledger_bucket IN ({', '.join(str(b) for b in sorted(buckets))})"
-    commit = CommitProperties(
-        custom_metadata={FOLD_METADATA_KEY: str(through), APP_METADATA_KEY: app},
-        app_transactions=[Transaction(app, through)],
-    )
+    if commit.chosen is not None:
+        predicate = f"ledger_bucket IN ({', '.join(str(b) for b in sorted(commit.chosen))})"
+    metadata = {
+        FOLD_METADATA_KEY: str(commit.complete),
+        FOLD_REACHED_KEY: str(commit.reached),
+        FOLD_BUCKETS_KEY: str(commit.buckets),
+        APP_METADATA_KEY: app,
+    }
+    transactions = [Transaction(app, commit.complete)] if commit.complete >= 0 else None
     plain = ColumnProperties(dictionary_enabled=False)
     properties = WriterProperties(
         compression="SNAPPY",  # delta-rs's default, which a WriterProperties without it would drop
-        column_properties={name: plain for name in PLAIN_COLUMNS if name in folded.column_names},
+        column_properties={name: plain for name in PLAIN_COLUMNS if name in rows.column_names},
     )
     write_deltalake(
         ledgers,
-        folded.to_reader(max_chunksize=WRITE_BATCH_ROWS),
+        rows.to_reader(max_chunksize=WRITE_BATCH_ROWS),
         mode="overwrite",
         predicate=predicate,
-        commit_properties=commit,
+        commit_properties=CommitProperties(custom_metadata=metadata, app_transactions=transactions),
         writer_properties=properties,
     )
     return True
@@ -119,7 +217,10 @@ def fold_in_child(request: FoldRequest) -> tuple[int, bool]:
     """Run the fold ``request`` describes in a child process and wait for it; returns the ledger rows it
     merged and whether it committed (False: ``ledgers`` already held it). Raises ``RuntimeError`` with the
     child's last words when it fails."""
-    request_file = Path(request.out_file).with_suffix(".request.json")
+    from connectors import storage
+
+    scratch = storage.local_scratch(request.root, FOLD_SCRATCH)  # on this host's disk, also for a remote root
+    request_file = scratch / f"{request.app}-{request.through}.request.json"
     request_file.write_text(json.dumps(asdict(request)))
     try:
         done = subprocess.run(
@@ -167,7 +268,7 @@ def _run(request: FoldRequest) -> dict[str, object]:
     from deltalake import DeltaTable
 
     from connectors.delta.scan import scan
-    from connectors.delta.tables import LEDGERS, conform_to, fold_rows, table_path
+    from connectors.delta.tables import LEDGERS, conform_to, table_path
 
     ledgers_path = table_path(request.root, "ledgers")
     if request.base_file is not None:
@@ -178,10 +279,21 @@ def _run(request: FoldRequest) -> dict[str, object]:
         )
     where = [("batch_id", ">", request.folded), ("batch_id", "<=", request.through)]
     changes = scan(DeltaTable(table_path(request.root, "ledger_changes")), where)
-    folded, latest = fold_rows(base, [changes], order_by="batch_id")
-    write_arrow_file(request.out_file, folded)
-    merged = write_fold(request.root, request.app, folded, latest, request.through)
-    return {"rows": latest.num_rows, "merged": merged}
+    every = np.arange(request.buckets)
+    advance = request.out_file is not None and request.complete > request.folded
+    tick = fold_tick(
+        base,
+        changes,
+        chosen=every if request.chosen is None else np.array(request.chosen),
+        buckets=request.buckets,
+        complete=request.complete if advance else None,
+    )
+    if request.out_file is not None:
+        write_arrow_file(request.out_file, base if tick.new_base is None else tick.new_base)
+    chosen = None if request.chosen is None else tuple(request.chosen)
+    commit = FoldCommit(request.complete, request.reached, request.buckets, chosen)
+    merged = write_fold(request.root, request.app, tick.slice_rows, commit)
+    return {"rows": tick.merged_rows, "merged": merged}
 
 
 def main(argv: list[str]) -> None:

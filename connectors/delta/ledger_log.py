@@ -17,12 +17,16 @@ batch. The layout instead (docs/journal.md, "Ledger state without a MERGE per ba
   are in the table; after a crash the versions not appended are found again from ``ledger_changes``. Rows
   of older versions stay until :meth:`LedgerLog.clean_index` removes them; every reader keeps only the
   rows of a ledger's current version.
-- ``ledgers``: one row per ledger, the fold of the changes (:meth:`LedgerLog.fold`, every
-  ``stream.ledger_fold_interval_s`` in a background thread; from ``FOLD_IN_CHILD_FROM_ROWS`` rows on,
-  computed and written by a child process, :mod:`connectors.delta._fold_process`), committed with the app
-  transaction ``(<app>.fold, last batch folded)``.
-- In memory: ``ledgers`` as of its last fold, sorted by ledger id, and the rows changed since (the overlay),
-  so versions and rows are looked up without reading Delta.
+- ``ledgers``: one row per ledger, the fold of the changes, partitioned in ``buckets``
+  (``ledger_id % buckets``) and folded in rotation (:meth:`LedgerLog.fold`, ``fold_ticks`` times per
+  ``stream.ledger_fold_interval_s`` in a background thread, each tick rewriting a few of the buckets holding
+  changes, oldest first; from ``FOLD_IN_CHILD_FROM_ROWS`` rows on, computed and written by a child process,
+  :mod:`connectors.delta._fold_process`). Each commit carries the watermark, the last batch every bucket
+  holds, as the app transaction ``(<app>.fold, watermark)``: it advances past a batch once the last bucket
+  holding one of its changes is folded. Files a fold replaced are vacuumed ``vacuum_rounds`` watermark
+  advances later.
+- In memory: ``ledgers`` as of the watermark, sorted by ledger id, and the rows changed since (the
+  overlay), so versions and rows are looked up without reading Delta.
 
 Staleness: :func:`read_current_ledgers` and :func:`read_current_index` (used by ``bkaudit query`` and
 :func:`connectors.delta.tables.read_table`) show every batch the job finished; a reader of the raw
@@ -58,6 +62,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -74,9 +79,12 @@ from deltalake import DeltaTable, write_deltalake
 from connectors import storage
 from connectors.delta._fold_process import (
     FOLD_SCRATCH,
+    FoldCommit,
     FoldRequest,
     fold_in_child,
+    fold_tick,
     read_arrow_file,
+    with_buckets,
     write_arrow_file,
     write_fold,
 )
@@ -84,14 +92,15 @@ from connectors.delta.scan import scan, scan_partitions
 from connectors.delta.tables import (
     APP_METADATA_KEY,
     FOLD_METADATA_KEY,
+    FOLD_REACHED_KEY,
     LEDGER_BOOKIES,
+    LEDGER_BUCKETS,
     LEDGER_CHANGES,
     LEDGERS,
     BatchWriter,
     OpenTables,
     conform_to,
     current_rows,
-    fold_rows,
     index_rows_of_versions,
     index_rows_on,
     of_current_versions,
@@ -113,6 +122,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _NO_VERSION = -1
+#: How long ``ledgers`` keeps its commit files once folds vacuum it (a replay reads a few commits back).
+LOG_RETENTION = "interval 1 hours"
 #: From this many rows folded (the base's and the changes'), a fold runs in a process of its own
 #: (:mod:`._fold_process`).
 FOLD_IN_CHILD_FROM_ROWS = 200_000
@@ -130,30 +141,101 @@ def fold_app(app_id: str) -> str:
 
 @dataclass(frozen=True)
 class FoldReport:
-    """One fold: the batches it covered, the ledger rows merged, and its seconds."""
+    """One fold (a tick of the rotation): the last batch it folded into the buckets it rewrote, the ledger
+    rows merged, its seconds, the buckets rewritten, and the batch every bucket now holds (``complete``,
+    the watermark readers and a restart rely on)."""
 
     through: int
     rows: int
     seconds: float
     merged: bool  # False: ``ledgers`` already held it (a replay after a crash), only memory was updated
+    buckets: int = 0
+    complete: int = _NO_VERSION
 
 
-def _fold_version_before(table: DeltaTable, app: str, batch_id: int) -> tuple[int, int]:
-    """The newest version of ``ledgers`` whose folds cover only batches before ``batch_id``, and the last
-    batch folded in it (-1: none). For a replay of a batch a fold already covered (a fold at a stop, then a
-    crash before Spark recorded the batch done)."""
+def _fold_marks(commit: Mapping[str, Any]) -> tuple[int, int]:
+    """A fold commit's watermark (every bucket holds the batches through it) and the newest batch any bucket
+    holds (the same before folds ran in rotation)."""
+    complete = int(commit.get(FOLD_METADATA_KEY, _NO_VERSION))
+    return complete, int(commit.get(FOLD_REACHED_KEY, complete))
+
+
+def _last_fold_marks(table: DeltaTable, app: str) -> tuple[int, int]:
+    """The watermark and the newest batch folded of ``app``'s last fold among the last 200 commits (-1:
+    none)."""
+    for commit in table.history(200):
+        if commit.get(APP_METADATA_KEY) == app:
+            return _fold_marks(commit)
+    return _NO_VERSION, _NO_VERSION
+
+
+def _fold_version_before(table: DeltaTable, app: str, batch_id: int) -> tuple[int, int, int]:
+    """The newest version of ``ledgers`` whose folds hold only batches before ``batch_id`` in every bucket,
+    its watermark and newest batch folded (-1: none). For a replay of a batch a fold already covered (a
+    fold at a stop, then a crash before Spark recorded the batch done)."""
     oldest_covering: int | None = None
     for commit in table.history(200):
         if commit.get(APP_METADATA_KEY) != app:
             continue
-        through = int(commit.get(FOLD_METADATA_KEY, -1))
+        complete, reached = _fold_marks(commit)
         version = int(commit["version"])
-        if through < batch_id:
-            return version, through
+        if reached < batch_id:
+            return version, complete, reached
         oldest_covering = version
     if oldest_covering is None:
         raise RuntimeError(f"ledgers: no fold of {app} before batch {batch_id} in the last 200 commits")
-    return oldest_covering - 1, _NO_VERSION
+    return oldest_covering - 1, _NO_VERSION, _NO_VERSION
+
+
+def plan_tick(oldest: np.ndarray, through: int, limit: int | None) -> tuple[np.ndarray, int]:
+    """Which buckets a fold tick rewrites and the watermark after it: ``oldest`` holds, per bucket, the
+    oldest batch it has not folded (-1: none pending); the tick takes up to ``limit`` of the pending
+    buckets (all when None), oldest first, folds them through batch ``through``, and every bucket then
+    holds every batch before the oldest one still pending.
+
+    Example:
+        >>> plan_tick(np.array([4, -1, 2, 3]), through=6, limit=2)
+        (array([2, 3]), 3)
+        >>> plan_tick(np.array([4, -1, 2, 3]), through=6, limit=None)
+        (array([0, 2, 3]), 6)
+    """
+    pending = np.flatnonzero(oldest >= 0)
+    ordered = pending[np.lexsort((pending, oldest[pending]))]
+    chosen = ordered if limit is None else ordered[:limit]
+    left = ordered[len(chosen) :]
+    complete = through if not len(left) else min(through, int(oldest[left].min()) - 1)
+    return np.sort(chosen), complete
+
+
+def tick_limit(per_tick: int, seconds: float, period: float, buckets: int) -> int:
+    """How many buckets the next fold tick may rewrite: ``per_tick``, times the ticks' periods the last tick
+    took (``seconds``), so a rotation still takes about one interval when ticks are slow (a starved
+    machine, a snapshot's first folds) and each tick's fixed costs are shared by more buckets.
+
+    Example:
+        >>> tick_limit(26, 0.4, 3.0, 256), tick_limit(26, 7.0, 3.0, 256), tick_limit(26, 90.0, 3.0, 256)
+        (26, 78, 256)
+    """
+    return min(buckets, per_tick * max(1, math.ceil(seconds / period)))
+
+
+def oldest_pending(changes: Sequence[tuple[int, pa.Table]], folded: np.ndarray, buckets: int) -> np.ndarray:
+    """Per bucket, the oldest batch among ``changes`` (batch id, rows; oldest first) with a row in it that
+    the bucket has not folded yet (``folded``: the last batch each bucket holds); -1 where there is none.
+
+    Example:
+        >>> rows = lambda *ids: pa.table({"ledger_id": list(ids)})
+        >>> oldest_pending([(3, rows(1, 2)), (4, rows(0, 1))], np.array([-1, 3, -1]), 3).tolist()
+        [4, 4, 3]
+    """
+    oldest = np.full(buckets, _NO_VERSION, np.int64)
+    for batch, rows in reversed(changes):  # newest first: an older batch overwrites
+        if not rows.num_rows:
+            continue
+        hit = np.unique(rows.column("ledger_id").to_numpy() % buckets)
+        hit = hit[folded[hit] < batch]
+        oldest[hit] = batch
+    return oldest
 
 
 class LedgerLog:
@@ -162,9 +244,23 @@ class LedgerLog:
     Thread-safe: the ledger lane records and reads, the loss owner reads versions, the fold thread folds.
     """
 
-    def __init__(self, root: str | Path, app_id: str) -> None:
+    def __init__(self, root: str | Path, app_id: str, *, buckets: int = LEDGER_BUCKETS) -> None:
         self.root = str(root)
         self.app_id = app_id
+        #: Partitions of ``ledgers`` (``ledger_bucket = ledger_id % buckets``).
+        self.buckets = buckets
+        #: Fold ticks per fold interval: each rewrites at most ``ceil(buckets / fold_ticks)`` buckets.
+        self.fold_ticks = 1
+        #: Files the folds replaced are deleted once the watermark advanced this often since (0: never here).
+        self.vacuum_rounds = 0
+        self._bucket_folded = np.full(buckets, _NO_VERSION, np.int64)  # per bucket: last batch in ``ledgers``
+        self._reached = _NO_VERSION  # the newest batch any bucket of ``ledgers`` holds
+        # ``ledgers`` was written with another bucket count: the next fold rewrites all of it.
+        self._rebucket = False
+        # ``ledgers`` versions where the watermark advanced (oldest first), and ``ledger_bookies``' then.
+        self._round_versions: list[int] = []
+        self._index_round_versions: list[int] = []
+        self._index_vacuumed: list[int] = []  # the latter when the index was last vacuumed
         self._lock = threading.Lock()  # base and overlay
         self.fold_lock = threading.Lock()  # one writer of ``ledgers`` at a time (the fold, maintenance)
         self._base = LEDGERS.schema.empty_table()
@@ -227,7 +323,7 @@ class LedgerLog:
         of the batches between that fold and ``batch_id``. Already open at a fold before ``batch_id``, only
         the changes of ``batch_id`` and later (a replayed batch's first attempt) are forgotten."""
         with self._lock:
-            if self._opened and self._folded_through < batch_id:
+            if self._opened and self._reached < batch_id:
                 if any(b >= batch_id for b, _ in self._overlay):  # a replay: forget its first attempt
                     self._overlay = [(b, rows) for b, rows in self._overlay if b < batch_id]
                     self._latest = _OverlayIndex.of(self._overlay)
@@ -239,10 +335,17 @@ class LedgerLog:
         app = fold_app(self.app_id)
         folded = ledgers.transaction_version(app)
         folded = _NO_VERSION if folded is None else int(folded)
-        if folded >= batch_id:
-            version, folded = _fold_version_before(ledgers, app, batch_id)
+        reached = max(folded, _last_fold_marks(ledgers, app)[1])
+        if reached >= batch_id:
+            version, folded, reached = _fold_version_before(ledgers, app, batch_id)
             ledgers = DeltaTable(table_path(self.root, "ledgers"), version=version)
         base = sorted_by_id(conform_to(ledgers.to_pyarrow_table(), LEDGERS.schema))
+        rebucket = _other_buckets(base, self.buckets)
+        if rebucket:
+            logger.info(
+                "ledgers: written with another bucket count; the next fold rewrites it in %d buckets",
+                self.buckets,
+            )
         base_version = ledgers.version()
         changes = scan(
             DeltaTable(table_path(self.root, "ledger_changes")),
@@ -264,6 +367,8 @@ class LedgerLog:
             self._latest = _OverlayIndex.of(self._overlay)
             self._changes += 1
             self._folded_through = folded
+            self._bucket_folded = np.full(self.buckets, folded, np.int64)
+            self._reached, self._rebucket, self._round_versions = max(reached, folded), rebucket, []
             self._foldable_through = batch_id - 1
             self._recorded_through = batch_id - 1
             # A fold never passes the index's last append (so a fold is a lower bound: an index written
@@ -390,6 +495,7 @@ class LedgerLog:
         table = pa.Table.from_pylist(list(rows), schema=LEDGERS.schema)
         if versions is not None and versions.num_rows:
             table = pa.concat_tables([table, conform_to(versions, LEDGERS.schema)])
+        table = with_buckets(table, self.buckets)
         batch = writer.batch_id
         changes = table.append_column(
             LEDGER_CHANGES.schema.field("batch_id"), pa.array(np.full(table.num_rows, batch, np.int64))
@@ -450,57 +556,191 @@ class LedgerLog:
             self._foldable_through = max(self._foldable_through, batch_id - 1)
 
     # -- folding --------------------------------------------------------------------------------------------
-    def fold(self, through: int | None = None) -> FoldReport | None:
+    def fold(self, through: int | None = None, *, max_buckets: int | None = None) -> FoldReport | None:
         """Fold the changes of the batches up to ``through`` (default: the last one Spark recorded done)
-        into ``ledgers`` and into the in-memory base; None when there is nothing to fold. A fold of at
-        least ``fold_in_child_from_rows`` rows (the base's and the changes') runs in a process of its own
-        (:mod:`._fold_process`): the first fold after a snapshot has an empty base and a million changes."""
+        into ``ledgers``: up to ``max_buckets`` of the buckets holding changes not folded yet, oldest
+        first (all when None: every batch through ``through`` is then folded), rewritten through
+        ``through``. The watermark (every bucket holds every batch through it; the app transaction
+        ``(<app>.fold, watermark)``) advances past a batch only once the last bucket holding one of its
+        changes is folded; the in-memory base then takes the changes through it. None when there is
+        nothing to fold. A fold of at least ``fold_in_child_from_rows`` rows (the base's and the
+        changes') runs in a process of its own (:mod:`._fold_process`)."""
         with self.fold_lock:
             started = time.monotonic()
             with self._lock:
                 through = self._foldable_through if through is None else through
                 through = min(through, self._index_through)  # a folded ledger's rows are in the index
-                tables = [rows for b, rows in self._overlay if b <= through]
+                tables = [(b, rows) for b, rows in self._overlay if b <= through]
                 base, folded_before = self._base, self._folded_through
+                done, rebucket = self._bucket_folded.copy(), self._rebucket
             if not tables:
                 return None
-            self.write_check()
-            if base.num_rows + sum(rows.num_rows for rows in tables) >= self.fold_in_child_from_rows:
-                folded, rows, written = self._fold_in_child(base, folded_before, through)
-            else:
-                folded, latest = fold_rows(base, tables)
-                written = write_fold(self.root, fold_app(self.app_id), folded, latest, through)
-                rows = latest.num_rows
-                self._forget_base_file()
-            self._swap_base(folded, through)
-            report = FoldReport(through, rows, round(time.monotonic() - started, 3), written)
-        logger.debug("folded %d ledger rows through batch %d in %.3f s", report.rows, through, report.seconds)
+            oldest = oldest_pending(tables, done, self.buckets)
+            chosen, complete = plan_tick(oldest, through, None if rebucket else max_buckets)
+            if rebucket:
+                chosen = np.arange(self.buckets)
+            reached = max(self._reached, through) if len(chosen) else self._reached
+            whole = rebucket or len(chosen) == self.buckets
+            commit = FoldCommit(complete, reached, self.buckets, None if whole else tuple(chosen.tolist()))
+            new_base, rows, written = None, 0, False
+            if len(chosen):
+                self.write_check()
+                if base.num_rows + sum(t.num_rows for _, t in tables) >= self.fold_in_child_from_rows:
+                    new_base, rows, written = self._fold_in_child(base, folded_before, through, commit)
+                else:
+                    new_base, rows, written = self._fold_here(base, folded_before, tables, chosen, commit)
+            elif complete > folded_before:  # every change is in a bucket folded ahead: memory catches up
+                catch_up = FoldCommit(complete, reached, self.buckets, ())
+                new_base = self._fold_here(base, folded_before, tables, chosen, catch_up, write=False)[0]
+            self._after_tick(chosen, through, reached, complete, new_base)
+            report = FoldReport(
+                through, rows, round(time.monotonic() - started, 3), written, len(chosen), complete
+            )
+        logger.debug(
+            "folded %d ledger rows of %d buckets through batch %d (watermark %d) in %.3f s",
+            report.rows,
+            report.buckets,
+            through,
+            complete,
+            report.seconds,
+        )
         return report
 
-    def _fold_in_child(self, base: pa.Table, folded_before: int, through: int) -> tuple[pa.Table, int, bool]:
-        """The fold by a child process: it reads the base from where this one came from (the Arrow file of
+    def _fold_here(
+        self,
+        base: pa.Table,
+        folded_before: int,
+        tables: Sequence[tuple[int, pa.Table]],
+        chosen: np.ndarray,
+        commit: FoldCommit,
+        *,
+        write: bool = True,
+    ) -> tuple[pa.Table | None, int, bool]:
+        """A tick in this process: the chosen buckets written (with ``write``), and the new base when the
+        watermark advances."""
+        batch_type = LEDGER_CHANGES.schema.field("batch_id")
+        changes = pa.concat_tables(
+            [
+                rows.append_column(batch_type, pa.array(np.full(rows.num_rows, b), pa.int64()))
+                for b, rows in tables
+            ]
+        )
+        advance = commit.complete if commit.complete > folded_before else None
+        tick = fold_tick(base, changes, chosen=chosen, buckets=self.buckets, complete=advance)
+        written = write and write_fold(self.root, fold_app(self.app_id), tick.slice_rows, commit)
+        if tick.new_base is not None:
+            self._forget_base_file()
+        return tick.new_base, tick.merged_rows, written
+
+    def _after_tick(
+        self, chosen: np.ndarray, through: int, reached: int, complete: int, new_base: pa.Table | None
+    ) -> None:
+        """Record what a tick folded; with a new base, the changes it holds leave the overlay."""
+        with self._lock:
+            self._bucket_folded[chosen] = np.maximum(self._bucket_folded[chosen], through)
+            if self._rebucket and len(chosen) == self.buckets:
+                self._rebucket = False
+            self._reached = max(self._reached, reached)
+            if new_base is not None and complete > self._folded_through:
+                self._set_base(new_base)
+                self._overlay = [(b, rows) for b, rows in self._overlay if b > complete]
+                self._latest = _OverlayIndex.of(self._overlay)
+                self._folded_through = complete
+                advanced = True
+            else:
+                advanced = False
+        if advanced:
+            self._vacuum_after_round()
+
+    def _fold_in_child(
+        self, base: pa.Table, folded_before: int, through: int, commit: FoldCommit
+    ) -> tuple[pa.Table | None, int, bool]:
+        """The tick by a child process: it reads the base from where this one came from (the Arrow file of
         the last child's fold, or ``ledgers`` at the version it was loaded from) and the changes from
-        ``ledger_changes``, commits, and leaves the new base in a file mapped here without a copy."""
+        ``ledger_changes``, commits, and, when the watermark advances (or the base came from a table
+        version), leaves the new base in a file mapped here without a copy."""
         scratch = storage.local_scratch(self.root, FOLD_SCRATCH)
         scratch.mkdir(exist_ok=True)
         if self._base_file is None and self._base_version is None:  # folded here before: hand it over
             self._base_file = scratch / f"{self.app_id}-{folded_before}.arrow"
             write_arrow_file(self._base_file, base)
-        out = scratch / f"{self.app_id}-{through}.arrow"
+        out = None
+        if commit.complete > folded_before or self._base_file is None:
+            out = scratch / f"{self.app_id}-{max(commit.complete, folded_before)}.arrow"
         request = FoldRequest(
             root=str(self.root),
             app=fold_app(self.app_id),
             folded=folded_before,
             through=through,
-            out_file=str(out),
+            out_file=None if out is None else str(out),
+            buckets=self.buckets,
+            complete=commit.complete,
+            reached=commit.reached,
+            chosen=None if commit.chosen is None else list(commit.chosen),
             base_file=None if self._base_file is None else str(self._base_file),
             base_version=self._base_version,
         )
         rows, merged = fold_in_child(request)
+        if out is None:
+            return None, rows, merged
         folded = read_arrow_file(out)
         self._forget_base_file()
         self._base_file = out
+        if commit.complete <= folded_before:  # the same base, now from a file: nothing leaves the overlay
+            with self._lock:
+                self._set_base(folded)
+            return None, rows, merged
         return folded, rows, merged
+
+    def _keep_log(self, retention: str) -> None:
+        """Have delta-rs drop ``ledgers``' commit files older than ``retention`` at its checkpoints (a fold
+        tick commits some kB of file actions; kept 30 days by default, they would outgrow the table)."""
+        key = "delta.logRetentionDuration"
+        try:
+            table = DeltaTable(table_path(self.root, "ledgers"))
+            if table.metadata().configuration.get(key) != retention:
+                with self.fold_lock:
+                    table.alter.set_table_properties({key: retention}, raise_if_not_exists=False)
+        except Exception:  # an optimisation: the log is then kept as long as delta-rs's default
+            logger.warning("setting the ledgers table's log retention failed", exc_info=True)
+
+    def _vacuum_after_round(self) -> None:
+        """Delete the ``ledgers`` files no version since the watermark's last ``vacuum_rounds`` advances
+        references (a reader or a replay reads those versions; nothing older)."""
+        if self.vacuum_rounds <= 0:
+            return
+        try:
+            index_version = DeltaTable(table_path(self.root, "ledger_bookies")).version()
+            with self._lock:
+                versions = [*self._index_round_versions, index_version]
+                self._index_round_versions = versions[-self.vacuum_rounds - 1 :]
+            table = DeltaTable(table_path(self.root, "ledgers"))
+            self._round_versions.append(table.version())
+            if len(self._round_versions) <= self.vacuum_rounds:
+                return
+            del self._round_versions[: -self.vacuum_rounds - 1]
+            kept = list(range(self._round_versions[0], table.version() + 1))
+            table.vacuum(
+                retention_hours=0, dry_run=False, enforce_retention_duration=False, keep_versions=kept
+            )
+        except Exception:  # an optimisation: the periodic maintenance vacuums too
+            logger.warning("vacuuming ledgers after a fold round failed", exc_info=True)
+
+    def vacuum_index(self) -> int:
+        """Delete the ``ledger_bookies`` files (appends the cleanup rewrote) that no version since the fold
+        watermark's last ``vacuum_rounds`` advances references, once per advance; returns the files
+        deleted. Runs in the ledger lane's thread, the index's only writer (a vacuum commits too)."""
+        with self._lock:
+            versions = self._index_round_versions
+        if self.vacuum_rounds <= 0 or len(versions) <= self.vacuum_rounds or versions == self._index_vacuumed:
+            return 0
+        table = self._index_table()
+        kept = list(range(versions[0], table.version() + 1))
+        removed = table.vacuum(
+            retention_hours=0, dry_run=False, enforce_retention_duration=False, keep_versions=kept
+        )
+        self._index_vacuumed = versions
+        return len(removed)
 
     def _forget_base_file(self) -> None:
         """The base no longer comes from a file or a table version (a removed file's mapping stays readable
@@ -509,18 +749,17 @@ class LedgerLog:
             self._base_file.unlink(missing_ok=True)
         self._base_file, self._base_version = None, None
 
-    def _swap_base(self, folded: pa.Table, through: int) -> None:
-        with self._lock:
-            self._set_base(folded)
-            self._overlay = [(b, rows) for b, rows in self._overlay if b > through]
-            self._latest = _OverlayIndex.of(self._overlay)
-            self._folded_through = through
-
-    def start_folding(self, interval_s: float) -> None:
-        """Fold every ``interval_s`` in a daemon thread (off the ledger lane's batches) until
-        :meth:`stop_folding`."""
+    def start_folding(self, interval_s: float, *, ticks: int = 1, vacuum_rounds: int = 0) -> None:
+        """Fold in a daemon thread (off the ledger lane's batches) until :meth:`stop_folding`: ``ticks``
+        times per ``interval_s``, each tick rewriting at most ``ceil(buckets / ticks)`` of the buckets
+        holding changes, oldest first, so every changed bucket is folded within about ``interval_s`` and
+        the work is spread over it. Files the folds replaced are deleted once the watermark advanced
+        ``vacuum_rounds`` times since (0: left to the periodic maintenance)."""
         if interval_s <= 0 or self._folder is not None:
             return
+        self.fold_ticks, self.vacuum_rounds = max(1, ticks), max(0, vacuum_rounds)
+        if self.vacuum_rounds:
+            self._keep_log(LOG_RETENTION)
         self._stop_folding.clear()
         self._folder = threading.Thread(
             target=self._fold_loop,
@@ -531,16 +770,23 @@ class LedgerLog:
         self._folder.start()
 
     def _fold_loop(self, interval_s: float) -> None:
-        while not self._stop_folding.wait(interval_s):
+        ticks = self.fold_ticks
+        period = interval_s / ticks
+        per_tick = -(-self.buckets // ticks)
+        limit, tick = per_tick, 0
+        while not self._stop_folding.wait(period):
+            tick += 1
             try:
-                self.last_fold = self.fold() or self.last_fold
+                report = self.fold(max_buckets=limit)
             except Exception:  # the changes stay in ledger_changes; the next fold takes them
                 logger.warning(
-                    "folding ledger changes into ledgers failed; retrying in %.0f s",
-                    interval_s,
-                    exc_info=True,
+                    "folding ledger changes into ledgers failed; retrying in %.1f s", period, exc_info=True
                 )
-            self._run_after_fold()
+            else:
+                self.last_fold = report or self.last_fold
+                limit = tick_limit(per_tick, 0.0 if report is None else report.seconds, period, self.buckets)
+            if tick % ticks == 0:  # once per interval, as its inputs change at most that often
+                self._run_after_fold()
 
     def _run_after_fold(self) -> None:
         if self.after_fold is None:
@@ -630,6 +876,20 @@ class LedgerLog:
         else:
             self._index.update_incremental()
         return self._index
+
+
+def _other_buckets(rows: pa.Table, buckets: int) -> bool:
+    """Whether any of ``rows`` is in another bucket than ``ledger_id % buckets`` (a table written with
+    another bucket count).
+
+    Example:
+        >>> _other_buckets(pa.table({"ledger_id": [17], "ledger_bucket": pa.array([1], pa.int32())}), 16)
+        False
+    """
+    if not rows.num_rows:
+        return False
+    bucket = pc.fill_null(rows.column("ledger_bucket"), -1).to_numpy()
+    return bool(np.any(bucket != rows.column("ledger_id").to_numpy() % buckets))
 
 
 def _positions(sorted_ids: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

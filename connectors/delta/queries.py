@@ -1384,9 +1384,9 @@ class Lakehouse:
         row ``ledger_changes`` holds for it; and the first complete version of ``ledgers`` when earlier ones
         can no longer be read (vacuumed files)."""
         table = self._delta("ledgers")
-        predicate = f"ledger_id = {ledger_id}"  # an int checked by _ledger_id: no text of the caller's
-        if list(table.metadata().partition_columns) == ["ledger_bucket"]:
-            predicate = f"ledger_bucket = {ledger_id % LEDGER_BUCKETS} AND {predicate}"  # prunes partitions
+        # An int checked by _ledger_id: no text of the caller's. No partition pruning: the bucket count
+        # of older commits may differ from today's (stream.ledger_table_buckets).
+        predicate = f"ledger_id = {ledger_id}"
         folds = {int(c["version"]) for c in table.history() if FOLD_METADATA_KEY in c}
         rows, complete_from = _feed(table, predicate)
         rows = [r for r in rows if r["_commit_version"] not in folds]

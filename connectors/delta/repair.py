@@ -44,6 +44,7 @@ from connectors.delta.ledger_log import LedgerLog
 from connectors.delta.tables import (
     APP_METADATA_KEY,
     BATCH_METADATA_KEY,
+    LEDGER_BUCKETS,
     OPEN_ALERTS,
     TABLES,
     VIOLATIONS,
@@ -183,12 +184,12 @@ def _finish(root: str | Path, name: str, txns: Mapping[str, int]) -> None:
 
 
 # -- ledgers and their index ---------------------------------------------------------------------------------
-def rebuild_ledgers(root: str | Path, app_id: str) -> Rebuilt:
+def rebuild_ledgers(root: str | Path, app_id: str, buckets: int = LEDGER_BUCKETS) -> Rebuilt:
     """``ledgers`` folded again from ``ledger_changes`` by the job's own fold (through the last batch of
-    ``app_id``). Changes older than the change log's retention are gone from it: their ledgers come back
-    with the watcher's next FULL snapshot."""
+    ``app_id``), in ``buckets`` partitions (``stream.ledger_table_buckets``). Changes older than the change
+    log's retention are gone from it: their ledgers come back with the watcher's next FULL snapshot."""
     recreate(root, "ledgers")  # the fold's own transaction is the only one ``ledgers`` has
-    log = LedgerLog(root, app_id)
+    log = LedgerLog(root, app_id, buckets=buckets)
     log.ensure_open()
     last = DeltaTable(table_path(root, "ledger_changes")).transaction_version(app_id)
     if last is not None:

@@ -136,6 +136,9 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     add("--timers-trigger-s", type=float, default=5.0, help="stream.timers_trigger_interval_s")
     add("--lane-interval-s", type=float, default=1.0, help="stream.ledger_lane_interval_s")
     add("--fold-interval-s", type=float, default=30.0, help="stream.ledger_fold_interval_s")
+    add("--ledger-buckets", type=int, default=256, help="stream.ledger_table_buckets (16: the old layout)")
+    add("--fold-ticks", type=int, default=10, help="stream.ledger_fold_ticks (1: a whole fold per interval)")
+    add("--vacuum-rounds", type=int, default=3, help="stream.ledger_vacuum_rounds (0: no vacuum by the fold)")
     add(
         "--index-append-s",
         default="5",
@@ -1587,6 +1590,9 @@ def job_session_and_settings(args: argparse.Namespace, kafka: Any, state_dir: Pa
             "timers_trigger_interval_s": args.timers_trigger_s,
             "ledger_lane_interval_s": args.lane_interval_s,
             "ledger_fold_interval_s": args.fold_interval_s,
+            "ledger_table_buckets": args.ledger_buckets,
+            "ledger_fold_ticks": args.fold_ticks,
+            "ledger_vacuum_rounds": args.vacuum_rounds,
             "index_append_interval_s": float(str(args.index_append_s).split(",")[0]),
             **(
                 {}

@@ -17,7 +17,16 @@ Figures:
 - ``offered_per_s``: changes the child sent per second of sending; ``applied_per_s``: changes applied per
   second, from the first send to the sink batch that applied the last one;
 - ``lag_*``: per change, the wall time the ledger lane's sink finished the batch that applied it minus the
-  wall time just before it was sent (p50, p99, max).
+  wall time just before it was sent (p50, p99, max);
+- ``job_rss_peak_mb``: the peak, sampled every 0.5 s from the job's start to the end of the drain, of the
+  resident memory of the job's Python process (which also holds this benchmark's bookkeeping of the
+  changes sent) plus its fold processes (``jvm_rss_peak_mb``: Spark's JVM, for the timers query, apart);
+  ``job_bytes_per_ledger``: that peak over ``--ledgers``;
+- ``lakehouse_mb_before`` / ``lakehouse_mb_after``: the lakehouse's tables on disk when the changes start
+  and when the last one is applied, plus one fold interval (so the folds of the changes are in it); the
+  fold's scratch (``_fold``: the mapped base of the ledger state, one file) is apart, in
+  ``lakehouse_mb_by_table``;
+- ``changes_mb``: the size of the change records offered (protobuf value plus key, as on Kafka).
 
 Example:
     >>> planned_send_times(3, rate=2.0, start=10.0)
@@ -28,12 +37,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from connectors.delta._fold_process import FOLD_SCRATCH
 from connectors.kafka.publisher import (
     TAIL_RELEASE_IDLE_S,
     TAIL_RELEASE_MAX_INTERVAL_S,
@@ -147,6 +159,7 @@ def writer_main(argv: list[str]) -> None:
     from connectors.kafka.publisher import ChangePublisher
     from core import events as ev
     from core.domain.layout import ledger_path
+    from core.events import kafka_key
     from core.settings import KafkaSettings
 
     kafka_json, root, ledgers, bookies, racks, seed, rate, duration, out_path = argv
@@ -169,6 +182,7 @@ def writer_main(argv: list[str]) -> None:
     sys.stdin.readline()
     versions: dict[int, int] = {}
     sent: list[tuple[int, int, float]] = []
+    offered_bytes = 0
     interval = 1.0 / float(rate)
     first = time.time()
     next_beat = time.monotonic()
@@ -196,13 +210,23 @@ def writer_main(argv: list[str]) -> None:
             znode=ev.znode_stat(_Stat(zxid, version, int(at * 1000), 200)),
             path=ledger_path(ledger_id, root=root),
         )
-        publisher.publish(builder.build(payload))
+        event = builder.build(payload)
+        offered_bytes += event.ByteSize() + len(kafka_key(event))
+        publisher.publish(event)
         sent.append((ledger_id, version, at))
     publisher.release_tails()
     finished = time.time()
     publisher.close(600)
     Path(out_path).write_text(
-        json.dumps({"sent": sent, "started": first, "finished": finished, "snapshot_publish_s": snapshot_s})
+        json.dumps(
+            {
+                "sent": sent,
+                "started": first,
+                "finished": finished,
+                "snapshot_publish_s": snapshot_s,
+                "offered_bytes": offered_bytes,
+            }
+        )
     )
 
 
@@ -233,6 +257,113 @@ def _start_writer(
     if not line.strip():
         raise RuntimeError("the replay writer did not start")
     return writer, json.loads(line)
+
+
+def _rss_kb(pid: int) -> int:
+    """Resident memory of process ``pid`` in kB (0: gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _children(pid: int) -> list[int]:
+    """Every descendant of process ``pid`` (from /proc's per-thread children lists)."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                kids = [int(p) for p in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            found += kids
+            todo += kids
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class RssSampler:
+    """Samples, every ``every_s`` in a thread, the resident memory of this process plus its fold processes
+    (the job's Python side) and of Spark's JVM; keeps the peaks in MB.
+
+    Example:
+        >>> sampler = RssSampler(every_s=0.01); sampler.start(); time.sleep(0.05); sampler.stop()
+        >>> sampler.job_peak_mb > 0
+        True
+    """
+
+    def __init__(self, every_s: float = 0.5) -> None:
+        self.every_s = every_s
+        self.job_peak_mb = 0.0
+        self.jvm_peak_mb = 0.0
+        self.fold_processes_seen = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-rss", daemon=True)
+        self._seen: set[int] = set()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            self.sample()
+            if self._stop.wait(self.every_s):
+                return
+
+    def sample(self) -> None:
+        me = os.getpid()
+        job_kb, jvm_kb = _rss_kb(me), 0
+        for pid in _children(me):
+            command = _cmdline(pid)
+            if "_fold_process" in command:
+                job_kb += _rss_kb(pid)
+                self._seen.add(pid)
+            elif "java" in command.split(" ")[0] and "SparkSubmit" in command:
+                jvm_kb += _rss_kb(pid)
+        self.fold_processes_seen = len(self._seen)
+        self.job_peak_mb = max(self.job_peak_mb, job_kb / 1024)
+        self.jvm_peak_mb = max(self.jvm_peak_mb, jvm_kb / 1024)
+
+
+def directory_mb(path: Path, *, skip: tuple[str, ...] = ()) -> float:
+    """The size of the files under ``path`` in MB, without its top-level entries named in ``skip`` (0 when
+    absent).
+
+    Example:
+        >>> directory_mb(Path("/nonexistent"))
+        0.0
+    """
+    total = 0
+    for folder, folders, names in os.walk(path):
+        if folder == str(path):
+            folders[:] = [name for name in folders if name not in skip]
+        for name in names:
+            try:
+                total += os.path.getsize(os.path.join(folder, name))
+            except OSError:  # removed meanwhile (a vacuum)
+                continue
+    return round(total / 1e6, 1)
+
+
+def _by_table(lakehouse: Path) -> dict[str, float]:
+    """MB per directory of the lakehouse (``_fold``: the fold's scratch, the mapped base of the ledger
+    state, one file whatever the churn)."""
+    return {table.name: directory_mb(table) for table in sorted(lakehouse.iterdir()) if table.is_dir()}
 
 
 #: The options that take a list, each value run one after the other (every combination).
@@ -297,8 +428,13 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         "machine_probe_ms_at_start": machine_probe_ms(),
         "sink_queue_depth": args.sink_queue_depth,
         "index_append_s": args.index_append_s,
+        "ledger_buckets": args.ledger_buckets,
+        "fold_ticks": args.fold_ticks,
+        "vacuum_rounds": args.vacuum_rounds,
+        "fold_interval_s": args.fold_interval_s,
     }
     writer = query = sink = recorder = timers = None
+    sampler = RssSampler()
     try:
         kafka = harness.kafka_settings(topic_partitions=args.alert_partitions)
         ensure_topic(kafka, kafka.changes_topic, partitions=args.partitions)
@@ -313,6 +449,7 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         timers = Timers()
         _instrument(timers)
         started = time.monotonic()
+        sampler.start()
         query, sink = job.start(spark, settings)
         recorder = SinkRecorder(sink)
         lakehouse = Path(settings.lakehouse_root)
@@ -333,6 +470,8 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         figures["sink_helpers_ingest"] = Timers.delta(before_changes, {})
         figures["load_average_before_changes"] = _load()
         figures["machine_probe_ms_before_changes"] = machine_probe_ms()
+        figures["lakehouse_mb_before"] = directory_mb(lakehouse, skip=(FOLD_SCRATCH,))
+        figures["lakehouse_mb_by_table_before"] = _by_table(lakehouse)
         assert writer.stdin is not None
         writer.stdin.write(b"go\n")
         writer.stdin.flush()
@@ -344,6 +483,20 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
             batches = [b for b in recorder.batches if b["decisions"] and b["started"] >= result["started"]]
         lags = [applied[key] - sent[key] for key in applied]
         last_applied = max(applied.values(), default=result["finished"])
+        time.sleep(args.fold_interval_s)  # one more fold interval: the changes' folds are in the size
+        sampler.stop()
+        figures["lakehouse_mb_after"] = directory_mb(lakehouse, skip=(FOLD_SCRATCH,))
+        figures["lakehouse_mb_by_table"] = _by_table(lakehouse)
+        figures["changes_mb"] = round(result.get("offered_bytes", 0) / 1e6, 1)
+        figures["job_rss_peak_mb"] = round(sampler.job_peak_mb)
+        figures["job_rss_scope"] = (
+            f"the job's Python process (with this benchmark's bookkeeping) plus its fold processes "
+            f"({sampler.fold_processes_seen} seen); Spark's JVM apart"
+        )
+        figures["jvm_rss_peak_mb"] = round(sampler.jvm_peak_mb)
+        figures["job_bytes_per_ledger"] = round(sampler.job_peak_mb * 1024 * 1024 / max(args.ledgers, 1))
+        if sink is not None and sink.ledger_log.last_fold is not None:
+            figures["last_fold"] = vars(sink.ledger_log.last_fold)
         figures.update(
             {
                 "load_average_after_changes": _load(),
@@ -368,6 +521,8 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         )
         return figures
     finally:
+        if sampler._thread.is_alive():
+            sampler.stop()
         if writer is not None:
             _stop(writer, 10)
         if timers is not None:
@@ -434,6 +589,17 @@ def summary_line(figures: dict[str, Any]) -> dict[str, Any]:
         "lag_max_s": lag.get("max"),
         "snapshot_ingest_s": figures.get("snapshot_ingest_s"),
         "sink_queue_depth": figures.get("sink_queue_depth"),
+        "ledger_buckets": figures.get("ledger_buckets"),
+        "fold_ticks": figures.get("fold_ticks"),
+        "vacuum_rounds": figures.get("vacuum_rounds"),
+        "offered": figures.get("offered"),
+        "applied": figures.get("applied"),
+        "changes_mb": figures.get("changes_mb"),
+        "lakehouse_mb_before": figures.get("lakehouse_mb_before"),
+        "lakehouse_mb_after": figures.get("lakehouse_mb_after"),
+        "job_rss_peak_mb": figures.get("job_rss_peak_mb"),
+        "job_bytes_per_ledger": figures.get("job_bytes_per_ledger"),
+        "jvm_rss_peak_mb": figures.get("jvm_rss_peak_mb"),
         "load_avg": {
             "start": figures.get("load_average_at_start"),
             "before_changes": figures.get("load_average_before_changes"),

@@ -1,7 +1,7 @@
 """A child process for ``test_kill_during_fold``: micro-batches of ledger changes recorded as the job's sink
 records them (:class:`~connectors.delta.ledger_log.LedgerLog` on real Delta tables), their index rows
 appended after some batches only (the sink's ``index_append_interval_s``), folded in the background every
-few milliseconds (every other run by a child process, as at scale), until it is killed.
+few milliseconds in rotation (every other run by a child process, as at scale), until it is killed.
 
 Each batch's rows are a pure function of its id (:func:`batch_rows`), as a Spark replay's input is the same
 batch again. On start the worker replays the last recorded batch or goes on after it (at random, as Spark
@@ -26,6 +26,8 @@ from connectors.delta.tables import LEDGER_BUCKETS, BatchWriter, ensure_tables, 
 APP = "chaos-fold"
 LEDGERS = 400
 PER_BATCH = 150
+#: The bucket counts the runs take in turn.
+BUCKETS = (8, 8, 3)
 
 
 def batch_rows(batch_id: int) -> tuple[list[dict[str, Any]], dict[int, list[str]]]:
@@ -80,10 +82,12 @@ def main(argv: list[str]) -> None:
     # The last batch may or may not have been recorded done by Spark: run again, or the next one.
     replay = recorded >= 0 and rng.random() < 0.5
     batch_id = recorded if replay else recorded + 1
-    log = LedgerLog(root, APP)
+    # Folds in rotation (a few buckets per tick, old files vacuumed after a round or two), and a bucket
+    # count that changes between runs, as after a change of ``stream.ledger_table_buckets``.
+    log = LedgerLog(root, APP, buckets=BUCKETS[seed % len(BUCKETS)])
     if seed % 2:  # every other run folds in a child process, as the job does at scale (killed with it)
         log.fold_in_child_from_rows = 0
-    log.start_folding(0.02)
+    log.start_folding(0.06, ticks=3, vacuum_rounds=1 + seed % 2)
     print(f"start {batch_id}", flush=True)
     while True:
         log.open(batch_id)

@@ -402,6 +402,9 @@ def test_a_fold_process_whose_job_dies_while_it_starts_commits_nothing(root):
         folded=-1,
         through=0,
         out_file=str(root / "folded.arrow"),
+        buckets=LEDGER_BUCKETS,
+        complete=0,
+        reached=0,
         base_version=DeltaTable(table_path(root, "ledgers")).version(),
     )
     job = subprocess.Popen(
@@ -422,3 +425,95 @@ def test_a_fold_process_whose_job_dies_while_it_starts_commits_nothing(root):
     assert not pid_alive(fold[0])  # gone, or a zombie its new parent has not reaped yet
     assert raw_ledgers(root) == {}
     assert DeltaTable(table_path(root, "ledgers")).transaction_version(f"{APP}.fold") is None
+
+
+def _fold_commits(root) -> list[dict[str, Any]]:
+    """The fold commits of ``ledgers``, oldest first."""
+    history = DeltaTable(table_path(root, "ledgers")).history()
+    return [c for c in reversed(history) if c.get("bkaudit.app_id") == f"{APP}.fold"]
+
+
+def test_folds_in_rotation_rewrite_a_few_buckets_each_and_the_watermark_waits_for_the_last(root):
+    log = LedgerLog(root, APP, buckets=4)
+    record(log, root, 0, [row(i, 10 + i) for i in range(8)])  # every bucket
+    record(log, root, 1, [row(1, 101), row(5, 105)])  # bucket 1 only
+    first = log.fold(through=1, max_buckets=2)
+    assert (first.buckets, first.through, first.complete) == (2, 1, -1)  # two buckets still hold batch 0
+    assert read_current_ledgers_mzxid(root) == {i: 10 + i for i in range(8)} | {1: 101, 5: 105}
+    second = log.fold(through=1, max_buckets=2)
+    assert (second.buckets, second.complete) == (2, 1)  # the last ones with batch 0: every batch folded
+    assert raw_ledgers(root) == {i: 10 + i for i in range(8)} | {1: 101, 5: 105}
+    assert DeltaTable(table_path(root, "ledgers")).transaction_version(f"{APP}.fold") == 1
+    record(log, root, 2, [row(2, 202)])
+    third = log.fold(through=2, max_buckets=2)
+    assert (third.buckets, third.complete) == (1, 2)  # only the bucket that changed
+    commits = _fold_commits(root)
+    assert [c["bkaudit.fold_through"] for c in commits] == ["-1", "1", "2"]
+    assert [c["operationParameters"].get("predicate", "").count("ledger_bucket") for c in commits] == [
+        2,
+        2,
+        1,
+    ]
+    again = LedgerLog(root, APP, buckets=4)  # a restart mid-rotation loads the same state
+    again.open(3)
+    assert again.versions(np.arange(8))[0].tolist() == log.versions(np.arange(8))[0].tolist()
+
+
+def test_a_restart_mid_rotation_folds_the_buckets_left_and_replays_change_nothing(root):
+    log = LedgerLog(root, APP, buckets=4)
+    record(log, root, 0, [row(i, 10 + i) for i in range(8)])
+    record(log, root, 1, [row(3, 103)])
+    log.fold(through=1, max_buckets=1)  # bucket 0 folded through batch 1; the watermark stays before batch 0
+    restarted = LedgerLog(root, APP, buckets=4)
+    record(restarted, root, 1, [row(3, 103)])  # a replay of batch 1: the table already holds it
+    record(restarted, root, 2, [row(4, 204)])
+    while (report := restarted.fold(through=2, max_buckets=1)) is not None and report.complete < 2:
+        pass
+    expected = {i: 10 + i for i in range(8)} | {3: 103, 4: 204}
+    assert raw_ledgers(root) == expected == read_current_ledgers_mzxid(root)
+    folded = DeltaTable(table_path(root, "ledgers")).to_pyarrow_table().column("ledger_id").to_pylist()
+    assert len(folded) == len(set(folded))
+
+
+def test_a_table_of_another_bucket_count_is_rewritten_whole_by_the_first_fold(root):
+    old = LedgerLog(root, APP, buckets=16)
+    record(old, root, 0, [row(i, 10 + i) for i in range(40)])
+    old.fold(through=0)
+    new = LedgerLog(root, APP, buckets=4)
+    record(new, root, 1, [row(5, 105)])
+    report = new.fold(through=1, max_buckets=1)  # one bucket per tick, but the old layout goes at once
+    assert report.buckets == 4 and report.complete == 1
+    table = DeltaTable(table_path(root, "ledgers")).to_pyarrow_table()
+    ids, buckets = (table.column(name).to_numpy() for name in ("ledger_id", "ledger_bucket"))
+    assert len(ids) == len(set(ids.tolist())) == 40 and (buckets == ids % 4).all()
+    assert raw_ledgers(root) == {i: 10 + i for i in range(40)} | {5: 105}
+
+
+def test_files_the_folds_replaced_are_vacuumed_after_the_rounds_kept(root):
+    log = LedgerLog(root, APP, buckets=2)
+    log.vacuum_rounds = 2
+    path = table_path(root, "ledgers")
+    on_disk = []
+    index = Path(table_path(root, "ledger_bookies"))
+    index_files = []
+    for batch in range(8):
+        record(log, root, batch, [row(i, 100 * batch + i) for i in range(4)])
+        log.fold(through=batch)
+        on_disk.append(len(list(Path(path).glob("ledger_bucket=*/*.parquet"))))
+        log.clean_index(max_bookies=2)  # the sink's cleanup, then its vacuum of the index
+        log.vacuum_index()
+        index_files.append(len(list(index.glob("bookie=*/*.parquet"))))
+    assert on_disk[-1] == on_disk[-2] == on_disk[-3] == 2 * 3  # two buckets' files of the last three rounds
+    assert index_files[-1] == index_files[-2] < 2 * 8  # two bookies: cleaned files gone, not 8 appends each
+    assert sorted(
+        (r["bookie"], r["ledger_id"], r["mzxid"]) for r in read_current_index(root).to_pylist()
+    ) == [(b, i, 700 + i) for b in ("b1", "b2") for i in range(4)]
+    current = DeltaTable(path).version()
+    for version in range(current - 2, current + 1):  # the versions of the rounds kept are still readable
+        assert DeltaTable(path, version=version).to_pyarrow_table().num_rows == 4
+    assert raw_ledgers(root) == {i: 700 + i for i in range(4)}
+
+
+def read_current_ledgers_mzxid(root) -> dict[int, int]:
+    table = read_table(root, "ledgers")
+    return dict(zip(table.column("ledger_id").to_pylist(), table.column("mzxid").to_pylist(), strict=True))
