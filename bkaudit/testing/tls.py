@@ -102,6 +102,41 @@ def write_throwaway_ca(
     return files
 
 
+def write_client_certificate(tls: TlsFiles, name: str, *, organizational_unit: str) -> tuple[Path, Path]:
+    """A client certificate ``CN=bkaudit, OU=<organizational_unit>`` signed by the throwaway CA, and its key,
+    written as ``<name>.pem`` and ``<name>.key.pem``: e.g. ``OU=0:<role>``, a role of BookKeeper's
+    ``BookieAuthZFactory``.
+
+    Example:
+        >>> import tempfile
+        >>> tls = write_throwaway_ca(tempfile.mkdtemp())
+        >>> [p.name for p in write_client_certificate(tls, "role", organizational_unit="0:auditor")]
+        ['role.pem', 'role.key.pem']
+    """
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    ca = x509.load_pem_x509_certificate(tls.ca.read_bytes())
+    ca_key = serialization.load_pem_private_key(tls.ca_key.read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    now = datetime.datetime.now(datetime.UTC)
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name(
+        [
+            x509.NameAttribute(NameOID.COMMON_NAME, "bkaudit"),
+            x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, organizational_unit),
+        ]
+    )
+    valid = (now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=1))
+    cert = _certificate("bkaudit", key, ca, ca_key, valid, subject=subject)
+    return (
+        _write(tls.directory / f"{name}.pem", _cert_pem(cert)),
+        _write(tls.directory / f"{name}.key.pem", _key_pem(key), secret=True),
+    )
+
+
 def ensure_throwaway_ca(directory: str | os.PathLike[str]) -> Path:
     """``directory`` with a throwaway CA in it: the one already there (a restart keeps the clients' files
     valid), else a new one from :func:`write_throwaway_ca`.
@@ -128,12 +163,13 @@ def _certificate(
     *,
     ca: bool = False,
     san: bool = False,
+    subject: x509.Name | None = None,
 ) -> x509.Certificate:
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    subject = subject or x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     builder = (
         x509.CertificateBuilder()
         .subject_name(subject)

@@ -8,14 +8,13 @@ client certificate's OU must be allowed). Certificates come from the throwaway C
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
 
-from bkaudit.testing.tls import TlsFiles, write_throwaway_ca
+from bkaudit.testing.tls import TlsFiles, write_client_certificate, write_throwaway_ca
 from connectors.bookie.client import (
     REFUSED_KINDS,
     AuthRequired,
@@ -46,39 +45,7 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
 @pytest.fixture(scope="module")
 def role_cert(tls: TlsFiles) -> tuple[Path, Path]:
     """A client certificate with ``OU=0:<ROLE>``, as Pulsar's BookieAuthZFactory deployments issue."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    ca_cert = x509.load_pem_x509_certificate(tls.ca.read_bytes())
-    ca_key = serialization.load_pem_private_key(tls.ca_key.read_bytes(), password=None)
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    subject = x509.Name(
-        [
-            x509.NameAttribute(NameOID.COMMON_NAME, "bkaudit"),
-            x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, f"0:{ROLE};1:test-cluster"),
-        ]
-    )
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
-    )
-    cert_path, key_path = tls.directory / "role.pem", tls.directory / "role.key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return cert_path, key_path
+    return write_client_certificate(tls, "role", organizational_unit=f"0:{ROLE};1:test-cluster")
 
 
 @pytest.fixture(scope="module")

@@ -9,14 +9,13 @@ authorized, the probe is a refusal naming the missing credential, never a silent
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from bkaudit.testing.harness import ServiceHarness
-from bkaudit.testing.tls import TlsFiles, write_throwaway_ca
+from bkaudit.testing.tls import TlsFiles, write_client_certificate, write_throwaway_ca
 from connectors.bookie.client import AuthRequired, BlockingBookieClient, NoLedger, ProbeResult, TlsRefused
 from connectors.bookie.liveness import answered_from
 from connectors.bookie.tls import BookieTlsConfig
@@ -29,39 +28,7 @@ UNKNOWN_LEDGER = 987_654_321
 
 
 def _role_cert(tls: TlsFiles, role: str) -> tuple[Path, Path]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    ca_cert = x509.load_pem_x509_certificate(tls.ca.read_bytes())
-    ca_key = serialization.load_pem_private_key(tls.ca_key.read_bytes(), password=None)
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    subject = x509.Name(
-        [
-            x509.NameAttribute(NameOID.COMMON_NAME, "bkaudit"),
-            x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, f"0:{role}"),
-        ]
-    )
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
-    )
-    cert_path, key_path = tls.directory / "role.pem", tls.directory / "role.key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return cert_path, key_path
+    return write_client_certificate(tls, "role", organizational_unit=f"0:{role}")
 
 
 @pytest.fixture(scope="module")
