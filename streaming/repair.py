@@ -100,6 +100,12 @@ def repair(
     the job's checkpoint. ``alert_history`` reads the alerts topic (default: from ``settings.kafka``)."""
     from streaming.job import locked_checkpoint
 
+    if settings.object_store.lakehouse_url:
+        raise ConfigError(
+            f"bkaudit repair rebuilds a local lakehouse only: object_store.lakehouse_url is "
+            f"{settings.object_store.lakehouse_url}; copy the tables to a local lakehouse_root, repair them "
+            "there and copy them back, or restore them from the store's versioning"
+        )
     root = settings.lakehouse_root
     if table is not None and table not in REBUILT_FROM:
         known = recorded_tables(root) | set(REBUILT_FROM)

@@ -209,6 +209,14 @@ def test_repair_of_a_path_without_the_jobs_lakehouse_says_so(cli, job_env):
     assert not job_env.exists()  # nothing created there
 
 
+def test_repair_of_a_lakehouse_on_an_object_store_is_refused_in_one_line(cli, job_env, written):
+    # Not the local lakehouse_root that happens to be configured too: the job's tables are on the store.
+    copy_of(written, job_env)
+    result = cli("--set", "object_store.lakehouse_url=s3://bucket/lakehouse", "repair")
+    assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert "a local lakehouse only: object_store.lakehouse_url is s3://bucket/lakehouse" in result.stderr
+
+
 def test_repair_is_refused_while_a_job_holds_the_checkpoint(cli, job_env, tmp_path, written):
     from streaming.checkpoint_lock import CheckpointLock
 
