@@ -2,8 +2,8 @@
 mount namespace (``unshare -Urm``: no root needed, and the mounts end with the child).
 
 The job's own writers fill them (ledger batches into Delta, driver-lane offsets into the checkpoint): each
-failure is one line naming the full directory, delta-rs leaves no damaged table, the lane leaves a
-temporary file, and once there is room the job's start cleanup removes it and the writes go on
+failure is one line naming the full directory, delta-rs leaves no damaged table, no temporary file stays
+once the job's start has cleaned up, and once there is room the writes go on
 (:mod:`tests.integration.full_volume` does the filling).
 """
 
@@ -45,8 +45,9 @@ def test_full_lakehouse_and_checkpoint_volumes_stop_in_one_line_and_recover(tmp_
         f"no space left on the device of checkpoint_root {tmp_path}/checkpoints: 0 KiB free of 640 KiB"
     )
     assert found["damaged"] is None  # delta-rs wrote no commit it could not finish
+    # The lane's write removes its own partial file when the disk refuses it; whatever a writer still
+    # left (Spark's, a killed process') is removed by the next start, and only that.
     left = [Path(p) for p in found["left_in_checkpoint"]]
-    assert [p.parent.as_posix() for p in left] == ["full-volume/ledger-lane/offsets"]  # being written then
     assert found["removed_at_start"] == [str(p.relative_to("full-volume")) for p in left]
     assert found["left_after_start"] == []
     assert (found["ledgers"], found["newest_versions"]) == (1999, 199)  # writes go on from where they were
