@@ -598,6 +598,13 @@ class StreamSettings(_Section):
     def _absolute_lease_path(cls, value: str) -> str:
         return absolute_znode_path(value, "lease_path")
 
+    disk_floor_mb: int = Field(
+        256,
+        ge=0,
+        description="free space (MiB) the job keeps on the volumes of lakehouse_root and checkpoint_root: "
+        "below it, it stops with one line naming the directory (exit 2) before its next write instead of "
+        "failing half-way through one; 0 = write until the disk is full",
+    )
     sink_queue_depth: int = Field(
         1,
         ge=0,

@@ -1,10 +1,15 @@
 """Full disks: the free space of the job's directories, and one line when a write found none.
 
 A full lakehouse or checkpoint volume makes a write fail deep inside delta-rs, Spark or Python, with a
-traceback per layer that names neither the directory nor the setting. :func:`full_disk_failure` turns
-such a failure (errno ``ENOSPC`` anywhere in its chain or text) into one :class:`ServiceError` line naming
-the fullest of the job's directories and its setting; :func:`free_space` feeds the
-``bkaudit_stream_disk_free_ratio`` gauge (a Prometheus rule warns before it happens) and ``bkaudit status``.
+traceback per layer that names neither the directory nor the setting, and delta-rs (object_store's
+buffered writer, aborted after its failed flush) prints a Rust panic of a worker thread besides. So the job
+keeps a floor: :func:`floor_check` runs before every batch and table write (and at the start) and stops the
+job with one line naming the directory when its volume has less than ``stream.disk_floor_mb`` free, before
+a write can meet the full disk. A write that meets it anyway (one larger than the floor, another process
+filling the volume) is caught too: :func:`full_disk_failure` turns such a failure (errno ``ENOSPC``
+anywhere in its chain or text) into one :class:`ServiceError` line naming the fullest of the job's
+directories and its setting. :func:`free_space` feeds the ``bkaudit_stream_disk_free_ratio`` gauge (a
+Prometheus rule warns before it happens) and ``bkaudit status``.
 
 Example:
     >>> import errno, tempfile
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 import errno
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,8 +55,21 @@ def job_directories(settings: Settings) -> dict[str, str | Path]:
 
 
 def low_free_space(settings: Settings) -> list[str]:
-    """The job's directories whose volume is less than a tenth free, described (for ``bkaudit status``)."""
-    return [f.describe() for f in free_space(job_directories(settings)) if f.ratio < LOW_FREE_RATIO]
+    """The job's directories whose volume is less than a tenth free or below the job's floor
+    (``stream.disk_floor_mb``, where the job stops), described (for ``bkaudit status``).
+
+    Example:
+        >>> huge_floor = Settings(stream={"disk_floor_mb": 2**40})  # more than any volume holds
+        >>> {"checkpoint_root", "lakehouse_root"} <= {line.split()[0] for line in low_free_space(huge_floor)}
+        True
+    """
+    floor_bytes = settings.stream.disk_floor_mb * 2**20
+    floored = floor_directories(settings)
+    return [
+        f.describe()
+        for f in free_space(job_directories(settings))
+        if f.ratio < LOW_FREE_RATIO or (f.setting in floored and f.free < floor_bytes)
+    ]
 
 
 @dataclass(frozen=True)
@@ -113,6 +131,55 @@ def free_space(directories: Mapping[str, str | Path]) -> list[FreeSpace]:
     return found
 
 
+def floor_directories(settings: Settings) -> dict[str, str | Path]:
+    """The directories whose volumes the floor keeps free: the lakehouse (when local) and the checkpoint.
+
+    Example:
+        >>> sorted(floor_directories(Settings()))
+        ['checkpoint_root', 'lakehouse_root']
+    """
+    return {k: v for k, v in job_directories(settings).items() if k != "log_dir"}
+
+
+def below_floor(directories: Mapping[str, str | Path], floor_bytes: int) -> ServiceError | None:
+    """One line for the first directory whose volume has less than ``floor_bytes`` free (None if none).
+
+    Example:
+        >>> import tempfile
+        >>> below_floor({"checkpoint_root": tempfile.gettempdir()}, 0) is None
+        True
+        >>> line = str(below_floor({"checkpoint_root": tempfile.gettempdir()}, 2**62))
+        >>> line.startswith("too little space left on the device of checkpoint_root")
+        True
+    """
+    for space in free_space(directories):
+        if space.free < floor_bytes:
+            return ServiceError(
+                f"too little space left on the device of {space.describe()}: the job keeps "
+                f"stream.disk_floor_mb ({_size(floor_bytes)}) free; free space there (or move "
+                f"{space.setting}) and start the job again: it resumes from its checkpoint"
+            )
+    return None
+
+
+def floor_check(settings: Settings) -> Callable[[], None]:
+    """The check run before every batch and table write: raises :func:`below_floor`'s line.
+
+    Example:
+        >>> floor_check(Settings(stream={"disk_floor_mb": 0}))()  # 0: no floor
+    """
+    directories = floor_directories(settings)
+    floor_bytes = settings.stream.disk_floor_mb * 2**20
+
+    def check() -> None:
+        if floor_bytes:
+            low = below_floor(directories, floor_bytes)
+            if low is not None:
+                raise low
+
+    return check
+
+
 def full_disk_failure(failure: object, directories: Mapping[str, str | Path]) -> ServiceError | None:
     """One line for a failure that is a full disk (None for anything else), naming the fullest directory."""
     if not _is_no_space(failure):
@@ -142,6 +209,9 @@ def _is_no_space(failure: object) -> bool:
 __all__ = [
     "LOW_FREE_RATIO",
     "FreeSpace",
+    "below_floor",
+    "floor_check",
+    "floor_directories",
     "free_space",
     "full_disk_failure",
     "job_directories",

@@ -410,7 +410,8 @@ def _never_lost() -> BkauditError | None:
 @dataclasses.dataclass(frozen=True)
 class HeldCheckpoint:
     """A checkpoint this job holds: its path; the check to run before every batch and table write (it
-    raises once the hold is gone: a lost ZooKeeper lease); and ``lost``, the error to stop with at once
+    raises once the hold is gone: a lost ZooKeeper lease; and, from :func:`exclusive_checkpoint`, once a
+    volume is below ``stream.disk_floor_mb``); and ``lost``, the error to stop with at once
     when the hold is gone (polled by the running job, which may have nothing to write for a while)."""
 
     path: Path
@@ -424,10 +425,12 @@ def exclusive_checkpoint(settings: Settings) -> Iterator[HeldCheckpoint]:
     lock always, and a lease in ZooKeeper with ``stream.lease = zookeeper`` (across hosts).
 
     Runs before the Spark session is built, so an operator error is one line at once: an unwritable
-    checkpoint or lakehouse root, a checkpoint another job holds, a state layout that does not match.
+    checkpoint or lakehouse root, a checkpoint another job holds, a state layout that does not match, a
+    volume below ``stream.disk_floor_mb`` (checked again before every batch and table write).
     """
     from connectors.delta._fold_process import FOLD_SCRATCH
     from connectors.delta.health import check_lakehouse
+    from streaming.disk_space import floor_check
 
     with locked_checkpoint(settings) as held:
         check_state_layout(settings.checkpoint, settings.stream)
@@ -435,8 +438,26 @@ def exclusive_checkpoint(settings: Settings) -> Iterator[HeldCheckpoint]:
         discard_temporary_files(
             held.path, storage.local_scratch(settings.lakehouse, FOLD_SCRATCH), settings.stream.app_id
         )
+        check_floor = floor_check(settings)
+        check_floor()  # after the cleanup: the temporary files it removed may be what filled the volume
         logger.info("checkpoint %s locked by this job (pid %d)", settings.checkpoint, os.getpid())
-        yield held
+        yield dataclasses.replace(held, write_check=_both(held.write_check, check_floor))
+
+
+def _both(first: Callable[[], None], second: Callable[[], None]) -> Callable[[], None]:
+    """One write check made of two, run in order.
+
+    Example:
+        >>> calls = []
+        >>> _both(lambda: calls.append(1), lambda: calls.append(2))(); calls
+        [1, 2]
+    """
+
+    def check() -> None:
+        first()
+        second()
+
+    return check
 
 
 @contextlib.contextmanager

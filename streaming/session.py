@@ -19,6 +19,7 @@ import os
 import shlex
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -88,13 +89,19 @@ done
 IFS=$old_ifs
 PYTHONPATH=$kept
 export PYTHONPATH
+# A streaming source's runner that ends quietly when its query stops (streaming/source_runner.py).
+if [ "$1" = "-m" ] && [ "$2" = "pyspark.sql.streaming.python_streaming_source_runner" ]; then
+  shift 2
+  exec @PYTHON@ -m streaming.source_runner "$@"
+fi
 exec @PYTHON@ "$@"
 """
 
 
 def worker_python() -> str:
     """The executable Spark's Python workers start: a small script that runs this interpreter with
-    pyspark imported from the installed package instead of Spark's ``pyspark.zip`` (the same code).
+    pyspark imported from the installed package instead of Spark's ``pyspark.zip`` (the same code), and
+    a streaming source's runner through :mod:`streaming.source_runner` (quiet when its query stops).
 
     Spark gives a driver-side worker (a Python data source's reader, ``transformWithStateInPandas``'s
     set-up) a fixed 10 s to start and connect back. From the zip, Python compiles pyspark's modules at
@@ -161,6 +168,30 @@ def build_spark_session(settings: SparkSettings | None = None, *, for_tests: boo
     if settings.local_nice and settings.master.startswith("local"):
         lower_local_priority(session, settings.local_nice)
     return session
+
+
+def stop_spark(timeout_s: float = 60.0) -> bool:
+    """Stop this process' Spark context, if it started one, and wait up to ``timeout_s`` for it; returns
+    whether it stopped.
+
+    Run while the process still answers the JVM's callbacks: the JVM tells the session's query listener
+    of each query's end and delivers what it queued before its listener bus stops; a process that ends
+    first leaves it calling into a closed socket (a Java stack trace on the console).
+
+    Example:
+        >>> # stop_spark()  → True (the context stopped, or there was none)
+    """
+    if "pyspark" not in sys.modules:
+        return True
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    if context is None:
+        return True
+    stopping = threading.Thread(target=context.stop, name="bkaudit-spark-stop", daemon=True)
+    stopping.start()
+    stopping.join(timeout_s)
+    return not stopping.is_alive()
 
 
 class QueryStarter:

@@ -35,6 +35,7 @@ from bkaudit.cli import (
     stream,
     watch,
 )
+from bkaudit.cli._process_end import finish, own_process
 from bkaudit.cli.helptext import tidy_help
 from core.errors import BkauditError, ConfigError, InvalidArgumentError
 from core.settings import CONFIG_FILE_ENV, note_command_line, suggest_setting
@@ -145,7 +146,19 @@ def _one_line(message: str) -> str:
 
 
 def run(argv: list[str] | None = None) -> int:
-    """Run the CLI; bad input and usage errors exit 2 with one line on stderr, never a traceback."""
+    """Run the CLI; bad input and usage errors exit 2 with one line on stderr, never a traceback.
+
+    Without ``argv`` (the process' own command line), a command that asked for it ends the process here
+    (:mod:`bkaudit.cli._process_end`); with ``argv`` (a caller in the same process) it always returns.
+    """
+    if argv is None:
+        own_process()
+    code = _run(argv)
+    finish(code)
+    return code
+
+
+def _run(argv: list[str] | None) -> int:
     command = typer.main.get_command(app)
     tidy_help(command)
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import typer
 
+from bkaudit.cli._process_end import owns_process, skip_teardown
 from bkaudit.cli.live import DevOption, use_dev_services
 from core.errors import BkauditError
 from core.logsetup import configure_command_logging, register_secrets
@@ -25,6 +26,7 @@ def stream(
     dev: DevOption = False,
 ) -> None:
     """Consume the change stream, keep the Delta tables current, publish alerts."""
+    skip_teardown()  # native threads may abort the interpreter's teardown after the line (exit 134, not 2)
     use_dev_services(dev)
     settings = load_settings()
     configure_command_logging(
@@ -42,6 +44,11 @@ def stream(
         if full is not None:
             raise full from None
         raise
+    finally:
+        if owns_process():  # the JVM says its last (a listener told of the queries' end) before the line
+            from streaming.session import stop_spark
+
+            stop_spark()
 
 
 def _stream(settings: Settings, *, available_now: bool) -> None:

@@ -109,6 +109,7 @@ from connectors.delta.tables import (
     sorted_by_id,
     table_path,
 )
+from core.errors import BkauditError
 
 __all__ = [
     "FoldReport",
@@ -778,6 +779,8 @@ class LedgerLog:
             tick += 1
             try:
                 report = self.fold(max_buckets=limit)
+            except BkauditError as err:  # a hold the job stops for itself (a lost lease, a full volume)
+                logger.warning("folding ledger changes into ledgers waits: %s", err)
             except Exception:  # the changes stay in ledger_changes; the next fold takes them
                 logger.warning(
                     "folding ledger changes into ledgers failed; retrying in %.1f s", period, exc_info=True
@@ -793,7 +796,10 @@ class LedgerLog:
             return
         try:
             with self.fold_lock:
+                self.write_check()
                 self.after_fold()
+        except BkauditError as err:  # a hold the job stops for itself (a lost lease, a full volume)
+            logger.warning("the step after the ledger fold waits: %s", err)
         except Exception:  # its inputs are still there; the next fold runs it again
             logger.warning(
                 "the step after the ledger fold failed; it runs again after the next fold", exc_info=True

@@ -40,7 +40,7 @@ def bkaudit(stack: ChaosStack, command: str, timeout_s: float = 180.0) -> subpro
     argv = shlex.split(command)
     assert argv[0] == "bkaudit", command
     return subprocess.run(
-        [sys.executable, "-m", "bkaudit.cli.main", *argv[1:]],
+        [*stack.run.command_prefix, sys.executable, "-m", "bkaudit.cli.main", *argv[1:]],
         env=stack.run.env(),
         cwd=stack.run.root,
         capture_output=True,

@@ -20,20 +20,24 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
+from pathlib import Path
 
 import pytest
 
 from bkaudit.testing.kafka_io import read_topic
 from connectors.process import free_port
 from core import events as ev
-from tests.chaos.recovery import after_future_heartbeat, second_job_on_same_checkpoint
-from tests.chaos.stack import PARTITIONS, JobProcess, wait_for
+from tests.chaos.recovery import after_future_heartbeat, bkaudit, one_line_exit, second_job_on_same_checkpoint
+from tests.chaos.stack import PARTITIONS, JobProcess, tail, wait_for
 from tests.integration.event_fixtures import Watcher
+from tests.integration.full_volume import PrivateVolume
 from tests.integration.job_process import planned_offsets
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration]
 
 YEAR_2100_MS = 4_102_444_800_000  # 2100-01-01T00:00:00Z
+VOLUME_SIZE = "32m"
+FLOOR_MB = 8
 
 
 def heartbeats_dated(kafka, at_ms: int) -> set[tuple[int, int]]:
@@ -125,3 +129,65 @@ def test_a_heartbeat_from_2100_neither_stops_the_audit_nor_goes_unaccounted(stac
     print(
         f"\nheartbeats dated 2100 at {sorted(injected)}: dead letters; tables = truth {settle_s:.0f} s later"
     )
+
+
+def test_a_volume_that_fills_stops_the_job_in_one_line_and_a_restart_with_room_converges(stack, chaos_seed):
+    rng = random.Random(chaos_seed + 7)
+    stack.start_healthy("a volume that fills")
+    assert stack.job is not None
+    stack.job.stop()  # the lakehouse and the checkpoint move onto a small volume while nothing writes them
+    run = stack.run
+    with PrivateVolume(run.root / "volume", VOLUME_SIZE, [run.lakehouse, run.root / "checkpoints"]) as volume:
+        stack.run = dataclasses.replace(
+            run,
+            root=volume.seen(run.root),
+            command_prefix=volume.enter,
+            stream_settings={**run.stream_settings, "DISK_FLOOR_MB": str(FLOOR_MB)},
+        )
+        stack.read_rows = lambda name: volume.table_rows(run.lakehouse, name)
+        try:
+            line, refused, left = _fill_while_running_then_restart_full(stack, volume, rng)
+            volume.make_room()
+            stack.start_job()
+            stack.cluster.create_ledger(entries=2)
+            stack.assert_final("the job restarted on the volume with room again")
+            still = [p for p in left if p.exists()]
+            assert still == [], f"temporary files of the stopped job are still in the checkpoint: {still}"
+        finally:
+            stack.job.kill9()  # before the volume goes
+            stack.read_rows = None
+    print(f"\nvolume full: {line!r}\nrestart while full: {refused!r}; {len(left)} temporary files removed")
+
+
+def _fill_while_running_then_restart_full(stack, volume, rng):
+    """The job runs on the volume (a bookie lost, the tables equal the truth), the volume fills while the
+    cluster changes: one line naming the directory, exit 2, ``bkaudit status`` names it; a restart while it
+    is still full is refused in one line. Returns both lines and the temporary files left."""
+    job = stack.start_job()
+    lost = stack.lose_bookie(rng)
+    stack.settle(f"the job on the volume, {lost} lost")
+    volume.fill(leave_bytes=FLOOR_MB * 2**20 // 2)
+    with stack.churning(random.Random(rng.random())):
+        wait_for("the job to stop on the full volume", lambda: not job.alive(), 180)
+    line = _one_line_naming_the_lakehouse(stack, job)
+    status = bkaudit(stack, "bkaudit status")
+    assert f"low disk: lakehouse_root {stack.run.lakehouse}" in status.stdout, status.stdout + status.stderr
+    left = _temporary_files(stack.run.checkpoint.parent)  # reached through the volume's namespace
+    again = stack.start_job()
+    wait_for("the restart on the full volume to exit", lambda: not again.alive(), 120)
+    return line, _one_line_naming_the_lakehouse(stack, again), left
+
+
+def _one_line_naming_the_lakehouse(stack, job) -> str:
+    log = job.run.log_path(job.attempt)
+    line = one_line_exit(log, job.exit_code())
+    console = log.read_text(errors="replace")
+    assert "panicked" not in console and "terminate called" not in console, tail(log, 60)
+    assert line.startswith(
+        f"bkaudit: too little space left on the device of lakehouse_root {stack.run.lakehouse}: "
+    )
+    return line
+
+
+def _temporary_files(checkpoint: Path) -> list[Path]:
+    return sorted(p for p in checkpoint.rglob(".*") if p.is_file() and ".tmp" in p.name)

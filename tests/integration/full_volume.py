@@ -1,10 +1,16 @@
-"""Fill real volumes with the job's own writers, in a private mount namespace (run by test_full_volume.py).
+"""Real volumes that fill up, in private mount namespaces (``unshare -Urm``: no root needed).
 
-``python -m tests.integration.full_volume DIR`` mounts two small tmpfs volumes under ``DIR`` (the lakehouse
-and the checkpoint; this needs root or ``unshare -Urm``), writes ledger batches until the lakehouse is full
-and driver-lane offsets until the checkpoint is full, grows both, checks the lakehouse and removes the
+``python -m tests.integration.full_volume DIR`` (run by test_full_volume.py) mounts two small tmpfs volumes
+under ``DIR`` (the lakehouse and the checkpoint), writes ledger batches until the lakehouse is full and
+driver-lane offsets until the checkpoint is full, grows both, checks the lakehouse and removes the
 leftovers as the job's start does, and writes one more batch; prints one JSON object of what it saw.
 The mounts end with the namespace.
+
+:class:`PrivateVolume` puts directories of a running test on one small tmpfs that only processes started
+through :attr:`PrivateVolume.enter` see (the chaos suite runs ``bkaudit stream`` there): the test reaches
+its files through :meth:`PrivateVolume.seen` (``/proc/<pid>/root/...``), fills and frees it, and reads
+Delta tables through a reader inside the namespace (delta-rs resolves a ``/proc/<pid>/root`` path to the
+host's directory, so it cannot read them from outside).
 """
 
 from __future__ import annotations
@@ -13,8 +19,10 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import IO, Any
 
 SMALL = "size=640k"
 APP = "full-volume"
@@ -107,7 +115,137 @@ def _grow(volume: Path) -> None:
     subprocess.run(["mount", "-o", "remount,size=64m", str(volume)], check=True)
 
 
-if __name__ == "__main__":
+class PrivateVolume:
+    """A tmpfs of ``size`` (``64m``) at ``mount_point`` in a mount namespace of its own, holding copies of
+    ``moved`` (each bind-mounted over its own path there); it lives until :meth:`close`.
+
+    Processes started with :attr:`enter` before their command see the volume at the usual paths; this
+    process sees it under :meth:`seen`. The copies are taken at the start, so what is moved must not be
+    written meanwhile (stop the job first).
+    """
+
+    def __init__(self, mount_point: Path, size: str, moved: Sequence[Path]) -> None:
+        self.mount_point = mount_point
+        self.size = size
+        self.moved = list(moved)
+        self.holder: subprocess.Popen[str] | None = None
+        self.reader: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> PrivateVolume:
+        self.mount_point.mkdir(parents=True, exist_ok=True)
+        copies = " && ".join(
+            f"cp -a {path} {self.mount_point}/ && mount --bind {self.mount_point}/{path.name} {path}"
+            for path in self.moved
+        )
+        script = (
+            f"mount -t tmpfs -o size={self.size} tmpfs {self.mount_point} && {copies} && echo ready "
+            "&& exec cat >/dev/null"
+        )
+        # The holder keeps the namespace (and so the volume) until its stdin closes, this process' end too.
+        self.holder = subprocess.Popen(
+            ["unshare", "-Urm", "sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self.holder.stdout is not None
+        ready = self.holder.stdout.readline().strip()
+        assert ready == "ready", f"the private volume did not mount (exit {self.holder.wait()})"
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.close()
+
+    @property
+    def pid(self) -> int:
+        assert self.holder is not None, "the volume is not mounted"
+        return self.holder.pid
+
+    @property
+    def enter(self) -> tuple[str, ...]:
+        """The command prefix that runs a command in the volume's namespace."""
+        return ("nsenter", f"--target={self.pid}", "--user", "--mount", "--preserve-credentials")
+
+    def seen(self, path: Path) -> Path:
+        """``path`` as this process reaches it inside the namespace (plain file operations only)."""
+        return Path(f"/proc/{self.pid}/root") / path.relative_to("/")
+
+    def free_bytes(self) -> int:
+        found = os.statvfs(self.seen(self.mount_point))
+        return found.f_bavail * found.f_frsize
+
+    def fill(self, leave_bytes: int) -> int:
+        """Take all but ``leave_bytes`` of the free space (a file ``filler``); returns the bytes taken."""
+        taken = max(self.free_bytes() - leave_bytes, 0)
+        fd = os.open(self.seen(self.mount_point / "filler"), os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.posix_fallocate(fd, 0, taken)
+        finally:
+            os.close(fd)
+        return taken
+
+    def make_room(self) -> None:
+        """Remove what :meth:`fill` took."""
+        self.seen(self.mount_point / "filler").unlink(missing_ok=True)
+
+    def table_rows(self, lakehouse: Path, name: str) -> list[dict[str, Any]]:
+        """A Delta table's rows under ``lakehouse`` inside the namespace (values as JSON gives them)."""
+        reader = self._reader()
+        assert reader.stdin is not None and reader.stdout is not None
+        reader.stdin.write(json.dumps({"lakehouse": str(lakehouse), "table": name}) + "\n")
+        reader.stdin.flush()
+        answer = json.loads(reader.stdout.readline() or '{"error": "the reader ended"}')
+        if "error" in answer:
+            raise OSError(f"reading {name} in the private volume: {answer['error']}")
+        rows: list[dict[str, Any]] = answer["rows"]
+        return rows
+
+    def _reader(self) -> subprocess.Popen[str]:
+        if self.reader is None or self.reader.poll() is not None:
+            repo = Path(__file__).resolve().parents[2]
+            env = {**os.environ, "PYTHONPATH": str(repo)}
+            self.reader = subprocess.Popen(
+                [*self.enter, sys.executable, "-m", "tests.integration.full_volume", "--rows"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                cwd=repo,
+                env=env,
+                text=True,
+            )
+        return self.reader
+
+    def close(self) -> None:
+        for process in (self.reader, self.holder):
+            if process is not None and process.poll() is None:
+                _close(process.stdin)
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        self.reader = self.holder = None
+
+
+def _close(stream: IO[str] | None) -> None:
+    if stream is not None:
+        stream.close()
+
+
+def serve_rows() -> None:
+    """Answer ``{"lakehouse", "table"}`` lines on stdin with the table's rows as one JSON line each."""
+    from connectors.delta.tables import read_table
+
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            rows = read_table(request["lakehouse"], request["table"]).to_pylist()
+            answer = json.dumps({"rows": rows}, default=str)
+        except Exception as err:  # the asking test decides (it retries an OSError)
+            answer = json.dumps({"error": f"{type(err).__name__}: {err}"})
+        sys.stdout.write(answer + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--rows"]:
+    serve_rows()
+elif __name__ == "__main__":
     print(json.dumps(main(Path(sys.argv[1]))), flush=True)
     # After an ENOSPC, delta-rs's runtime may abort at interpreter teardown (SIGABRT, "terminate called
     # without an active exception", about one exit in four here): what was to be seen is printed.

@@ -39,7 +39,9 @@ class JobRun:
     """Where one run of the job keeps its state, the topics it uses, and its ``BKAUDIT_STREAM__*`` knobs.
 
     ``extra_env`` holds any other ``BKAUDIT_*`` variables (e.g. a metrics port); ``partitions`` is the
-    changes topic's partition count the job creates topics with.
+    changes topic's partition count the job creates topics with; ``command_prefix`` runs the job (and
+    :func:`tests.chaos.recovery.bkaudit`'s commands) through another command, e.g. into a private volume's
+    namespace (:class:`tests.integration.full_volume.PrivateVolume`).
     """
 
     root: Path
@@ -48,6 +50,7 @@ class JobRun:
     app_id: str = DEFAULT_APP_ID
     partitions: int = 2
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    command_prefix: tuple[str, ...] = ()
 
     @property
     def lakehouse(self) -> Path:
@@ -94,7 +97,7 @@ class JobRun:
         args = ["stream", "--available-now"] if available_now else ["stream"]
         # A new session: the JVM and the Python workers are in the driver's process group, killed together.
         return subprocess.Popen(
-            [sys.executable, "-m", "bkaudit.cli.main", *args],
+            [*self.command_prefix, sys.executable, "-m", "bkaudit.cli.main", *args],
             env=self.env(),
             cwd=self.root,
             stdout=log,

@@ -64,3 +64,54 @@ def test_stream_on_a_full_disk_prints_one_line_and_exits_2(cli, monkeypatch, tmp
     assert result.exit_code == 2, result.stderr
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
     assert result.stderr.startswith("bkaudit: no space left on the device of "), result.stderr
+
+
+def test_a_volume_below_the_floor_refuses_the_start_in_one_line(cli, monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("BKAUDIT_LAKEHOUSE_ROOT", str(tmp_path / "lakehouse"))
+    monkeypatch.setenv("BKAUDIT_CHECKPOINT_ROOT", str(tmp_path / "checkpoints"))
+    monkeypatch.setenv("BKAUDIT_STREAM__DISK_FLOOR_MB", str(2**40))  # more than any volume holds
+    result = cli("stream")
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith(
+        f"bkaudit: too little space left on the device of lakehouse_root {tmp_path / 'lakehouse'}: "
+    ), result.stderr
+    assert "the job keeps stream.disk_floor_mb (" in result.stderr
+
+
+def test_status_names_a_volume_below_the_floor(tmp_path: Path) -> None:
+    from core.settings import Settings
+    from streaming.disk_space import low_free_space
+
+    settings = Settings(lakehouse_root=tmp_path, checkpoint_root=tmp_path, log_dir=tmp_path)
+    assert all(not line.startswith("lakehouse_root") for line in low_free_space(settings)) or (
+        free_space({"x": tmp_path})[0].ratio < 0.1  # this disk is really nearly full
+    )
+    floored = settings.model_copy(
+        update={"stream": settings.stream.model_copy(update={"disk_floor_mb": 2**40})}
+    )
+    assert [line.split()[0] for line in low_free_space(floored)][:2] == ["lakehouse_root", "checkpoint_root"]
+
+
+def test_the_stream_process_ends_with_its_code_whatever_its_teardown_would_do() -> None:
+    """Native threads can abort the interpreter's teardown (SIGABRT, exit 134) after the job's line: the
+    ``bkaudit stream`` process ends before it, with its own code. The teardown here aborts for sure."""
+    import os
+    import subprocess
+    import sys
+
+    program = (
+        "import atexit, os, sys\n"
+        "atexit.register(os.abort)  # a teardown that aborts, as native threads may make it\n"
+        "from bkaudit.cli.main import run\n"
+        "sys.argv = ['bkaudit', 'stream']\n"
+        "sys.exit(run())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BKAUDIT_")}
+    env["BKAUDIT_STREAM__DISK_FLOOR_MB"] = "-1"  # a bad setting: the quickest way to the line and exit 2
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert done.stderr.startswith("bkaudit: ") and "disk_floor_mb" in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
