@@ -591,8 +591,12 @@ class AuditQueries:
         return self.queue.failure if self.queue is not None else None
 
     def exception(self) -> Any:
-        failed = next((e for q in self.queries if (e := q.exception()) is not None), None)
-        return failed if failed is not None else self._queue_failure()
+        """The sink's own failure when it failed (a lane that hands it a batch next fails with it as its
+        cause), else the first query's."""
+        failure = self._queue_failure()
+        if failure is not None:
+            return failure
+        return next((e for q in self.queries if (e := q.exception()) is not None), None)
 
     def drain(self, timeout_s: float | None = None) -> bool:
         """Wait until the sink applied every batch the query handed over (always True without a queue)."""
@@ -884,14 +888,32 @@ def query_failure(exception: Any) -> Exception:
         <class 'RuntimeError'>
         >>> query_failure(ConfigError("cp/membership/offsets/3.json: unreadable"))
         ConfigError('cp/membership/offsets/3.json: unreadable')
+        >>> full = ServiceError("too little space left on the device of lakehouse_root /lh: ...")
+        >>> try:
+        ...     raise RuntimeError(f"the sink failed: {full}") from full  # a lane meeting the failed sink
+        ... except RuntimeError as lane_error:
+        ...     query_failure(lane_error) is full
+        True
     """
-    if isinstance(exception, BkauditError):
-        return exception  # the membership lane's own one-line errors (a damaged checkpoint, a source fault)
+    cause = _own_cause(exception)
+    if cause is not None:
+        return cause  # the lanes' own one-line errors (a damaged checkpoint, a source fault, a full disk)
     text = str(exception)
     found = re.search(r"(bkaudit_kafka: [^\n]*)", text)
     if found:
         return ServiceError(found.group(1).replace("\\n", " ").strip())
     return RuntimeError(f"the streaming query failed: {text}")
+
+
+def _own_cause(exception: Any) -> BkauditError | None:
+    """The first of bkaudit's one-line errors in ``exception``'s chain of causes (None if none)."""
+    seen: set[int] = set()
+    while isinstance(exception, BaseException) and id(exception) not in seen:
+        if isinstance(exception, BkauditError):
+            return exception
+        seen.add(id(exception))
+        exception = exception.__cause__
+    return None
 
 
 def run(settings: Settings) -> None:

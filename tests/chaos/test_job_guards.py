@@ -146,7 +146,9 @@ def test_a_volume_that_fills_stops_the_job_in_one_line_and_a_restart_with_room_c
         )
         stack.read_rows = lambda name: volume.table_rows(run.lakehouse, name)
         try:
+            started = time.monotonic()
             line, refused, left = _fill_while_running_then_restart_full(stack, volume, rng)
+            stopped_s = time.monotonic() - started
             volume.make_room()
             stack.start_job()
             stack.cluster.create_ledger(entries=2)
@@ -156,16 +158,26 @@ def test_a_volume_that_fills_stops_the_job_in_one_line_and_a_restart_with_room_c
         finally:
             stack.job.kill9()  # before the volume goes
             stack.read_rows = None
-    print(f"\nvolume full: {line!r}\nrestart while full: {refused!r}; {len(left)} temporary files removed")
+    print(
+        f"\nvolume full: {line!r}\nrestart while full: {refused!r}; {len(left)} temporary files removed; "
+        f"stopped and refused after {stopped_s:.0f} s, "
+        f"converged {time.monotonic() - started - stopped_s:.0f} s later"
+    )
 
 
 def _fill_while_running_then_restart_full(stack, volume, rng):
-    """The job runs on the volume (a bookie lost, the tables equal the truth), the volume fills while the
-    cluster changes: one line naming the directory, exit 2, ``bkaudit status`` names it; a restart while it
-    is still full is refused in one line. Returns both lines and the temporary files left."""
+    """The job runs on the volume, which fills while a bookie is lost and the cluster changes: one line
+    naming the directory, exit 2, ``bkaudit status`` names it; a restart while it is still full is refused
+    in one line. Returns both lines and the temporary files left."""
     job = stack.start_job()
-    lost = stack.lose_bookie(rng)
-    stack.settle(f"the job on the volume, {lost} lost")
+    log = job.run.log_path(job.attempt)
+    wait_for(
+        "the job to run on the volume",
+        lambda: not job.alive() or "bkaudit running" in log.read_text(errors="replace"),
+        300,
+    )
+    stack.require_alive()
+    stack.lose_bookie(rng)  # while the volume fills: its alerts are owed after the restart
     volume.fill(leave_bytes=FLOOR_MB * 2**20 // 2)
     with stack.churning(random.Random(rng.random())):
         wait_for("the job to stop on the full volume", lambda: not job.alive(), 180)
