@@ -37,3 +37,36 @@ def test_another_sparks_home_keeps_its_zip(monkeypatch: pytest.MonkeyPatch, tmp_
     (tmp_path / "python" / "lib" / "pyspark.zip").write_bytes(b"")
     monkeypatch.setenv("SPARK_HOME", str(tmp_path))  # a Spark distribution, not the installed pyspark
     assert worker_python() == sys.executable
+
+
+RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
+
+
+def test_a_source_runner_whose_query_stopped_ends_quietly(tmp_path: Path) -> None:
+    """Spark stops a streaming source by closing its runner's socket; pyspark's runner then dies with
+    chained tracebacks on the job's console. Through the workers' script it ends with nothing to say."""
+    import socket
+
+    path = str(tmp_path / "jvm.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON_WORKER_FACTORY_SECRET"}
+    env["PYTHON_WORKER_FACTORY_SOCK_PATH"] = path  # a Unix socket: no authentication, as Spark may start it
+
+    def start_and_stop(executable: str) -> tuple[int, str]:
+        worker = subprocess.Popen(
+            [executable, "-m", RUNNER], env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+        )
+        connection, _ = server.accept()
+        with connection:
+            connection.recv(4)  # the worker's pid: it is connected
+        _, stderr = worker.communicate(timeout=120)
+        return worker.returncode, stderr
+
+    try:
+        assert start_and_stop(worker_python()) == (0, "")
+        code, stderr = start_and_stop(sys.executable)  # pyspark's own runner, started without the script
+    finally:
+        server.close()
+    assert code != 0 and "BrokenPipeError" in stderr  # what the script spares the console
