@@ -1,4 +1,4 @@
-"""What the job must refuse: a second job on its checkpoint, and heartbeats dated 2100.
+"""What the job must refuse: a second job on its checkpoint, heartbeats dated 2100, writes on a full volume.
 
 Two jobs: two queries on one checkpoint would interleave their batch logs and their Delta commits (and may
 publish alerts twice). The second must stop at once with exit 2 and one line
@@ -13,6 +13,13 @@ keep auditing and account for the rejected records: each injected heartbeat is a
 reason, the dead-letter metric counts them, and the watermark is not ahead of the wall clock
 (``bkaudit_stream_watermark_ahead_seconds`` is 0); :func:`tests.chaos.recovery.after_future_heartbeat`:
 nothing to do.
+
+A volume that fills: the job's lakehouse and checkpoint move onto one small tmpfs of a private mount
+namespace (:class:`tests.integration.full_volume.PrivateVolume`; the job runs in it), which fills while a
+bookie is lost and ledgers change. The job stops before its next write (``stream.disk_floor_mb``) with one
+line naming the lakehouse and exit 2 (no traceback, no Rust panic, no abort), ``bkaudit status`` names the
+volume, a restart while it is still full is refused in one line; once there is room, the restarted job
+brings the tables to the ground truth with no alert lost, and the temporary files the stop left are gone.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ pytestmark = [pytest.mark.chaos, pytest.mark.integration]
 YEAR_2100_MS = 4_102_444_800_000  # 2100-01-01T00:00:00Z
 VOLUME_SIZE = "32m"
 FLOOR_MB = 8
+RESTART_SETTLE_S = 420.0
 
 
 def heartbeats_dated(kafka, at_ms: int) -> set[tuple[int, int]]:
@@ -152,7 +160,11 @@ def test_a_volume_that_fills_stops_the_job_in_one_line_and_a_restart_with_room_c
             volume.make_room()
             stack.start_job()
             stack.cluster.create_ledger(entries=2)
-            stack.assert_final("the job restarted on the volume with room again")
+            # The lost bookie's ledgers changed while the job was down reach the tables through the timers
+            # query, whose first batch after a start takes up to two minutes on a busy host.
+            stack.settle("the job restarted on the volume with room again", timeout_s=RESTART_SETTLE_S)
+            stack.wait_read_to_end()
+            stack.assert_no_alert_lost()
             still = [p for p in left if p.exists()]
             assert still == [], f"temporary files of the stopped job are still in the checkpoint: {still}"
         finally:
