@@ -55,6 +55,14 @@ def _started_with_tls(root: Path) -> bool:
         return False
 
 
+def _started_with_scram(root: Path) -> bool:
+    """Whether the Kafka broker under ``root`` was last configured with a SCRAM (SASL_SSL) listener."""
+    try:
+        return "SASL_SSL://" in (root / "kafka" / "server.properties").read_text()
+    except OSError:
+        return False
+
+
 @dataclass
 class DevCluster:
     """ZooKeeper + broker under ``settings.state_dir`` (``zookeeper/``, and ``broker/`` for Tansu or
@@ -67,6 +75,8 @@ class DevCluster:
         if not self.settings.tls and _started_with_tls(root):
             # `dev up --tls` ran here: status, down and --dev find its services as they are.
             self.settings = self.settings.model_copy(update={"tls": True, "broker": "kafka"})
+        if self.settings.tls and not self.settings.kafka_scram and _started_with_scram(root):
+            self.settings = self.settings.model_copy(update={"kafka_scram": True})
         #: With ``dev.tls``: the throwaway CA's files (``bkaudit dev up --tls`` writes them first).
         self.tls = ServerTls.in_directory(root / "tls") if self.settings.tls else None
         self.zookeeper = EmbeddedZooKeeper(
@@ -90,6 +100,7 @@ class DevCluster:
                 heap=self.settings.kafka_heap,
                 java_bin=self.settings.java_bin,
                 tls=self.tls,
+                scram=self.settings.kafka_scram,
             )
         return EmbeddedBroker(root / "broker", port=self.settings.kafka_port)
 
@@ -136,6 +147,8 @@ class DevCluster:
 
     def _check_tls(self) -> None:
         if self.tls is None:
+            if self.settings.kafka_scram:
+                raise ConfigError("dev.kafka_scram needs dev.tls (SCRAM users log in over TLS only)")
             return
         if self.settings.broker != "kafka":
             raise ConfigError("dev.tls needs dev.broker = kafka (Tansu has no TLS listener)")
@@ -224,6 +237,8 @@ class DevCluster:
         addresses = {"zookeeper": self.zookeeper.address, "kafka": self.broker.bootstrap}
         if self.tls is not None:
             addresses["tls"] = str(self.tls.cafile.parent)
+        if isinstance(self.broker, KafkaBroker) and self.broker.sasl_bootstrap is not None:
+            addresses["kafka_sasl"] = self.broker.sasl_bootstrap
         bookkeeper = self.bookkeeper()
         if bookkeeper is not None:
             addresses["bookkeeper"] = bookkeeper.service_uri
