@@ -169,6 +169,7 @@ class DevCluster:
         if self.tls is None:
             return {}
         ca, cert, key = str(self.tls.cafile), str(self.tls.client_certfile), str(self.tls.client_keyfile)
+        bookie_cert, bookie_key = (str(path) for path in self._bookie_client_pair())
         return {
             "BKAUDIT_ZOOKEEPER__USE_TLS": "true",
             "BKAUDIT_ZOOKEEPER__TLS_CAFILE": ca,
@@ -180,9 +181,18 @@ class DevCluster:
             "BKAUDIT_KAFKA__SSL_KEYFILE": key,
             "BKAUDIT_BOOKIE__TLS": "true",
             "BKAUDIT_BOOKIE__TLS_CA_FILE": ca,
-            "BKAUDIT_BOOKIE__TLS_CERT_FILE": cert,
-            "BKAUDIT_BOOKIE__TLS_KEY_FILE": key,
+            "BKAUDIT_BOOKIE__TLS_CERT_FILE": bookie_cert,
+            "BKAUDIT_BOOKIE__TLS_KEY_FILE": bookie_key,
         }
+
+    def _bookie_client_pair(self) -> tuple[Path, Path]:
+        """The client pair bookies that authorize :data:`~connectors.tls.BOOKIE_ROLE` accept (written by
+        ``ensure_throwaway_ca``), else the plain client pair."""
+        assert self.tls is not None
+        cert, key = self.tls.bookie_client_certfile, self.tls.bookie_client_keyfile
+        if cert is not None and key is not None and cert.is_file() and key.is_file():
+            return cert, key
+        return self.tls.client_certfile, self.tls.client_keyfile
 
     def listeners(self) -> dict[str, dict[int, bool]]:
         """Every port ZooKeeper's and the broker's processes listen on, each with whether it completed a TLS
@@ -202,7 +212,8 @@ class DevCluster:
 
     def secured(self, settings: Settings) -> Settings:
         """``settings`` with the clients' TLS settings of ``dev.tls`` (the CA and the client pair, for
-        ZooKeeper, Kafka and the bookies the simulator serves over TLS); unchanged without TLS.
+        ZooKeeper, Kafka and the bookies the simulator serves over TLS, whose pair carries the role they
+        authorize); unchanged without TLS.
 
         Example:
             >>> DevCluster(DevSettings(state_dir="/s")).secured(Settings()).kafka.security_protocol
@@ -213,7 +224,8 @@ class DevCluster:
         ca, cert, key = self.tls.cafile, self.tls.client_certfile, self.tls.client_keyfile
         zookeeper = {"use_tls": True, "tls_cafile": ca, "tls_certfile": cert, "tls_keyfile": key}
         kafka = {"security_protocol": "SSL", "ssl_cafile": ca, "ssl_certfile": cert, "ssl_keyfile": key}
-        bookie = {"tls": True, "tls_ca_file": ca, "tls_cert_file": cert, "tls_key_file": key}
+        bookie_cert, bookie_key = self._bookie_client_pair()
+        bookie = {"tls": True, "tls_ca_file": ca, "tls_cert_file": bookie_cert, "tls_key_file": bookie_key}
         return settings.model_copy(
             update={
                 "zookeeper": settings.zookeeper.model_copy(update=zookeeper),
