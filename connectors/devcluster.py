@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from connectors.kafka.embedded import EmbeddedBroker, tansu_binary
 from connectors.kafka.kafka_broker import KafkaBroker
 from connectors.process import LOOPBACK, listening_ports
-from connectors.tls import ServerTls
+from connectors.tls import BOOKIE_ROLE, ServerTls
 from connectors.zookeeper.embedded import EmbeddedZooKeeper
 from core.errors import ConfigError
 from core.logsetup import step
@@ -33,7 +33,7 @@ from core.settings import DevSettings, Settings
 logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from connectors.bookkeeper import RealBookKeeperCluster
+    from connectors.bookkeeper import BookKeeperTls, RealBookKeeperCluster
 
 
 def _speaks_tls(context: ssl.SSLContext, port: int) -> bool:
@@ -121,7 +121,22 @@ class DevCluster:
             racks=self.settings.racks,
             java_bin=self.settings.java_bin,
             start_timeout_s=max(self.settings.start_timeout_s, 90.0),
+            tls=self.bookkeeper_tls(),
         )
+
+    def bookkeeper_tls(self) -> BookKeeperTls | None:
+        """With ``dev.tls``: the real cluster's TLS (ZooKeeper's secure port for every JVM, bookies that
+        require client certificates and authorize :data:`~connectors.tls.BOOKIE_ROLE`); else None.
+
+        Example:
+            >>> DevCluster(DevSettings(state_dir="/s")).bookkeeper_tls() is None
+            True
+        """
+        if self.tls is None:
+            return None
+        from connectors.bookkeeper.tls import BookKeeperTls
+
+        return BookKeeperTls.of(self.tls, BOOKIE_ROLE)
 
     def up(self) -> dict[str, str]:
         """Start whatever is not running and wait for readiness; returns the two addresses.
@@ -152,8 +167,6 @@ class DevCluster:
             return
         if self.settings.broker != "kafka":
             raise ConfigError("dev.tls needs dev.broker = kafka (Tansu has no TLS listener)")
-        if self.settings.bookkeeper == "real":
-            raise ConfigError("dev.tls: the real BookKeeper cluster does not run with TLS here")
         missing = [path for path in (self.tls.cafile, self.tls.keystore) if not path.is_file()]
         if missing:
             raise ConfigError(f"dev.tls: no {missing[0]}; `bkaudit dev up --tls` writes a throwaway CA there")

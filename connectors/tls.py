@@ -28,6 +28,8 @@ from core.errors import ConfigError
 #: File names of a TLS directory (written by ``bkaudit.testing.tls``, read by :meth:`ServerTls.in_directory`).
 CA_FILE = "ca.pem"
 SERVER_KEYSTORE_FILE = "server-keystore.pem"
+SERVER_CERT_FILE = "server.pem"
+SERVER_KEY_FILE = "server.key.pem"
 CLIENT_CERT_FILE = "client.pem"
 CLIENT_KEY_FILE = "client.key.pem"
 #: The client pair for bookies that authorize a role (BookieAuthZFactory): the certificate carries

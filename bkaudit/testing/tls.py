@@ -31,6 +31,8 @@ from connectors.tls import (
     CA_FILE,
     CLIENT_CERT_FILE,
     CLIENT_KEY_FILE,
+    SERVER_CERT_FILE,
+    SERVER_KEY_FILE,
     SERVER_KEYSTORE_FILE,
 )
 
@@ -92,8 +94,8 @@ def write_throwaway_ca(
         directory=out,
         ca=_write(out / CA_FILE, _cert_pem(ca)),
         ca_key=_write(out / "ca.key.pem", _key_pem(ca_key), secret=True),
-        server_cert=_write(out / "server.pem", _cert_pem(server)),
-        server_key=_write(out / "server.key.pem", _key_pem(server_key), secret=True),
+        server_cert=_write(out / SERVER_CERT_FILE, _cert_pem(server)),
+        server_key=_write(out / SERVER_KEY_FILE, _key_pem(server_key), secret=True),
         server_keystore=_write(
             out / SERVER_KEYSTORE_FILE, _key_pem(server_key) + _cert_pem(server), secret=True
         ),
