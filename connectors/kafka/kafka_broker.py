@@ -584,7 +584,8 @@ class KafkaBroker(ProcessService):
         upsert = UserScramCredentialUpsertion(
             user, ScramCredentialInfo(kind[mechanism], 8192), password.encode(), os.urandom(16)
         )
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, **client_tls_properties(self.tls)})
+        quiet = {"log_level": 0}  # librdkafka's notices (a purged background queue) would go to stderr
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, **quiet, **client_tls_properties(self.tls)})
         for future in admin.alter_user_scram_credentials([upsert], request_timeout=30).values():
             future.result(timeout=60)
 

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -338,3 +341,54 @@ def test_a_wrong_scram_password_is_one_line_without_secrets(
     broker_log = (secured.state_dir / "kafka" / "broker.log").read_text(errors="replace")
     for secret in (SCRAM_PASSWORD, WRONG_PASSWORD):
         assert secret not in line and secret not in caplog.text and secret not in broker_log
+
+
+def test_bkaudit_watch_with_a_wrong_scram_password_is_one_line_at_debug_without_secrets(
+    secured: Secured, tmp_path: Path
+):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BKAUDIT_")}
+    env.update({f"BKAUDIT_ZOOKEEPER__{k.upper()}": str(v) for k, v in _zookeeper_env(secured.tls).items()})
+    env.update(
+        {
+            "BKAUDIT_KAFKA__SECURITY_PROTOCOL": "SASL_SSL",
+            "BKAUDIT_KAFKA__SASL_MECHANISM": "SCRAM-SHA-512",
+            "BKAUDIT_KAFKA__SASL_USERNAME": SCRAM_USER,
+            "BKAUDIT_KAFKA__SASL_PASSWORD": WRONG_PASSWORD,
+            "BKAUDIT_KAFKA__SSL_CAFILE": str(secured.tls.ca),
+            "BKAUDIT_KAFKA__BOOTSTRAP_TIMEOUT_MS": "3000",
+            "BKAUDIT_KAFKA__EXTRA_CONFIG": '{"debug": "security,conf,broker"}',
+            "BKAUDIT_WATCHER__PROGRESS": "off",
+            "BKAUDIT_CLUSTER": "scram-test",  # no BookKeeper cluster on this ZooKeeper: the watcher is refused
+        }
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bkaudit.cli.main",
+            "watch",
+            "--zookeeper",
+            secured.zookeeper,
+            "--bootstrap",
+            secured.kafka_sasl,
+            "--topic",
+            f"scram-watch-{uuid.uuid4().hex[:8]}",
+            "--exit-after-snapshot",
+            "--log-level",
+            "DEBUG",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("bkaudit: Kafka at") and "SASL authentication refused" in last, last
+    assert "kafka.sasl_username and kafka.sasl_password" in last
+    assert "Traceback" not in done.stderr
+    output = done.stdout + done.stderr
+    for secret in (WRONG_PASSWORD, SCRAM_PASSWORD, secured.tls.key_password):
+        assert secret not in output
+    assert "connectors.kafka.librdkafka" in output  # librdkafka's debug lines were there to leak it
