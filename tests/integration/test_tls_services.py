@@ -358,7 +358,7 @@ def test_bkaudit_watch_with_a_wrong_scram_password_is_one_line_at_debug_without_
             "BKAUDIT_KAFKA__BOOTSTRAP_TIMEOUT_MS": "3000",
             "BKAUDIT_KAFKA__EXTRA_CONFIG": '{"debug": "security,conf,broker"}',
             "BKAUDIT_WATCHER__PROGRESS": "off",
-            "BKAUDIT_CLUSTER": "scram-test",  # no BookKeeper cluster on this ZooKeeper: the watcher is refused
+            "BKAUDIT_CLUSTER": "scram-test",  # no BookKeeper cluster on this ZooKeeper (no INSTANCEID)
         }
     )
     done = subprocess.run(
