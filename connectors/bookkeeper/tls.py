@@ -71,7 +71,13 @@ class BookKeeperTls:
         )
 
     def bookie_conf(self) -> dict[str, object]:
-        """A bookie's server settings: ``START_TLS``, client certificates required, the role authorized."""
+        """A bookie's server settings: ``START_TLS``, client certificates required, the role authorized.
+
+        Example:
+            >>> tls = BookKeeperTls.of(ServerTls.in_directory(Path("/s")), "r")
+            >>> tls.bookie_conf()["tlsClientAuthentication"]
+            True
+        """
         return {
             "tlsProviderFactoryClass": _TLS_PROVIDER,
             "tlsProvider": "JDK",
@@ -86,7 +92,12 @@ class BookKeeperTls:
         }
 
     def client_conf(self) -> dict[str, object]:
-        """A BookKeeper client's settings: TLS to the bookies with the role-carrying certificate."""
+        """A BookKeeper client's settings: TLS to the bookies with the role-carrying certificate.
+
+        Example:
+            >>> BookKeeperTls.of(ServerTls.in_directory(Path("/s")), "r").client_conf()["tlsKeyStore"]
+            PosixPath('/s/bookie-client.key.pem')
+        """
         return {
             "tlsProviderFactoryClass": _TLS_PROVIDER,
             "tlsProvider": "JDK",

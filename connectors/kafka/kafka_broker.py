@@ -458,7 +458,12 @@ class KafkaBroker(ProcessService):
 
     @property
     def sasl_bootstrap(self) -> str | None:
-        """The SASL_SSL listener's address (``scram``), else None."""
+        """The SASL_SSL listener's address (``scram``), else None.
+
+        Example:
+            >>> KafkaBroker(Path("/tmp/bkaudit-doc-kafka")).sasl_bootstrap is None
+            True
+        """
         return f"{LOOPBACK}:{self.sasl_port}" if self.scram and self.sasl_port else None
 
     @property
