@@ -101,12 +101,12 @@ def _same(found: Ids, expected: Ids, kinds: tuple[str, ...]) -> bool:
     return all(found.get(k, set()) == expected.get(k, set()) for k in kinds)
 
 
-def _start_cluster(run_dir: Any, zookeeper: str, prefix: str) -> Any:
+def _start_cluster(run_dir: Any, zookeeper: str, prefix: str, tls: Any = None) -> Any:
     from connectors.bookkeeper import RealBookKeeperCluster
 
     cluster = RealBookKeeperCluster(
         run_dir, zookeeper, bookies=BOOKIES, racks=RACKS, prefix=prefix,
-        bookie_conf={"zkTimeout": SESSION_TIMEOUT_MS},
+        bookie_conf={"zkTimeout": SESSION_TIMEOUT_MS}, tls=tls,
     )  # fmt: skip
     cluster.bookie(SILENT).extra_conf["zkTimeout"] = SILENT_SESSION_TIMEOUT_MS
     cluster.start()
@@ -345,6 +345,28 @@ def demo_services(dev: DevSettings) -> DevSettings:
     return dev.model_copy(update={"broker": "kafka"})
 
 
+def _secured(services: Any, settings: Settings, printer: _Printer) -> Settings:
+    """With ``dev.tls``: the clients' TLS settings (also in the environment, for Spark's workers), and the
+    plaintext listeners of ZooKeeper's and the broker's processes said (none)."""
+    if services.tls is None:
+        return settings
+    import os
+
+    os.environ.update(services.client_tls_variables())
+    plaintext = [
+        f"{name} {port}"
+        for name, ports in services.listeners().items()
+        for port, tls in ports.items()
+        if not tls
+    ]
+    printer.say(
+        f"TLS only, client certificates, CA in {services.tls.cafile.parent}; plaintext listeners: "
+        f"{', '.join(plaintext) if plaintext else 'none'}; the bookies require TLS and a role in the "
+        "client certificate (BookieAuthZFactory)"
+    )
+    return services.secured(settings)
+
+
 def run_real_demo(
     settings: Settings, *, keep_running: bool = False, out: TextIO | None = None
 ) -> dict[str, Any]:
@@ -358,9 +380,14 @@ def run_real_demo(
     stamp = time.strftime("%Y%m%d-%H%M%S")
     dev = demo_services(settings.dev)
     services = DevCluster(dev)
+    if services.tls is not None:
+        from bkaudit.testing.tls import ensure_throwaway_ca
+
+        ensure_throwaway_ca(services.tls.cafile.parent)
     addresses = services.up()
     broker = "Apache Kafka broker" if dev.broker == "kafka" else "Kafka-protocol broker (Tansu)"
     printer.say(f"embedded ZooKeeper {addresses['zookeeper']}, {broker} {addresses['kafka']}")
+    settings = _secured(services, settings, printer)
     prefix = f"/bkaudit-demo-{stamp}"
     lakehouse = settings.lakehouse_root / "demo"
     shutil.rmtree(lakehouse, ignore_errors=True)
@@ -372,8 +399,10 @@ def run_real_demo(
     run_dir = settings.dev.state_dir.absolute() / "demo-bookkeeper" / stamp
     cluster = truth = None
     try:
-        cluster = _start_cluster(run_dir, addresses["zookeeper"], prefix)
-        truth = ClusterReader(f"{addresses['zookeeper']}{prefix}")
+        bookkeeper_tls = services.bookkeeper_tls()
+        cluster = _start_cluster(run_dir, addresses["zookeeper"], prefix, bookkeeper_tls)
+        zookeeper_tls = bookkeeper_tls.kazoo_options() if bookkeeper_tls is not None else None
+        truth = ClusterReader(f"{addresses['zookeeper']}{prefix}", tls=zookeeper_tls)
         truth.set_recovery_delay(0)
         written = cluster.write_ledgers(
             LEDGERS + OPEN_LEDGERS, entries=ENTRIES, open_ledgers=OPEN_LEDGERS,

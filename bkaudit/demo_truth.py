@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
@@ -99,9 +100,17 @@ def process_stopped(pid: int | None) -> bool:
 class ClusterReader:
     """The real cluster's metadata, read with a ZooKeeper client chrooted at the cluster's prefix."""
 
-    def __init__(self, hosts: str, ledgers_root: str = "/ledgers", rack_map_znode: str = "/bookies") -> None:
+    def __init__(
+        self,
+        hosts: str,
+        ledgers_root: str = "/ledgers",
+        rack_map_znode: str = "/bookies",
+        tls: dict[str, Any] | None = None,
+    ) -> None:
         self.root, self.rack_map_znode = ledgers_root, rack_map_znode
-        self.client = KazooClient(hosts=hosts, timeout=10.0)
+        self.client = KazooClient(
+            hosts=hosts, timeout=10.0, **(tls or {})
+        )  # tls: KazooClient's TLS arguments
         self.client.start(timeout=15.0)
 
     def close(self) -> None:

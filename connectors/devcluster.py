@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from connectors.kafka.embedded import EmbeddedBroker, tansu_binary
 from connectors.kafka.kafka_broker import KafkaBroker
 from connectors.process import LOOPBACK, listening_ports
-from connectors.tls import ServerTls
+from connectors.tls import BOOKIE_ROLE, ServerTls
 from connectors.zookeeper.embedded import EmbeddedZooKeeper
 from core.errors import ConfigError
 from core.logsetup import step
@@ -33,7 +33,7 @@ from core.settings import DevSettings, Settings
 logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from connectors.bookkeeper import RealBookKeeperCluster
+    from connectors.bookkeeper import BookKeeperTls, RealBookKeeperCluster
 
 
 def _speaks_tls(context: ssl.SSLContext, port: int) -> bool:
@@ -55,6 +55,14 @@ def _started_with_tls(root: Path) -> bool:
         return False
 
 
+def _started_with_scram(root: Path) -> bool:
+    """Whether the Kafka broker under ``root`` was last configured with a SCRAM (SASL_SSL) listener."""
+    try:
+        return "SASL_SSL://" in (root / "kafka" / "server.properties").read_text()
+    except OSError:
+        return False
+
+
 @dataclass
 class DevCluster:
     """ZooKeeper + broker under ``settings.state_dir`` (``zookeeper/``, and ``broker/`` for Tansu or
@@ -67,6 +75,8 @@ class DevCluster:
         if not self.settings.tls and _started_with_tls(root):
             # `dev up --tls` ran here: status, down and --dev find its services as they are.
             self.settings = self.settings.model_copy(update={"tls": True, "broker": "kafka"})
+        if self.settings.tls and not self.settings.kafka_scram and _started_with_scram(root):
+            self.settings = self.settings.model_copy(update={"kafka_scram": True})
         #: With ``dev.tls``: the throwaway CA's files (``bkaudit dev up --tls`` writes them first).
         self.tls = ServerTls.in_directory(root / "tls") if self.settings.tls else None
         self.zookeeper = EmbeddedZooKeeper(
@@ -90,6 +100,7 @@ class DevCluster:
                 heap=self.settings.kafka_heap,
                 java_bin=self.settings.java_bin,
                 tls=self.tls,
+                scram=self.settings.kafka_scram,
             )
         return EmbeddedBroker(root / "broker", port=self.settings.kafka_port)
 
@@ -110,7 +121,22 @@ class DevCluster:
             racks=self.settings.racks,
             java_bin=self.settings.java_bin,
             start_timeout_s=max(self.settings.start_timeout_s, 90.0),
+            tls=self.bookkeeper_tls(),
         )
+
+    def bookkeeper_tls(self) -> BookKeeperTls | None:
+        """With ``dev.tls``: the real cluster's TLS (ZooKeeper's secure port for every JVM, bookies that
+        require client certificates and authorize :data:`~connectors.tls.BOOKIE_ROLE`); else None.
+
+        Example:
+            >>> DevCluster(DevSettings(state_dir="/s")).bookkeeper_tls() is None
+            True
+        """
+        if self.tls is None:
+            return None
+        from connectors.bookkeeper.tls import BookKeeperTls
+
+        return BookKeeperTls.of(self.tls, BOOKIE_ROLE)
 
     def up(self) -> dict[str, str]:
         """Start whatever is not running and wait for readiness; returns the two addresses.
@@ -136,11 +162,11 @@ class DevCluster:
 
     def _check_tls(self) -> None:
         if self.tls is None:
+            if self.settings.kafka_scram:
+                raise ConfigError("dev.kafka_scram needs dev.tls (SCRAM users log in over TLS only)")
             return
         if self.settings.broker != "kafka":
             raise ConfigError("dev.tls needs dev.broker = kafka (Tansu has no TLS listener)")
-        if self.settings.bookkeeper == "real":
-            raise ConfigError("dev.tls: the real BookKeeper cluster does not run with TLS here")
         missing = [path for path in (self.tls.cafile, self.tls.keystore) if not path.is_file()]
         if missing:
             raise ConfigError(f"dev.tls: no {missing[0]}; `bkaudit dev up --tls` writes a throwaway CA there")
@@ -156,6 +182,7 @@ class DevCluster:
         if self.tls is None:
             return {}
         ca, cert, key = str(self.tls.cafile), str(self.tls.client_certfile), str(self.tls.client_keyfile)
+        bookie_cert, bookie_key = (str(path) for path in self._bookie_client_pair())
         return {
             "BKAUDIT_ZOOKEEPER__USE_TLS": "true",
             "BKAUDIT_ZOOKEEPER__TLS_CAFILE": ca,
@@ -167,9 +194,18 @@ class DevCluster:
             "BKAUDIT_KAFKA__SSL_KEYFILE": key,
             "BKAUDIT_BOOKIE__TLS": "true",
             "BKAUDIT_BOOKIE__TLS_CA_FILE": ca,
-            "BKAUDIT_BOOKIE__TLS_CERT_FILE": cert,
-            "BKAUDIT_BOOKIE__TLS_KEY_FILE": key,
+            "BKAUDIT_BOOKIE__TLS_CERT_FILE": bookie_cert,
+            "BKAUDIT_BOOKIE__TLS_KEY_FILE": bookie_key,
         }
+
+    def _bookie_client_pair(self) -> tuple[Path, Path]:
+        """The client pair bookies that authorize :data:`~connectors.tls.BOOKIE_ROLE` accept (written by
+        ``ensure_throwaway_ca``), else the plain client pair."""
+        assert self.tls is not None
+        cert, key = self.tls.bookie_client_certfile, self.tls.bookie_client_keyfile
+        if cert is not None and key is not None and cert.is_file() and key.is_file():
+            return cert, key
+        return self.tls.client_certfile, self.tls.client_keyfile
 
     def listeners(self) -> dict[str, dict[int, bool]]:
         """Every port ZooKeeper's and the broker's processes listen on, each with whether it completed a TLS
@@ -189,7 +225,8 @@ class DevCluster:
 
     def secured(self, settings: Settings) -> Settings:
         """``settings`` with the clients' TLS settings of ``dev.tls`` (the CA and the client pair, for
-        ZooKeeper, Kafka and the bookies the simulator serves over TLS); unchanged without TLS.
+        ZooKeeper, Kafka and the bookies the simulator serves over TLS, whose pair carries the role they
+        authorize); unchanged without TLS.
 
         Example:
             >>> DevCluster(DevSettings(state_dir="/s")).secured(Settings()).kafka.security_protocol
@@ -200,7 +237,8 @@ class DevCluster:
         ca, cert, key = self.tls.cafile, self.tls.client_certfile, self.tls.client_keyfile
         zookeeper = {"use_tls": True, "tls_cafile": ca, "tls_certfile": cert, "tls_keyfile": key}
         kafka = {"security_protocol": "SSL", "ssl_cafile": ca, "ssl_certfile": cert, "ssl_keyfile": key}
-        bookie = {"tls": True, "tls_ca_file": ca, "tls_cert_file": cert, "tls_key_file": key}
+        bookie_cert, bookie_key = self._bookie_client_pair()
+        bookie = {"tls": True, "tls_ca_file": ca, "tls_cert_file": bookie_cert, "tls_key_file": bookie_key}
         return settings.model_copy(
             update={
                 "zookeeper": settings.zookeeper.model_copy(update=zookeeper),
@@ -224,6 +262,8 @@ class DevCluster:
         addresses = {"zookeeper": self.zookeeper.address, "kafka": self.broker.bootstrap}
         if self.tls is not None:
             addresses["tls"] = str(self.tls.cafile.parent)
+        if isinstance(self.broker, KafkaBroker) and self.broker.sasl_bootstrap is not None:
+            addresses["kafka_sasl"] = self.broker.sasl_bootstrap
         bookkeeper = self.bookkeeper()
         if bookkeeper is not None:
             addresses["bookkeeper"] = bookkeeper.service_uri

@@ -28,8 +28,16 @@ from core.errors import ConfigError
 #: File names of a TLS directory (written by ``bkaudit.testing.tls``, read by :meth:`ServerTls.in_directory`).
 CA_FILE = "ca.pem"
 SERVER_KEYSTORE_FILE = "server-keystore.pem"
+SERVER_CERT_FILE = "server.pem"
+SERVER_KEY_FILE = "server.key.pem"
 CLIENT_CERT_FILE = "client.pem"
 CLIENT_KEY_FILE = "client.key.pem"
+#: The client pair for bookies that authorize a role (BookieAuthZFactory): the certificate carries
+#: ``OU=0:<BOOKIE_ROLE>``.
+BOOKIE_CLIENT_CERT_FILE = "bookie-client.pem"
+BOOKIE_CLIENT_KEY_FILE = "bookie-client.key.pem"
+#: The role the embedded services' bookies authorize (``bkaudit dev up --tls``, ``bkaudit demo --tls``).
+BOOKIE_ROLE = "bkaudit"
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,9 @@ class ServerTls:
     keystore: Path
     client_certfile: Path
     client_keyfile: Path
+    #: A client pair whose certificate carries :data:`BOOKIE_ROLE` (for bookies that authorize roles).
+    bookie_client_certfile: Path | None = None
+    bookie_client_keyfile: Path | None = None
 
     @classmethod
     def in_directory(cls, directory: Path) -> ServerTls:
@@ -63,6 +74,8 @@ class ServerTls:
             directory / SERVER_KEYSTORE_FILE,
             directory / CLIENT_CERT_FILE,
             directory / CLIENT_KEY_FILE,
+            directory / BOOKIE_CLIENT_CERT_FILE,
+            directory / BOOKIE_CLIENT_KEY_FILE,
         )
 
     def client_context(self) -> ssl.SSLContext:

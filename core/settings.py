@@ -96,6 +96,11 @@ class DevSettings(_Section):
         description="ZooKeeper and the broker serve TLS only, client certificates required, with a throwaway "
         "CA written to `<state_dir>/tls` (needs broker = kafka: Tansu has no TLS listener)",
     )
+    kafka_scram: bool = Field(
+        False,
+        description="with tls: the real Kafka broker also opens a SASL_SSL listener for SCRAM-SHA-256/512 "
+        "users (TLS without client certificates there); users are added with Kafka's admin API",
+    )
 
 
 def absolute_znode_path(value: str, what: str) -> str:

@@ -32,8 +32,8 @@ def demo(
     tls: bool = typer.Option(
         False,
         "--tls",
-        help="ZooKeeper and the real Kafka broker TLS only, client certificates required (dev.tls); "
-        "with --bookkeeper simulator",
+        help="ZooKeeper and the real Kafka broker TLS only, client certificates required, and bookies "
+        "that require TLS and a role in the client certificate (dev.tls)",
     ),
 ) -> None:
     """Embedded services + a BookKeeper cluster + watcher + auditor, a scripted story, alerts live."""
@@ -46,8 +46,6 @@ def demo(
         raise ConfigError(f"--bookkeeper: {bookkeeper!r} is not one of 'real', 'simulator'")
     settings = load_settings()
     if tls:
-        if bookkeeper == "real":
-            raise ConfigError("--tls: the real bookies do not run with TLS here; add --bookkeeper simulator")
         dev = settings.dev.model_copy(update={"tls": True, "broker": "kafka"})
         settings = settings.model_copy(update={"dev": dev})
     configure_command_logging("demo", settings.log_dir, level="WARNING", verbose=verbose)

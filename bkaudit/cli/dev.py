@@ -75,14 +75,25 @@ def up(
             "broker (dev.tls, dev.broker = kafka), a throwaway CA in the tls folder of the state directory",
         ),
     ] = False,
+    scram: Annotated[
+        bool,
+        typer.Option(
+            "--scram",
+            help="with --tls: the Kafka broker also opens a SASL_SSL listener for SCRAM-SHA-256/512 users "
+            "(dev.kafka_scram); add users with Kafka's admin API",
+        ),
+    ] = False,
 ) -> None:
     """Start (or reuse) the embedded services; prints {"zookeeper": "host:port", "kafka": "host:port"} (plus
-    "bookkeeper": its metadataServiceUri with --bookkeeper real, "tls": the CA's directory with --tls)."""
+    "bookkeeper": its metadataServiceUri with --bookkeeper real, "tls": the CA's directory with --tls,
+    "kafka_sasl": the SASL_SSL listener with --scram)."""
     from core.localfs import writable_directory
     from core.logsetup import configure_progress_logging
 
     configure_progress_logging()  # the waits on stderr; stdout stays the JSON answer
-    secured = {"tls": True, "broker": "kafka"} if tls else {}
+    secured: dict[str, object] = {"tls": True, "broker": "kafka"} if tls else {}
+    if scram:
+        secured["kafka_scram"] = True
     cluster = _cluster(state_dir, bookkeeper=bookkeeper, bookies=bookies, racks=racks, **secured)
     writable_directory(cluster.settings.state_dir, "dev.state_dir")
     if cluster.tls is not None:

@@ -256,7 +256,8 @@ class SimulatedCluster:
     ``bookie_session_timeout_s`` the session timeout of each bookie (how long a hard-killed bookie stays
     registered; ZooKeeper clamps it to 2..20 ticks); ``bookie_tls`` a server ``ssl.SSLContext`` every bookie
     then upgrades connections with on ``START_TLS`` (one that requires client certificates makes bookies
-    that do; :func:`connectors.bookie.tls.server_tls_context`). All public methods are thread-safe.
+    that do; :func:`connectors.bookie.tls.server_tls_context`), ``bookie_authorized_roles`` the client
+    certificate roles they authorize (BookieAuthZFactory). All public methods are thread-safe.
 
     Example:
         >>> sim = SimulatedCluster("127.0.0.1:2181", root="/ledgers", racks=2, seed=7)
@@ -286,9 +287,15 @@ class SimulatedCluster:
         index_root: Path | None = None,
         bookie_tls: ssl.SSLContext | None = None,
         zookeeper_tls: Mapping[str, Any] | None = None,
+        bookie_authorized_roles: Iterable[str] | None = None,
     ) -> None:
         self.zk_hosts = zk_hosts
         self.bookie_tls = bookie_tls
+        #: With ``bookie_tls``: the roles the bookies authorize, as BookieAuthZFactory (every request
+        #: answered EUA until a TLS handshake whose client certificate carries one); None: no authorization.
+        self.bookie_authorized_roles = (
+            frozenset(bookie_authorized_roles) if bookie_authorized_roles is not None else None
+        )
         #: KazooClient TLS arguments of every session (``kazoo_tls_options``); empty: plaintext.
         self.zookeeper_tls = dict(zookeeper_tls or {})
         self.root = validate_root(root)
@@ -576,6 +583,7 @@ class SimulatedCluster:
                 port=port,
                 answers_entry_lists=storage != DB_STORAGE,
                 tls=self.bookie_tls,
+                authorized_roles=self.bookie_authorized_roles,
             )
             self._loop.run(server.start())
             try:

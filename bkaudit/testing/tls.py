@@ -24,7 +24,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from connectors.tls import CA_FILE, CLIENT_CERT_FILE, CLIENT_KEY_FILE, SERVER_KEYSTORE_FILE
+from connectors.tls import (
+    BOOKIE_CLIENT_CERT_FILE,
+    BOOKIE_CLIENT_KEY_FILE,
+    BOOKIE_ROLE,
+    CA_FILE,
+    CLIENT_CERT_FILE,
+    CLIENT_KEY_FILE,
+    SERVER_CERT_FILE,
+    SERVER_KEY_FILE,
+    SERVER_KEYSTORE_FILE,
+)
 
 if TYPE_CHECKING:
     from cryptography import x509
@@ -84,8 +94,8 @@ def write_throwaway_ca(
         directory=out,
         ca=_write(out / CA_FILE, _cert_pem(ca)),
         ca_key=_write(out / "ca.key.pem", _key_pem(ca_key), secret=True),
-        server_cert=_write(out / "server.pem", _cert_pem(server)),
-        server_key=_write(out / "server.key.pem", _key_pem(server_key), secret=True),
+        server_cert=_write(out / SERVER_CERT_FILE, _cert_pem(server)),
+        server_key=_write(out / SERVER_KEY_FILE, _key_pem(server_key), secret=True),
         server_keystore=_write(
             out / SERVER_KEYSTORE_FILE, _key_pem(server_key) + _cert_pem(server), secret=True
         ),
@@ -113,13 +123,19 @@ def write_client_certificate(tls: TlsFiles, name: str, *, organizational_unit: s
         >>> [p.name for p in write_client_certificate(tls, "role", organizational_unit="0:auditor")]
         ['role.pem', 'role.key.pem']
     """
+    return _write_role_certificate(tls.directory, tls.ca, tls.ca_key, name, organizational_unit)
+
+
+def _write_role_certificate(
+    directory: Path, ca_file: Path, ca_key_file: Path, name: str, organizational_unit: str
+) -> tuple[Path, Path]:
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    ca = x509.load_pem_x509_certificate(tls.ca.read_bytes())
-    ca_key = serialization.load_pem_private_key(tls.ca_key.read_bytes(), password=None)
+    ca = x509.load_pem_x509_certificate(ca_file.read_bytes())
+    ca_key = serialization.load_pem_private_key(ca_key_file.read_bytes(), password=None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
     now = datetime.datetime.now(datetime.UTC)
     key = ec.generate_private_key(ec.SECP256R1())
@@ -129,17 +145,18 @@ def write_client_certificate(tls: TlsFiles, name: str, *, organizational_unit: s
             x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, organizational_unit),
         ]
     )
-    valid = (now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=1))
+    valid = (now - datetime.timedelta(minutes=5), ca.not_valid_after_utc)  # as long as the CA
     cert = _certificate("bkaudit", key, ca, ca_key, valid, subject=subject)
     return (
-        _write(tls.directory / f"{name}.pem", _cert_pem(cert)),
-        _write(tls.directory / f"{name}.key.pem", _key_pem(key), secret=True),
+        _write(directory / f"{name}.pem", _cert_pem(cert)),
+        _write(directory / f"{name}.key.pem", _key_pem(key), secret=True),
     )
 
 
 def ensure_throwaway_ca(directory: str | os.PathLike[str]) -> Path:
     """``directory`` with a throwaway CA in it: the one already there (a restart keeps the clients' files
-    valid), else a new one from :func:`write_throwaway_ca`.
+    valid), else a new one from :func:`write_throwaway_ca`; and a client pair for bookies that authorize
+    :data:`~connectors.tls.BOOKIE_ROLE` (``bookie-client.pem``, ``OU=0:bkaudit``), signed by that CA.
 
     Example:
         >>> import tempfile
@@ -151,6 +168,9 @@ def ensure_throwaway_ca(directory: str | os.PathLike[str]) -> Path:
     names = (CA_FILE, SERVER_KEYSTORE_FILE, CLIENT_CERT_FILE, CLIENT_KEY_FILE)
     if not all((out / name).is_file() for name in names):
         write_throwaway_ca(out)
+    if not (out / BOOKIE_CLIENT_CERT_FILE).is_file() or not (out / BOOKIE_CLIENT_KEY_FILE).is_file():
+        name = BOOKIE_CLIENT_CERT_FILE.removesuffix(".pem")
+        _write_role_certificate(out, out / CA_FILE, out / "ca.key.pem", name, f"0:{BOOKIE_ROLE}")
     return out
 
 

@@ -9,9 +9,11 @@ Example:
 from connectors.bookkeeper.bookie import RealBookie
 from connectors.bookkeeper.cluster import RealBookKeeperCluster
 from connectors.bookkeeper.shell import BookKeeperShell, parse_ledger_metadata, parse_listbookies
+from connectors.bookkeeper.tls import BookKeeperTls
 
 __all__ = [
     "BookKeeperShell",
+    "BookKeeperTls",
     "RealBookKeeperCluster",
     "RealBookie",
     "parse_ledger_metadata",

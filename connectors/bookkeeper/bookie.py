@@ -115,6 +115,8 @@ class RealBookie(ProcessService):
     direct_memory: str = "256m"
     java_bin: str = "java"
     extra_conf: dict[str, object] = field(default_factory=dict)
+    #: More JVM options (ZooKeeper's client TLS on a secured cluster).
+    jvm_options: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir).absolute()
@@ -188,6 +190,7 @@ class RealBookie(ProcessService):
             "-XX:TieredStopAtLevel=1",  # C1 only: a fraction of the start-up CPU, enough for a test bookie
             "-Xss512k",
             *JVM_OPENS,
+            *self.jvm_options,
             f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
             "-cp",
             self.classpath,

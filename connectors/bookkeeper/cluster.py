@@ -27,6 +27,7 @@ from kazoo.client import KazooClient
 
 from connectors.bookkeeper.bookie import JVM_OPENS, RealBookie, java_binary, render_conf
 from connectors.bookkeeper.shell import BookKeeperShell
+from connectors.bookkeeper.tls import BookKeeperTls
 from connectors.process import ManagedProcess
 from core.errors import ServiceError
 
@@ -63,6 +64,8 @@ class RealBookKeeperCluster:
     java_bin: str = "java"
     start_timeout_s: float = 90.0
     bookie_conf: dict[str, object] = field(default_factory=dict)
+    #: A secured cluster: ZooKeeper over TLS for every JVM and kazoo client, bookies with TLS and roles.
+    tls: BookKeeperTls | None = None
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir).absolute()
@@ -80,8 +83,17 @@ class RealBookKeeperCluster:
             self.service_uri,
             classpath=self.classpath or "",
             java_bin=self.java_bin,
-            extra_conf=dict(self.bookie_conf),
+            extra_conf={**(self.tls.bookie_conf() if self.tls else {}), **self.bookie_conf},
+            jvm_options=self._jvm_tls,
         )
+
+    @property
+    def _jvm_tls(self) -> tuple[str, ...]:
+        return self.tls.zookeeper_jvm_options() if self.tls is not None else ()
+
+    @property
+    def _client_tls(self) -> dict[str, object]:
+        return self.tls.client_conf() if self.tls is not None else {}
 
     # -- names -----------------------------------------------------------------------------------------
     @property
@@ -121,7 +133,11 @@ class RealBookKeeperCluster:
     def shell(self) -> BookKeeperShell:
         """BookKeeper's shell on this cluster."""
         return BookKeeperShell(
-            Path(self.state_dir) / "shell", self.service_uri, self._classpath(), self.java_bin
+            Path(self.state_dir) / "shell",
+            self.service_uri,
+            self._classpath(),
+            self.java_bin,
+            jvm_options=self._jvm_tls,
         )
 
     def _classpath(self) -> str:
@@ -133,7 +149,8 @@ class RealBookKeeperCluster:
 
     # -- ZooKeeper -------------------------------------------------------------------------------------
     def _kazoo(self) -> KazooClient:
-        client = KazooClient(hosts=self.zookeeper, timeout=10.0)
+        tls = self.tls.kazoo_options() if self.tls is not None else {}
+        client = KazooClient(hosts=self.zookeeper, timeout=10.0, **tls)
         try:
             client.start(timeout=15.0)
         except Exception as err:
@@ -302,6 +319,7 @@ class RealBookKeeperCluster:
             "-XX:+UseSerialGC",
             "-XX:TieredStopAtLevel=1",
             *JVM_OPENS,
+            *self._jvm_tls,
             f"-Dlog4j2.configurationFile={self._writer_log4j()}",
             "-cp",
             self._classpath(),
@@ -339,6 +357,7 @@ class RealBookKeeperCluster:
             "addEntryTimeout": 30,
             "ensemblePlacementPolicy": "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy",
             "networkTopologyScriptFileName": self.rack_script,
+            **self._client_tls,
         }
         path.write_text(render_conf(values))
         return path
@@ -372,6 +391,7 @@ class RealBookKeeperCluster:
                 "ensemblePlacementPolicy": "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy",
                 "httpServerEnabled": False,
                 "allowLoopback": True,
+                **self._client_tls,
             }
             conf.write_text(render_conf(values))
             log4j = conf.parent / "log4j2.properties"
@@ -384,7 +404,7 @@ class RealBookKeeperCluster:
             )
             argv = [
                 java_binary(self.java_bin), "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-                *JVM_OPENS,
+                *JVM_OPENS, *self._jvm_tls,
                 f"-Dlog4j2.configurationFile={log4j}", "-cp", self._classpath(), AUTORECOVERY_CLASS,
                 "--conf", str(conf),
             ]  # fmt: skip

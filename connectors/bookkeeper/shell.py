@@ -165,6 +165,8 @@ class BookKeeperShell:
     classpath: str
     java_bin: str = "java"
     timeout: float = 60.0
+    #: More JVM options (ZooKeeper's client TLS on a secured cluster).
+    jvm_options: tuple[str, ...] = ()
 
     @property
     def conf_file(self) -> Path:
@@ -183,6 +185,7 @@ class BookKeeperShell:
             "-XX:+UseSerialGC",
             "-XX:TieredStopAtLevel=1",
             *JVM_OPENS,
+            *self.jvm_options,
             f"-Dlog4j2.configurationFile={log4j}",
             "-cp",
             self.classpath,

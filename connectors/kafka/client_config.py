@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -296,6 +297,7 @@ def kafka_errors(settings: KafkaSettings, action: str) -> Iterator[None]:
         yield
     except (KafkaException, BufferError) as err:
         check_tls(settings, action)
+        check_sasl(settings, action)
         refused = configuration_error(err)
         if refused is not None:
             raise refused from None
@@ -359,6 +361,63 @@ def check_tls(settings: KafkaSettings, action: str) -> None:
         raise type(refused)(f"Kafka at {settings.bootstrap_servers}: {action} failed: {refused}") from None
 
 
+#: librdkafka's account of a refused SASL login ends with its own timing: "(after 361ms in state AUTH_REQ)".
+_SASL_TIMING = re.compile(r"\s*\(after \d+ms in state \w+\)$")
+
+
+def sasl_refusal(settings: KafkaSettings, timeout_s: float = 10.0) -> ServiceError | None:
+    """Why the brokers refuse the SASL login, as one line, or None (SASL is off, or the login succeeds).
+
+    librdkafka retries a refused login in silence and reports the request's timeout as a transport failure;
+    its authentication error only reaches an error callback. This logs in with one admin client until the
+    brokers answer or refuse (a wrong user or password, a mechanism the brokers do not enable).
+
+    Example:
+        >>> sasl_refusal(KafkaSettings(security_protocol="SSL")) is None
+        True
+    """
+    from confluent_kafka.admin import AdminClient
+
+    if not settings.security_protocol.startswith("SASL_"):
+        return None
+    refused: list[str] = []
+
+    def on_error(error: KafkaError) -> None:
+        if error.code() == KafkaError._AUTHENTICATION:
+            refused.append(error.str())
+
+    config: dict[str, Any] = {**admin_config(settings), "error_cb": on_error, "log_level": 0}
+    admin = AdminClient(config)
+    deadline = time.monotonic() + timeout_s
+    while not refused and time.monotonic() < deadline:
+        try:
+            admin.list_topics(timeout=0.5)
+            return None
+        except KafkaException:
+            admin.poll(0)  # serves the error callback
+    if not refused:
+        return None
+    where, _, reason = refused[0].partition(": ")
+    reason = _SASL_TIMING.sub("", reason.removeprefix("SASL authentication error: "))
+    for secret in _secrets(settings):
+        reason = reason.replace(secret, "***")
+    return ServiceError(
+        f"SASL authentication refused by {where.split('://')[-1].split('/')[0]} ({reason}): check "
+        "kafka.sasl_mechanism, kafka.sasl_username and kafka.sasl_password"
+    )
+
+
+def check_sasl(settings: KafkaSettings, action: str) -> None:
+    """Raise :func:`sasl_refusal`'s line, prefixed with the brokers and ``action``, if there is one.
+
+    Example:
+        >>> check_sasl(KafkaSettings(), "creating topic 't'")  # PLAINTEXT: nothing to check
+    """
+    refused = sasl_refusal(settings)
+    if refused is not None:
+        raise ServiceError(f"Kafka at {settings.bootstrap_servers}: {action} failed: {refused}") from None
+
+
 #: How long a producer's metadata request for an absent topic is repeated while a broker that creates
 #: topics on first use creates it (Kafka does so after answering; seconds).
 AUTO_CREATE_WAIT_S = 5.0
@@ -409,6 +468,7 @@ __all__ = [
     "KafkaTimeout",
     "admin_config",
     "assign_from_beginning",
+    "check_sasl",
     "common_config",
     "configuration_error",
     "consumer_config",
@@ -419,4 +479,5 @@ __all__ = [
     "kafka_errors",
     "partition_count",
     "producer_config",
+    "sasl_refusal",
 ]

@@ -198,6 +198,48 @@ def tls_properties(tls: ServerTls, port: int, controller_port: int) -> dict[str,
     }
 
 
+#: The SASL mechanisms the SCRAM listener of :func:`scram_properties` accepts.
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+_SCRAM_LOGIN = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+
+
+def scram_properties(tls: ServerTls, port: int, sasl_port: int, controller_port: int) -> dict[str, str]:
+    """:func:`tls_properties` plus a ``SASL_SSL`` listener on ``sasl_port``: SCRAM-SHA-256/512 users over
+    TLS that authenticates the broker only (no client certificate asked there), as a cluster whose clients
+    log in with a password has it. Still no plaintext port.
+
+    The users and their salted credentials live in the cluster's metadata (KRaft): they are added with the
+    admin API (:meth:`KafkaBroker.add_scram_user`, Kafka's ``kafka-configs --alter --entity-type users``),
+    so no password is in a file or on a command line.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> _ = (d / "ks.pem").write_text("KEY-PEM" + chr(10) + "-----BEGIN CERTIFICATE-----")
+        >>> props = scram_properties(ServerTls(d / "ca.pem", d / "ks.pem", d / "c", d / "k"), 1, 2, 3)
+        >>> props["listeners"]
+        'SSL://127.0.0.1:1,SASL_SSL://127.0.0.1:2,CONTROLLER://127.0.0.1:3'
+        >>> props["sasl.enabled.mechanisms"], props["listener.name.sasl_ssl.ssl.client.auth"]
+        ('SCRAM-SHA-256,SCRAM-SHA-512', 'none')
+    """
+    properties = tls_properties(tls, port, controller_port)
+    login = {
+        f"listener.name.sasl_ssl.{mechanism.lower()}.sasl.jaas.config": _SCRAM_LOGIN
+        for mechanism in SCRAM_MECHANISMS
+    }
+    return {
+        **properties,
+        "listeners": f"SSL://{LOOPBACK}:{port},SASL_SSL://{LOOPBACK}:{sasl_port},"
+        f"CONTROLLER://{LOOPBACK}:{controller_port}",
+        "advertised.listeners": f"SSL://{LOOPBACK}:{port},SASL_SSL://{LOOPBACK}:{sasl_port}",
+        "listener.security.protocol.map": "SSL:SSL,SASL_SSL:SASL_SSL,CONTROLLER:SSL",
+        "sasl.enabled.mechanisms": ",".join(SCRAM_MECHANISMS),
+        "listener.name.sasl_ssl.ssl.client.auth": "none",
+        **login,
+    }
+
+
 def client_tls_properties(tls: ServerTls) -> dict[str, str]:
     """librdkafka properties for a client of a :func:`tls_properties` broker (its readiness check).
 
@@ -394,6 +436,8 @@ class KafkaBroker(ProcessService):
     format_timeout_s: float = 60.0
     #: Serve TLS only (every listener, client certificates required).
     tls: ServerTls | None = None
+    #: With ``tls``: also a SASL_SSL listener for SCRAM users (:func:`scram_properties`).
+    scram: bool = False
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir).absolute()
@@ -404,11 +448,23 @@ class KafkaBroker(ProcessService):
         if self.port == 0:
             self.port = int(recorded.get("port", 0))
         self.controller_port = int(recorded.get("controller_port", 0))
+        #: The SASL_SSL listener's port (``scram``); 0 without one.
+        self.sasl_port = int(recorded.get("sasl_port", 0)) if self.scram else 0
         self.cluster_id = str(recorded.get("cluster_id") or new_cluster_id())
 
     @property
     def bootstrap(self) -> str:
         return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def sasl_bootstrap(self) -> str | None:
+        """The SASL_SSL listener's address (``scram``), else None.
+
+        Example:
+            >>> KafkaBroker(Path("/tmp/bkaudit-doc-kafka")).sasl_bootstrap is None
+            True
+        """
+        return f"{LOOPBACK}:{self.sasl_port}" if self.scram and self.sasl_port else None
 
     @property
     def config_file(self) -> Path:
@@ -468,13 +524,24 @@ class KafkaBroker(ProcessService):
         else:
             ensure_port_free(self.port, "kafka broker")
         if self.controller_port in (0, self.port) or not port_is_free(self.controller_port):
-            self.controller_port = free_port()
-            while self.controller_port == self.port:
-                self.controller_port = free_port()
+            self.controller_port = self._another_free_port()
+        if self.scram and (
+            self.sasl_port in (0, self.port, self.controller_port) or not port_is_free(self.sasl_port)
+        ):
+            self.sasl_port = self._another_free_port()
+
+    def _another_free_port(self) -> int:
+        """A free port that is none of the ports already chosen."""
+        port = free_port()
+        while port in (self.port, self.controller_port, self.sasl_port):
+            port = free_port()
+        return port
 
     def _write_files(self, archive: Path, pending: Path | None) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         state = {"port": self.port, "controller_port": self.controller_port, "cluster_id": self.cluster_id}
+        if self.scram:
+            state["sasl_port"] = self.sasl_port
         if pending is not None:
             state |= {"class_archive": str(archive), "class_archive_pending": str(pending)}
         self._state_file.write_text(json.dumps(state))
@@ -490,7 +557,42 @@ class KafkaBroker(ProcessService):
         (self.state_dir / "log4j2.properties").write_text(log4j2_properties())
 
     def _tls_properties(self) -> dict[str, str]:
-        return tls_properties(self.tls, self.port, self.controller_port) if self.tls is not None else {}
+        if self.tls is None:
+            if self.scram:
+                raise ServiceError("kafka broker: SCRAM users are served over TLS only (give it tls)")
+            return {}
+        if self.scram:
+            return scram_properties(self.tls, self.port, self.sasl_port, self.controller_port)
+        return tls_properties(self.tls, self.port, self.controller_port)
+
+    def add_scram_user(self, user: str, password: str, mechanism: str = "SCRAM-SHA-512") -> None:
+        """Add (or change) a SCRAM user of the SASL_SSL listener, through the admin API over the mutual
+        TLS listener (Kafka stores only the salted credential). The password is never logged.
+
+        Example:
+            >>> try:
+            ...     KafkaBroker(Path("/tmp/bkaudit-doc-kafka")).add_scram_user("u", "p")
+            ... except ServiceError as err:
+            ...     print(err)
+            kafka broker: no SCRAM listener (start it with tls and scram)
+        """
+        from confluent_kafka.admin import (
+            AdminClient,
+            ScramCredentialInfo,
+            ScramMechanism,
+            UserScramCredentialUpsertion,
+        )
+
+        if self.tls is None or not self.scram:
+            raise ServiceError("kafka broker: no SCRAM listener (start it with tls and scram)")
+        kind = {"SCRAM-SHA-256": ScramMechanism.SCRAM_SHA_256, "SCRAM-SHA-512": ScramMechanism.SCRAM_SHA_512}
+        upsert = UserScramCredentialUpsertion(
+            user, ScramCredentialInfo(kind[mechanism], 8192), password.encode(), os.urandom(16)
+        )
+        quiet = {"log_level": 0}  # librdkafka's notices (a purged background queue) would go to stderr
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, **quiet, **client_tls_properties(self.tls)})
+        for future in admin.alter_user_scram_credentials([upsert], request_timeout=30).values():
+            future.result(timeout=60)
 
     def _classpath(self) -> str:
         if self.classpath is None:

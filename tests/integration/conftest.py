@@ -1,11 +1,13 @@
 """Integration fixtures shared by several modules: one real ``bkaudit demo`` run.
 
-``demo_run`` (session) runs the ``bkaudit demo --json`` command once, in a process of its own as a user
-would (its own JVM, so its console is what a user sees), in a temporary directory with its own dev state
-directory (so its own embedded ZooKeeper and broker, stopped at the end of the run), lakehouse, checkpoint
-and log roots, all given with the global ``--set``. The summary holds the simulator's ground truth by id;
-the Delta tables stay for the query and notebook tests. The simulated cluster's ledger password is fixed
-(:mod:`tests.integration.demo_process`) so tests can look for it in the tables.
+``demo_run`` (session) runs the ``bkaudit demo --tls --json`` command once, in a process of its own as a
+user would (its own JVM, so its console is what a user sees), in a temporary directory with its own dev
+state directory (so its own embedded ZooKeeper and real Kafka broker, TLS only with client certificates,
+and simulated bookies behind START_TLS and a role, stopped at the end of the run), lakehouse, checkpoint and
+log roots, all given with the global ``--set``. The summary holds the simulator's ground truth by id; the
+Delta tables stay for the query and notebook tests. The simulated cluster's ledger password is fixed, and
+every port of the embedded services is probed before they stop (:mod:`tests.integration.demo_process`).
+The plaintext demo runs on real bookies in ``test_demo_real.py``.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ class DemoRun:
     log_file: Path  # where the logs of Spark, py4j and the clients went
     seconds: float
     clusters_with_known_password: int  # simulated clusters built with DEMO_PASSWORD (the demo builds one)
+    # Every port of the embedded services, probed before the demo stopped them (demo_process.main).
+    listeners: dict[str, Any]
 
 
 def _as_set_options(settings: Settings, keys: list[str]) -> list[str]:
@@ -63,7 +67,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
 
     root = tmp_path_factory.mktemp("demo")
     settings = Settings(
-        dev={"state_dir": root / "state"},
+        dev={"state_dir": root / "state", "tls": True, "broker": "kafka"},  # what --tls sets
         lakehouse_root=root / "lakehouse",
         checkpoint_root=root / "checkpoints",
         log_dir=root / "logs",
@@ -96,7 +100,15 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
     started = time.monotonic()
     try:
         done = subprocess.run(
-            [*command, *_as_set_options(settings, keys), "demo", "--bookkeeper", "simulator", "--json"],
+            [
+                *command,
+                *_as_set_options(settings, keys),
+                "demo",
+                "--bookkeeper",
+                "simulator",
+                "--tls",
+                "--json",
+            ],
             capture_output=True,
             text=True,
             timeout=900,
@@ -106,6 +118,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         narration, _, summary_line = done.stdout.rstrip("\n").rpartition("\n")
         summary = json.loads(summary_line)
+        probed = json.loads(report.read_text())
         yield DemoRun(
             settings=settings,
             summary=summary,
@@ -114,7 +127,8 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
             console=done.stdout + done.stderr,
             log_file=settings.log_dir / "demo.log",
             seconds=round(time.monotonic() - started, 1),
-            clusters_with_known_password=json.loads(report.read_text())["clusters_with_known_password"],
+            clusters_with_known_password=probed["clusters_with_known_password"],
+            listeners=probed["listeners"],
         )
     finally:
         DevCluster(settings.dev).down()  # the demo stops them; this is for a run that failed half-way

@@ -1,6 +1,7 @@
-"""`bkaudit demo` end to end (one run, shared through the ``demo_run`` fixture): its open alerts against the
-simulator's ground truth, its services stopped, no ledger password in any of its tables, and a console that
-tells the story while Spark, py4j and the clients write to the log file."""
+"""`bkaudit demo --tls` end to end (one run, shared through the ``demo_run`` fixture): its open alerts against
+the simulator's ground truth, no plaintext listener on its embedded services, its services stopped, no ledger
+password in any of its tables, and a console that tells the story while Spark, py4j and the clients write to
+the log file."""
 
 from __future__ import annotations
 
@@ -78,6 +79,22 @@ def test_the_open_alerts_table_names_exactly_the_entities_of_the_ground_truth(de
         allowed = required | {str(i) for i in truth["may_alert"].get(kind, [])}
         assert required <= found[kind] <= allowed, (kind, found[kind], required, allowed)
     assert found["BOOKIE_UNRESPONSIVE"] == {demo_run.summary["story"]["silent_bookie"]}
+
+
+def test_the_tls_demo_matched_its_ground_truth_with_every_plaintext_port_closed(demo_run: DemoRun):
+    closing = [line for line in demo_run.narration.splitlines() if "auditor matches the ground truth" in line]
+    assert len(closing) == 1 and closing[0].endswith(": yes"), demo_run.narration
+    assert "plaintext listeners: none;" in demo_run.narration  # what the demo itself says
+    probed = demo_run.listeners  # every port each service's process listened on, probed before the end
+    zookeeper, kafka, bookies = probed["zookeeper"], probed["kafka"], probed["bookies"]
+    assert len(zookeeper) == 1 and len(kafka) == 2, (
+        probed
+    )  # ZooKeeper's client port; the broker's and the controller's
+    for port, found in {**zookeeper, **kafka}.items():
+        # A TLS handshake with the client pair completes; the service's own plaintext request gets no answer.
+        assert found["tls"] and found["plaintext"] in ("closed", "tls-alert"), (port, found)
+    # A simulated bookie answers a plaintext read "authentication required": nothing before TLS and a role.
+    assert len(bookies) == 6 and set(bookies.values()) == {"EUA"}, bookies
 
 
 def test_the_demo_stopped_the_services_it_started(demo_run: DemoRun):

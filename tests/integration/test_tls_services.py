@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,6 +28,7 @@ from kazoo.client import KazooClient
 from bkaudit.testing.tls import TlsFiles, write_throwaway_ca
 from connectors.devcluster import DevCluster
 from connectors.kafka.client_config import assign_from_beginning, consumer_config, producer_config
+from connectors.kafka.kafka_broker import KafkaBroker
 from connectors.kafka.topics import ensure_topic
 from connectors.zookeeper.watcher import kazoo_client_options, start_client
 from core.errors import BkauditError
@@ -34,6 +38,8 @@ pytestmark = pytest.mark.integration
 
 Cli = Callable[..., Any]
 WRONG_PASSWORD = "Wr0ng-key-password-7"
+SCRAM_USER = "bkaudit-auditor"
+SCRAM_PASSWORD = "scram-password-4c1e9b"
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,7 @@ class Secured:
     tls: TlsFiles
     zookeeper: str
     kafka: str
+    kafka_sasl: str  # the same broker's SASL_SSL listener (SCRAM users, no client certificate)
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +61,13 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         patch.setenv("BKAUDIT_DEV__ZOOKEEPER_HEAP", "256m")
         patch.setenv("BKAUDIT_DEV__KAFKA_HEAP", "384m")
         patch.setenv("BKAUDIT_DEV__START_TIMEOUT_S", "180")
-        assert run(["dev", "up", "--tls", "--state-dir", str(state_dir)]) == 0
-    addresses = DevCluster(DevSettings(state_dir=state_dir)).addresses()
+        assert run(["dev", "up", "--tls", "--scram", "--state-dir", str(state_dir)]) == 0
+    cluster = DevCluster(DevSettings(state_dir=state_dir))  # found as started: TLS and SCRAM
     try:
-        yield Secured(state_dir, tls, addresses["zookeeper"], addresses["kafka"])
+        assert isinstance(cluster.broker, KafkaBroker)
+        cluster.broker.add_scram_user(SCRAM_USER, SCRAM_PASSWORD)
+        addresses = cluster.addresses()
+        yield Secured(state_dir, tls, addresses["zookeeper"], addresses["kafka"], addresses["kafka_sasl"])
     finally:
         assert run(["dev", "down", "--state-dir", str(state_dir)]) == 0
 
@@ -79,8 +89,10 @@ def test_dev_up_tls_opens_no_plaintext_port(secured: Secured):
     zookeeper_port, kafka_port = (
         int(address.rsplit(":", 1)[1]) for address in (secured.zookeeper, secured.kafka)
     )
+    sasl_port = int(secured.kafka_sasl.rsplit(":", 1)[1])
     assert listeners["zookeeper"] == {zookeeper_port: True}
-    assert kafka_port in listeners["kafka"] and len(listeners["kafka"]) == 2  # clients' and controller's
+    # The clients' (mutual TLS), the SCRAM users' (SASL_SSL) and the controller's: all TLS.
+    assert {kafka_port, sasl_port} <= set(listeners["kafka"]) and len(listeners["kafka"]) == 3
     assert all(listeners["kafka"].values())
 
 
@@ -225,3 +237,140 @@ def test_each_kafka_refusal_is_one_line_without_secrets(
     assert line.startswith(f"Kafka at {secured.kafka}: creating topic")
     for secret in (secured.tls.key_password, WRONG_PASSWORD):
         assert secret not in line and secret not in caplog.text
+
+
+# ----------------------------------------------------------------------------------- Kafka SASL/SCRAM
+
+
+def _scram(secured: Secured, **override: Any) -> KafkaSettings:
+    """A SCRAM-SHA-512 user over TLS that checks the broker's certificate only (no client certificate)."""
+    values: dict[str, Any] = {
+        "bootstrap_servers": secured.kafka_sasl,
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_username": SCRAM_USER,
+        "sasl_password": SCRAM_PASSWORD,
+        "ssl_cafile": secured.tls.ca,
+        "topic_partitions": 1,
+    }
+    return KafkaSettings.model_validate({**values, **override})
+
+
+def _scram_environment(monkeypatch: pytest.MonkeyPatch, settings: KafkaSettings) -> None:
+    """The job's reader takes its security settings from the environment, as Spark's workers do."""
+    assert settings.sasl_password is not None
+    for name, value in {
+        "SECURITY_PROTOCOL": settings.security_protocol,
+        "SASL_MECHANISM": settings.sasl_mechanism,
+        "SASL_USERNAME": settings.sasl_username,
+        "SASL_PASSWORD": settings.sasl_password.get_secret_value(),
+        "SSL_CAFILE": settings.ssl_cafile,
+        "EXTRA_CONFIG": json.dumps(settings.extra_config),
+    }.items():
+        monkeypatch.setenv(f"BKAUDIT_KAFKA__{name}", str(value))
+
+
+def test_the_watcher_the_job_and_the_alerts_over_sasl_scram(
+    secured: Secured, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    import pyarrow as pa
+
+    from connectors.kafka.planner import KafkaPlanner
+    from connectors.kafka.publisher import ChangePublisher
+    from connectors.kafka.tail_sender import send_records
+    from core import events
+
+    caplog.set_level(logging.DEBUG)
+    # librdkafka's SASL and configuration steps logged, at debug, through the secret filter
+    settings = _scram(secured, extra_config={"debug": "security,conf,broker"})
+    changes, alerts = (f"scram-{name}-{uuid.uuid4().hex[:8]}" for name in ("changes", "alerts"))
+    # The watcher's producer: the change events of three ledgers.
+    publisher = ChangePublisher(settings, changes, partitions=1)
+    publisher.start()
+    builder = events.EventBuilder("c", "r", clock_ms=lambda: 5)
+    try:
+        for ledger in (1, 2, 3):
+            publisher.publish(builder.build(events.ledger_deleted(ledger)))
+        publisher.flush(60)
+        assert publisher.delivered == 3
+    finally:
+        publisher.close()
+    # The job's reader, with the settings of its environment: the three records planned and read.
+    _scram_environment(monkeypatch, settings)
+    reader = KafkaPlanner({"kafka.bootstrap.servers": secured.kafka_sasl, "subscribe": changes})
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    keys = [
+        row["key"]
+        for part in reader.partitions(start, end)
+        for batch in reader.read(part)
+        for row in pa.Table.from_batches([batch]).to_pylist()
+    ]
+    assert keys == [b"ledger/1", b"ledger/2", b"ledger/3"]
+    # The sink's alert producer, and the alerts read back as `bkaudit alerts` reads them.
+    ensure_topic(settings, alerts)
+    failed, first_failure = send_records(
+        Producer(producer_config(settings)), settings, [(alerts, 0, b"ledger/1", b'{"kind": "K"}')]
+    )
+    assert (failed, first_failure) == (0, None)
+    consumer = Consumer(consumer_config(settings, None))
+    try:
+        assign_from_beginning(consumer, alerts, 60)
+        message = consumer.poll(60)
+        assert message is not None and message.error() is None and message.key() == b"ledger/1"
+    finally:
+        consumer.close()
+    assert any(record.name == "connectors.kafka.librdkafka" for record in caplog.records)
+    assert SCRAM_PASSWORD not in caplog.text
+
+
+def test_bkaudit_watch_with_a_wrong_scram_password_is_one_line_at_debug_without_secrets(
+    secured: Secured, tmp_path: Path
+):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BKAUDIT_")}
+    env.update({f"BKAUDIT_ZOOKEEPER__{k.upper()}": str(v) for k, v in _zookeeper_env(secured.tls).items()})
+    env.update(
+        {
+            "BKAUDIT_KAFKA__SECURITY_PROTOCOL": "SASL_SSL",
+            "BKAUDIT_KAFKA__SASL_MECHANISM": "SCRAM-SHA-512",
+            "BKAUDIT_KAFKA__SASL_USERNAME": SCRAM_USER,
+            "BKAUDIT_KAFKA__SASL_PASSWORD": WRONG_PASSWORD,
+            "BKAUDIT_KAFKA__SSL_CAFILE": str(secured.tls.ca),
+            "BKAUDIT_KAFKA__BOOTSTRAP_TIMEOUT_MS": "3000",
+            "BKAUDIT_KAFKA__EXTRA_CONFIG": '{"debug": "security,conf,broker"}',
+            "BKAUDIT_WATCHER__PROGRESS": "off",
+            "BKAUDIT_CLUSTER": "scram-test",  # no BookKeeper cluster on this ZooKeeper (no INSTANCEID)
+        }
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bkaudit.cli.main",
+            "watch",
+            "--zookeeper",
+            secured.zookeeper,
+            "--bootstrap",
+            secured.kafka_sasl,
+            "--topic",
+            f"scram-watch-{uuid.uuid4().hex[:8]}",
+            "--exit-after-snapshot",
+            "--log-level",
+            "DEBUG",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("bkaudit: Kafka at") and "SASL authentication refused" in last, last
+    assert "kafka.sasl_username and kafka.sasl_password" in last
+    assert "Traceback" not in done.stderr
+    output = done.stdout + done.stderr
+    broker_log = (secured.state_dir / "kafka" / "broker.log").read_text(errors="replace")
+    for secret in (WRONG_PASSWORD, SCRAM_PASSWORD, secured.tls.key_password):
+        assert secret not in output and secret not in broker_log
+    assert "connectors.kafka.librdkafka" in output  # librdkafka's debug lines were there to leak it
