@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import threading
@@ -120,6 +121,7 @@ class IgnoredZnodes:
         )
 
 
+@dataclasses.dataclass(eq=False)
 class LedgerTree:
     """Follows the ledger tree and the mark tree for the watcher's worker.
 
@@ -128,44 +130,32 @@ class LedgerTree:
     not decode; ``ignored`` counts the ledger tree's foreign znodes.
     """
 
-    def __init__(
-        self,
-        root: str,
-        manager: LedgerManagerType,
-        *,
-        read: Read,
-        read_many: ReadMany,
-        emit: Emit,
-        undecodable: Callable[[str], None],
-        ignored: IgnoredZnodes,
-        multi_read: bool,
-        live_batch_size: int,
-    ) -> None:
-        self.root = root
-        self.manager = manager
-        self._read = read
-        self._read_many = read_many
-        self._emit = emit
-        self._undecodable = undecodable
-        self.ignored = ignored
-        self._multi_read = multi_read
-        self._live_batch_size = live_batch_size
-        self.ledgers = StampedIndex()
-        self.marks = StampedIndex()
-        self.epoch = 0
-        # Live ledger reads of one chunk of notifications (path -> ledger id), sent as one multiRead.
-        self.pending_reads: dict[str, int] = {}
+    root: str
+    manager: LedgerManagerType
+    _: dataclasses.KW_ONLY
+    read: Read
+    read_many: ReadMany
+    emit: Emit
+    undecodable: Callable[[str], None]
+    ignored: IgnoredZnodes
+    multi_read: bool
+    live_batch_size: int
+    ledgers: StampedIndex = dataclasses.field(default_factory=StampedIndex, init=False)
+    marks: StampedIndex = dataclasses.field(default_factory=StampedIndex, init=False)
+    epoch: int = dataclasses.field(default=0, init=False)
+    #: Live ledger reads of one chunk of notifications (path -> ledger id), sent as one multiRead.
+    pending_reads: dict[str, int] = dataclasses.field(default_factory=dict, init=False)
 
     # -- live notifications ----------------------------------------------------------------------------
     def ledger_changed(self, path: str, ledger_id: int, watch: Callable[..., Any] | None) -> None:
         """A ledger znode created or changed: read it at once (fallback mode, no multiRead), or with the
         other ledgers of this chunk of notifications (:meth:`flush_reads`)."""
         self.ledgers.touch(ledger_id, self.epoch)
-        if watch is not None or not self._multi_read:
-            self._read(OP_LEDGER, path, ledger_id, watch)
+        if watch is not None or not self.multi_read:
+            self.read(OP_LEDGER, path, ledger_id, watch)
             return
         self.pending_reads[path] = ledger_id
-        if len(self.pending_reads) >= self._live_batch_size:
+        if len(self.pending_reads) >= self.live_batch_size:
             self.flush_reads()
 
     def flush_reads(self) -> None:
@@ -173,24 +163,24 @@ class LedgerTree:
         pending = self.pending_reads
         if len(pending) == 1:
             path, ledger_id = pending.popitem()
-            self._read(OP_LEDGER, path, ledger_id, None)
+            self.read(OP_LEDGER, path, ledger_id, None)
         elif pending:
             paths, ids = list(pending), list(pending.values())
             pending.clear()
-            self._read_many(OP_LEDGER, paths, ids)
+            self.read_many(OP_LEDGER, paths, ids)
 
     def mark_changed(self, path: str, ledger_id: int, watch: Callable[..., Any] | None) -> None:
         """A mark created or extended: read it."""
         self.marks.touch(ledger_id, self.epoch)
-        self._read(OP_MARK, path, ledger_id, watch)
+        self.read(OP_MARK, path, ledger_id, watch)
 
     def ledger_deleted(self, ledger_id: int) -> None:
         """A ledger's delete notification, published at its place."""
-        self._emit(events.ledger_deleted(ledger_id, last_mzxid=self.ledgers.pop(ledger_id)), None)
+        self.emit(events.ledger_deleted(ledger_id, last_mzxid=self.ledgers.pop(ledger_id)), None)
 
     def mark_deleted(self, ledger_id: int) -> None:
         """A mark's delete notification: the ledger is no longer under-replicated."""
-        self._emit(events.underreplication_cleared(ledger_id, last_mzxid=self.marks.pop(ledger_id)), None)
+        self.emit(events.underreplication_cleared(ledger_id, last_mzxid=self.marks.pop(ledger_id)), None)
 
     # -- read answers ----------------------------------------------------------------------------------
     def ledger_read(
@@ -210,12 +200,12 @@ class LedgerTree:
             payload = events.ledger_undecodable(
                 ledger_id, path, stat, events.redact_reason(str(err), data or b"")
             )
-            self._undecodable("ledger")
+            self.undecodable("ledger")
             if snapshot is not None:
                 snapshot.counts.ledgers_undecodable += 1
         if snapshot is not None:
             snapshot.counts.ledgers_published += 1
-        self._emit(payload, snapshot)
+        self.emit(payload, snapshot)
 
     def mark_read(
         self, _path: str, ledger_id: int, data: bytes | None, stat: Any, snapshot: Snapshot | None
@@ -227,12 +217,12 @@ class LedgerTree:
         try:
             payload = events.underreplication_set(ledger_id, parse_underreplicated_ledger(data or b""), stat)
         except FormatError as err:
-            self._undecodable("underreplication_mark")
+            self.undecodable("underreplication_mark")
             reason = events.redact_reason(str(err), data or b"")
             payload = events.underreplication_set(ledger_id, None, stat, error=reason)
         if snapshot is not None:
             snapshot.counts.marks_published += 1
-        self._emit(payload, snapshot)
+        self.emit(payload, snapshot)
 
     def batch_read(
         self, batch: tuple[str, list[str], list[int]], results: list[Any], snapshot: Snapshot | None
@@ -280,10 +270,10 @@ class LedgerTree:
         gone = self.ledgers.stale(self.epoch)
         for ledger_id, last_mzxid in gone:
             snapshot.counts.ledgers_deleted += 1
-            self._emit(events.ledger_deleted(ledger_id, last_mzxid=last_mzxid, inferred=True), snapshot)
+            self.emit(events.ledger_deleted(ledger_id, last_mzxid=last_mzxid, inferred=True), snapshot)
         cleared = self.marks.stale(self.epoch)
         for ledger_id, last_mzxid in cleared:
-            self._emit(
+            self.emit(
                 events.underreplication_cleared(ledger_id, last_mzxid=last_mzxid, inferred=True), snapshot
             )
         if gone or cleared:

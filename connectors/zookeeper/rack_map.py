@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -52,6 +53,7 @@ OP_RACK_FILE = "rack_file"  # the file's contents: extra = (bytes or None when a
 _REFRESH = (OP_RACK_REFRESH, "", None, None)
 
 
+@dataclasses.dataclass(eq=False)
 class RackMapSource:
     """Follows the configured rack map source for the watcher's worker.
 
@@ -60,28 +62,29 @@ class RackMapSource:
     ``count`` counts each read.
     """
 
-    def __init__(
-        self,
-        config: WatcherSettings,
-        reads: OrderedReads | None,
-        *,
-        put: Callable[[tuple[Any, Any, Any]], None],
-        emit: Emit,
-        undecodable: Callable[[], None] = lambda: None,
-        count: Callable[[], None] = lambda: None,
-    ) -> None:
-        self.config = config
-        self._reads = reads
-        self._put = put
-        self._emit = emit
-        self._undecodable = undecodable
-        self._count = count
-        self.client: KazooClient | None = None  # the other ZooKeeper's, when the map lives there
-        #: The znode when it is on the watcher's own ZooKeeper (read by its scans), else None.
-        self.session_path = config.rack_map_znode if config.rack_map_zookeeper is None else None
-        self.source = _source_name(config)
-        self._published: tuple[Any, ...] | None = None
-        self._payload: pb.RackMap | None = None
+    config: WatcherSettings
+    reads: OrderedReads | None
+    _: dataclasses.KW_ONLY
+    put: Callable[[tuple[Any, Any, Any]], None]
+    emit: Emit
+    undecodable: Callable[[], None] = lambda: None
+    count: Callable[[], None] = lambda: None
+    _published: tuple[Any, ...] | None = dataclasses.field(default=None, init=False)
+    _payload: pb.RackMap | None = dataclasses.field(default=None, init=False)
+
+    @property
+    def session_path(self) -> str | None:
+        """The znode when it is on the watcher's own ZooKeeper (read by its scans), else None."""
+        return self.config.rack_map_znode if self.config.rack_map_zookeeper is None else None
+
+    @property
+    def source(self) -> str:
+        """The source as events name it: ``zookeeper:[<hosts>!]<znode>`` or ``file:<path>``."""
+        config = self.config
+        if config.rack_map_znode is None:
+            return f"file:{config.rack_map_file}"
+        hosts = f"{config.rack_map_zookeeper}!" if config.rack_map_zookeeper is not None else ""
+        return f"zookeeper:{hosts}{config.rack_map_znode}"
 
     def start(
         self,
@@ -93,22 +96,22 @@ class RackMapSource:
         """Open the other ZooKeeper (``connect(hosts, setting)``) or start polling the file."""
         config = self.config
         if config.rack_map_znode is not None and config.rack_map_zookeeper is not None:
-            self.client = connect(config.rack_map_zookeeper, "watcher.rack_map_zookeeper")
-            self._reads = OrderedReads(self.client, deliver)
-            self._reads.marker(_REFRESH)
-            self.client.add_listener(self._on_state)
+            client = connect(config.rack_map_zookeeper, "watcher.rack_map_zookeeper")
+            self.reads = OrderedReads(client, deliver)
+            self.reads.marker(_REFRESH)
+            client.add_listener(self._on_state)
         elif config.rack_map_file is not None:
             start_thread("bkaudit-watch-rackfile", lambda: self._poll_file(stopping))
 
     def _on_state(self, state: str) -> None:
-        if state == KazooState.CONNECTED and self._reads is not None:
+        if state == KazooState.CONNECTED and self.reads is not None:
             # kazoo dropped the one-shot watch on disconnect: read (and watch) again.
-            self._reads.marker(_REFRESH)
+            self.reads.marker(_REFRESH)
 
     def on_watch(self, event: WatchedEvent) -> None:
         """The znode's one-shot watch (kazoo's connection thread): read it again, in the FIFO's order."""
         if event.type != EventType.NONE:
-            self._put((_REFRESH, None, None))
+            self.put((_REFRESH, None, None))
 
     # -- the worker ------------------------------------------------------------------------------------
     def scan(self, reads: ScanReads) -> None:
@@ -119,10 +122,10 @@ class RackMapSource:
     def read(self) -> None:
         """Read the znode (with its watch); its answer comes back as :data:`OP_RACK`."""
         path = self.config.rack_map_znode
-        if path is None or self._reads is None:
+        if path is None or self.reads is None:
             return
-        self._count()
-        self._reads.get(path, (OP_RACK, path, None, None), watch=self.on_watch)
+        self.count()
+        self.reads.get(path, (OP_RACK, path, None, None), watch=self.on_watch)
 
     def on_read(self, value: Any, snapshot: Snapshot | None) -> None:
         """A read's ``(data, stat)``, or an ``exists`` answer (the znode appeared: read it for real)."""
@@ -135,8 +138,8 @@ class RackMapSource:
     def on_absent(self, path: str, snapshot: Snapshot | None) -> None:
         """No znode: an empty map, and a watch for the znode's creation."""
         self.apply(None, 0, present=False, snapshot=snapshot)
-        if self._reads is not None:
-            self._reads.exists(path, (OP_RACK, path, None, None), watch=self.on_watch)
+        if self.reads is not None:
+            self.reads.exists(path, (OP_RACK, path, None, None), watch=self.on_watch)
 
     def on_file(self, contents: tuple[bytes | None, int]) -> None:
         """The file poller's ``(bytes or None, mtime ms)``."""
@@ -150,12 +153,12 @@ class RackMapSource:
             return
         self._published = state
         self._payload = self._parse(data, version) if present else self._absent(version)
-        self._emit(self._payload, snapshot)
+        self.emit(self._payload, snapshot)
 
     def restate(self, snapshot: Snapshot) -> None:
         """Inside a FULL snapshot's bracket: the map its scan did not read (file, other ZooKeeper)."""
         if self._payload is not None and self.session_path is None:
-            self._emit(self._payload, snapshot)
+            self.emit(self._payload, snapshot)
 
     def _absent(self, version: int) -> pb.RackMap:
         return events.rack_map_event(self.source, None, present=False, source_version=version)
@@ -164,7 +167,7 @@ class RackMapSource:
         try:
             entries = parse_rack_map(data or b"")
         except FormatError as err:
-            self._undecodable()
+            self.undecodable()
             logger.warning("rack map %s does not parse: %s", self.source, err)
             return events.rack_map_event(
                 self.source, None, present=True, error=str(err)[:300], source_version=version
@@ -189,13 +192,5 @@ class RackMapSource:
                         data = path.read_bytes()
                     except OSError as err:
                         logger.warning("cannot read rack map file %s: %s", path, err.strerror)
-                self._put(((OP_RACK_FILE, str(path), None, (data, int(seen[0] * 1000))), None, None))
+                self.put(((OP_RACK_FILE, str(path), None, (data, int(seen[0] * 1000))), None, None))
             stopping.wait(self.config.rack_map_poll_s)
-
-
-def _source_name(config: WatcherSettings) -> str:
-    if config.rack_map_znode is not None:
-        if config.rack_map_zookeeper is not None:
-            return f"zookeeper:{config.rack_map_zookeeper}!{config.rack_map_znode}"
-        return f"zookeeper:{config.rack_map_znode}"
-    return f"file:{config.rack_map_file}"

@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import sys
 import threading
@@ -75,7 +76,6 @@ class Snapshot:
     partition_events: collections.Counter[int] = field(default_factory=collections.Counter)
     complete: bool = True
     failure: str = ""
-    reads_issued: int = 0
     done: threading.Event = field(default_factory=threading.Event)
 
     @classmethod
@@ -215,7 +215,6 @@ class TreeWalker:
         self._listings_in_flight = listings_in_flight
         self._on_listed = on_listed
         self._timeout_s = timeout_s
-        self.directories_listed = 0
 
     def walk(
         self,
@@ -236,7 +235,6 @@ class TreeWalker:
             children = self._wait(path, result)
             if children is None:
                 continue
-            self.directories_listed += 1
             if self._on_listed is not None:
                 self._on_listed(path)
             prefix = path if path.endswith("/") else path + "/"
@@ -316,6 +314,7 @@ class StampedIndex:
         return [(key, entries.pop(key) >> EPOCH_BITS) for key in gone]
 
 
+@dataclass(eq=False)
 class ScanReads:
     """One scan's reads through the watcher's :class:`OrderedReads`, answered on its FIFO.
 
@@ -329,54 +328,43 @@ class ScanReads:
         >>> # reads.leaf("ledger", "/ledgers/00/0000/L0001", 1); reads.flush()
     """
 
-    def __init__(
-        self,
-        reads: OrderedReads,
-        snapshot: Snapshot,
-        slots: ReadSlots,
-        pacer: RatePacer,
-        aborted: Callable[[], bool],
-        *,
-        batch_size: int,
-        count: Callable[[str], None],
-        child_watch: Callable[..., Any] | None = None,
-        data_watch: Callable[..., Any] | None = None,
-    ) -> None:
-        self._reads = reads
-        self.snapshot = snapshot
-        self._slots = slots
-        self._pacer = pacer
-        self.aborted = aborted
+    reads: OrderedReads
+    snapshot: Snapshot
+    slots: ReadSlots
+    pacer: RatePacer
+    aborted: Callable[[], bool]
+    _: dataclasses.KW_ONLY
+    batch_size: int
+    count: Callable[[str], None]
+    child_watch: Callable[..., Any] | None = None
+    data_watch: Callable[..., Any] | None = None
+    _batch: tuple[list[str], list[Any]] = field(default_factory=lambda: ([], []), init=False)
+    _batch_op: str = field(default="", init=False)
+
+    def __post_init__(self) -> None:
         # A batch holds read slots while it fills: keep it well below the slot limit.
-        self._batch_size = max(1, min(batch_size, slots.limit // 2))
-        self._count = count
-        self.child_watch = child_watch
-        self._data_watch = data_watch
-        self._batch: tuple[list[str], list[Any]] = ([], [])
-        self._batch_op = ""
+        self.batch_size = max(1, min(self.batch_size, self.slots.limit // 2))
 
     def _take_slot(self) -> None:
-        if not self._slots.acquire(self.aborted):
+        if not self.slots.acquire(self.aborted):
             raise ScanAborted("aborted while waiting for a read slot")
-        self._pacer.wait(self.aborted)
+        self.pacer.wait(self.aborted)
 
     def read(self, op: str, path: str, extra: Any = None, *, watch: Callable[..., Any] | None = None) -> None:
         """Read ``path`` (with ``watch``, else the fallback's data watch)."""
         self._take_slot()
-        self.snapshot.reads_issued += 1
-        self._count(op)
-        self._reads.get(path, (op, path, self.snapshot, extra), watch=watch or self._data_watch)
+        self.count(op)
+        self.reads.get(path, (op, path, self.snapshot, extra), watch=watch or self.data_watch)
 
     def listing(self, op: str, path: str, extra: Any = None) -> None:
         """List ``path``'s children (with the fallback's child watch)."""
         self._take_slot()
-        self.snapshot.reads_issued += 1
-        self._count(op)
-        self._reads.get_children(path, (op, path, self.snapshot, extra), watch=self.child_watch)
+        self.count(op)
+        self.reads.get_children(path, (op, path, self.snapshot, extra), watch=self.child_watch)
 
     def leaf(self, op: str, path: str, info: Any) -> None:
         """Read a leaf, gathered with the next ones of the same ``op`` into one ``multiRead``."""
-        if self._batch_size == 1:
+        if self.batch_size == 1:
             self.read(op, path, info)
             return
         paths, infos = self._batch
@@ -386,7 +374,7 @@ class ScanReads:
         self._batch_op = op
         paths.append(path)
         infos.append(info)
-        if len(paths) >= self._batch_size:
+        if len(paths) >= self.batch_size:
             self.flush()
 
     def flush(self) -> None:
@@ -394,16 +382,15 @@ class ScanReads:
         paths, infos = self._batch
         if not paths:
             return
-        self.snapshot.reads_issued += len(paths)
-        self._count(OP_BATCH)
+        self.count(OP_BATCH)
         token = (OP_BATCH, "", self.snapshot, (self._batch_op, list(paths), list(infos)))
-        self._reads.get_many(list(paths), token)
+        self.reads.get_many(list(paths), token)
         paths.clear()
         infos.clear()
 
     def release_unsent(self) -> None:
         """Give back the slots of leaves gathered and never sent (an aborted scan)."""
-        self._slots.release(len(self._batch[0]))
+        self.slots.release(len(self._batch[0]))
         self._batch[0].clear()
         self._batch[1].clear()
 
