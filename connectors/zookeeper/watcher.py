@@ -115,10 +115,6 @@ logger = logging.getLogger(__name__)
 # ------------------------------------------------------------------------------------------------ metrics
 
 
-#: Change → Kafka latency buckets (s): fine around the 200 ms target.
-_CHANGE_BUCKETS = (0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2, 5, 10)
-
-
 class WatcherMetrics:
     """The watcher's Prometheus metrics, in a private registry (``bkaudit_watcher_*``).
 
@@ -130,91 +126,117 @@ class WatcherMetrics:
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = r = registry if registry is not None else CollectorRegistry()
-
-        def metric(kind: Any, name: str, text: str, *labels: str, **options: Any) -> Any:
-            return kind(name, text, list(labels), registry=r, **options)
-
-        self.events_published = metric(
-            Counter,
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.events_published = Counter(
             "bkaudit_watcher_events_published",
             "Change events handed to Kafka, by payload type",
-            "type",
+            ["type"],
+            registry=r,
         )
-        self.delivery_failures = metric(
-            Counter, "bkaudit_watcher_delivery_failures", "Events Kafka did not acknowledge after retries"
+        self.delivery_failures = Counter(
+            "bkaudit_watcher_delivery_failures", "Events Kafka did not acknowledge after retries", registry=r
         )
-        self.topic_losses = metric(
-            Counter,
+        self.topic_losses = Counter(
             "bkaudit_watcher_topic_losses",
             "Times the changes topic lost its data (acknowledged offsets went backwards: broker data loss, "
             "topic recreated); each one triggers a FULL snapshot",
+            registry=r,
         )
-        self.snapshot_duration = metric(
-            Gauge, "bkaudit_watcher_snapshot_duration_seconds", "Duration of the last snapshot scan", "reason"
+        self.snapshot_duration = Gauge(
+            "bkaudit_watcher_snapshot_duration_seconds",
+            "Duration of the last snapshot scan",
+            ["reason"],
+            registry=r,
         )
-        self.snapshot_ledgers = metric(
-            Gauge,
+        self.snapshot_ledgers = Gauge(
             "bkaudit_watcher_snapshot_ledgers",
             "Ledger znodes read by the last snapshot scan",
-            "reason",
+            ["reason"],
+            registry=r,
         )
-        self.snapshot_published = metric(
-            Gauge,
+        self.snapshot_published = Gauge(
             "bkaudit_watcher_snapshot_events",
             "Entity events published by the last snapshot scan",
-            "reason",
+            ["reason"],
+            registry=r,
         )
-        self.snapshots = metric(
-            Counter, "bkaudit_watcher_snapshots", "Snapshot scans by reason and outcome", "reason", "outcome"
+        self.snapshots = Counter(
+            "bkaudit_watcher_snapshots",
+            "Snapshot scans by reason and outcome",
+            ["reason", "outcome"],
+            registry=r,
         )
-        self.watch_registrations = metric(
-            Counter, "bkaudit_watcher_watch_registrations", "(Re-)registrations of persistent watches"
+        self.watch_registrations = Counter(
+            "bkaudit_watcher_watch_registrations", "(Re-)registrations of persistent watches", registry=r
         )
-        self.session_state = metric(
-            Gauge,
+        self.session_state = Gauge(
             "bkaudit_watcher_zookeeper_session_state",
             "1 for the current ZooKeeper session state (CONNECTED, SUSPENDED, LOST)",
-            "state",
+            ["state"],
+            registry=r,
         )
-        self.session_expirations = metric(
-            Counter, "bkaudit_watcher_zookeeper_session_expirations", "ZooKeeper sessions lost"
+        self.session_expirations = Counter(
+            "bkaudit_watcher_zookeeper_session_expirations", "ZooKeeper sessions lost", registry=r
         )
-        self.publish_lag = metric(
-            Histogram,
+        self.publish_lag = Histogram(
             "bkaudit_watcher_publish_lag_seconds",
             "Time from an event's emission (event time) to Kafka's acknowledgement",
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=r,
         )
-        self.change_to_ack = metric(
-            Histogram,
+        self.change_to_ack = Histogram(
             "bkaudit_watcher_change_to_kafka_seconds",
             "Live ledger changes: znode mtime (ZooKeeper's clock) to Kafka's acknowledgement (ours)",
-            buckets=_CHANGE_BUCKETS,
+            buckets=(
+                0.005,
+                0.01,
+                0.015,
+                0.02,
+                0.03,
+                0.04,
+                0.05,
+                0.075,
+                0.1,
+                0.15,
+                0.2,
+                0.3,
+                0.5,
+                1,
+                2,
+                5,
+                10,
+            ),
+            registry=r,
         )
-        self.unacked_events = metric(
-            Gauge, "bkaudit_watcher_unacked_events", "Events handed to Kafka and not yet acknowledged"
+        self.unacked_events = Gauge(
+            "bkaudit_watcher_unacked_events", "Events handed to Kafka and not yet acknowledged", registry=r
         )
-        self.last_heartbeat = metric(
-            Gauge, "bkaudit_watcher_last_heartbeat_timestamp_seconds", "Watcher clock of the last heartbeat"
+        self.last_heartbeat = Gauge(
+            "bkaudit_watcher_last_heartbeat_timestamp_seconds",
+            "Watcher clock of the last heartbeat",
+            registry=r,
         )
-        self.zookeeper_reads = metric(
-            Counter, "bkaudit_watcher_zookeeper_reads", "ZooKeeper reads issued, by purpose", "purpose"
+        self.zookeeper_reads = Counter(
+            "bkaudit_watcher_zookeeper_reads", "ZooKeeper reads issued, by purpose", ["purpose"], registry=r
         )
-        self.ledgers_tracked = metric(
-            Gauge, "bkaudit_watcher_ledgers_tracked", "Ledgers in the watcher's index"
+        self.ledgers_tracked = Gauge(
+            "bkaudit_watcher_ledgers_tracked", "Ledgers in the watcher's index", registry=r
         )
-        self.queue_depth = metric(
-            Gauge, "bkaudit_watcher_queue_depth", "Items waiting in the watcher's event queue"
+        self.queue_depth = Gauge(
+            "bkaudit_watcher_queue_depth", "Items waiting in the watcher's event queue", registry=r
         )
-        self.undecodable = metric(
-            Counter, "bkaudit_watcher_undecodable_znodes", "Znodes whose data did not decode, by kind", "kind"
+        self.undecodable = Counter(
+            "bkaudit_watcher_undecodable_znodes",
+            "Znodes whose data did not decode, by kind",
+            ["kind"],
+            registry=r,
         )
-        self.ignored_znodes = metric(
-            Counter,
+        self.ignored_znodes = Counter(
             "bkaudit_watcher_ignored_znodes",
             "Sightings (scans, notifications) of znodes in the ledger tree that are not ledgers, by reason",
-            "reason",
+            ["reason"],
+            registry=r,
         )
         for reason in IGNORED_ZNODE_REASONS:
             self.ignored_znodes.labels(reason)
