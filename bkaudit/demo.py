@@ -255,7 +255,8 @@ def run_demo(settings: Settings, *, keep_running: bool = False, out: TextIO | No
     from connectors.delta.tables import read_table
     from connectors.devcluster import DevCluster
     from connectors.kafka.topics import ensure_topic
-    from connectors.zookeeper.watcher import ChangeWatcher, kazoo_tls_options
+    from connectors.zookeeper.client import kazoo_tls_options
+    from connectors.zookeeper.watcher import ChangeWatcher
     from streaming import job
     from streaming.session import build_spark_session
 

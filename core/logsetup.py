@@ -5,7 +5,7 @@ carry the ledger password) and request (an ``Auth`` packet carries the digest cr
 a Kafka client may log its configuration (kafka-python's admin client did, password included; librdkafka's
 lines reach Python logging through the ``logger`` property, :mod:`connectors.kafka.client_config`).
 :class:`SecretFilter` sits on every handler :func:`configure_logging` installs and on the kazoo client
-logger of :mod:`connectors.zookeeper.watcher`; on each record it
+logger of :mod:`connectors.zookeeper.client`; on each record it
 
 - replaces ``bytes`` in the arguments of kazoo's records by their length (znode payloads never reach a
   log; a kazoo record whose text still shows a bytes literal is dropped),

@@ -533,8 +533,8 @@ def _zookeeper_lease(
         return
     from kazoo.client import KazooClient
 
+    from connectors.zookeeper.client import kazoo_client_options, start_client
     from connectors.zookeeper.lease import ZooKeeperLease
-    from connectors.zookeeper.watcher import kazoo_client_options, start_client
 
     root = zookeeper.ledgers_root.rstrip("/")
     if stream.lease_path == root or stream.lease_path.startswith(root + "/"):

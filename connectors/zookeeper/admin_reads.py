@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
-from connectors.zookeeper.watcher import kazoo_client_options, start_client, unreadable_znode
+from connectors.zookeeper.client import kazoo_client_options, start_client, unreadable_znode
 from core.domain.layout import (
     READONLY_NODE,
     LedgerManagerType,

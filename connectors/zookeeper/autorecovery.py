@@ -1,4 +1,4 @@
-"""The watcher's recipe for AutoRecovery's znodes: is anything repairing the cluster?
+"""The watcher's recipes for AutoRecovery's znodes: is anything repairing the cluster, and how soon?
 
 BookKeeper's AutoRecovery keeps its state beside the under-replication marks: ``disable`` (AutoRecovery
 switched off), the Auditor's election votes, the ReplicationWorkers' locks (one per ledger being
@@ -8,6 +8,10 @@ every FULL snapshot. A notification under those znodes only marks the state chan
 (:meth:`AutoRecoveryRecipe.note_change`); the worker reads once per chunk of notifications
 (:meth:`AutoRecoveryRecipe.flush`), since workers create and delete a lock per ledger they replicate and
 reading on each notification would cost the square of the locks.
+
+The Auditor's ``lostBookieRecoveryDelay`` (how long it waits before replicating a lost bookie's ledgers) is
+a recipe of its own, :class:`RecoveryDelay`: its znode is read in ZooKeeper's order like a ledger's, and
+every write is published, even of the same value.
 
 The watcher (:mod:`connectors.zookeeper.watcher`) owns the session, the FIFO and the snapshots; in its
 fallback mode (no persistent watch) the recipe sets the one-shot watches it is given.
@@ -37,6 +41,7 @@ from core.domain.underreplication import (
     parse_auditor_vote,
     parse_check_times,
     parse_lock_data,
+    parse_lost_bookie_recovery_delay,
     vote_sequence,
 )
 from core.errors import FormatError
@@ -46,6 +51,8 @@ logger = logging.getLogger(__name__)
 Emit = Callable[[events.Payload, Snapshot | None], None]
 Votes = list[tuple[int, str | None]]
 Locks = list[tuple[int, str | None, int]]
+
+OP_DELAY = "recovery_delay"  # a read of ``lostBookieRecoveryDelay``
 
 
 class AutoRecoveryRecipe:
@@ -175,3 +182,43 @@ class AutoRecoveryRecipe:
                 continue  # gone between the listing and the read (its notification follows)
             found.append((name, data, stat))
         return found
+
+
+class RecoveryDelay:
+    """Publishes ``lostBookieRecoveryDelay`` as read by the watcher's ordered reads (op :data:`OP_DELAY`).
+
+    Example:
+        >>> from kazoo.protocol.states import ZnodeStat
+        >>> delay = RecoveryDelay(emit=lambda payload, snapshot: print(payload.seconds))
+        >>> delay.apply(b"30", ZnodeStat(8, 9, 0, 0, 1, 0, 0, 0, 2, 0, 8), None); delay.present
+        30
+        True
+    """
+
+    def __init__(self, *, emit: Emit, undecodable: Callable[[], None] = lambda: None) -> None:
+        self._emit = emit
+        self._undecodable = undecodable
+        self._state: tuple[int, bool] | None = None  # (mzxid, present) last published
+
+    @property
+    def present(self) -> bool:
+        """Whether the znode existed at the last answer."""
+        return self._state is not None and self._state[1]
+
+    def apply(self, data: bytes | None, stat: Any, snapshot: Snapshot | None) -> None:
+        """The znode's ``(data, stat)``, or ``(None, None)`` when it is absent or deleted; published when it
+        changed (always inside a FULL ``snapshot``)."""
+        present = stat is not None
+        state = (stat.mzxid if present else 0, present)
+        if state == self._state and (snapshot is None or not snapshot.is_full):
+            return
+        self._state = state
+        seconds: int | None = None
+        error = ""
+        if present:
+            try:
+                seconds = parse_lost_bookie_recovery_delay(data or b"")
+            except FormatError as err:
+                self._undecodable()
+                error = events.redact_reason(str(err), data or b"")
+        self._emit(events.recovery_delay(seconds, present=present, stat=stat, error=error), snapshot)

@@ -191,11 +191,7 @@ class EmbeddedZooKeeper(ProcessService):
             "-Djute.maxbuffer=67108864",  # 1 M-child listings (flat layout) exceed the 1 MB default
             f"-Dlog4j2.configurationFile={self.state_dir / 'zookeeper-log4j2.properties'}",
             "-Dzookeeper.jmx.log4j.disable=true",
-            *(
-                ["-Dzookeeper.serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory"]
-                if self.tls
-                else []
-            ),
+            *([f"-Dzookeeper.serverCnxnFactory={NETTY_FACTORY}"] if self.tls else []),
             "-cp",
             classpath,
             MAIN_CLASS,

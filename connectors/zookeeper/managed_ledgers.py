@@ -32,14 +32,11 @@ from typing import Any
 
 from kazoo.protocol.states import EventType, WatchedEvent
 
-from connectors.zookeeper.snapshot import NodeKind, Snapshot, TreeWalker
+from connectors.zookeeper.snapshot import NodeKind, Snapshot, StampedIndex, TreeWalker
 from core import events
 from core.domain.metadata import pulsar_topic_from_managed_ledger
 
 logger = logging.getLogger(__name__)
-
-_EPOCH_BITS = 16
-_EPOCH_MASK = (1 << _EPOCH_BITS) - 1
 
 Emit = Callable[[events.Payload, Snapshot | None], None]
 #: Issue a read of ``path`` whose answer reaches :meth:`ManagedLedgerRecipe.on_read` with ``info``.
@@ -55,7 +52,7 @@ class ManagedLedgerRecipe:
         self._prefix = self.root + "/" if self.root != "/" else "/"
         self._read = read
         self._emit = emit
-        self._known: dict[tuple[str, str], int] = {}  # (name, cursor) -> mzxid << 16 | epoch
+        self._known = StampedIndex()  # (name, cursor) -> last mzxid and scan epoch
         self.epoch = 0
 
     # -- paths -----------------------------------------------------------------------------------------
@@ -99,34 +96,25 @@ class ManagedLedgerRecipe:
         if znode is None:
             return
         if event.type in (EventType.CREATED, EventType.CHANGED):
-            packed = self._known.get(znode)
-            if packed is not None:  # seen since the current scan began: no inferred delete for it
-                self._known[znode] = (packed & ~_EPOCH_MASK) | self.epoch
+            self._known.touch(znode, self.epoch)  # seen since the current scan began: not gone
             self._read(event.path, znode)
         elif event.type == EventType.DELETED:
-            self._known.pop(znode, None)
+            self._known.pop(znode)
             self._emit(events.managed_ledger_deleted(*znode), None)
 
     def on_read(
         self, znode: tuple[str, str], data: bytes | None, stat: Any, snapshot: Snapshot | None
     ) -> None:
         """A read's answer: published unless a reconciliation finds the version already published."""
-        packed = self._known.get(znode)
-        self._known[znode] = (stat.mzxid << _EPOCH_BITS) | self.epoch
-        if (
-            packed is not None
-            and packed >> _EPOCH_BITS == stat.mzxid
-            and (snapshot is None or not snapshot.is_full)
-        ):
-            return
-        self._emit(events.managed_ledger_changed(znode[0], znode[1], data or b"", stat), snapshot)
+        full = snapshot is not None and snapshot.is_full
+        if self._known.record(znode, mzxid=stat.mzxid, epoch=self.epoch, full=full):
+            self._emit(events.managed_ledger_changed(znode[0], znode[1], data or b"", stat), snapshot)
 
     def infer_deletions(self, snapshot: Snapshot) -> int:
         """After a complete scan: every znode the scan (or a live change since its begin) did not stamp is
         gone; returns how many."""
-        gone = [znode for znode, packed in self._known.items() if packed & _EPOCH_MASK != self.epoch]
+        gone = [znode for znode, _ in self._known.stale(self.epoch)]
         for znode in sorted(gone, key=lambda z: (z[0], z[1] == "", z[1])):  # cursors before their ledger
-            del self._known[znode]
             self._emit(events.managed_ledger_deleted(*znode, inferred=True), snapshot)
         if gone:
             logger.info("reconciliation: %d managed-ledger znodes vanished while unwatched", len(gone))

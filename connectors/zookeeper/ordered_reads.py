@@ -129,10 +129,8 @@ class OrderedReads:
     def __init__(self, client: KazooClient, deliver: Deliver) -> None:
         self._client = client
         self._deliver = deliver
-        self.issued = 0
 
     def _send(self, request: Any, token: Any) -> None:
-        self.issued += 1
         self._client._call(request, _OrderedResult(self._client.handler, self._deliver, token))
 
     def _full_path(self, path: str) -> str:

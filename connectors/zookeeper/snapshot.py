@@ -8,6 +8,10 @@ entity the auditor needs. This module holds the pieces the watcher's controller 
   to a callback; the callback issues the leaf's read. Leaf reads are bounded by a :class:`ReadSlots`
   semaphore that the watcher's worker releases when it has *processed* a read (so a slow Kafka slows the scan
   instead of piling reads up in memory), optionally paced by a :class:`RatePacer` (periodic scans).
+* :class:`ScanReads` — a scan's reads through the ordered reads: slot-held, paced, leaves gathered into
+  ``multiRead`` requests.
+* :class:`StampedIndex` — what a scan compares against: key → last mzxid and the scan epoch that last saw
+  it, so a reconciliation publishes only differences and infers what vanished while nobody watched.
 * :class:`ProgressLine` — one self-overwriting progress line on a terminal, nothing otherwise.
 
 Example:
@@ -19,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import sys
 import threading
@@ -31,6 +36,7 @@ from typing import Any, TextIO
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from connectors.zookeeper.ordered_reads import OrderedReads
 from core.events import SnapshotCounts, SnapshotMode, SnapshotReason
 from core.pb import change_events_pb2 as pb
 
@@ -38,6 +44,13 @@ logger = logging.getLogger(__name__)
 
 #: Directory listings in flight during a walk (listings are few and can be large; leaves are bounded apart).
 LISTINGS_IN_FLIGHT = 8
+#: The op of a ``multiRead`` token: ``(OP_BATCH, "", snapshot or None, (leaf op, paths, infos))``.
+OP_BATCH = "multi_read"
+
+# The index packs mzxid << 16 | scan epoch. Epochs wrap at 65536; a stale stamp could only match again after
+# 65536 consecutive *incomplete* scans, since every complete scan re-stamps or removes every entry.
+EPOCH_BITS = 16
+EPOCH_MASK = (1 << EPOCH_BITS) - 1
 
 
 class ScanAborted(Exception):
@@ -63,7 +76,6 @@ class Snapshot:
     partition_events: collections.Counter[int] = field(default_factory=collections.Counter)
     complete: bool = True
     failure: str = ""
-    reads_issued: int = 0
     done: threading.Event = field(default_factory=threading.Event)
 
     @classmethod
@@ -203,7 +215,6 @@ class TreeWalker:
         self._listings_in_flight = listings_in_flight
         self._on_listed = on_listed
         self._timeout_s = timeout_s
-        self.directories_listed = 0
 
     def walk(
         self,
@@ -224,7 +235,6 @@ class TreeWalker:
             children = self._wait(path, result)
             if children is None:
                 continue
-            self.directories_listed += 1
             if self._on_listed is not None:
                 self._on_listed(path)
             prefix = path if path.endswith("/") else path + "/"
@@ -252,6 +262,137 @@ class TreeWalker:
         except Exception as err:  # ConnectionLoss, SessionExpired...: the scan cannot be trusted
             raise ScanAborted(f"listing {path} failed: {type(err).__name__}") from None
         return children
+
+
+class StampedIndex:
+    """Key → the last mzxid published and the epoch of the scan that last saw it (one int per key, ~110 B
+    with the dict's entry: a million ledgers fit in ~110 MB).
+
+    A scan stamps what it reads with its epoch; a live change stamps a key it already knows (seen since the
+    scan began: not gone). After a complete scan, every key with an older stamp vanished while nobody
+    watched (:meth:`stale`).
+
+    Example:
+        >>> index = StampedIndex()
+        >>> index.record(7, mzxid=40, epoch=1, full=False), index.record(7, mzxid=40, epoch=2, full=False)
+        (True, False)
+        >>> index.record(8, mzxid=41, epoch=1, full=False); index.stale(epoch=2)
+        True
+        [(8, 41)]
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[Any, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._entries
+
+    def touch(self, key: Any, epoch: int) -> None:
+        """A live change of ``key``: if known, it is not gone (no inferred delete at this scan's end)."""
+        packed = self._entries.get(key)
+        if packed is not None:
+            self._entries[key] = (packed & ~EPOCH_MASK) | epoch
+
+    def record(self, key: Any, *, mzxid: int, epoch: int, full: bool) -> bool:
+        """``key`` read at ``mzxid``; True when it is to be published (a new version, or ``full``)."""
+        packed = self._entries.get(key)
+        self._entries[key] = (mzxid << EPOCH_BITS) | epoch
+        return full or packed is None or packed >> EPOCH_BITS != mzxid
+
+    def pop(self, key: Any) -> int:
+        """Forget ``key`` (deleted); its last mzxid, 0 when unknown."""
+        packed = self._entries.pop(key, None)
+        return packed >> EPOCH_BITS if packed is not None else 0
+
+    def stale(self, epoch: int) -> list[tuple[Any, int]]:
+        """Remove and return ``(key, last mzxid)`` of every key not stamped with ``epoch``."""
+        entries = self._entries
+        gone = [key for key, packed in entries.items() if packed & EPOCH_MASK != epoch]
+        return [(key, entries.pop(key) >> EPOCH_BITS) for key in gone]
+
+
+@dataclass(eq=False)
+class ScanReads:
+    """One scan's reads through the watcher's :class:`OrderedReads`, answered on its FIFO.
+
+    Every read takes a slot of ``slots`` (released by the worker once it has published the answer), waits
+    for ``pacer`` and carries ``(op, path, snapshot, extra)`` as its token. Leaves (:meth:`leaf`) are gathered
+    into ``multiRead`` requests of ``batch_size`` (1: single reads). ``count(op)`` counts each request;
+    ``child_watch`` and ``data_watch`` are the fallback mode's one-shot watches (None otherwise).
+
+    Example:
+        >>> # reads = ScanReads(ordered, snapshot, slots, RatePacer(0), aborted, batch_size=100, count=...)
+        >>> # reads.leaf("ledger", "/ledgers/00/0000/L0001", 1); reads.flush()
+    """
+
+    reads: OrderedReads
+    snapshot: Snapshot
+    slots: ReadSlots
+    pacer: RatePacer
+    aborted: Callable[[], bool]
+    _: dataclasses.KW_ONLY
+    batch_size: int
+    count: Callable[[str], None]
+    child_watch: Callable[..., Any] | None = None
+    data_watch: Callable[..., Any] | None = None
+    _batch: tuple[list[str], list[Any]] = field(default_factory=lambda: ([], []), init=False)
+    _batch_op: str = field(default="", init=False)
+
+    def __post_init__(self) -> None:
+        # A batch holds read slots while it fills: keep it well below the slot limit.
+        self.batch_size = max(1, min(self.batch_size, self.slots.limit // 2))
+
+    def _take_slot(self) -> None:
+        if not self.slots.acquire(self.aborted):
+            raise ScanAborted("aborted while waiting for a read slot")
+        self.pacer.wait(self.aborted)
+
+    def read(self, op: str, path: str, extra: Any = None, *, watch: Callable[..., Any] | None = None) -> None:
+        """Read ``path`` (with ``watch``, else the fallback's data watch)."""
+        self._take_slot()
+        self.count(op)
+        self.reads.get(path, (op, path, self.snapshot, extra), watch=watch or self.data_watch)
+
+    def listing(self, op: str, path: str, extra: Any = None) -> None:
+        """List ``path``'s children (with the fallback's child watch)."""
+        self._take_slot()
+        self.count(op)
+        self.reads.get_children(path, (op, path, self.snapshot, extra), watch=self.child_watch)
+
+    def leaf(self, op: str, path: str, info: Any) -> None:
+        """Read a leaf, gathered with the next ones of the same ``op`` into one ``multiRead``."""
+        if self.batch_size == 1:
+            self.read(op, path, info)
+            return
+        paths, infos = self._batch
+        if paths and op != self._batch_op:
+            self.flush()
+        self._take_slot()
+        self._batch_op = op
+        paths.append(path)
+        infos.append(info)
+        if len(paths) >= self.batch_size:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send the gathered leaves."""
+        paths, infos = self._batch
+        if not paths:
+            return
+        self.count(OP_BATCH)
+        token = (OP_BATCH, "", self.snapshot, (self._batch_op, list(paths), list(infos)))
+        self.reads.get_many(list(paths), token)
+        paths.clear()
+        infos.clear()
+
+    def release_unsent(self) -> None:
+        """Give back the slots of leaves gathered and never sent (an aborted scan)."""
+        self.slots.release(len(self._batch[0]))
+        self._batch[0].clear()
+        self._batch[1].clear()
 
 
 class ProgressLine:

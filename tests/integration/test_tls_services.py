@@ -30,7 +30,7 @@ from connectors.devcluster import DevCluster
 from connectors.kafka.client_config import assign_from_beginning, consumer_config, producer_config
 from connectors.kafka.kafka_broker import KafkaBroker
 from connectors.kafka.topics import ensure_topic
-from connectors.zookeeper.watcher import kazoo_client_options, start_client
+from connectors.zookeeper.client import kazoo_client_options, start_client
 from core.errors import BkauditError
 from core.settings import DevSettings, KafkaSettings, ZooKeeperSettings
 

@@ -1120,7 +1120,7 @@ def test_znodes_in_the_ledger_tree_that_are_not_ledgers_are_counted_and_logged_o
     tree.zk.create("/ledgers/backup", PASSWORD, makepath=True)  # foreign data: its bytes are never logged
     tree.zk.create("/ledgers/00/0000/L0001.bak", PASSWORD)
     tree.zk.create("/ledgers/L0000000002", ledger_metadata(2))  # a flat manager's ledger path
-    caplog.set_level(logging.INFO, logger="connectors.zookeeper.watcher")
+    caplog.set_level(logging.INFO, logger="connectors.zookeeper.ledger_tree")
     settings = watcher_settings(bk_services, kafka_settings, zk_chroot, reconciliation_interval_s=1.0)
     with running_watcher(settings) as (watcher, reader):
         assert watcher.wait_for_snapshots(2, 30)  # START, then a periodic scan sees them again
@@ -1134,7 +1134,7 @@ def test_znodes_in_the_ledger_tree_that_are_not_ledgers_are_counted_and_logged_o
         assert ignored_count(watcher, "not_a_ledger_path") > before
         quiesce(watcher, reader)
         assert {e.ledger_upserted.ledger_id for e in reader.events("ledger_upserted")} == {1}
-    lines = [r.getMessage() for r in caplog.records if r.name == "connectors.zookeeper.watcher"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "connectors.zookeeper.ledger_tree"]
     ignored = [line for line in lines if line.startswith("ignoring znode ")]
     assert sorted(ignored) == sorted(
         [

@@ -13,7 +13,7 @@ import pytest
 
 from bkaudit.testing.tls import TlsFiles, write_throwaway_ca
 from connectors.kafka.client_config import tls_refusal
-from connectors.zookeeper.watcher import kazoo_client_options
+from connectors.zookeeper.client import kazoo_client_options
 from core.errors import ConfigError
 from core.logsetup import SECRET_FILTER
 from core.settings import KafkaSettings, Settings, ZooKeeperSettings
