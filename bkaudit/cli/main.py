@@ -7,6 +7,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -61,6 +62,8 @@ def setting_overrides(assignments: list[str]) -> dict[str, str]:
         >>> setting_overrides(["kafka.bootstrap_servers=k1:9092", "stream.watermark_delay_s=2"])
         {'BKAUDIT_KAFKA__BOOTSTRAP_SERVERS': 'k1:9092', 'BKAUDIT_STREAM__WATERMARK_DELAY_S': '2'}
     """
+    if not assignments:  # the common case: no need to list every setting
+        return {}
     from bkaudit.settings_docs import setting_docs
 
     known = {row.key: row.env_var for row in setting_docs()}
@@ -158,9 +161,24 @@ def run(argv: list[str] | None = None) -> int:
     return code
 
 
-def _run(argv: list[str] | None) -> int:
+@functools.cache
+def _command() -> typer.core.TyperGroup:
+    """The click command tree of :data:`app` with tidied help, built once per process: typer builds it from
+    every command's signature (tens of milliseconds), which a caller running many commands in one process
+    (the suite's ``cli`` fixture) would otherwise pay on each run. Parsing keeps no state in the tree.
+
+    Example:
+        >>> _command() is _command() and "query" in _command().commands
+        True
+    """
     command = typer.main.get_command(app)
+    assert isinstance(command, typer.core.TyperGroup)
     tidy_help(command)
+    return command
+
+
+def _run(argv: list[str] | None) -> int:
+    command = _command()
     try:
         result = command.main(args=argv, prog_name="bkaudit", standalone_mode=False)
     except BkauditError as err:

@@ -167,9 +167,15 @@ def build_incident(root: Path) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def incident(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The incident's tables, written once: the tests given ``lakehouse`` only read them."""
+    return build_incident(tmp_path_factory.mktemp("incident") / "lakehouse")
+
+
 @pytest.fixture
-def lakehouse(tmp_path: Path) -> Lakehouse:
-    return Lakehouse(build_incident(tmp_path / "lakehouse"))
+def lakehouse(incident: Path) -> Lakehouse:
+    return Lakehouse(incident)
 
 
 # --- what is missing ---------------------------------------------------------------------------------
