@@ -391,6 +391,25 @@ class LedgerLog:
         self._base_closed = closed & ~self._base_gone
         self._base_checked = _checked_mask(base) & ~self._base_gone
 
+    def held_bytes(self) -> dict[str, int]:
+        """The bytes each part of the in-memory state holds: the base's rows (mapped from a file when
+        ``base_mapped``), its columns, the overlay's rows and its index.
+
+        Example:
+            >>> sorted(LedgerLog("/nonexistent", "doc").held_bytes())
+            ['base_columns', 'base_mapped', 'base_rows', 'overlay_index', 'overlay_rows']
+        """
+        with self._lock:
+            columns = [self._base_ids, self._base_mzxid, self._base_gone, self._base_closed]
+            columns.append(self._base_checked)
+            return {
+                "base_rows": self._base.nbytes,
+                "base_mapped": int(self._base_file is not None),
+                "base_columns": sum(column.nbytes for column in columns),
+                "overlay_rows": sum(rows.nbytes for _, rows in self._overlay),
+                "overlay_index": sum(column.nbytes for column in self._latest.columns()),
+            }
+
     # -- reads ----------------------------------------------------------------------------------------------
     def versions(self, ledger_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per ledger id: its current ``mzxid`` (-1 when unknown or null) and whether it is deleted."""
