@@ -1,15 +1,16 @@
 """A fold of ``ledger_changes`` into ``ledgers``, computed and written by a process of its own.
 
-At 1 M ledgers a fold rewrites the whole table. Run in the job's process it took 6–12 s of the job's CPU
-every fold interval at 10,000 changes/s, and delta-rs's write held the job's other Delta calls up meanwhile
-(the sink's reads stalled 1.5–4.4 s): the lag's tail was the fold's (docs/journal.md, "The fold in a
-process of its own"). Here the child reads what it needs from Delta itself (the folded state, the changes
-after it), folds, commits, and leaves the new folded state as an Arrow file that the job memory-maps: the
-job spends no CPU on a fold, and the child runs at a lower priority and dies with the job.
+A fold that rewrote the whole 1 M-row table in the job's process took 6–12 s of the job's CPU every fold
+interval at 10,000 changes/s, and delta-rs's write held the job's other Delta calls up meanwhile (the
+sink's reads stalled 1.5–4.4 s): the lag's tail was the fold's (docs/journal.md, "The fold in a process of
+its own"). A large tick runs here instead: the child reads what it needs from Delta itself (the rows of
+the buckets it rewrites, the changes since the watermark), folds, and commits; it runs at a lower priority
+and dies with the job.
 
-A fold is a tick of the rotation (:func:`fold_tick`): it rewrites a few buckets of ``ledgers``, and the
-whole folded state only when the watermark advances. It is the same function wherever it runs;
-:class:`~connectors.delta.ledger_log.LedgerLog` folds small states in its own thread, where a process would
+A fold is a tick of the rotation (:func:`fold_tick`): it rewrites a few buckets of ``ledgers`` from their
+rows in the table and the changes since the watermark (a bucket folded ahead of the watermark holds some
+of them already; applying them again gives the same rows). It is the same function wherever it runs;
+:class:`~connectors.delta.ledger_log.LedgerLog` folds small ticks in its own thread, where a process would
 cost more than the fold.
 
 Usage (by :func:`fold_in_child`): ``python -m connectors.delta._fold_process REQUEST.json JOB_PID``.
@@ -25,10 +26,10 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 _PR_SET_PDEATHSIG = 1
 #: The folds' scratch folder under the lakehouse root (not a table; no Delta reader lists it).
@@ -39,23 +40,21 @@ NICENESS = 10
 
 @dataclass(frozen=True)
 class FoldRequest:
-    """What the child folds: the state as of ``folded`` (the ``ledgers`` table at ``base_version``, or
-    the Arrow file ``base_file`` a previous fold left) and the changes of batches ``folded`` < b <=
-    ``through``, for the ``chosen`` buckets (None: all) of ``buckets``; the commit records ``complete`` and
-    ``reached`` (:class:`FoldCommit`). With ``out_file``, the state folded through ``complete`` (the base
-    itself when ``complete`` is ``folded``) goes there."""
+    """What the child folds: the rows of the ``chosen`` buckets (None: all) of ``buckets`` in ``ledgers``
+    at ``base_version`` (None: the newest; with ``whole``, every row of it, as after a change of the
+    bucket count) and the changes of batches ``folded`` < b <= ``through``; the commit records
+    ``complete`` and ``reached`` (:class:`FoldCommit`)."""
 
     root: str
     app: str
     folded: int
     through: int
-    out_file: str | None
     buckets: int
     complete: int
     reached: int
     chosen: list[int] | None = None
-    base_file: str | None = None
     base_version: int | None = None
+    whole: bool = False
 
 
 #: Rows per Arrow batch handed to delta-rs: given the whole table at once it converts all of it first
@@ -105,46 +104,57 @@ def in_buckets(rows: pa.Table, chosen: np.ndarray, buckets: int) -> pa.Table:
 
 @dataclass(frozen=True)
 class FoldTick:
-    """What one fold tick writes and keeps: the folded rows of the ``chosen`` buckets (through the tick's
-    last batch), and the new in-memory base (folded through ``complete``; None: the base stays)."""
+    """What one fold tick writes: the folded rows of the ``chosen`` buckets (through the tick's last
+    batch), and how many ledger rows the changes merged."""
 
     slice_rows: pa.Table
-    new_base: pa.Table | None
     merged_rows: int
 
 
-def fold_tick(
-    base: pa.Table,
-    changes: pa.Table,
-    *,
-    chosen: np.ndarray,
-    buckets: int,
-    complete: int | None,
-) -> FoldTick:
-    """One tick of the rotation: ``base`` (folded through some batch) and ``changes`` (with ``batch_id``,
-    every batch after the base's up to the tick's last) folded for the ``chosen`` buckets only, and, when
-    ``complete`` is given, the whole base folded through batch ``complete``. Folding a bucket again with
-    changes it already holds gives the same rows (the newest change per ledger wins), so a bucket folded
-    ahead of the base needs no changes of its own.
+def fold_tick(base: pa.Table, changes: pa.Table, *, chosen: np.ndarray, buckets: int) -> FoldTick:
+    """One tick of the rotation: the rows of ``base`` (``ledgers``' rows of the ``chosen`` buckets at
+    least, each folded through the watermark or later) and ``changes`` (with ``batch_id``, every batch
+    after the watermark up to the tick's last) folded for the ``chosen`` buckets only. Folding a bucket
+    again with changes it already holds gives the same rows (the newest change per ledger wins), so a
+    bucket folded ahead of the watermark is read as it is.
 
     Example:
         >>> from connectors.delta.tables import LEDGERS
         >>> base = LEDGERS.schema.empty_table()
         >>> changes = pa.Table.from_pylist([{"ledger_id": i, "mzxid": 1} for i in (1, 2, 3)],
         ...     schema=LEDGERS.schema).append_column("batch_id", pa.array([0, 0, 1], pa.int64()))
-        >>> tick = fold_tick(base, changes, chosen=np.array([1]), buckets=2, complete=0)
-        >>> tick.slice_rows.column("ledger_id").to_pylist(), tick.new_base.column("ledger_id").to_pylist()
-        ([1, 3], [1, 2])
+        >>> tick = fold_tick(base, changes, chosen=np.array([1]), buckets=2)
+        >>> tick.slice_rows.column("ledger_id").to_pylist(), tick.merged_rows
+        ([1, 3], 2)
     """
     from connectors.delta.tables import fold_rows
 
     mine = in_buckets(changes, chosen, buckets)
     slice_rows, latest = fold_rows(in_buckets(base, chosen, buckets), [mine], order_by="batch_id")
-    new_base = None
-    if complete is not None:
-        through = changes.filter(pc.less_equal(changes.column("batch_id"), complete))
-        new_base = with_buckets(fold_rows(base, [through], order_by="batch_id")[0], buckets)
-    return FoldTick(with_buckets(slice_rows, buckets), new_base, latest.num_rows)
+    return FoldTick(with_buckets(slice_rows, buckets), latest.num_rows)
+
+
+def read_fold_base(table: Any, chosen: np.ndarray | None) -> pa.Table:
+    """The rows a tick folds into: those of the ``chosen`` buckets of ``table`` (``ledgers``), read by
+    partition (None: every row, whatever its partition: a table of another bucket count).
+
+    Example:
+        >>> import tempfile
+        >>> from deltalake import DeltaTable
+        >>> from connectors.delta.tables import ensure_tables
+        >>> root = tempfile.mkdtemp(); _ = ensure_tables(root)
+        >>> read_fold_base(DeltaTable(root + "/ledgers"), np.array([3])).num_rows
+        0
+    """
+    from connectors.delta.scan import BucketReader, scan
+    from connectors.delta.tables import LEDGERS, conform_to
+
+    names = [name for name in LEDGERS.schema.names if name != "ledger_bucket"]
+    if chosen is None:
+        rows = scan(table, [], names)
+    else:
+        rows = BucketReader(table, "ledger_bucket").read(chosen.tolist(), names)
+    return conform_to(rows, LEDGERS.schema)
 
 
 @dataclass(frozen=True)
@@ -240,17 +250,6 @@ def fold_in_child(request: FoldRequest) -> tuple[int, bool]:
     return int(report["rows"]), bool(report["merged"])
 
 
-def write_arrow_file(path: str | Path, table: pa.Table) -> None:
-    """Write ``table`` to the Arrow file ``path`` (uncompressed: it is mapped back without a copy)."""
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
-
-
-def read_arrow_file(path: str | Path) -> pa.Table:
-    """The table in the Arrow file ``path``, memory-mapped (no copy: pages load as they are read)."""
-    return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
-
-
 def _die_with_parent(job_pid: int) -> None:
     """Ask Linux to SIGKILL this process when the job ``job_pid`` that started it dies: a fold must not
     commit after its job was killed (the restarted job folds again from its own state and would conflict
@@ -268,28 +267,15 @@ def _run(request: FoldRequest) -> dict[str, object]:
     from deltalake import DeltaTable
 
     from connectors.delta.scan import scan
-    from connectors.delta.tables import LEDGERS, conform_to, table_path
+    from connectors.delta.tables import table_path
 
     ledgers_path = table_path(request.root, "ledgers")
-    if request.base_file is not None:
-        base = read_arrow_file(request.base_file)
-    else:
-        base = conform_to(
-            DeltaTable(ledgers_path, version=request.base_version).to_pyarrow_table(), LEDGERS.schema
-        )
+    ledgers = DeltaTable(ledgers_path, version=request.base_version)
+    buckets = np.arange(request.buckets) if request.chosen is None else np.array(request.chosen, np.int64)
+    base = read_fold_base(ledgers, None if request.whole else buckets)
     where = [("batch_id", ">", request.folded), ("batch_id", "<=", request.through)]
     changes = scan(DeltaTable(table_path(request.root, "ledger_changes")), where)
-    every = np.arange(request.buckets)
-    advance = request.out_file is not None and request.complete > request.folded
-    tick = fold_tick(
-        base,
-        changes,
-        chosen=every if request.chosen is None else np.array(request.chosen),
-        buckets=request.buckets,
-        complete=request.complete if advance else None,
-    )
-    if request.out_file is not None:
-        write_arrow_file(request.out_file, base if tick.new_base is None else tick.new_base)
+    tick = fold_tick(base, changes, chosen=buckets, buckets=request.buckets)
     chosen = None if request.chosen is None else tuple(request.chosen)
     commit = FoldCommit(request.complete, request.reached, request.buckets, chosen)
     merged = write_fold(request.root, request.app, tick.slice_rows, commit)
