@@ -654,8 +654,8 @@ class LedgerLog:
             rows, written = 0, False
             if len(chosen):
                 self.write_check()
-                changed = sum(t.num_rows for _, t in tables)
-                if stored * len(chosen) // self.buckets + changed >= self.fold_in_child_from_rows:
+                changed = sum(t.num_rows for _, t in tables)  # spread over the buckets as the ledgers are
+                if (stored + changed) * len(chosen) // self.buckets >= self.fold_in_child_from_rows:
                     rows, written = self._fold_in_child(folded_before, through, commit, version, whole)
                 else:
                     rows, written = self._fold_here(tables, chosen, commit, version, whole)
@@ -683,12 +683,14 @@ class LedgerLog:
         version: int | None,
         whole: bool,
     ) -> tuple[int, bool]:
-        """A tick in this process: the chosen buckets' rows read, the changes applied, written."""
+        """A tick in this process: the chosen buckets' rows read, their changes applied (only theirs
+        copied), written."""
         batch_type = LEDGER_CHANGES.schema.field("batch_id")
+        mine = [(b, in_buckets(rows, chosen, self.buckets)) for b, rows in tables]
         changes = pa.concat_tables(
             [
                 rows.append_column(batch_type, pa.array(np.full(rows.num_rows, b), pa.int64()))
-                for b, rows in tables
+                for b, rows in mine
             ]
         )
         base = read_fold_base(self._ledgers_table(version), None if whole else chosen)

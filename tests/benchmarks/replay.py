@@ -304,7 +304,11 @@ def _children(pid: int) -> list[int]:
     todo = [pid]
     while todo:
         parent = todo.pop()
-        for task in Path(f"/proc/{parent}/task").glob("*"):
+        try:
+            tasks = list(Path(f"/proc/{parent}/task").glob("*"))
+        except OSError:  # the process ended meanwhile
+            continue
+        for task in tasks:
             try:
                 kids = [int(p) for p in (task / "children").read_text().split()]
             except OSError:
@@ -629,7 +633,7 @@ def _wait_folded(sink: Any, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         held = sink.ledger_log.held_bytes()
-        if held["overlay_rows"] == 0 and held["base_rows"] > 0:
+        if held["overlay_rows"] == 0 and held.get("base_ledgers", held.get("base_rows", 0)) > 0:
             return True
         time.sleep(1)
     return False
