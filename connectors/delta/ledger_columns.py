@@ -150,6 +150,10 @@ class LedgerColumns:
         """Per ledger: deleted."""
         return self.deleted == CODES["deleted"].index(True)
 
+    def gone_at(self, at: np.ndarray) -> np.ndarray:
+        """Whether the ledgers at positions ``at`` are deleted."""
+        return self.deleted[at] == CODES["deleted"].index(True)
+
     def closed(self) -> np.ndarray:
         """Per ledger: CLOSED and not deleted."""
         return (self.state == CODES["state"].index("CLOSED")) & ~self.gone()

@@ -410,7 +410,7 @@ class LedgerLog:
             base = self._base
             at, hit = base.positions(ids)
             mzxid[hit] = base.mzxid[at[hit]]
-            gone[hit] = base.gone()[at[hit]] if hit.any() else False
+            gone[hit] = base.gone_at(at[hit])
             at, hit = _positions(self._latest.ids, ids)
             mzxid[hit] = self._latest.mzxid[at[hit]]
             gone[hit] = self._latest.gone[at[hit]]
@@ -447,8 +447,9 @@ class LedgerLog:
             parts.append(self._stored_rows(stored, names, version, rebucket))
         return pa.concat_tables(parts) if parts else LEDGERS.schema.empty_table().select(names)
 
-    def _ledgers_table(self, version: int | None) -> DeltaTable:
-        """``ledgers`` at ``version`` (None: the newest, brought up to date), kept open."""
+    def _ledgers_table(self, version: int | None) -> tuple[DeltaTable, BucketReader]:
+        """``ledgers`` at ``version`` (None: the newest, brought up to date), kept open, and a reader of its
+        buckets (its files listed under the lock that guards the handle's update)."""
         with self._table_lock:
             table = self._ledgers_tables.get(version)
             if table is None:
@@ -457,20 +458,19 @@ class LedgerLog:
                 self._ledgers_tables[version] = table
             elif version is None:
                 table.update_incremental()
-            return table
+            return table, BucketReader(table, "ledger_bucket")
 
     def _stored_rows(
         self, ledger_ids: np.ndarray, names: Sequence[str], version: int | None, rebucket: bool
     ) -> pa.Table:
         """The rows of ``ledger_ids`` in ``ledgers`` (at ``version``), read by bucket (the whole table while
         it is in another bucket count: until the first fold rewrites it)."""
-        table = self._ledgers_table(version)
+        table, reader = self._ledgers_table(version)
         read = [name for name in dict.fromkeys(["ledger_id", *names]) if name != "ledger_bucket"]
         if rebucket:
             rows = scan(table, [], read)
         else:
-            buckets = np.unique(ledger_ids % self.buckets).tolist()
-            rows = BucketReader(table, "ledger_bucket").read(buckets, read)
+            rows = reader.read(np.unique(ledger_ids % self.buckets).tolist(), read)
         rows = rows.filter(pa.array(np.isin(rows.column("ledger_id").to_numpy(), ledger_ids)))
         return with_buckets(conform_to(rows, LEDGERS.schema), self.buckets).select(list(names))
 
@@ -486,12 +486,11 @@ class LedgerLog:
             version, rebucket = self._read_version, self._rebucket
         names = list(columns) if columns is not None else LEDGERS.schema.names
         changed = _latest_rows(overlay, latest) if latest.ids.size else None
-        table = self._ledgers_table(version)
+        table, reader = self._ledgers_table(version)
         read = [name for name in dict.fromkeys(["ledger_id", *names]) if name != "ledger_bucket"]
         if rebucket:
             groups: list[list[int]] = [[]]
         else:
-            reader = BucketReader(table, "ledger_bucket")
             present = np.union1d(reader.values(), np.unique(latest.ids % self.buckets)).astype(np.int64)
             present = present[present >= 0]
             groups = [present[i : i + chunk_buckets].tolist() for i in range(0, len(present), chunk_buckets)]
@@ -693,7 +692,7 @@ class LedgerLog:
                 for b, rows in mine
             ]
         )
-        base = read_fold_base(self._ledgers_table(version), None if whole else chosen)
+        base = read_fold_base(self._ledgers_table(version)[0], None if whole else chosen)
         tick = fold_tick(base, changes, chosen=chosen, buckets=self.buckets)
         written = write_fold(self.root, fold_app(self.app_id), tick.slice_rows, commit)
         return tick.merged_rows, written
