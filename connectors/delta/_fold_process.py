@@ -24,6 +24,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,8 @@ NICENESS = 10
 @dataclass(frozen=True)
 class FoldRequest:
     """What the child folds: the rows of the ``chosen`` buckets (None: all) of ``buckets`` in ``ledgers``
-    at ``base_version`` (None: the newest; with ``whole``, every row of it, as after a change of the
-    bucket count) and the changes of batches ``folded`` < b <= ``through``; the commit records
+    at ``base_version`` (None: the newest; with ``whole``, every row of it at once, as after a change of
+    the bucket count) and the changes of batches ``folded`` < b <= ``through``; the commit records
     ``complete`` and ``reached`` (:class:`FoldCommit`)."""
 
     root: str
@@ -134,6 +135,60 @@ def fold_tick(base: pa.Table, changes: pa.Table, *, chosen: np.ndarray, buckets:
     return FoldTick(with_buckets(slice_rows, buckets), latest.num_rows)
 
 
+#: Buckets folded at once within a tick: a tick's memory is their rows, however many buckets it rewrites.
+GROUP_BUCKETS = 8
+
+
+def folded_groups(
+    table: Any,
+    changes_of: Callable[[np.ndarray], pa.Table],
+    chosen: np.ndarray,
+    buckets: int,
+    *,
+    read_all: bool = False,
+) -> tuple[pa.RecordBatchReader, list[int]]:
+    """The folded rows of the ``chosen`` buckets of ``table`` (``ledgers``) as a reader that folds
+    ``GROUP_BUCKETS`` buckets at a time when read (their rows read by partition, ``changes_of(group)`` their
+    changes with ``batch_id``), and a list that gets each group's merged rows as it is folded. With
+    ``read_all``, every row of the table at once (a table of another bucket count).
+
+    Example:
+        >>> import tempfile
+        >>> from deltalake import DeltaTable
+        >>> from connectors.delta.tables import LEDGERS, ensure_tables
+        >>> root = tempfile.mkdtemp(); _ = ensure_tables(root)
+        >>> changes = pa.Table.from_pylist([{"ledger_id": i, "mzxid": 1} for i in (1, 2, 3)],
+        ...     schema=LEDGERS.schema).append_column("batch_id", pa.array([0, 0, 1], pa.int64()))
+        >>> reader, merged = folded_groups(DeltaTable(root + "/ledgers"), lambda g: changes, np.arange(2), 2)
+        >>> sorted(reader.read_all().column("ledger_id").to_pylist()), merged
+        ([1, 2, 3], [3])
+    """
+    from connectors.delta.scan import BucketReader
+    from connectors.delta.tables import LEDGERS, conform_to
+
+    merged: list[int] = []
+    if read_all:  # every row at once, read through delta-rs: folded before the write starts
+        tick = fold_tick(read_fold_base(table, None), changes_of(chosen), chosen=chosen, buckets=buckets)
+        merged.append(tick.merged_rows)
+        return tick.slice_rows.to_reader(max_chunksize=WRITE_BATCH_ROWS), merged
+    # The files are listed now: delta-rs cannot be called back from inside its own write, where the
+    # groups are read.
+    reader = BucketReader(table, "ledger_bucket")
+    names = [name for name in LEDGERS.schema.names if name != "ledger_bucket"]
+    groups = [chosen[i : i + GROUP_BUCKETS] for i in range(0, len(chosen), GROUP_BUCKETS)]
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for group in groups:
+            base = conform_to(reader.read(group.tolist(), names), LEDGERS.schema)
+            tick = fold_tick(base, changes_of(group), chosen=group, buckets=buckets)
+            merged.append(tick.merged_rows)
+            yield from tick.slice_rows.to_batches(max_chunksize=WRITE_BATCH_ROWS)
+
+    if not reader.local:  # its reads go through delta-rs too: all groups folded before the write
+        return pa.RecordBatchReader.from_batches(LEDGERS.schema, iter(list(batches()))), merged
+    return pa.RecordBatchReader.from_batches(LEDGERS.schema, batches()), merged
+
+
 def read_fold_base(table: Any, chosen: np.ndarray | None) -> pa.Table:
     """The rows a tick folds into: those of the ``chosen`` buckets of ``table`` (``ledgers``), read by
     partition (None: every row, whatever its partition: a table of another bucket count).
@@ -169,8 +224,9 @@ class FoldCommit:
     chosen: tuple[int, ...] | None
 
 
-def write_fold(root: str | Path, app: str, rows: pa.Table, commit: FoldCommit) -> bool:
-    """Commit ``rows`` (the folded rows of the ``commit.chosen`` buckets, or of every ledger) as the new
+def write_fold(root: str | Path, app: str, rows: pa.Table | pa.RecordBatchReader, commit: FoldCommit) -> bool:
+    """Commit ``rows`` (the folded rows of the ``commit.chosen`` buckets, or of every ledger; a table, or a
+    reader that folds them a few buckets at a time while delta-rs writes) as the new
     version of ``ledgers``: those partitions overwritten, with the app transaction ``(app,
     commit.complete)``. False when ``ledgers`` already holds every batch through ``commit.reached`` (a
     replay after a crash). The rows come from the table as of a fold plus the changes since, so this equals
@@ -210,11 +266,11 @@ def write_fold(root: str | Path, app: str, rows: pa.Table, commit: FoldCommit) -
     plain = ColumnProperties(dictionary_enabled=False)
     properties = WriterProperties(
         compression="SNAPPY",  # delta-rs's default, which a WriterProperties without it would drop
-        column_properties={name: plain for name in PLAIN_COLUMNS if name in rows.column_names},
+        column_properties={name: plain for name in PLAIN_COLUMNS if name in rows.schema.names},
     )
     write_deltalake(
         ledgers,
-        rows.to_reader(max_chunksize=WRITE_BATCH_ROWS),
+        rows.to_reader(max_chunksize=WRITE_BATCH_ROWS) if isinstance(rows, pa.Table) else rows,
         mode="overwrite",
         predicate=predicate,
         commit_properties=CommitProperties(custom_metadata=metadata, app_transactions=transactions),
@@ -272,14 +328,19 @@ def _run(request: FoldRequest) -> dict[str, object]:
     ledgers_path = table_path(request.root, "ledgers")
     ledgers = DeltaTable(ledgers_path, version=request.base_version)
     buckets = np.arange(request.buckets) if request.chosen is None else np.array(request.chosen, np.int64)
-    base = read_fold_base(ledgers, None if request.whole else buckets)
     where = [("batch_id", ">", request.folded), ("batch_id", "<=", request.through)]
     changes = scan(DeltaTable(table_path(request.root, "ledger_changes")), where)
-    tick = fold_tick(base, changes, chosen=buckets, buckets=request.buckets)
+    rows, merged_rows = folded_groups(
+        ledgers,
+        lambda group: in_buckets(changes, group, request.buckets),
+        buckets,
+        request.buckets,
+        read_all=request.whole,
+    )
     chosen = None if request.chosen is None else tuple(request.chosen)
     commit = FoldCommit(request.complete, request.reached, request.buckets, chosen)
-    merged = write_fold(request.root, request.app, tick.slice_rows, commit)
-    return {"rows": tick.merged_rows, "merged": merged}
+    merged = write_fold(request.root, request.app, rows, commit)
+    return {"rows": sum(merged_rows), "merged": merged}
 
 
 def main(argv: list[str]) -> None:

@@ -82,9 +82,8 @@ from connectors.delta._fold_process import (
     FoldCommit,
     FoldRequest,
     fold_in_child,
-    fold_tick,
+    folded_groups,
     in_buckets,
-    read_fold_base,
     with_buckets,
     write_fold,
 )
@@ -655,9 +654,9 @@ class LedgerLog:
                 self.write_check()
                 changed = sum(t.num_rows for _, t in tables)  # spread over the buckets as the ledgers are
                 if (stored + changed) * len(chosen) // self.buckets >= self.fold_in_child_from_rows:
-                    rows, written = self._fold_in_child(folded_before, through, commit, version, whole)
+                    rows, written = self._fold_in_child(folded_before, through, commit, version, rebucket)
                 else:
-                    rows, written = self._fold_here(tables, chosen, commit, version, whole)
+                    rows, written = self._fold_here(tables, chosen, commit, version, rebucket)
             if version is not None and not written:
                 complete = folded_before  # ``ledgers`` holds batches not replayed yet: rows stay read there
             self._after_tick(chosen, through, reached, complete, written)
@@ -680,22 +679,24 @@ class LedgerLog:
         chosen: np.ndarray,
         commit: FoldCommit,
         version: int | None,
-        whole: bool,
+        read_all: bool,
     ) -> tuple[int, bool]:
-        """A tick in this process: the chosen buckets' rows read, their changes applied (only theirs
-        copied), written."""
+        """A tick in this process: the chosen buckets folded a few at a time while they are written, each
+        group's rows read and its changes applied (only theirs copied)."""
         batch_type = LEDGER_CHANGES.schema.field("batch_id")
-        mine = [(b, in_buckets(rows, chosen, self.buckets)) for b, rows in tables]
-        changes = pa.concat_tables(
-            [
-                rows.append_column(batch_type, pa.array(np.full(rows.num_rows, b), pa.int64()))
-                for b, rows in mine
-            ]
-        )
-        base = read_fold_base(self._ledgers_table(version)[0], None if whole else chosen)
-        tick = fold_tick(base, changes, chosen=chosen, buckets=self.buckets)
-        written = write_fold(self.root, fold_app(self.app_id), tick.slice_rows, commit)
-        return tick.merged_rows, written
+
+        def changes_of(group: np.ndarray) -> pa.Table:
+            parts = []
+            for batch, rows in tables:
+                mine = in_buckets(rows, group, self.buckets)
+                ids = pa.array(np.full(mine.num_rows, batch), pa.int64())
+                parts.append(mine.append_column(batch_type, ids))
+            return pa.concat_tables(parts)
+
+        table = self._ledgers_table(version)[0]
+        rows, merged = folded_groups(table, changes_of, chosen, self.buckets, read_all=read_all)
+        written = write_fold(self.root, fold_app(self.app_id), rows, commit)
+        return sum(merged), written
 
     def _after_tick(
         self, chosen: np.ndarray, through: int, reached: int, complete: int, written: bool
@@ -721,7 +722,7 @@ class LedgerLog:
             self._vacuum_after_round()
 
     def _fold_in_child(
-        self, folded_before: int, through: int, commit: FoldCommit, version: int | None, whole: bool
+        self, folded_before: int, through: int, commit: FoldCommit, version: int | None, read_all: bool
     ) -> tuple[int, bool]:
         """The tick by a child process: it reads the chosen buckets of ``ledgers`` (at ``version``: None,
         the newest) and the changes from ``ledger_changes``, folds and commits."""
@@ -735,7 +736,7 @@ class LedgerLog:
             reached=commit.reached,
             chosen=None if commit.chosen is None else list(commit.chosen),
             base_version=version,
-            whole=whole,
+            whole=read_all,
         )
         return fold_in_child(request)
 

@@ -235,6 +235,11 @@ class BucketReader:
         partitions = table.metadata().partition_columns
         self._in_files = pa.schema([f for f in self._schema if f.name not in partitions])
 
+    @property
+    def local(self) -> bool:
+        """Whether the files are read directly (else through delta-rs)."""
+        return self._root is not None
+
     def values(self) -> list[int]:
         """The partition values the table has files in, ascending."""
         return list(self._values)
