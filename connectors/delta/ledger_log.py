@@ -25,8 +25,12 @@ batch. The layout instead (docs/journal.md, "Ledger state without a MERGE per ba
   holds, as the app transaction ``(<app>.fold, watermark)``: it advances past a batch once the last bucket
   holding one of its changes is folded. Files a fold replaced are vacuumed ``vacuum_rounds`` watermark
   advances later.
-- In memory: ``ledgers`` as of the watermark, sorted by ledger id, and the rows changed since (the
-  overlay), so versions and rows are looked up without reading Delta.
+- In memory: ``ledgers`` as of the watermark as its hot columns only (:mod:`.ledger_columns`: id, version,
+  state and flags, ~19 bytes per ledger, sorted by id), and the rows changed since (the overlay), so
+  versions and the hot paths' columns are looked up without reading Delta. Any other column of a ledger not
+  changed since is read from ``ledgers``, only the buckets of the ledgers asked for; a step that goes
+  through every ledger walks :meth:`LedgerLog.current_chunks`, a few buckets at a time. No step holds a copy
+  of the whole table, a fold included (:func:`._fold_process.folded_groups`).
 
 Staleness: :func:`read_current_ledgers` and :func:`read_current_index` (used by ``bkaudit query`` and
 :func:`connectors.delta.tables.read_table`) show every batch the job finished; a reader of the raw
