@@ -330,9 +330,10 @@ def test_a_fold_in_a_process_of_its_own_leaves_the_state_a_fold_here_would(root)
     for name, path in (("here", here), ("there", there)):
         ensure_tables(path)
         logs[name] = log = LedgerLog(path, APP)
-        log.fold_in_child_from_rows = 10**9 if name == "here" else 0  # every tick in the child
+        log.fold_in_child_from_rows = 10**9
         record(log, path, 0, [row(1, 10), row(2, 11, bookies=("b1", "b3"))])
-        log.fold(through=0)
+        log.fold(through=0)  # folded here by both
+        log.fold_in_child_from_rows = 10**9 if name == "here" else 0  # the next ticks in the child
         record(log, path, 1, [row(1, 12, state="OPEN"), row(3, 13, deleted=True)])
         log.fold(through=1)
         record(log, path, 2, [row(2, 14), row(4, 15)])
