@@ -32,7 +32,7 @@ def hot(rows: pa.Table) -> list[dict]:
     return sorted(rows.select(list(HOT_COLUMNS)).to_pylist(), key=lambda r: r["ledger_id"])
 
 
-@settings(max_examples=40)
+@settings(max_examples=25)
 @given(ledger_rows, st.lists(st.integers(0, 40), max_size=10, unique=True))
 def test_the_columns_rebuild_every_hot_column_of_the_rows(drawn, wanted):
     rows = table_of(drawn)
@@ -47,7 +47,7 @@ def test_the_columns_rebuild_every_hot_column_of_the_rows(drawn, wanted):
     ]
 
 
-@settings(max_examples=40)
+@settings(max_examples=25)
 @given(ledger_rows, ledger_rows)
 def test_merging_rows_into_the_columns_equals_the_columns_of_the_rows_folded(base, newer):
     folded, _ = fold_rows(table_of(base), [table_of(newer)])
@@ -60,7 +60,7 @@ def test_merging_rows_into_the_columns_equals_the_columns_of_the_rows_folded(bas
     assert merged.gone().tolist() == expected.gone().tolist()
 
 
-@settings(max_examples=40)
+@settings(max_examples=25)
 @given(ledger_rows)
 def test_columns_built_in_parts_equal_the_columns_built_at_once(drawn):
     rows = table_of(drawn)
