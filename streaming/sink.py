@@ -145,10 +145,15 @@ def kafka_partition(key: str, partitions: int) -> int:
 
 
 def _read_unknown_placement(log: LedgerLog) -> list[dict[str, Any]]:
-    """Live closed ledgers whose ``placement`` is null: not evaluated while the rack map was invalid."""
-    rows = log.current_table()
-    unknown = pc.and_(pc.is_null(rows.column("placement")), pc.equal(rows.column("state"), "CLOSED"))
-    return [row for row in rows.filter(pc.fill_null(unknown, False)).to_pylist() if not row.get("deleted")]
+    """Live closed ledgers whose ``placement`` is null: not evaluated while the rack map was invalid (their
+    ids found a few buckets at a time, then their whole rows)."""
+    found = []
+    for rows in log.current_chunks(["ledger_id", "placement", "state", "deleted"]):
+        unknown = pc.and_(pc.is_null(rows.column("placement")), pc.equal(rows.column("state"), "CLOSED"))
+        live = pc.invert(pc.fill_null(rows.column("deleted"), False))
+        found.append(rows.filter(pc.fill_null(pc.and_(unknown, live), False)).column("ledger_id").to_numpy())
+    ids = np.concatenate(found) if found else np.empty(0, np.int64)
+    return sorted(log.take(ids).to_pylist(), key=lambda row: row["ledger_id"])
 
 
 def _known_versions(log: LedgerLog, ledger_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
@@ -655,33 +660,37 @@ class AuditSink:
         root, app = self.config.lakehouse_root, self.config.app_id
         seen_table = table_before_batch(root, "snapshot_seen", app, batch.batch_id)
         ledgers, exists_at_ms = batch.ledgers, batch.exists_at_ms
-        seen_ids = set(
-            scan(seen_table, [("snapshot_id", "=", snapshot_id)], ["ledger_id"])
-            .column("ledger_id")
-            .to_pylist()
+        # The ledgers the snapshot reported, as one sorted array (a set of a million ints is ~60 MB).
+        seen = [scan(seen_table, [("snapshot_id", "=", snapshot_id)], ["ledger_id"]).column("ledger_id")]
+        seen.append(
+            pa.array([r["ledger_id"] for r in batch.snapshot_seen if r["snapshot_id"] == snapshot_id])
         )
-        seen_ids |= {r["ledger_id"] for r in batch.snapshot_seen if r["snapshot_id"] == snapshot_id}
         for sightings in batch.snapshot_seen_tables:
             mine = pc.equal(sightings.column("snapshot_id"), snapshot_id)
-            seen_ids |= set(sightings.column("ledger_id").filter(mine).to_pylist())
+            seen.append(sightings.column("ledger_id").filter(mine))
+        seen_sorted = np.unique(
+            np.concatenate([np.asarray(pc.cast(ids, pa.int64()).to_numpy(), np.int64) for ids in seen])
+        )
         # Known before the begin: rows not deleted whose last change is older (this batch's rows supersede).
         begin = pa.scalar(utc_from_ms(begin_ms), type=LEDGERS.schema.field("updated_at").type)
-        rows = self.ledger_log.current_table(["ledger_id", "deleted", "updated_at"])
-        not_deleted = pc.or_(pc.is_null(rows["deleted"]), pc.invert(pc.fill_null(rows["deleted"], True)))
-        older = pc.or_(pc.is_null(rows["updated_at"]), pc.less(rows["updated_at"], begin))
-        known = rows.filter(pc.and_(not_deleted, older))
-        candidates = {i for i in known.column("ledger_id").to_pylist() if i not in ledgers}
+        candidates: set[int] = set()
+        for rows in self.ledger_log.current_chunks(["ledger_id", "deleted", "updated_at"]):
+            not_deleted = pc.or_(pc.is_null(rows["deleted"]), pc.invert(pc.fill_null(rows["deleted"], True)))
+            older = pc.or_(pc.is_null(rows["updated_at"]), pc.less(rows["updated_at"], begin))
+            known = rows.filter(pc.and_(not_deleted, older)).column("ledger_id").to_numpy()
+            unseen = known[~np.isin(known, seen_sorted)]  # what the snapshot reported cannot vanish
+            candidates.update(i for i in unseen.tolist() if i not in ledgers)
         candidates |= {
             i
             for i, r in ledgers.items()
             if not r.get("deleted") and _ms(r.get("updated_at"), default=-1) < begin_ms
         }
+        found = np.fromiter(candidates, np.int64, len(candidates))
+        candidates = set(found[~np.isin(found, seen_sorted)].tolist())
         return sorted(
             i
             for i in candidates
-            if i not in seen_ids
-            and exists_at_ms.get(i, -1) < begin_ms
-            and kafka_partition(f"ledger/{i}", partitions) == partition
+            if exists_at_ms.get(i, -1) < begin_ms and kafka_partition(f"ledger/{i}", partitions) == partition
         )
 
     def _probe(self, batch: SinkBatch, report: BatchReport) -> list[dict[str, Any]]:

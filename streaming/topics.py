@@ -32,6 +32,7 @@ from __future__ import annotations
 import base64
 import copy
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -280,11 +281,10 @@ class TopicsStage:
         book = batch.book
         orphans: dict[int, dict[str, Any]] = {}
         if state["managed"]:
-            ledgers = _live_ledgers(batch, log)
-            found = orphaned_ledgers(
-                ledgers, listed_table(_listings(state)), now_ms, int(self.config.orphan_grace_s * 1000)
-            )
-            orphans = {row["ledger_id"]: row for row in found.to_pylist()}
+            listed, grace_ms = listed_table(_listings(state)), int(self.config.orphan_grace_s * 1000)
+            for ledgers in _live_ledgers(batch, log):  # the rule judges each ledger on its own
+                found = orphaned_ledgers(ledgers, listed, now_ms, grace_ms)
+                orphans.update((row["ledger_id"], row) for row in found.to_pylist())
         # Orphaned for the missing grace too: Pulsar unlists a ledger before it deletes it.
         since = state["orphan_since"] = {
             str(i): state.get("orphan_since", {}).get(str(i), now_ms) for i in orphans
@@ -369,19 +369,19 @@ def _existing(batch: SinkBatch, log: LedgerLog, state: dict[str, Any]) -> np.nda
     return np.fromiter(live, np.int64, len(live))
 
 
-def _live_ledgers(batch: SinkBatch, log: LedgerLog) -> pa.Table:
-    """Every live ledger with a Pulsar topic, with the orphan rule's columns (as of this batch)."""
-    rows = log.current_table(
-        ["ledger_id", "deleted", "pulsar_topic", "ctime_ms", "length", "custom_metadata"]
-    )
-    live = pc.and_(
-        pc.invert(pc.fill_null(rows.column("deleted"), False)), pc.is_valid(rows.column("pulsar_topic"))
-    )
-    rows = rows.filter(live)
-    gone = [i for i, r in batch.ledgers.items() if r.get("deleted")]
-    if gone:
-        rows = rows.filter(pc.invert(pc.is_in(rows.column("ledger_id"), pa.array(gone, pa.int64()))))
-    return rows.append_column("component", component_column(rows.column("custom_metadata")))
+def _live_ledgers(batch: SinkBatch, log: LedgerLog) -> Iterator[pa.Table]:
+    """Every live ledger with a Pulsar topic, with the orphan rule's columns (as of this batch), a few
+    buckets of the ledger state at a time (each ledger in one chunk)."""
+    columns = ["ledger_id", "deleted", "pulsar_topic", "ctime_ms", "length", "custom_metadata"]
+    gone = pa.array([i for i, r in batch.ledgers.items() if r.get("deleted")], pa.int64())
+    for rows in log.current_chunks(columns):
+        live = pc.and_(
+            pc.invert(pc.fill_null(rows.column("deleted"), False)), pc.is_valid(rows.column("pulsar_topic"))
+        )
+        rows = rows.filter(live)
+        if len(gone):
+            rows = rows.filter(pc.invert(pc.is_in(rows.column("ledger_id"), gone)))
+        yield rows.append_column("component", component_column(rows.column("custom_metadata")))
 
 
 def _topic_row(cluster: str, name: str, state: dict[str, Any]) -> dict[str, Any]:

@@ -1,15 +1,16 @@
 """A fold of ``ledger_changes`` into ``ledgers``, computed and written by a process of its own.
 
-At 1 M ledgers a fold rewrites the whole table. Run in the job's process it took 6–12 s of the job's CPU
-every fold interval at 10,000 changes/s, and delta-rs's write held the job's other Delta calls up meanwhile
-(the sink's reads stalled 1.5–4.4 s): the lag's tail was the fold's (docs/journal.md, "The fold in a
-process of its own"). Here the child reads what it needs from Delta itself (the folded state, the changes
-after it), folds, commits, and leaves the new folded state as an Arrow file that the job memory-maps: the
-job spends no CPU on a fold, and the child runs at a lower priority and dies with the job.
+A fold that rewrote the whole 1 M-row table in the job's process took 6–12 s of the job's CPU every fold
+interval at 10,000 changes/s, and delta-rs's write held the job's other Delta calls up meanwhile (the
+sink's reads stalled 1.5–4.4 s): the lag's tail was the fold's (docs/journal.md, "The fold in a process of
+its own"). A large tick runs here instead: the child reads what it needs from Delta itself (the rows of
+the buckets it rewrites, the changes since the watermark), folds, and commits; it runs at a lower priority
+and dies with the job.
 
-A fold is a tick of the rotation (:func:`fold_tick`): it rewrites a few buckets of ``ledgers``, and the
-whole folded state only when the watermark advances. It is the same function wherever it runs;
-:class:`~connectors.delta.ledger_log.LedgerLog` folds small states in its own thread, where a process would
+A fold is a tick of the rotation (:func:`fold_tick`): it rewrites a few buckets of ``ledgers`` from their
+rows in the table and the changes since the watermark (a bucket folded ahead of the watermark holds some
+of them already; applying them again gives the same rows). It is the same function wherever it runs;
+:class:`~connectors.delta.ledger_log.LedgerLog` folds small ticks in its own thread, where a process would
 cost more than the fold.
 
 Usage (by :func:`fold_in_child`): ``python -m connectors.delta._fold_process REQUEST.json JOB_PID``.
@@ -23,12 +24,13 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 _PR_SET_PDEATHSIG = 1
 #: The folds' scratch folder under the lakehouse root (not a table; no Delta reader lists it).
@@ -39,23 +41,21 @@ NICENESS = 10
 
 @dataclass(frozen=True)
 class FoldRequest:
-    """What the child folds: the state as of ``folded`` (the ``ledgers`` table at ``base_version``, or
-    the Arrow file ``base_file`` a previous fold left) and the changes of batches ``folded`` < b <=
-    ``through``, for the ``chosen`` buckets (None: all) of ``buckets``; the commit records ``complete`` and
-    ``reached`` (:class:`FoldCommit`). With ``out_file``, the state folded through ``complete`` (the base
-    itself when ``complete`` is ``folded``) goes there."""
+    """What the child folds: the rows of the ``chosen`` buckets (None: all) of ``buckets`` in ``ledgers``
+    at ``base_version`` (None: the newest; with ``whole``, every row of it at once, as after a change of
+    the bucket count) and the changes of batches ``folded`` < b <= ``through``; the commit records
+    ``complete`` and ``reached`` (:class:`FoldCommit`)."""
 
     root: str
     app: str
     folded: int
     through: int
-    out_file: str | None
     buckets: int
     complete: int
     reached: int
     chosen: list[int] | None = None
-    base_file: str | None = None
     base_version: int | None = None
+    whole: bool = False
 
 
 #: Rows per Arrow batch handed to delta-rs: given the whole table at once it converts all of it first
@@ -105,46 +105,111 @@ def in_buckets(rows: pa.Table, chosen: np.ndarray, buckets: int) -> pa.Table:
 
 @dataclass(frozen=True)
 class FoldTick:
-    """What one fold tick writes and keeps: the folded rows of the ``chosen`` buckets (through the tick's
-    last batch), and the new in-memory base (folded through ``complete``; None: the base stays)."""
+    """What one fold tick writes: the folded rows of the ``chosen`` buckets (through the tick's last
+    batch), and how many ledger rows the changes merged."""
 
     slice_rows: pa.Table
-    new_base: pa.Table | None
     merged_rows: int
 
 
-def fold_tick(
-    base: pa.Table,
-    changes: pa.Table,
-    *,
-    chosen: np.ndarray,
-    buckets: int,
-    complete: int | None,
-) -> FoldTick:
-    """One tick of the rotation: ``base`` (folded through some batch) and ``changes`` (with ``batch_id``,
-    every batch after the base's up to the tick's last) folded for the ``chosen`` buckets only, and, when
-    ``complete`` is given, the whole base folded through batch ``complete``. Folding a bucket again with
-    changes it already holds gives the same rows (the newest change per ledger wins), so a bucket folded
-    ahead of the base needs no changes of its own.
+def fold_tick(base: pa.Table, changes: pa.Table, *, chosen: np.ndarray, buckets: int) -> FoldTick:
+    """One tick of the rotation: the rows of ``base`` (``ledgers``' rows of the ``chosen`` buckets at
+    least, each folded through the watermark or later) and ``changes`` (with ``batch_id``, every batch
+    after the watermark up to the tick's last) folded for the ``chosen`` buckets only. Folding a bucket
+    again with changes it already holds gives the same rows (the newest change per ledger wins), so a
+    bucket folded ahead of the watermark is read as it is.
 
     Example:
         >>> from connectors.delta.tables import LEDGERS
         >>> base = LEDGERS.schema.empty_table()
         >>> changes = pa.Table.from_pylist([{"ledger_id": i, "mzxid": 1} for i in (1, 2, 3)],
         ...     schema=LEDGERS.schema).append_column("batch_id", pa.array([0, 0, 1], pa.int64()))
-        >>> tick = fold_tick(base, changes, chosen=np.array([1]), buckets=2, complete=0)
-        >>> tick.slice_rows.column("ledger_id").to_pylist(), tick.new_base.column("ledger_id").to_pylist()
-        ([1, 3], [1, 2])
+        >>> tick = fold_tick(base, changes, chosen=np.array([1]), buckets=2)
+        >>> tick.slice_rows.column("ledger_id").to_pylist(), tick.merged_rows
+        ([1, 3], 2)
     """
     from connectors.delta.tables import fold_rows
 
     mine = in_buckets(changes, chosen, buckets)
     slice_rows, latest = fold_rows(in_buckets(base, chosen, buckets), [mine], order_by="batch_id")
-    new_base = None
-    if complete is not None:
-        through = changes.filter(pc.less_equal(changes.column("batch_id"), complete))
-        new_base = with_buckets(fold_rows(base, [through], order_by="batch_id")[0], buckets)
-    return FoldTick(with_buckets(slice_rows, buckets), new_base, latest.num_rows)
+    return FoldTick(with_buckets(slice_rows, buckets), latest.num_rows)
+
+
+#: Buckets folded at once within a tick: a tick's memory is their rows, however many buckets it rewrites.
+GROUP_BUCKETS = 8
+
+
+def folded_groups(
+    table: Any,
+    changes_of: Callable[[np.ndarray], pa.Table],
+    chosen: np.ndarray,
+    buckets: int,
+    *,
+    read_all: bool = False,
+) -> tuple[pa.RecordBatchReader, list[int]]:
+    """The folded rows of the ``chosen`` buckets of ``table`` (``ledgers``) as a reader that folds
+    ``GROUP_BUCKETS`` buckets at a time when read (their rows read by partition, ``changes_of(group)`` their
+    changes with ``batch_id``), and a list that gets each group's merged rows as it is folded. With
+    ``read_all``, every row of the table at once (a table of another bucket count).
+
+    Example:
+        >>> import tempfile
+        >>> from deltalake import DeltaTable
+        >>> from connectors.delta.tables import LEDGERS, ensure_tables
+        >>> root = tempfile.mkdtemp(); _ = ensure_tables(root)
+        >>> changes = pa.Table.from_pylist([{"ledger_id": i, "mzxid": 1} for i in (1, 2, 3)],
+        ...     schema=LEDGERS.schema).append_column("batch_id", pa.array([0, 0, 1], pa.int64()))
+        >>> reader, merged = folded_groups(DeltaTable(root + "/ledgers"), lambda g: changes, np.arange(2), 2)
+        >>> sorted(reader.read_all().column("ledger_id").to_pylist()), merged
+        ([1, 2, 3], [3])
+    """
+    from connectors.delta.scan import BucketReader
+    from connectors.delta.tables import LEDGERS, conform_to
+
+    merged: list[int] = []
+    if read_all:  # every row at once, read through delta-rs: folded before the write starts
+        tick = fold_tick(read_fold_base(table, None), changes_of(chosen), chosen=chosen, buckets=buckets)
+        merged.append(tick.merged_rows)
+        return tick.slice_rows.to_reader(max_chunksize=WRITE_BATCH_ROWS), merged
+    # The files are listed now: delta-rs cannot be called back from inside its own write, where the
+    # groups are read.
+    reader = BucketReader(table, "ledger_bucket")
+    names = [name for name in LEDGERS.schema.names if name != "ledger_bucket"]
+    groups = [chosen[i : i + GROUP_BUCKETS] for i in range(0, len(chosen), GROUP_BUCKETS)]
+
+    def batches() -> Iterator[pa.RecordBatch]:
+        for group in groups:
+            base = conform_to(reader.read(group.tolist(), names), LEDGERS.schema)
+            tick = fold_tick(base, changes_of(group), chosen=group, buckets=buckets)
+            merged.append(tick.merged_rows)
+            yield from tick.slice_rows.to_batches(max_chunksize=WRITE_BATCH_ROWS)
+
+    if not reader.local:  # its reads go through delta-rs too: all groups folded before the write
+        return pa.RecordBatchReader.from_batches(LEDGERS.schema, iter(list(batches()))), merged
+    return pa.RecordBatchReader.from_batches(LEDGERS.schema, batches()), merged
+
+
+def read_fold_base(table: Any, chosen: np.ndarray | None) -> pa.Table:
+    """The rows a tick folds into: those of the ``chosen`` buckets of ``table`` (``ledgers``), read by
+    partition (None: every row, whatever its partition: a table of another bucket count).
+
+    Example:
+        >>> import tempfile
+        >>> from deltalake import DeltaTable
+        >>> from connectors.delta.tables import ensure_tables
+        >>> root = tempfile.mkdtemp(); _ = ensure_tables(root)
+        >>> read_fold_base(DeltaTable(root + "/ledgers"), np.array([3])).num_rows
+        0
+    """
+    from connectors.delta.scan import BucketReader, scan
+    from connectors.delta.tables import LEDGERS, conform_to
+
+    names = [name for name in LEDGERS.schema.names if name != "ledger_bucket"]
+    if chosen is None:
+        rows = scan(table, [], names)
+    else:
+        rows = BucketReader(table, "ledger_bucket").read(chosen.tolist(), names)
+    return conform_to(rows, LEDGERS.schema)
 
 
 @dataclass(frozen=True)
@@ -159,8 +224,9 @@ class FoldCommit:
     chosen: tuple[int, ...] | None
 
 
-def write_fold(root: str | Path, app: str, rows: pa.Table, commit: FoldCommit) -> bool:
-    """Commit ``rows`` (the folded rows of the ``commit.chosen`` buckets, or of every ledger) as the new
+def write_fold(root: str | Path, app: str, rows: pa.Table | pa.RecordBatchReader, commit: FoldCommit) -> bool:
+    """Commit ``rows`` (the folded rows of the ``commit.chosen`` buckets, or of every ledger; a table, or a
+    reader that folds them a few buckets at a time while delta-rs writes) as the new
     version of ``ledgers``: those partitions overwritten, with the app transaction ``(app,
     commit.complete)``. False when ``ledgers`` already holds every batch through ``commit.reached`` (a
     replay after a crash). The rows come from the table as of a fold plus the changes since, so this equals
@@ -200,11 +266,11 @@ def write_fold(root: str | Path, app: str, rows: pa.Table, commit: FoldCommit) -
     plain = ColumnProperties(dictionary_enabled=False)
     properties = WriterProperties(
         compression="SNAPPY",  # delta-rs's default, which a WriterProperties without it would drop
-        column_properties={name: plain for name in PLAIN_COLUMNS if name in rows.column_names},
+        column_properties={name: plain for name in PLAIN_COLUMNS if name in rows.schema.names},
     )
     write_deltalake(
         ledgers,
-        rows.to_reader(max_chunksize=WRITE_BATCH_ROWS),
+        rows.to_reader(max_chunksize=WRITE_BATCH_ROWS) if isinstance(rows, pa.Table) else rows,
         mode="overwrite",
         predicate=predicate,
         commit_properties=CommitProperties(custom_metadata=metadata, app_transactions=transactions),
@@ -240,17 +306,6 @@ def fold_in_child(request: FoldRequest) -> tuple[int, bool]:
     return int(report["rows"]), bool(report["merged"])
 
 
-def write_arrow_file(path: str | Path, table: pa.Table) -> None:
-    """Write ``table`` to the Arrow file ``path`` (uncompressed: it is mapped back without a copy)."""
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
-
-
-def read_arrow_file(path: str | Path) -> pa.Table:
-    """The table in the Arrow file ``path``, memory-mapped (no copy: pages load as they are read)."""
-    return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
-
-
 def _die_with_parent(job_pid: int) -> None:
     """Ask Linux to SIGKILL this process when the job ``job_pid`` that started it dies: a fold must not
     commit after its job was killed (the restarted job folds again from its own state and would conflict
@@ -268,32 +323,24 @@ def _run(request: FoldRequest) -> dict[str, object]:
     from deltalake import DeltaTable
 
     from connectors.delta.scan import scan
-    from connectors.delta.tables import LEDGERS, conform_to, table_path
+    from connectors.delta.tables import table_path
 
     ledgers_path = table_path(request.root, "ledgers")
-    if request.base_file is not None:
-        base = read_arrow_file(request.base_file)
-    else:
-        base = conform_to(
-            DeltaTable(ledgers_path, version=request.base_version).to_pyarrow_table(), LEDGERS.schema
-        )
+    ledgers = DeltaTable(ledgers_path, version=request.base_version)
+    buckets = np.arange(request.buckets) if request.chosen is None else np.array(request.chosen, np.int64)
     where = [("batch_id", ">", request.folded), ("batch_id", "<=", request.through)]
     changes = scan(DeltaTable(table_path(request.root, "ledger_changes")), where)
-    every = np.arange(request.buckets)
-    advance = request.out_file is not None and request.complete > request.folded
-    tick = fold_tick(
-        base,
-        changes,
-        chosen=every if request.chosen is None else np.array(request.chosen),
-        buckets=request.buckets,
-        complete=request.complete if advance else None,
+    rows, merged_rows = folded_groups(
+        ledgers,
+        lambda group: in_buckets(changes, group, request.buckets),
+        buckets,
+        request.buckets,
+        read_all=request.whole,
     )
-    if request.out_file is not None:
-        write_arrow_file(request.out_file, base if tick.new_base is None else tick.new_base)
     chosen = None if request.chosen is None else tuple(request.chosen)
     commit = FoldCommit(request.complete, request.reached, request.buckets, chosen)
-    merged = write_fold(request.root, request.app, tick.slice_rows, commit)
-    return {"rows": tick.merged_rows, "merged": merged}
+    merged = write_fold(request.root, request.app, rows, commit)
+    return {"rows": sum(merged_rows), "merged": merged}
 
 
 def main(argv: list[str]) -> None:

@@ -25,8 +25,12 @@ batch. The layout instead (docs/journal.md, "Ledger state without a MERGE per ba
   holds, as the app transaction ``(<app>.fold, watermark)``: it advances past a batch once the last bucket
   holding one of its changes is folded. Files a fold replaced are vacuumed ``vacuum_rounds`` watermark
   advances later.
-- In memory: ``ledgers`` as of the watermark, sorted by ledger id, and the rows changed since (the
-  overlay), so versions and rows are looked up without reading Delta.
+- In memory: ``ledgers`` as of the watermark as its hot columns only (:mod:`.ledger_columns`: id, version,
+  state and flags, ~19 bytes per ledger, sorted by id), and the rows changed since (the overlay), so
+  versions and the hot paths' columns are looked up without reading Delta. Any other column of a ledger not
+  changed since is read from ``ledgers``, only the buckets of the ledgers asked for; a step that goes
+  through every ledger walks :meth:`LedgerLog.current_chunks`, a few buckets at a time. No step holds a copy
+  of the whole table, a fold included (:func:`._fold_process.folded_groups`).
 
 Staleness: :func:`read_current_ledgers` and :func:`read_current_index` (used by ``bkaudit query`` and
 :func:`connectors.delta.tables.read_table`) show every batch the job finished; a reader of the raw
@@ -65,7 +69,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -82,13 +86,13 @@ from connectors.delta._fold_process import (
     FoldCommit,
     FoldRequest,
     fold_in_child,
-    fold_tick,
-    read_arrow_file,
+    folded_groups,
+    in_buckets,
     with_buckets,
-    write_arrow_file,
     write_fold,
 )
-from connectors.delta.scan import scan, scan_partitions
+from connectors.delta.ledger_columns import HOT_COLUMNS, LedgerColumns
+from connectors.delta.scan import BucketReader, scan, scan_partitions
 from connectors.delta.tables import (
     APP_METADATA_KEY,
     FOLD_METADATA_KEY,
@@ -100,13 +104,11 @@ from connectors.delta.tables import (
     BatchWriter,
     OpenTables,
     conform_to,
-    current_rows,
     index_rows_of_versions,
     index_rows_on,
     of_current_versions,
     read_current_index,
     read_current_ledgers,
-    sorted_by_id,
     table_path,
 )
 from core.errors import BkauditError
@@ -128,6 +130,9 @@ LOG_RETENTION = "interval 1 hours"
 #: From this many rows folded (the base's and the changes'), a fold runs in a process of its own
 #: (:mod:`._fold_process`).
 FOLD_IN_CHILD_FROM_ROWS = 200_000
+#: Buckets of ``ledgers`` read at once by a step that goes through every ledger's row
+#: (:meth:`LedgerLog.current_chunks`): its memory is that share of the table's rows, not all of them.
+CHUNK_BUCKETS = 16
 
 
 def fold_app(app_id: str) -> str:
@@ -264,12 +269,13 @@ class LedgerLog:
         self._index_vacuumed: list[int] = []  # the latter when the index was last vacuumed
         self._lock = threading.Lock()  # base and overlay
         self.fold_lock = threading.Lock()  # one writer of ``ledgers`` at a time (the fold, maintenance)
-        self._base = LEDGERS.schema.empty_table()
-        self._base_ids = np.empty(0, np.int64)
-        self._base_mzxid = np.empty(0, np.int64)
-        self._base_gone = np.empty(0, bool)
-        self._base_closed = np.empty(0, bool)
-        self._base_checked = np.empty(0, bool)
+        # ``ledgers`` as of the watermark: its hot columns; the rows are read from the table by bucket.
+        self._base = LedgerColumns.empty()
+        # The version of ``ledgers`` rows are read at (None: the newest). A replay opened at an older one
+        # (the newest holds batches it is replaying) reads there until a fold rewrote the whole table.
+        self._read_version: int | None = None
+        self._ledgers_tables: dict[int | None, DeltaTable] = {}
+        self._table_lock = threading.Lock()  # the ``ledgers`` handles
         self._overlay: list[tuple[int, pa.Table]] = []  # (batch id, rows), oldest first
         self._latest = _OverlayIndex.empty()  # per ledger in the overlay: its newest row's place and version
         self._folded_through = _NO_VERSION
@@ -284,10 +290,9 @@ class LedgerLog:
         self._index_clean_through = -1  # every partition was clean when _rows_recorded was this
         self._index: DeltaTable | None = None
         self._folder: threading.Thread | None = None
-        #: A base this large is folded by a process of its own (below it a process costs more than the fold).
+        #: A tick folding this many rows (its buckets' and the changes') runs in a process of its own (below
+        #: it a process costs more than the fold).
         self.fold_in_child_from_rows = FOLD_IN_CHILD_FROM_ROWS
-        self._base_file: Path | None = None  # the Arrow file the base is mapped from (a child's fold)
-        self._base_version: int | None = None  # or the ``ledgers`` version it was loaded from
         self._stop_folding = threading.Event()
         self.last_fold: FoldReport | None = None
         #: A step run after every fold by the fold thread and when folding stops, holding ``fold_lock``
@@ -337,17 +342,16 @@ class LedgerLog:
         folded = ledgers.transaction_version(app)
         folded = _NO_VERSION if folded is None else int(folded)
         reached = max(folded, _last_fold_marks(ledgers, app)[1])
+        pinned = None
         if reached >= batch_id:
-            version, folded, reached = _fold_version_before(ledgers, app, batch_id)
-            ledgers = DeltaTable(table_path(self.root, "ledgers"), version=version)
-        base = sorted_by_id(conform_to(ledgers.to_pyarrow_table(), LEDGERS.schema))
-        rebucket = _other_buckets(base, self.buckets)
+            pinned, folded, reached = _fold_version_before(ledgers, app, batch_id)
+            ledgers = DeltaTable(table_path(self.root, "ledgers"), version=pinned)
+        base, rebucket = load_columns(ledgers, self.buckets)
         if rebucket:
             logger.info(
                 "ledgers: written with another bucket count; the next fold rewrites it in %d buckets",
                 self.buckets,
             )
-        base_version = ledgers.version()
         changes = scan(
             DeltaTable(table_path(self.root, "ledger_changes")),
             [("batch_id", ">", folded), ("batch_id", "<", batch_id)],
@@ -356,10 +360,11 @@ class LedgerLog:
         scratch = storage.local_scratch(self.root, FOLD_SCRATCH)
         for stale in scratch.glob(f"{self.app_id}-*.arrow"):  # a killed job's
             stale.unlink(missing_ok=True)
+        with self._table_lock:
+            self._ledgers_tables = {}
         with self._lock:
-            self._set_base(base)
-            self._forget_base_file()
-            self._base_version = base_version
+            self._base = base
+            self._read_version = pinned
             self._overlay = []
             if changes.num_rows:
                 for one in np.unique(changes.column("batch_id").to_numpy()):
@@ -378,19 +383,26 @@ class LedgerLog:
             self._opened = True
         logger.info(
             "ledger state loaded: %d folded rows (through batch %d), %d changed rows since",
-            base.num_rows,
+            len(base),
             folded,
             changes.num_rows,
         )
 
-    def _set_base(self, base: pa.Table) -> None:
-        self._base = base
-        self._base_ids = base.column("ledger_id").to_numpy()
-        self._base_mzxid = pc.fill_null(base.column("mzxid"), _NO_VERSION).to_numpy()
-        self._base_gone = pc.fill_null(base.column("deleted"), False).to_numpy(zero_copy_only=False)
-        closed = pc.fill_null(pc.equal(base.column("state"), "CLOSED"), False).to_numpy(zero_copy_only=False)
-        self._base_closed = closed & ~self._base_gone
-        self._base_checked = _checked_mask(base) & ~self._base_gone
+    def held_bytes(self) -> dict[str, int]:
+        """The bytes each part of the in-memory state holds: the base's columns (its rows are in Delta),
+        the overlay's rows and its index.
+
+        Example:
+            >>> sorted(LedgerLog("/nonexistent", "doc").held_bytes())
+            ['base_columns', 'base_ledgers', 'overlay_index', 'overlay_rows']
+        """
+        with self._lock:
+            return {
+                "base_ledgers": len(self._base),
+                "base_columns": self._base.nbytes,
+                "overlay_rows": sum(rows.nbytes for _, rows in self._overlay),
+                "overlay_index": sum(column.nbytes for column in self._latest.columns()),
+            }
 
     # -- reads ----------------------------------------------------------------------------------------------
     def versions(self, ledger_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -399,9 +411,10 @@ class LedgerLog:
         with self._lock:
             mzxid = np.full(len(ids), _NO_VERSION, np.int64)
             gone = np.zeros(len(ids), bool)
-            at, hit = _positions(self._base_ids, ids)
-            mzxid[hit] = self._base_mzxid[at[hit]]
-            gone[hit] = self._base_gone[at[hit]]
+            base = self._base
+            at, hit = base.positions(ids)
+            mzxid[hit] = base.mzxid[at[hit]]
+            gone[hit] = base.gone_at(at[hit])
             at, hit = _positions(self._latest.ids, ids)
             mzxid[hit] = self._latest.mzxid[at[hit]]
             gone[hit] = self._latest.gone[at[hit]]
@@ -415,10 +428,14 @@ class LedgerLog:
 
     def take(self, ledger_ids: np.ndarray, columns: Sequence[str] | None = None) -> pa.Table:
         """The current rows of the known ledgers among ``ledger_ids`` (distinct ids), with ``columns`` (all
-        when None), in no particular order: looked up in bulk, no dict per row."""
+        when None), in no particular order: looked up in bulk, no dict per row. Ledgers changed since the
+        watermark come from memory, the others from the hot columns when ``columns`` are among
+        :data:`~connectors.delta.ledger_columns.HOT_COLUMNS`, else from ``ledgers``' rows in their
+        buckets."""
         ids = np.asarray(ledger_ids, dtype=np.int64)
         with self._lock:
-            base, overlay, latest, base_ids = self._base, dict(self._overlay), self._latest, self._base_ids
+            base, overlay, latest = self._base, dict(self._overlay), self._latest
+            version, rebucket = self._read_version, self._rebucket
         names = list(columns) if columns is not None else LEDGERS.schema.names
         at, in_overlay = _positions(latest.ids, ids)
         parts = []
@@ -426,43 +443,95 @@ class LedgerLog:
         for batch in np.unique(batches).tolist():
             chosen = pa.array(places[batches == batch], pa.int64())
             parts.append(overlay[batch].select(names).take(chosen))
-        at, in_base = _positions(base_ids, ids[~in_overlay])
-        parts.append(base.select(names).take(pa.array(at[in_base], pa.int64())))
-        return pa.concat_tables(parts)
+        at, in_base = base.positions(ids[~in_overlay])
+        stored = base.ids[at[in_base]]
+        if set(names) <= set(HOT_COLUMNS):
+            parts.append(base.rows(stored, names))
+        elif len(stored):
+            parts.append(self._stored_rows(stored, names, version, rebucket))
+        return pa.concat_tables(parts) if parts else LEDGERS.schema.empty_table().select(names)
 
-    def current_table(self, columns: Sequence[str] | None = None) -> pa.Table:
-        """Every ledger's current row (one per ledger), with ``columns`` (all when None)."""
+    def _ledgers_table(self, version: int | None) -> tuple[DeltaTable, BucketReader]:
+        """``ledgers`` at ``version`` (None: the newest, brought up to date), kept open, and a reader of its
+        buckets (its files listed under the lock that guards the handle's update)."""
+        with self._table_lock:
+            table = self._ledgers_tables.get(version)
+            if table is None:
+                path = table_path(self.root, "ledgers")
+                table = DeltaTable(path) if version is None else DeltaTable(path, version=version)
+                self._ledgers_tables[version] = table
+            elif version is None:
+                table.update_incremental()
+            return table, BucketReader(table, "ledger_bucket")
+
+    def _stored_rows(
+        self, ledger_ids: np.ndarray, names: Sequence[str], version: int | None, rebucket: bool
+    ) -> pa.Table:
+        """The rows of ``ledger_ids`` in ``ledgers`` (at ``version``), read by bucket (the whole table while
+        it is in another bucket count: until the first fold rewrites it)."""
+        table, reader = self._ledgers_table(version)
+        read = [name for name in dict.fromkeys(["ledger_id", *names]) if name != "ledger_bucket"]
+        if rebucket:
+            rows = scan(table, [], read)
+        else:
+            rows = reader.read(np.unique(ledger_ids % self.buckets).tolist(), read)
+        rows = rows.filter(pa.array(np.isin(rows.column("ledger_id").to_numpy(), ledger_ids)))
+        return with_buckets(conform_to(rows, LEDGERS.schema), self.buckets).select(list(names))
+
+    def current_chunks(
+        self, columns: Sequence[str] | None = None, *, chunk_buckets: int = CHUNK_BUCKETS
+    ) -> Iterator[pa.Table]:
+        """Every ledger's current row (one per ledger, each in one chunk), with ``columns`` (all when None),
+        ``chunk_buckets`` buckets of ``ledgers`` at a time: a step that goes through every ledger holds that
+        share of the rows, never the whole table (the whole table at once while it is in another bucket
+        count, until the first fold rewrites it)."""
         with self._lock:
-            base, overlay = self._base, [rows for _, rows in self._overlay]
-        if columns is not None:
-            base = base.select(list(columns))
-            overlay = [rows.select(list(columns)) for rows in overlay]
-        return current_rows(base, overlay)
+            overlay, latest = dict(self._overlay), self._latest
+            version, rebucket = self._read_version, self._rebucket
+        names = list(columns) if columns is not None else LEDGERS.schema.names
+        changed = _latest_rows(overlay, latest) if latest.ids.size else None
+        table, reader = self._ledgers_table(version)
+        read = [name for name in dict.fromkeys(["ledger_id", *names]) if name != "ledger_bucket"]
+        if rebucket:
+            groups: list[list[int]] = [[]]
+        else:
+            present = np.union1d(reader.values(), np.unique(latest.ids % self.buckets)).astype(np.int64)
+            present = present[present >= 0]
+            groups = [present[i : i + chunk_buckets].tolist() for i in range(0, len(present), chunk_buckets)]
+        for group in groups:
+            stored = scan(table, [], read) if rebucket else reader.read(group, read)
+            stored = stored.filter(pa.array(~np.isin(stored.column("ledger_id").to_numpy(), latest.ids)))
+            stored = with_buckets(conform_to(stored, LEDGERS.schema), self.buckets).select(names)
+            if changed is None:
+                yield stored
+                continue
+            mine = changed if rebucket else in_buckets(changed, np.array(group), self.buckets)
+            yield pa.concat_tables([stored, conform_to(mine.select(names), stored.schema)])
 
     def closed_after(self, cursor: int, limit: int) -> list[int]:
         """Up to ``limit`` ids above ``cursor`` of closed ledgers that are not deleted, ascending."""
         with self._lock:
-            ids, closed, latest = self._base_ids, self._base_closed, self._latest
-        return _ids_after(cursor, limit, ids, closed, latest.ids, latest.closed)
+            base, latest = self._base, self._latest
+        return _ids_after(cursor, limit, base.ids, base.closed(), latest.ids, latest.closed)
 
     def closed_count(self) -> int:
         """How many live ledgers are closed now."""
         with self._lock:
-            ids, closed, latest = self._base_ids, self._base_closed, self._latest
-        return _count_of(ids, closed, latest.ids, latest.closed)
+            base, latest = self._base, self._latest
+        return _count_of(base.ids, base.closed(), latest.ids, latest.closed)
 
     def checked_after(self, cursor: int, limit: int) -> list[int]:
         """Up to ``limit`` ids above ``cursor`` of live ledgers that are closed or open, ascending (the
         background replicas check walks them: an open one is checked up to its last add confirmed)."""
         with self._lock:
-            ids, checked, latest = self._base_ids, self._base_checked, self._latest
-        return _ids_after(cursor, limit, ids, checked, latest.ids, latest.checked)
+            base, latest = self._base, self._latest
+        return _ids_after(cursor, limit, base.ids, base.checked(), latest.ids, latest.checked)
 
     def checked_count(self) -> int:
         """How many live ledgers are closed or open now (what the background replicas check walks)."""
         with self._lock:
-            ids, checked, latest = self._base_ids, self._base_checked, self._latest
-        return _count_of(ids, checked, latest.ids, latest.checked)
+            base, latest = self._base, self._latest
+        return _count_of(base.ids, base.checked(), latest.ids, latest.checked)
 
     def current_index(self, indexed: pa.Table) -> pa.Table:
         """The ``ledger_bookies`` rows of ``indexed`` that belong to their ledger's current version (rows of
@@ -541,8 +610,8 @@ class LedgerLog:
             return LEDGERS.schema.empty_table()
         ids = np.unique(np.concatenate([rows.column("ledger_id").to_numpy() for rows in newer]))
         before = np.full(len(ids), _NO_VERSION, np.int64)
-        at, hit = _positions(self._base_ids, ids)
-        before[hit] = self._base_mzxid[at[hit]]
+        at, hit = self._base.positions(ids)
+        before[hit] = self._base.mzxid[at[hit]]
         then = _OverlayIndex.of([(batch, rows) for batch, rows in self._overlay if batch <= since], ids)
         at, hit = _positions(then.ids, ids)
         before[hit] = then.mzxid[at[hit]]
@@ -561,39 +630,41 @@ class LedgerLog:
         """Fold the changes of the batches up to ``through`` (default: the last one Spark recorded done)
         into ``ledgers``: up to ``max_buckets`` of the buckets holding changes not folded yet, oldest
         first (all when None: every batch through ``through`` is then folded), rewritten through
-        ``through``. The watermark (every bucket holds every batch through it; the app transaction
-        ``(<app>.fold, watermark)``) advances past a batch only once the last bucket holding one of its
-        changes is folded; the in-memory base then takes the changes through it. None when there is
-        nothing to fold. A fold of at least ``fold_in_child_from_rows`` rows (the base's and the
-        changes') runs in a process of its own (:mod:`._fold_process`)."""
+        ``through``: each bucket's rows read from the table and the changes since the watermark applied.
+        The watermark (every bucket holds every batch through it; the app transaction ``(<app>.fold,
+        watermark)``) advances past a batch only once the last bucket holding one of its changes is
+        folded; the in-memory columns then take the changes through it. None when there is nothing to
+        fold. A tick of at least ``fold_in_child_from_rows`` rows (its buckets' and the changes') runs in
+        a process of its own (:mod:`._fold_process`)."""
         with self.fold_lock:
             started = time.monotonic()
             with self._lock:
                 through = self._foldable_through if through is None else through
                 through = min(through, self._index_through)  # a folded ledger's rows are in the index
                 tables = [(b, rows) for b, rows in self._overlay if b <= through]
-                base, folded_before = self._base, self._folded_through
-                done, rebucket = self._bucket_folded.copy(), self._rebucket
+                folded_before, stored = self._folded_through, len(self._base)
+                done, rebucket, version = self._bucket_folded.copy(), self._rebucket, self._read_version
             if not tables:
                 return None
+            whole = rebucket or version is not None  # another layout, or a replay's older version
             oldest = oldest_pending(tables, done, self.buckets)
-            chosen, complete = plan_tick(oldest, through, None if rebucket else max_buckets)
-            if rebucket:
+            chosen, complete = plan_tick(oldest, through, None if whole else max_buckets)
+            if whole:
                 chosen = np.arange(self.buckets)
             reached = max(self._reached, through) if len(chosen) else self._reached
-            whole = rebucket or len(chosen) == self.buckets
-            commit = FoldCommit(complete, reached, self.buckets, None if whole else tuple(chosen.tolist()))
-            new_base, rows, written = None, 0, False
+            every = whole or len(chosen) == self.buckets
+            commit = FoldCommit(complete, reached, self.buckets, None if every else tuple(chosen.tolist()))
+            rows, written = 0, False
             if len(chosen):
                 self.write_check()
-                if base.num_rows + sum(t.num_rows for _, t in tables) >= self.fold_in_child_from_rows:
-                    new_base, rows, written = self._fold_in_child(base, folded_before, through, commit)
+                changed = sum(t.num_rows for _, t in tables)  # spread over the buckets as the ledgers are
+                if (stored + changed) * len(chosen) // self.buckets >= self.fold_in_child_from_rows:
+                    rows, written = self._fold_in_child(folded_before, through, commit, version, rebucket)
                 else:
-                    new_base, rows, written = self._fold_here(base, folded_before, tables, chosen, commit)
-            elif complete > folded_before:  # every change is in a bucket folded ahead: memory catches up
-                catch_up = FoldCommit(complete, reached, self.buckets, ())
-                new_base = self._fold_here(base, folded_before, tables, chosen, catch_up, write=False)[0]
-            self._after_tick(chosen, through, reached, complete, new_base)
+                    rows, written = self._fold_here(tables, chosen, commit, version, rebucket)
+            if version is not None and not written:
+                complete = folded_before  # ``ledgers`` holds batches not replayed yet: rows stay read there
+            self._after_tick(chosen, through, reached, complete, written)
             report = FoldReport(
                 through, rows, round(time.monotonic() - started, 3), written, len(chosen), complete
             )
@@ -609,89 +680,70 @@ class LedgerLog:
 
     def _fold_here(
         self,
-        base: pa.Table,
-        folded_before: int,
         tables: Sequence[tuple[int, pa.Table]],
         chosen: np.ndarray,
         commit: FoldCommit,
-        *,
-        write: bool = True,
-    ) -> tuple[pa.Table | None, int, bool]:
-        """A tick in this process: the chosen buckets written (with ``write``), and the new base when the
-        watermark advances."""
+        version: int | None,
+        read_all: bool,
+    ) -> tuple[int, bool]:
+        """A tick in this process: the chosen buckets folded a few at a time while they are written, each
+        group's rows read and its changes applied (only theirs copied)."""
         batch_type = LEDGER_CHANGES.schema.field("batch_id")
-        changes = pa.concat_tables(
-            [
-                rows.append_column(batch_type, pa.array(np.full(rows.num_rows, b), pa.int64()))
-                for b, rows in tables
-            ]
-        )
-        advance = commit.complete if commit.complete > folded_before else None
-        tick = fold_tick(base, changes, chosen=chosen, buckets=self.buckets, complete=advance)
-        written = write and write_fold(self.root, fold_app(self.app_id), tick.slice_rows, commit)
-        if tick.new_base is not None:
-            self._forget_base_file()
-        return tick.new_base, tick.merged_rows, written
+
+        def changes_of(group: np.ndarray) -> pa.Table:
+            parts = []
+            for batch, rows in tables:
+                mine = in_buckets(rows, group, self.buckets)
+                ids = pa.array(np.full(mine.num_rows, batch), pa.int64())
+                parts.append(mine.append_column(batch_type, ids))
+            return pa.concat_tables(parts)
+
+        table = self._ledgers_table(version)[0]
+        rows, merged = folded_groups(table, changes_of, chosen, self.buckets, read_all=read_all)
+        written = write_fold(self.root, fold_app(self.app_id), rows, commit)
+        return sum(merged), written
 
     def _after_tick(
-        self, chosen: np.ndarray, through: int, reached: int, complete: int, new_base: pa.Table | None
+        self, chosen: np.ndarray, through: int, reached: int, complete: int, written: bool
     ) -> None:
-        """Record what a tick folded; with a new base, the changes it holds leave the overlay."""
+        """Record what a tick folded; when the watermark advances, the hot columns take the changes through
+        it and those leave the overlay."""
         with self._lock:
             self._bucket_folded[chosen] = np.maximum(self._bucket_folded[chosen], through)
             if self._rebucket and len(chosen) == self.buckets:
                 self._rebucket = False
+            if written and len(chosen) == self.buckets:
+                self._read_version = None  # the whole table rewritten: its newest version holds the state
             self._reached = max(self._reached, reached)
-            if new_base is not None and complete > self._folded_through:
-                self._set_base(new_base)
+            advanced = complete > self._folded_through
+            if advanced:
+                folded = [(b, rows) for b, rows in self._overlay if b <= complete]
+                latest = _latest_rows(dict(folded), _OverlayIndex.of(folded))
+                self._base = self._base.merged(latest.select(list(HOT_COLUMNS)))
                 self._overlay = [(b, rows) for b, rows in self._overlay if b > complete]
                 self._latest = _OverlayIndex.of(self._overlay)
                 self._folded_through = complete
-                advanced = True
-            else:
-                advanced = False
         if advanced:
             self._vacuum_after_round()
 
     def _fold_in_child(
-        self, base: pa.Table, folded_before: int, through: int, commit: FoldCommit
-    ) -> tuple[pa.Table | None, int, bool]:
-        """The tick by a child process: it reads the base from where this one came from (the Arrow file of
-        the last child's fold, or ``ledgers`` at the version it was loaded from) and the changes from
-        ``ledger_changes``, commits, and, when the watermark advances (or the base came from a table
-        version), leaves the new base in a file mapped here without a copy."""
-        scratch = storage.local_scratch(self.root, FOLD_SCRATCH)
-        scratch.mkdir(exist_ok=True)
-        if self._base_file is None and self._base_version is None:  # folded here before: hand it over
-            self._base_file = scratch / f"{self.app_id}-{folded_before}.arrow"
-            write_arrow_file(self._base_file, base)
-        out = None
-        if commit.complete > folded_before or self._base_file is None:
-            out = scratch / f"{self.app_id}-{max(commit.complete, folded_before)}.arrow"
+        self, folded_before: int, through: int, commit: FoldCommit, version: int | None, read_all: bool
+    ) -> tuple[int, bool]:
+        """The tick by a child process: it reads the chosen buckets of ``ledgers`` (at ``version``: None,
+        the newest) and the changes from ``ledger_changes``, folds and commits."""
         request = FoldRequest(
             root=str(self.root),
             app=fold_app(self.app_id),
             folded=folded_before,
             through=through,
-            out_file=None if out is None else str(out),
             buckets=self.buckets,
             complete=commit.complete,
             reached=commit.reached,
             chosen=None if commit.chosen is None else list(commit.chosen),
-            base_file=None if self._base_file is None else str(self._base_file),
-            base_version=self._base_version,
+            base_version=version,
+            whole=read_all,
         )
-        rows, merged = fold_in_child(request)
-        if out is None:
-            return None, rows, merged
-        folded = read_arrow_file(out)
-        self._forget_base_file()
-        self._base_file = out
-        if commit.complete <= folded_before:  # the same base, now from a file: nothing leaves the overlay
-            with self._lock:
-                self._set_base(folded)
-            return None, rows, merged
-        return folded, rows, merged
+        return fold_in_child(request)
 
     def _keep_log(self, retention: str) -> None:
         """Have delta-rs drop ``ledgers``' commit files older than ``retention`` at its checkpoints (a fold
@@ -742,13 +794,6 @@ class LedgerLog:
         )
         self._index_vacuumed = versions
         return len(removed)
-
-    def _forget_base_file(self) -> None:
-        """The base no longer comes from a file or a table version (a removed file's mapping stays readable
-        until the base is replaced)."""
-        if self._base_file is not None:
-            self._base_file.unlink(missing_ok=True)
-        self._base_file, self._base_version = None, None
 
     def start_folding(self, interval_s: float, *, ticks: int = 1, vacuum_rounds: int = 0) -> None:
         """Fold in a daemon thread (off the ledger lane's batches) until :meth:`stop_folding`: ``ticks``
@@ -818,8 +863,6 @@ class LedgerLog:
             if last is not None:
                 self.last_fold = self.fold(through=last) or self.last_fold
             self._run_after_fold()
-        with self.fold_lock:
-            self._forget_base_file()  # the base stays mapped; a later fold hands it over again
 
     def expire_changes(self, retention_hours: float) -> bool:
         """Delete the ``ledger_changes`` rows older than ``retention_hours`` (event time) of batches already
@@ -882,6 +925,28 @@ class LedgerLog:
         else:
             self._index.update_incremental()
         return self._index
+
+
+def load_columns(table: DeltaTable, buckets: int) -> tuple[LedgerColumns, bool]:
+    """The hot columns of ``table``'s rows (``ledgers``), read ``CHUNK_BUCKETS`` partitions at a time, and
+    whether any row is in another bucket than ``ledger_id % buckets`` (a table of another bucket count).
+
+    Example:
+        >>> import tempfile
+        >>> from connectors.delta.tables import ensure_tables
+        >>> root = tempfile.mkdtemp(); _ = ensure_tables(root)
+        >>> columns, other = load_columns(DeltaTable(root + "/ledgers"), 16)
+        >>> len(columns), other
+        (0, False)
+    """
+    reader = BucketReader(table, "ledger_bucket")
+    values = reader.values()
+    parts, other = [], False
+    for start in range(0, len(values), CHUNK_BUCKETS):
+        rows = reader.read(values[start : start + CHUNK_BUCKETS], [*HOT_COLUMNS, "ledger_bucket"])
+        other = other or _other_buckets(rows, buckets)
+        parts.append(LedgerColumns.of(rows))
+    return LedgerColumns.concat(parts), other
 
 
 def _other_buckets(rows: pa.Table, buckets: int) -> bool:

@@ -298,11 +298,16 @@ class PlacementPlanner:
         return scan(open_alerts, kinds, ["ledger_id", *ALERT_COLUMNS])
 
     def _ledger_counts(self) -> dict[str, int]:
-        """Live ledgers per bookie, from the job's current ledger rows (no table read)."""
-        current = self.ledger_log.current_table(["ledger_id", "bookies", "deleted"])
-        live = current.filter(pc.invert(pc.fill_null(current.column("deleted"), False)))
-        counts = pc.value_counts(pc.list_flatten(live.column("bookies")))
-        return dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True))
+        """Live ledgers per bookie, from the job's current ledger rows, a few buckets at a time."""
+        totals: dict[str, int] = {}
+        for current in self.ledger_log.current_chunks(["ledger_id", "bookies", "deleted"]):
+            live = current.filter(pc.invert(pc.fill_null(current.column("deleted"), False)))
+            counts = pc.value_counts(pc.list_flatten(live.column("bookies")))
+            for bookie, count in zip(
+                counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True
+            ):
+                totals[bookie] = totals.get(bookie, 0) + count
+        return totals
 
 
 def _alerted_ledgers(alerts: pa.Table) -> np.ndarray:

@@ -187,3 +187,79 @@ def _local_root(table: DeltaTable) -> str | None:
 
 def _local_path(uri: str) -> str:
     return unquote(urlparse(uri).path) if uri.startswith("file://") else uri
+
+
+class BucketReader:
+    """Reads the rows of some partitions of a table partitioned by an integer column (``ledgers`` by
+    ``ledger_bucket``), with its files listed once: a local table's files are read directly (as in
+    :func:`scan_partitions`), a table elsewhere through :func:`scan` with its partitions pruned.
+
+    Example:
+        >>> import tempfile
+        >>> from deltalake import write_deltalake
+        >>> path = tempfile.mkdtemp()
+        >>> rows = pa.table({"ledger_id": [1, 2, 5], "ledger_bucket": pa.array([1, 2, 1], pa.int32())})
+        >>> write_deltalake(path, rows, partition_by=["ledger_bucket"])
+        >>> reader = BucketReader(DeltaTable(path), "ledger_bucket")
+        >>> reader.values()
+        [1, 2]
+        >>> sorted(reader.read([1], ["ledger_id"]).column("ledger_id").to_pylist())
+        [1, 5]
+        >>> reader.read([2], ["ledger_id", "ledger_bucket"]).to_pylist()
+        [{'ledger_id': 2, 'ledger_bucket': 2}]
+    """
+
+    def __init__(self, table: DeltaTable, column: str) -> None:
+        self.table = table
+        self.column = column
+        self._root = _local_root(table)
+        if table.protocol().min_reader_version > 1:
+            self._root = None
+        self._files: dict[int, list[str]] = {}
+        if self._root is not None:
+            marker = f"{column}="
+            for uri in table.file_uris():
+                path = _local_path(uri)
+                part = next((p for p in path.split("/") if p.startswith(marker)), None)
+                value = (
+                    -1
+                    if part is None or part == f"{marker}__HIVE_DEFAULT_PARTITION__"
+                    else int(part[len(marker) :])
+                )
+                self._files.setdefault(value, []).append(path)
+            self._values = sorted(self._files)
+        else:
+            found = {p.get(column) for p in table.partitions()}
+            self._values = sorted(int(v) for v in found if v is not None)
+        self._schema = pa.schema(table.schema().to_arrow())
+        partitions = table.metadata().partition_columns
+        self._in_files = pa.schema([f for f in self._schema if f.name not in partitions])
+
+    @property
+    def local(self) -> bool:
+        """Whether the files are read directly (else through delta-rs)."""
+        return self._root is not None
+
+    def values(self) -> list[int]:
+        """The partition values the table has files in, ascending."""
+        return list(self._values)
+
+    def read(self, values: Sequence[int], columns: Sequence[str]) -> pa.Table:
+        """The rows of the partitions ``values`` with ``columns`` (the partition column among them or not),
+        in no particular order."""
+        names = list(columns)
+        if self._root is None:
+            wanted = [str(v) for v in values]
+            return scan(self.table, [(self.column, "in", wanted)], names, prune_partitions=True)
+        files = [path for value in values for path in self._files.get(int(value), [])]
+        if not files:
+            return self._schema.empty_table().select(names)
+        partitioning = ds.partitioning(pa.schema([self._schema.field(self.column)]), flavor="hive")
+        dataset = ds.dataset(
+            files,
+            schema=pa.schema([*self._in_files, self._schema.field(self.column)]),
+            format="parquet",
+            partitioning=partitioning,
+            partition_base_dir=self._root,
+        )
+        return dataset.to_table(columns=names, use_threads=False)

@@ -270,13 +270,45 @@ def _rss_kb(pid: int) -> int:
     return 0
 
 
+def _status_kb(pid: int, fields: tuple[str, ...]) -> dict[str, int]:
+    """Fields of ``/proc/<pid>/status`` in kB (those absent left out)."""
+    found: dict[str, int] = {}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            name = line.split(":")[0]
+            if name in fields:
+                found[name] = int(line.split()[1])
+    except OSError:
+        pass
+    return found
+
+
+def memory_mark(sink: Any) -> dict[str, Any]:
+    """Where the job process's memory is now: its resident memory (anonymous, and file pages: the mapped
+    base of the ledger state), Arrow's allocations, and the ledger state's holders in MB."""
+    import pyarrow as pa
+
+    status = _status_kb(os.getpid(), ("VmRSS", "RssAnon", "RssFile"))
+    mark: dict[str, Any] = {name: round(kb / 1024, 1) for name, kb in status.items()}
+    mark["arrow_allocated_mb"] = round(pa.total_allocated_bytes() / 2**20, 1)
+    if sink is not None and sink.ledger_log.opened:
+        mark["ledger_log_mb"] = {
+            name: round(size / 2**20, 1) for name, size in sink.ledger_log.held_bytes().items()
+        }
+    return mark
+
+
 def _children(pid: int) -> list[int]:
     """Every descendant of process ``pid`` (from /proc's per-thread children lists)."""
     found: list[int] = []
     todo = [pid]
     while todo:
         parent = todo.pop()
-        for task in Path(f"/proc/{parent}/task").glob("*"):
+        try:
+            tasks = list(Path(f"/proc/{parent}/task").glob("*"))
+        except OSError:  # the process ended meanwhile
+            continue
+        for task in tasks:
             try:
                 kids = [int(p) for p in (task / "children").read_text().split()]
             except OSError:
@@ -307,7 +339,10 @@ class RssSampler:
         self.every_s = every_s
         self.job_peak_mb = 0.0
         self.jvm_peak_mb = 0.0
+        self.fold_peak_mb = 0.0
         self.fold_processes_seen = 0
+        self._window: dict[str, float] | None = None
+        self._window_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-rss", daemon=True)
         self._seen: set[int] = set()
@@ -327,17 +362,35 @@ class RssSampler:
 
     def sample(self) -> None:
         me = os.getpid()
-        job_kb, jvm_kb = _rss_kb(me), 0
+        job_kb, jvm_kb, fold_kb = _rss_kb(me), 0, 0
         for pid in _children(me):
             command = _cmdline(pid)
             if "_fold_process" in command:
-                job_kb += _rss_kb(pid)
+                fold_kb += _rss_kb(pid)
                 self._seen.add(pid)
             elif "java" in command.split(" ")[0] and "SparkSubmit" in command:
                 jvm_kb += _rss_kb(pid)
         self.fold_processes_seen = len(self._seen)
-        self.job_peak_mb = max(self.job_peak_mb, job_kb / 1024)
-        self.jvm_peak_mb = max(self.jvm_peak_mb, jvm_kb / 1024)
+        with self._window_lock:
+            self.job_peak_mb = max(self.job_peak_mb, (job_kb + fold_kb) / 1024)
+            self.jvm_peak_mb = max(self.jvm_peak_mb, jvm_kb / 1024)
+            self.fold_peak_mb = max(self.fold_peak_mb, fold_kb / 1024)
+            if self._window is not None:
+                self._window["job_mb"] = max(self._window["job_mb"], (job_kb + fold_kb) / 1024)
+                self._window["main_mb"] = max(self._window["main_mb"], job_kb / 1024)
+                self._window["fold_mb"] = max(self._window["fold_mb"], fold_kb / 1024)
+
+    def open_window(self) -> None:
+        """Start a window whose peaks :meth:`close_window` returns (the steady churn)."""
+        with self._window_lock:
+            self._window = {"job_mb": 0.0, "main_mb": 0.0, "fold_mb": 0.0}
+        self.sample()
+
+    def close_window(self) -> dict[str, float]:
+        self.sample()
+        with self._window_lock:
+            window, self._window = self._window or {}, None
+        return {name: round(value, 1) for name, value in window.items()}
 
 
 def directory_mb(path: Path, *, skip: tuple[str, ...] = ()) -> float:
@@ -435,21 +488,25 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
     }
     writer = query = sink = recorder = timers = None
     sampler = RssSampler()
+    marks: dict[str, Any] = {}
     try:
         kafka = harness.kafka_settings(topic_partitions=args.alert_partitions)
         ensure_topic(kafka, kafka.changes_topic, partitions=args.partitions)
         ensure_topic(kafka, kafka.alerts_topic, partitions=args.alert_partitions)
+        spark, settings = job_session_and_settings(args, kafka, state_dir)
+        baseline_mb = empty_job_rss_mb(spark, settings, state_dir / "empty-job")
+        _note(args, f"replay: an empty job's RSS {baseline_mb} MB")
         started = time.monotonic()
         writer, ready = _start_writer(args, kafka, "/ledgers", state_dir / "replay-sent.json")
         figures["snapshot_publish_s"] = ready["snapshot_publish_s"]
         _note(
             args, f"replay: snapshot of {args.ledgers} ledgers on Kafka in {time.monotonic() - started:.0f} s"
         )
-        spark, settings = job_session_and_settings(args, kafka, state_dir)
         timers = Timers()
         _instrument(timers)
         started = time.monotonic()
         sampler.start()
+        marks["before_start"] = memory_mark(None)
         query, sink = job.start(spark, settings)
         recorder = SinkRecorder(sink)
         lakehouse = Path(settings.lakehouse_root)
@@ -464,7 +521,10 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         _note(args, f"replay: ingest {figures['snapshot_ingest_s']} s ({rows} rows)")
         if rows < args.ledgers:
             return figures
+        marks["ingested"] = memory_mark(sink)
         _wait_idle(query, recorder, timeout_s=600)
+        _wait_folded(sink, args.fold_interval_s * 4)
+        marks["folded"] = memory_mark(sink)
         recorder.track_versions = True
         before_changes = timers.snapshot()
         figures["sink_helpers_ingest"] = Timers.delta(before_changes, {})
@@ -473,9 +533,12 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         figures["lakehouse_mb_before"] = directory_mb(lakehouse, skip=(FOLD_SCRATCH,))
         figures["lakehouse_mb_by_table_before"] = _by_table(lakehouse)
         assert writer.stdin is not None
+        sampler.open_window()
         writer.stdin.write(b"go\n")
         writer.stdin.flush()
         writer.wait(args.duration * 20 + 600)
+        figures["churn_rss_peak_mb"] = sampler.close_window()
+        marks["churn_end"] = memory_mark(sink)
         result = json.loads((state_dir / "replay-sent.json").read_text())
         sent = {(ledger_id, version): at for ledger_id, version, at in result["sent"]}
         applied = wait_applied(query, recorder, sent, args.drain_timeout)
@@ -494,7 +557,12 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
             f"({sampler.fold_processes_seen} seen); Spark's JVM apart"
         )
         figures["jvm_rss_peak_mb"] = round(sampler.jvm_peak_mb)
-        figures["job_bytes_per_ledger"] = round(sampler.job_peak_mb * 1024 * 1024 / max(args.ledgers, 1))
+        figures["fold_rss_peak_mb"] = round(sampler.fold_peak_mb)
+        figures["memory_marks"] = marks
+        figures["empty_job_rss_mb"] = baseline_mb
+        figures["job_bytes_per_ledger"] = round(
+            (figures["churn_rss_peak_mb"]["job_mb"] - baseline_mb) * 2**20 / max(args.ledgers, 1)
+        )
         if sink is not None and sink.ledger_log.last_fold is not None:
             figures["last_fold"] = vars(sink.ledger_log.last_fold)
         figures.update(
@@ -536,6 +604,39 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         harness.stop()
         if args.state_dir is None:
             shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def empty_job_rss_mb(spark: Any, settings: Any, state_dir: Path, settle_s: float = 20.0) -> float:
+    """The resident memory of this process (plus fold processes: none) while a job with no ledgers runs (its
+    own tables and checkpoints under ``state_dir``, the changes topic still empty): the baseline the ledger
+    state's bytes are counted above. The peak of its last 5 of ``settle_s`` seconds."""
+    from streaming import job
+
+    empty = settings.model_copy(
+        update={"lakehouse_root": state_dir / "lakehouse", "checkpoint_root": state_dir / "checkpoints"}
+    )
+    query, sink = job.start(spark, empty)
+    try:
+        deadline = time.monotonic() + settle_s
+        samples = []
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            samples.append(_rss_kb(os.getpid()) / 1024)
+        return round(max(samples[-10:]), 1)
+    finally:
+        job.stop_gracefully(query, timeout_s=60)
+        sink.close()
+
+
+def _wait_folded(sink: Any, timeout_s: float) -> bool:
+    """Wait until the ledger state's overlay is folded into its base (the snapshot's rows in columns)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        held = sink.ledger_log.held_bytes()
+        if held["overlay_rows"] == 0 and held.get("base_ledgers", held.get("base_rows", 0)) > 0:
+            return True
+        time.sleep(1)
+    return False
 
 
 def lag_timeline(
@@ -599,6 +700,9 @@ def summary_line(figures: dict[str, Any]) -> dict[str, Any]:
         "lakehouse_mb_after": figures.get("lakehouse_mb_after"),
         "job_rss_peak_mb": figures.get("job_rss_peak_mb"),
         "job_bytes_per_ledger": figures.get("job_bytes_per_ledger"),
+        "empty_job_rss_mb": figures.get("empty_job_rss_mb"),
+        "churn_rss_peak_mb": figures.get("churn_rss_peak_mb"),
+        "fold_rss_peak_mb": figures.get("fold_rss_peak_mb"),
         "jvm_rss_peak_mb": figures.get("jvm_rss_peak_mb"),
         "load_avg": {
             "start": figures.get("load_average_at_start"),

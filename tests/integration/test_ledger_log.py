@@ -19,7 +19,7 @@ import pytest
 from deltalake import DeltaTable
 
 from connectors.delta._fold_process import FoldRequest
-from connectors.delta.ledger_log import LedgerLog, read_current_index
+from connectors.delta.ledger_log import LedgerLog, read_current_index, read_current_ledgers
 from connectors.delta.queries import Lakehouse
 from connectors.delta.tables import LEDGER_BUCKETS, BatchWriter, ensure_tables, read_table, table_path
 from connectors.process import pid_alive
@@ -330,9 +330,10 @@ def test_a_fold_in_a_process_of_its_own_leaves_the_state_a_fold_here_would(root)
     for name, path in (("here", here), ("there", there)):
         ensure_tables(path)
         logs[name] = log = LedgerLog(path, APP)
-        log.fold_in_child_from_rows = 10**9 if name == "here" else 3  # the child from 3 rows folded
+        log.fold_in_child_from_rows = 10**9
         record(log, path, 0, [row(1, 10), row(2, 11, bookies=("b1", "b3"))])
-        log.fold(through=0)  # 0 + 2 rows: folded here by both, then handed over as a file
+        log.fold(through=0)  # folded here by both
+        log.fold_in_child_from_rows = 10**9 if name == "here" else 0  # the next ticks in the child
         record(log, path, 1, [row(1, 12, state="OPEN"), row(3, 13, deleted=True)])
         log.fold(through=1)
         record(log, path, 2, [row(2, 14), row(4, 15)])
@@ -344,24 +345,22 @@ def test_a_fold_in_a_process_of_its_own_leaves_the_state_a_fold_here_would(root)
     ]
     assert logs["there"].closed_after(-1, 10) == logs["here"].closed_after(-1, 10) == [2, 4]
     assert DeltaTable(table_path(there, "ledgers")).transaction_version(f"{APP}.fold") == 2
-    assert [p.name for p in (there / "_fold").iterdir()] == [f"{APP}-2.arrow"]  # the base's file only
+    assert not list(there.glob("_fold/*.arrow"))  # no copy of the whole state: the rows stay in ledgers
 
     restarted = LedgerLog(there, APP)  # from ledgers at its version, then a fold by the child again
-    restarted.fold_in_child_from_rows = 2
+    restarted.fold_in_child_from_rows = 0
     record(restarted, there, 3, [row(4, 16)])
     assert restarted.fold(through=3).merged
     assert raw_ledgers(there) == {1: 12, 2: 14, 3: 13, 4: 16}
     restarted.stop_folding()
-    assert list((there / "_fold").iterdir()) == []  # the job's stop removes it
 
 
 def test_the_first_fold_of_a_snapshot_into_an_empty_table_runs_in_a_process_of_its_own(root):
     log = LedgerLog(root, APP)
-    log.fold_in_child_from_rows = 3
+    log.fold_in_child_from_rows = 0
     record(log, root, 0, [row(1, 10), row(2, 11)])
     record(log, root, 1, [row(3, 12)])
     assert log.fold(through=1).merged  # an empty base, 3 rows of changes
-    assert [p.name for p in (root / "_fold").iterdir()] == [f"{APP}-1.arrow"]  # the child's output
     assert raw_ledgers(root) == {1: 10, 2: 11, 3: 12}
     log.stop_folding()
 
@@ -401,7 +400,6 @@ def test_a_fold_process_whose_job_dies_while_it_starts_commits_nothing(root):
         app=f"{APP}.fold",
         folded=-1,
         through=0,
-        out_file=str(root / "folded.arrow"),
         buckets=LEDGER_BUCKETS,
         complete=0,
         reached=0,
@@ -517,3 +515,25 @@ def test_files_the_folds_replaced_are_vacuumed_after_the_rounds_kept(root):
 def read_current_ledgers_mzxid(root) -> dict[int, int]:
     table = read_table(root, "ledgers")
     return dict(zip(table.column("ledger_id").to_pylist(), table.column("mzxid").to_pylist(), strict=True))
+
+
+def test_whole_rows_read_by_bucket_and_in_chunks_equal_the_current_rows_mid_rotation(root):
+    """The rows stay in ``ledgers``: a lookup of whole rows, and a walk of every ledger a few buckets at a
+    time, equal the current rows from Delta alone, while some buckets are folded ahead of the watermark."""
+    log = LedgerLog(root, APP, buckets=4)
+    record(log, root, 0, [row(i, 10 + i) for i in range(12)])
+    log.fold(through=0)
+    record(log, root, 1, [row(1, 101, state="OPEN"), row(6, 106, deleted=True), row(13, 113)])
+    record(log, root, 2, [row(2, 202, bookies=("b3", "b4"))])
+    log.fold(through=2, max_buckets=1)  # one bucket ahead, the watermark still at batch 0
+    record(log, root, 3, [row(5, 305)])
+    expected = sorted(read_current_ledgers(root).to_pylist(), key=lambda r: r["ledger_id"])
+    assert len(expected) == 13
+    taken = log.take(np.arange(20)).to_pylist()
+    assert sorted(taken, key=lambda r: r["ledger_id"]) == expected
+    chunks = list(log.current_chunks(chunk_buckets=1))
+    assert all(len({r["ledger_id"] % 4 for r in chunk.to_pylist()}) <= 1 for chunk in chunks)
+    walked = [r for chunk in chunks for r in chunk.to_pylist()]
+    assert sorted(walked, key=lambda r: r["ledger_id"]) == expected
+    held = log.held_bytes()
+    assert held["base_ledgers"] == 12 and held["base_columns"] < 12 * 40  # columns, not rows

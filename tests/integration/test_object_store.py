@@ -112,8 +112,8 @@ def test_two_writers_committing_at_once_lose_no_commit(bucket):
     assert sorted(table.to_pyarrow_table().column("n").to_pylist()) == [0, 1, 2, 3, 4]
 
 
-def test_a_fold_in_a_process_of_its_own_reads_and_commits_on_s3_with_its_scratch_file_local(bucket):
-    # The child inherits the AWS_* variables; the Arrow file it leaves for the job to map is on local disk.
+def test_a_fold_in_a_process_of_its_own_reads_and_commits_on_s3_and_rows_are_read_back_by_bucket(bucket):
+    # The child inherits the AWS_* variables; its request file is on local disk.
     root = storage.join(bucket, "lh")
     ensure_tables(root)
     log = LedgerLog(root, APP)
@@ -127,8 +127,9 @@ def test_a_fold_in_a_process_of_its_own_reads_and_commits_on_s3_with_its_scratch
         2: 11,
         3: 13,
     }
-    scratch = storage.local_scratch(root, "_fold")
-    assert [p.name for p in scratch.iterdir()] == [f"{APP}-1.arrow"]
+    rows = log.rows([1, 2, 3])  # folded: whole rows read back from their buckets on S3
+    assert {i: r["mzxid"] for i, r in rows.items()} == {1: 12, 2: 11, 3: 13}
+    assert rows[2]["bookies"] == row(2, 11)["bookies"]
     assert "_fold" not in storage.list_dirs(root)
     log.stop_folding()
 

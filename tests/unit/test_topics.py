@@ -4,6 +4,7 @@ services: managed-ledger decisions as the ledger lane makes them, a ledger log s
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -53,7 +54,8 @@ class FakeLog:
         known = np.array([1 if int(i) in self.live else -1 for i in ids], np.int64)
         return known, np.zeros(len(ids), bool)
 
-    def current_table(self, columns: list[str]) -> pa.Table:
+    def current_chunks(self, columns: list[str]) -> Iterator[pa.Table]:
+        """The live ledgers in two chunks (odd and even ids), as the log walks its buckets."""
         schema = pa.schema(
             [
                 ("ledger_id", pa.int64()),
@@ -64,7 +66,9 @@ class FakeLog:
                 ("custom_metadata", CUSTOM),
             ]
         )
-        return pa.Table.from_pylist(list(self.live.values()), schema=schema).select(columns)
+        for parity in (1, 0):
+            rows = [row for row in self.live.values() if row["ledger_id"] % 2 == parity]
+            yield pa.Table.from_pylist(rows, schema=schema).select(columns)
 
 
 class Stack:
