@@ -141,8 +141,12 @@ class DriverMicroBatches:
         interval_s: float,
         available_now: bool = False,
         on_progress: Callable[[dict[str, Any]], None] | None = None,
+        write_check: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
+        # Raises once the job's hold on its checkpoint is gone (a lost lease): run before a batch is logged,
+        # so a job that lost its lease starts no batch and writes nothing more to the checkpoint.
+        self._write_check = write_check
         self._on_progress = on_progress
         self._reader = reader
         self._process = process
@@ -219,6 +223,8 @@ class DriverMicroBatches:
                     self._wait(planned_at)
                     continue
                 batch_time_ms = int(time.time() * 1000)
+                if self._write_check is not None:
+                    self._write_check()
                 self._log.write(batch_id, start, end, batch_time_ms)
                 self._run_batch(batch_id, start, end, batch_time_ms, planned_at)
                 start, batch_id = end, batch_id + 1

@@ -523,7 +523,13 @@ def _zookeeper_lease(
         )
     client = KazooClient(**kazoo_client_options(zookeeper))
     start_client(client, zookeeper, zookeeper.connect, "zookeeper.connect", zookeeper.session_timeout_s)
-    lease = ZooKeeperLease(client, stream.lease_path, stream.app_id, wait_s=stream.lease_wait_s)
+    lease = ZooKeeperLease(
+        client,
+        stream.lease_path,
+        stream.app_id,
+        wait_s=stream.lease_wait_s,
+        confirm_after_s=zookeeper.session_timeout_s / 3,
+    )
     try:
         lease.acquire()
         yield (lambda: lease.wait_usable(zookeeper.session_timeout_s)), lease.lost
@@ -625,6 +631,7 @@ def start_membership_lane(settings: Settings, sink: AuditSink, *, available_now:
         OffsetLog(storage.join(checkpoint, "offsets")),
         interval_s=stream.membership_trigger_interval_s,
         available_now=available_now,
+        write_check=lambda: sink.write_check(),
     ).start()
 
 
@@ -816,6 +823,7 @@ def start_ledger_lane(
         # Available-now plans in full each time: look again soon (the interval is the tailing's gather).
         interval_s=min(interval_s, 0.1) if available_now else interval_s,
         on_progress=sink.metrics.on_progress if sink.metrics is not None else None,
+        write_check=lambda: sink.write_check(),
     ).start()
 
 
@@ -863,9 +871,17 @@ def query_failure(exception: Any) -> Exception:
         <class 'RuntimeError'>
         >>> query_failure(ConfigError("cp/membership/offsets/3.json: unreadable"))
         ConfigError('cp/membership/offsets/3.json: unreadable')
+        >>> type(query_failure(OSError("Generic S3 error: GET http://s3/b/k: error sending request")))
+        <class 'connectors.storage.ObjectStoreUnreachable'>
     """
     if isinstance(exception, BkauditError):
         return exception  # the membership lane's own one-line errors (a damaged checkpoint, a source fault)
+    # The object store did not answer (also told by Spark's text of the timers query's Python error): one
+    # line, exit 2; the batch is replayed on restart.
+    error = exception if isinstance(exception, BaseException) else RuntimeError(str(exception))
+    down = storage.unreachable(error)
+    if down is not None:
+        return down
     text = str(exception)
     found = re.search(r"(bkaudit_kafka: [^\n]*)", text)
     if found:
@@ -874,9 +890,16 @@ def query_failure(exception: Any) -> Exception:
 
 
 def run(settings: Settings) -> None:
-    """``bkaudit stream``: run until SIGTERM/SIGINT, then stop after the current batch."""
-    with exclusive_checkpoint(settings) as held:
-        _run_locked(settings, held)
+    """``bkaudit stream``: run until SIGTERM/SIGINT, then stop after the current batch. An object store that
+    does not answer (after the clients' retries) stops it with one line (exit 2) wherever it is met."""
+    try:
+        with exclusive_checkpoint(settings) as held:
+            _run_locked(settings, held)
+    except (OSError, RuntimeError) as err:
+        down = storage.unreachable(err)
+        if down is None:
+            raise
+        raise down from None
 
 
 class IngestProgress:
@@ -937,6 +960,7 @@ def _run_locked(settings: Settings, held: HeldCheckpoint) -> None:
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     progress = IngestProgress()
+    failure: BaseException | None = None
     try:
         while query.isActive and not stopping.wait(1.0):
             lost = held.lost()
@@ -945,7 +969,10 @@ def _run_locked(settings: Settings, held: HeldCheckpoint) -> None:
             if progress.line.enabled:
                 progress.show(query.ledgers.lastProgress)
         if query.exception() is not None and not sink.stopping.is_set():
-            raise query_failure(query.exception())
+            failure = query_failure(query.exception())
+            raise failure
     finally:
         stop_gracefully(query, sink)  # every lane (one may have stopped on its own)
-        sink.close()
+        # No last fold on a store that does not answer: it would wait out the clients' retries again (up
+        # to minutes on a hung store) and then hide the line the job stops with.
+        sink.close(fold=not isinstance(failure, storage.ObjectStoreUnreachable))

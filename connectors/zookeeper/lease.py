@@ -13,6 +13,13 @@ is suspended and fails for good once the lease is lost; the job then stops with 
 past its check when the connection drops may still land: the window is one commit, and the holder's session
 outlives its connection by ``zookeeper.session_timeout_s``.
 
+The session's state is kazoo's view, and kazoo learns of an expiry only from the server: a process that was
+frozen (SIGSTOP, a VM paused, a stop-the-world pause) past its session timeout still sees ``CONNECTED`` for
+a moment after it runs again, while another job may already hold the lease. So a check that comes more than
+``confirm_after_s`` after the last confirmed one asks ZooKeeper first (one ``exists`` of the znode, its
+owner compared): a freeze long enough to lose the session is always longer than that, and the check fails
+instead of letting the write through. Between such checks the cost is nothing.
+
 The lease lives under bkaudit's own path, never in BookKeeper's tree.
 
 Example:
@@ -31,6 +38,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -59,13 +67,27 @@ def holder_text(holder: dict[str, Any]) -> str:
 class ZooKeeperLease:
     """The lease ``<path>/<name>`` taken with ``client`` (a started :class:`KazooClient`).
 
-    ``wait_s`` is how long :meth:`acquire` waits for a lease another job holds (0: refuse at once).
+    ``wait_s`` is how long :meth:`acquire` waits for a lease another job holds (0: refuse at once);
+    ``confirm_after_s`` how old the last confirmation may be before a check asks ZooKeeper again (less than
+    the session timeout; None: never asks, kazoo's state alone decides).
     """
 
-    def __init__(self, client: KazooClient, path: str, name: str, *, wait_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        client: KazooClient,
+        path: str,
+        name: str,
+        *,
+        wait_s: float = 0.0,
+        confirm_after_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.client = client
         self.znode = f"{path.rstrip('/')}/{name}"
         self.wait_s = wait_s
+        self.confirm_after_s = confirm_after_s
+        self._clock = clock
+        self._confirmed_at = clock()
         self._state = KazooState.CONNECTED
         self._held = False
         self._lost = threading.Event()
@@ -105,6 +127,7 @@ class ZooKeeperLease:
             return False
         with self._lock:
             self._held = True
+            self._confirmed_at = self._clock()
         return True
 
     def _wait_for_release(self, deadline: float) -> None:
@@ -146,7 +169,8 @@ class ZooKeeperLease:
             found = self.client.exists(self.znode, watch=self._watch_znode)
         except Exception:  # no connection now: the session's state listener decides
             return
-        if found is None or found.ephemeralOwner != self.client.client_id[0]:
+        session = self.client.client_id
+        if found is None or session is None or found.ephemeralOwner != session[0]:
             self._lose("the lease znode was deleted")
 
     def _lose(self, why: str) -> None:
@@ -187,6 +211,22 @@ class ZooKeeperLease:
             raise LeaseLost(f"the lease {self.znode} is not held")
         if state != KazooState.CONNECTED:
             raise LeaseSuspended(f"the lease {self.znode}: no connection to ZooKeeper; not writing")
+        if self.confirm_after_s is not None and self._clock() - self._confirmed_at > self.confirm_after_s:
+            self._confirm()
+
+    def _confirm(self) -> None:
+        """Ask ZooKeeper whether this session still owns the znode (after a pause kazoo may not know yet)."""
+        started = self._clock()
+        try:
+            found = self.client.exists(self.znode)
+        except Exception as err:  # no answer on this connection: wait for the session's state to tell
+            raise LeaseSuspended(f"the lease {self.znode}: ZooKeeper did not confirm it ({err!r})") from None
+        session = self.client.client_id
+        if found is None or session is None or found.ephemeralOwner != session[0]:
+            self._lose("the lease znode is gone or another session's")
+            self.check()  # raises LeaseLost
+        with self._lock:
+            self._confirmed_at = started
 
     def wait_usable(self, timeout_s: float) -> None:
         """:meth:`check`, waiting up to ``timeout_s`` for a suspended session to come back."""

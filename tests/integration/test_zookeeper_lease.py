@@ -88,6 +88,31 @@ def test_an_expired_session_loses_the_lease_for_good_and_another_job_can_take_it
             client.close()
 
 
+def test_a_check_long_after_the_last_asks_zookeeper_whatever_kazoo_believes(
+    bk_services: ServiceHarness, zk_chroot: str
+) -> None:
+    # A process frozen past its session runs again believing it is connected: kazoo learns of the expiry
+    # only from the server. Here kazoo's word never reaches the lease (its listener is removed) while the
+    # session expires and another job takes the lease; a check past confirm_after_s must still fail.
+    holder_client = bk_services.kazoo_client(zk_chroot)
+    other = bk_services.kazoo_client(zk_chroot)
+    now = [0.0]
+    try:
+        lease = ZooKeeperLease(holder_client, LEASES, "job", confirm_after_s=3.0, clock=lambda: now[0])
+        lease.acquire()
+        holder_client.remove_listener(lease._on_state)
+        bk_services.expire_session(holder_client)
+        ZooKeeperLease(other, LEASES, "job").acquire()
+        lease.check()  # within confirm_after_s of the last confirmation: kazoo's state decides
+        now[0] = 10.0
+        with pytest.raises(LeaseLost, match="gone or another session's"):
+            lease.check()
+    finally:
+        for client in (holder_client, other):
+            client.stop()
+            client.close()
+
+
 def test_a_dropped_connection_suspends_writes_until_the_session_is_back(zk_client: Any) -> None:
     lease = ZooKeeperLease(zk_client, LEASES, "job")
     lease.acquire()
