@@ -936,6 +936,38 @@ class IngestProgress:
         return text
 
 
+class StallWarnings:
+    """One WARNING for each lane batch that runs longer than ``after_s``: such a batch waits on a store or a
+    broker that does not answer while its client retries (delta-rs for up to 180 s), and the log says so
+    instead of staying silent until the job stops or goes on.
+
+    Example:
+        >>> warnings = StallWarnings(after_s=60)
+        >>> warnings.check("ledger-lane", (7, 75.0)).split(";")[0]
+        'ledger-lane: batch 7 has run for 75 s'
+        >>> warnings.check("ledger-lane", (7, 90.0)) is None  # said once per batch
+        True
+    """
+
+    def __init__(self, after_s: float = 60.0) -> None:
+        self.after_s = after_s
+        self._warned: set[tuple[str, int]] = set()
+
+    def check(self, lane: str, running: tuple[int, float] | None) -> str | None:
+        """Warn (and return the line) when ``running`` (batch id, seconds) is past ``after_s`` for the first
+        time."""
+        if running is None or running[1] < self.after_s or (lane, running[0]) in self._warned:
+            return None
+        self._warned.add((lane, running[0]))
+        line = (
+            f"{lane}: batch {running[0]} has run for {running[1]:.0f} s; its writes are waiting for the "
+            "object store or Kafka to answer (their clients retry; the job stops with one line if they give "
+            "up)"
+        )
+        logger.warning("%s", line)
+        return line
+
+
 def started_spark(settings: Settings) -> Any:
     """The job's Spark session, its start logged (a JVM's start takes tens of seconds on a busy host)."""
     from streaming.session import build_spark_session
@@ -961,11 +993,14 @@ def _run_locked(settings: Settings, held: HeldCheckpoint) -> None:
     signal.signal(signal.SIGINT, request_stop)
     progress = IngestProgress()
     failure: BaseException | None = None
+    stalls = StallWarnings()
     try:
         while query.isActive and not stopping.wait(1.0):
             lost = held.lost()
             if lost is not None:
                 raise lost  # the checkpoint may be another job's now: stop before writing again
+            for lane in (query.ledgers, query.membership):
+                stalls.check(lane.name, lane.running())
             if progress.line.enabled:
                 progress.show(query.ledgers.lastProgress)
         if query.exception() is not None and not sink.stopping.is_set():

@@ -28,7 +28,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import selectors
 import socket
 import threading
 
@@ -102,26 +101,21 @@ class TcpProxy:
                     upstream.close()
                     return
                 self._open |= {client, upstream}
-            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+            # One thread per direction: a side that sends while the other does too never blocks both.
+            threading.Thread(target=self._copy, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._copy, args=(upstream, client), daemon=True).start()
 
-    def _pump(self, client: socket.socket, upstream: socket.socket) -> None:
-        """Copy bytes both ways until either side closes."""
-        peer = {client: upstream, upstream: client}
-        with selectors.DefaultSelector() as selector:
-            for sock in peer:
-                selector.register(sock, selectors.EVENT_READ)
-            try:
-                while True:
-                    for key, _ in selector.select():
-                        source = peer[peer[key.fileobj]]  # type: ignore[index]  # registered sockets only
-                        data = source.recv(65536)
-                        if not data:
-                            return
-                        peer[source].sendall(data)
-            except OSError:
-                return
-            finally:
-                with self._lock:
-                    self._open -= {client, upstream}
-                for sock in peer:
-                    sock.close()
+    def _copy(self, source: socket.socket, target: socket.socket) -> None:
+        """Copy bytes from ``source`` to ``target`` until either side closes; then close both."""
+        try:
+            while data := source.recv(65536):
+                target.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with self._lock:
+                self._open -= {source, target}
+            for sock in (source, target):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
