@@ -1,7 +1,8 @@
 """A TCP forwarder on 127.0.0.1 that a test can take down and bring back on the same port.
 
 Put in front of a server that keeps its state in memory (the S3 test server), it models that server being
-down without losing what it holds: :meth:`TcpProxy.refuse` closes the listening socket and every forwarded
+down without losing what it holds (:class:`ProxyProcess` runs it in a process of its own: in the test's
+process its threads would wait for the GIL while delta-rs holds it through a blocking request): :meth:`TcpProxy.refuse` closes the listening socket and every forwarded
 connection (a client then gets "connection refused", as from a stopped server), :meth:`TcpProxy.accept`
 listens again on the same port. Freezing the server itself (SIGSTOP) models a hung one instead: connections
 are accepted by the kernel and never answered.
@@ -28,10 +29,14 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
 
-from connectors.process import LOOPBACK
+from connectors.process import LOOPBACK, free_port, port_open
 
 
 class TcpProxy:
@@ -119,3 +124,65 @@ class TcpProxy:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
                 sock.close()
+
+
+class ProxyProcess:
+    """A :class:`TcpProxy` in a child process (``python -m bkaudit.testing.tcp_proxy TARGET PORT``):
+    SIGUSR1 makes it refuse, SIGUSR2 accept again; each call returns once the port shows it.
+
+    Example:
+        >>> # proxy = ProxyProcess(target_port).start(); proxy.refuse(); proxy.accept(); proxy.stop()
+    """
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = free_port()
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def start(self) -> ProxyProcess:
+        argv = [sys.executable, "-m", "bkaudit.testing.tcp_proxy", str(self.target_port), str(self.port)]
+        self._process = subprocess.Popen(argv)
+        self._wait(True)
+        return self
+
+    def refuse(self) -> None:
+        self._signal(signal.SIGUSR1)
+        self._wait(False)
+
+    def accept(self) -> None:
+        self._signal(signal.SIGUSR2)
+        self._wait(True)
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            self._process.wait(10)
+
+    def _signal(self, signum: int) -> None:
+        assert self._process is not None and self._process.poll() is None, "the proxy is not running"
+        self._process.send_signal(signum)
+
+    def _wait(self, listening: bool, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while port_open(self.port) != listening:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the proxy on {self.port} did not {'listen' if listening else 'refuse'}")
+            time.sleep(0.05)
+
+
+def _serve(target_port: int, port: int) -> None:
+    """The child's main: forward until SIGTERM; SIGUSR1 refuses, SIGUSR2 accepts again."""
+    proxy = TcpProxy(target_port, port).start()
+    signal.signal(signal.SIGUSR1, lambda *_: proxy.refuse())
+    signal.signal(signal.SIGUSR2, lambda *_: proxy.accept())
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    while True:
+        signal.pause()
+
+
+if __name__ == "__main__":
+    _serve(int(sys.argv[1]), int(sys.argv[2]))

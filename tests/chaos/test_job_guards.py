@@ -15,7 +15,7 @@ reason, the dead-letter metric counts them, and the watermark is not ahead of th
 nothing to do.
 
 The stack of this module keeps its tables and the lanes' checkpoint files on an S3 API (moto in server
-mode, private to the module, behind a :class:`~bkaudit.testing.tcp_proxy.TcpProxy`) and takes the
+mode, private to the module, behind a :class:`~bkaudit.testing.tcp_proxy.ProxyProcess`) and takes the
 ZooKeeper lease, as a checkpoint there requires; so the guards above are shown there too, and so are the
 faults of such a store:
 
@@ -50,7 +50,7 @@ from kazoo.client import KazooClient
 from bkaudit.testing.harness import ServiceHarness
 from bkaudit.testing.kafka_io import end_offsets, read_topic
 from bkaudit.testing.s3_server import S3Server
-from bkaudit.testing.tcp_proxy import TcpProxy
+from bkaudit.testing.tcp_proxy import ProxyProcess
 from connectors import storage
 from connectors.delta.tables import TABLES, table_path
 from connectors.process import free_port
@@ -84,15 +84,15 @@ FROZEN_S = SESSION_S + 8.0
 
 
 @pytest.fixture(scope="module")
-def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[S3Server, TcpProxy]]:
+def object_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[S3Server, ProxyProcess]]:
     """The module's own S3 server (frozen and cut off by its tests) and the proxy the job reaches it by."""
     server = S3Server(tmp_path_factory.mktemp("job-guards-s3"))
     server.start()
-    proxy = TcpProxy(server.port).start()
+    proxy = ProxyProcess(server.port).start()
     try:
         yield server, proxy
     finally:
-        proxy.close()
+        proxy.stop()
         server.stop()
 
 
@@ -101,17 +101,18 @@ def stack(
     chaos_services: ServiceHarness,
     chaos_seed: int,
     tmp_path_factory: pytest.TempPathFactory,
-    object_store: tuple[S3Server, TcpProxy],
+    object_store: tuple[S3Server, ProxyProcess],
 ) -> Iterator[ChaosStack]:
     """The chaos stack with the job's tables and checkpoint files on the S3 server, through the proxy; this
-    process reads them there too (its ``AWS_*`` variables are set for the module and put back)."""
+    process reads them from the server itself (its ``AWS_*`` variables are set for the module and put back)."""
     server, proxy = object_store
     bucket = server.new_bucket()
     store = server.object_store(storage.join(bucket, "lakehouse")).model_copy(
-        update={"checkpoint_url": storage.join(bucket, "checkpoints"), "endpoint_url": proxy.url}
+        update={"checkpoint_url": storage.join(bucket, "checkpoints")}
     )
     environ: dict[str, str] = {}
     storage.configure_from(Settings(object_store=store), environ)
+    store = store.model_copy(update={"endpoint_url": proxy.url})
     saved = {name: os.environ.get(name) for name in environ}
     os.environ.update(environ)
     try:
