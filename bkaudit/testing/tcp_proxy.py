@@ -1,11 +1,12 @@
 """A TCP forwarder on 127.0.0.1 that a test can take down and bring back on the same port.
 
 Put in front of a server that keeps its state in memory (the S3 test server), it models that server being
-down without losing what it holds (:class:`ProxyProcess` runs it in a process of its own: in the test's
-process its threads would wait for the GIL while delta-rs holds it through a blocking request): :meth:`TcpProxy.refuse` closes the listening socket and every forwarded
+down without losing what it holds: :meth:`TcpProxy.refuse` closes the listening socket and every forwarded
 connection (a client then gets "connection refused", as from a stopped server), :meth:`TcpProxy.accept`
 listens again on the same port. Freezing the server itself (SIGSTOP) models a hung one instead: connections
-are accepted by the kernel and never answered.
+are accepted by the kernel and never answered. :class:`ProxyProcess` runs the proxy in a process of its
+own: in the test's process its threads would wait for the GIL while delta-rs holds it through a blocking
+request.
 
 Example:
     >>> import socket, threading

@@ -104,7 +104,7 @@ def stack(
     object_store: tuple[S3Server, ProxyProcess],
 ) -> Iterator[ChaosStack]:
     """The chaos stack with the job's tables and checkpoint files on the S3 server, through the proxy; this
-    process reads them from the server itself (its ``AWS_*`` variables are set for the module and put back)."""
+    process reads them from the server itself (its ``AWS_*`` variables, set for the module, put back)."""
     server, proxy = object_store
     bucket = server.new_bucket()
     store = server.object_store(storage.join(bucket, "lakehouse")).model_copy(
