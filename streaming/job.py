@@ -998,6 +998,7 @@ def _run_locked(settings: Settings, held: HeldCheckpoint) -> None:
         while query.isActive and not stopping.wait(1.0):
             lost = held.lost()
             if lost is not None:
+                failure = lost
                 raise lost  # the checkpoint may be another job's now: stop before writing again
             for lane in (query.ledgers, query.membership):
                 stalls.check(lane.name, lane.running())
@@ -1011,3 +1012,8 @@ def _run_locked(settings: Settings, held: HeldCheckpoint) -> None:
         # No last fold on a store that does not answer: it would wait out the clients' retries again (up
         # to minutes on a hung store) and then hide the line the job stops with.
         sink.close(fold=not isinstance(failure, storage.ObjectStoreUnreachable))
+        if failure is not None:
+            # Stopped on an error: stop Spark too, or its listener bus goes on calling back into a Python
+            # that is exiting and prints Java traces after the job's one line.
+            with contextlib.suppress(Exception):
+                spark.stop()

@@ -46,11 +46,13 @@ def stream(
 
 def _stream(settings: Settings, *, available_now: bool) -> None:
     if available_now:
+        from connectors import storage
         from streaming.job import exclusive_checkpoint, query_failure, start, started_spark
 
         with exclusive_checkpoint(settings) as held:
             spark = started_spark(settings)
             query, sink = start(spark, settings, available_now=True, write_check=held.write_check)
+            failure: Exception | None = None
             try:
                 query.awaitTermination()
             except Exception as err:  # the query failed: one line and exit 2 when the source named the fault
@@ -59,7 +61,8 @@ def _stream(settings: Settings, *, available_now: bool) -> None:
                     raise failure from None
                 raise
             finally:
-                sink.close()
+                # No last fold on a store that does not answer (it would wait out the retries again).
+                sink.close(fold=not isinstance(failure, storage.ObjectStoreUnreachable))
         return
     from streaming.job import run
 
