@@ -1014,6 +1014,8 @@ def _run_locked(settings: Settings, held: HeldCheckpoint) -> None:
         sink.close(fold=not isinstance(failure, storage.ObjectStoreUnreachable))
         if failure is not None:
             # Stopped on an error: stop Spark too, or its listener bus goes on calling back into a Python
-            # that is exiting and prints Java traces after the job's one line.
+            # that is exiting and prints Java traces after the job's one line; and py4j's INFO lines of its
+            # connections closing at exit would come after that line too.
             with contextlib.suppress(Exception):
                 spark.stop()
+            logging.getLogger("py4j").setLevel(logging.WARNING)
