@@ -71,7 +71,12 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m|↳")
 
 class ObjectStoreUnreachable(ServiceError):
     """The object store did not answer (after the clients' own retries): the job stops with this one line
-    before its batch is committed; a restart replays the batch once the store answers."""
+    before its batch is committed; a restart replays the batch once the store answers. ``detail`` is what
+    failed, shortened, without the advice."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail or message
 
 
 def unreachable(error: BaseException) -> ObjectStoreUnreachable | None:
@@ -97,7 +102,7 @@ def unreachable(error: BaseException) -> ObjectStoreUnreachable | None:
         seen.add(id(current))
         text = " ".join(_ANSI.sub(" ", str(current)).split())
         if any(word in text.lower() for word in UNANSWERED):
-            return ObjectStoreUnreachable(unreachable_message(text))
+            return ObjectStoreUnreachable(unreachable_message(text), _shortened(text))
         current = current.__cause__ or current.__context__
     return None
 
@@ -112,12 +117,15 @@ def unreachable_message(detail: str, environ: Mapping[str, str] | None = None) -
     """
     source = os.environ if environ is None else environ
     endpoint = source.get(ENV_ENDPOINT) or "the AWS default"
-    short = detail if len(detail) <= 300 else detail[:297] + "..."
     return (
-        f"the object store did not answer (endpoint {endpoint}; {short}): the job stopped before committing "
-        "its batch, which a restart replays; start the job again once the store answers "
+        f"the object store did not answer (endpoint {endpoint}; {_shortened(detail)}): the job stopped "
+        "before committing its batch, which a restart replays; start the job again once the store answers "
         "(docs/troubleshooting.md, 'The object store is unreachable')"
     )
+
+
+def _shortened(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def is_remote(location: str | Path) -> bool:

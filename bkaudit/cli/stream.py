@@ -9,6 +9,11 @@ Example:
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
+from typing import NoReturn
+
 import typer
 
 from bkaudit.cli.live import DevOption, use_dev_services
@@ -66,4 +71,18 @@ def _stream(settings: Settings, *, available_now: bool) -> None:
         return
     from streaming.job import run
 
-    run(settings)
+    try:
+        run(settings)
+    except BkauditError as err:
+        _exit_now(err)
+
+
+def _exit_now(err: BkauditError) -> NoReturn:
+    """The running job's one line, then exit 2 at once. The interpreter's own exit would let the Rust and
+    Java threads still unwinding a failed write (delta-rs's runtime, Spark's listener bus) print panics and
+    traces after that line; everything bkaudit owns (the lanes, the producer, the lease, Spark) is already
+    stopped and flushed."""
+    sys.stderr.write(f"bkaudit: {' '.join(str(err).split())}\n")
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(2)

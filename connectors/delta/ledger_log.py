@@ -778,10 +778,8 @@ class LedgerLog:
             tick += 1
             try:
                 report = self.fold(max_buckets=limit)
-            except Exception:  # the changes stay in ledger_changes; the next fold takes them
-                logger.warning(
-                    "folding ledger changes into ledgers failed; retrying in %.1f s", period, exc_info=True
-                )
+            except Exception as err:  # the changes stay in ledger_changes; the next fold takes them
+                _fold_failed(err, f"folding ledger changes into ledgers failed; retrying in {period:.1f} s")
             else:
                 self.last_fold = report or self.last_fold
                 limit = tick_limit(per_tick, 0.0 if report is None else report.seconds, period, self.buckets)
@@ -794,10 +792,8 @@ class LedgerLog:
         try:
             with self.fold_lock:
                 self.after_fold()
-        except Exception:  # its inputs are still there; the next fold runs it again
-            logger.warning(
-                "the step after the ledger fold failed; it runs again after the next fold", exc_info=True
-            )
+        except Exception as err:  # its inputs are still there; the next fold runs it again
+            _fold_failed(err, "the step after the ledger fold failed; it runs again after the next fold")
 
     def stop_folding(self, *, fold_all: bool = True) -> None:
         """Stop the fold thread; with ``fold_all``, fold every recorded batch now (the job is stopping)."""
@@ -1045,3 +1041,13 @@ def _index_columns(batch: int, rows: pa.Table) -> list[np.ndarray]:
         closed & ~gone,
         _checked_mask(rows) & ~gone,
     ]
+
+
+def _fold_failed(err: Exception, what: str) -> None:
+    """Log a failed fold step: one line when the object store did not answer (an outage, not a bug: the
+    job's own line follows if it lasts), else with the traceback."""
+    down = storage.unreachable(err)
+    if down is not None:
+        logger.warning("%s: %s", what, down.detail)
+    else:
+        logger.warning("%s", what, exc_info=True)
