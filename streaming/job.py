@@ -976,6 +976,15 @@ def started_spark(settings: Settings) -> Any:
         return build_spark_session(settings.spark)
 
 
+def _quiet_spark(spark: Any) -> None:
+    """A job stopping on an error says why in one line: the timers query's batch refused during the stop,
+    the cancelled Spark jobs and py4j's closing connections would each log a trace or a line after the
+    cause, so Spark's and py4j's logs keep only what is fatal from here on."""
+    with contextlib.suppress(Exception):
+        spark.sparkContext.setLogLevel("FATAL")
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
+
+
 def _run_locked(settings: Settings, held: HeldCheckpoint) -> None:
     spark = started_spark(settings)
     query, sink = start(spark, settings, write_check=held.write_check)
@@ -1008,14 +1017,14 @@ def _run_locked(settings: Settings, held: HeldCheckpoint) -> None:
             failure = query_failure(query.exception())
             raise failure
     finally:
+        if failure is not None:
+            _quiet_spark(spark)
         stop_gracefully(query, sink)  # every lane (one may have stopped on its own)
         # No last fold on a store that does not answer: it would wait out the clients' retries again (up
         # to minutes on a hung store) and then hide the line the job stops with.
         sink.close(fold=not isinstance(failure, storage.ObjectStoreUnreachable))
         if failure is not None:
             # Stopped on an error: stop Spark too, or its listener bus goes on calling back into a Python
-            # that is exiting and prints Java traces after the job's one line; and py4j's INFO lines of its
-            # connections closing at exit would come after that line too.
+            # that is exiting and prints Java traces after the job's one line.
             with contextlib.suppress(Exception):
                 spark.stop()
-            logging.getLogger("py4j").setLevel(logging.WARNING)
