@@ -295,13 +295,28 @@ def test_kill9_of_the_job_with_its_tables_and_checkpoint_on_the_object_store(sta
         kills.extend(sink_kills)
         after_job_kill(stack)
         time.sleep(2.0)
-    settle_s = stack.settle(f"after {len(kills)} kills on the object store, churn and the loss of {lost}")
+    try:
+        settle_s = stack.settle(f"after {len(kills)} kills on the object store, churn and the loss of {lost}")
+    except AssertionError as err:
+        raise AssertionError(f"{err}\nkills: {kills}\n{changes_of_deleted(stack)}") from None
     stack.wait_read_to_end()
     stack.assert_no_alert_lost()
     print(f"\nkills on the object store (tables = truth {settle_s:.0f} s after the last restart):")
     for kill in kills:
         print(f"  {kill}")
     assert sink_kills[-1].mid_batch, kills
+
+
+def changes_of_deleted(stack: ChaosStack) -> str:
+    """The ``ledger_changes`` rows of deleted ledgers the tables still show live (what a failure reports)."""
+    live = {r["ledger_id"] for r in stack.table("ledgers") if not r["deleted"]}
+    shown = sorted(live & stack.deleted)
+    rows = [
+        {k: r.get(k) for k in ("ledger_id", "deleted", "batch_id", "mzxid")}
+        for r in stack.table("ledger_changes")
+        if r["ledger_id"] in shown
+    ]
+    return f"deleted in the cluster, live in the tables: {shown}; their changes: {rows}"
 
 
 def written(stack: ChaosStack) -> dict[str, Any]:
