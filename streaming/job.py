@@ -892,14 +892,29 @@ def query_failure(exception: Any) -> Exception:
 def run(settings: Settings) -> None:
     """``bkaudit stream``: run until SIGTERM/SIGINT, then stop after the current batch. An object store that
     does not answer (after the clients' retries) stops it with one line (exit 2) wherever it is met."""
+    running: list[bool] = []
     try:
         with exclusive_checkpoint(settings) as held:
-            _run_locked(settings, held)
+            _run_locked(settings, held, running)
     except (OSError, RuntimeError) as err:
         down = storage.unreachable(err)
         if down is None:
             raise
-        raise down from None
+        raise stopped_while_running(down, running) from None
+    except BkauditError as err:
+        raise stopped_while_running(err, running) from None
+
+
+def stopped_while_running(err: BkauditError, running: list[bool]) -> BkauditError:
+    """``err`` marked ``job_was_running`` when the job had started its lanes (the CLI then exits at once
+    after its line: Spark and delta-rs threads still unwinding would print after it).
+
+    Example:
+        >>> stopped_while_running(ConfigError("x"), [True]).job_was_running  # type: ignore[attr-defined]
+        True
+    """
+    err.job_was_running = bool(running)  # type: ignore[attr-defined]
+    return err
 
 
 class IngestProgress:
@@ -985,9 +1000,10 @@ def _quiet_spark(spark: Any) -> None:
     logging.getLogger("py4j").setLevel(logging.CRITICAL)
 
 
-def _run_locked(settings: Settings, held: HeldCheckpoint) -> None:
+def _run_locked(settings: Settings, held: HeldCheckpoint, running: list[bool]) -> None:
     spark = started_spark(settings)
     query, sink = start(spark, settings, write_check=held.write_check)
+    running.append(True)
     checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
     logger.info(
         "bkaudit running: the ledger and membership lanes and the timers query (checkpoint %s)", checkpoint

@@ -74,7 +74,9 @@ def _stream(settings: Settings, *, available_now: bool) -> None:
     try:
         run(settings)
     except BkauditError as err:
-        _exit_now(err)
+        if getattr(err, "job_was_running", False):
+            _exit_now(err)
+        raise
 
 
 def _exit_now(err: BkauditError) -> NoReturn:
