@@ -528,6 +528,8 @@ def _zookeeper_lease(
         stream.lease_path,
         stream.app_id,
         wait_s=stream.lease_wait_s,
+        # A job killed and restarted on this host finds its last session's lease until the session expires.
+        stale_wait_s=zookeeper.session_timeout_s * 2,
         confirm_after_s=zookeeper.session_timeout_s / 3,
     )
     try:

@@ -64,10 +64,36 @@ def holder_text(holder: dict[str, Any]) -> str:
     return f"pid {holder.get('pid', '?')} on {holder.get('host', '?')} since {holder.get('started', '?')}"
 
 
+def left_by_a_dead_process(holder: dict[str, Any] | None) -> bool:
+    """Whether the lease's holder was another process of this host that no longer runs.
+
+    Example:
+        >>> left_by_a_dead_process({"pid": os.getpid(), "host": socket.gethostname()})
+        False
+        >>> left_by_a_dead_process({"pid": 2**22 + 1, "host": socket.gethostname()})  # above pid_max
+        True
+        >>> left_by_a_dead_process({"pid": 2**22 + 1, "host": "another-host"})
+        False
+    """
+    if not holder or holder.get("host") != socket.gethostname():
+        return False
+    pid = holder.get("pid")
+    if not isinstance(pid, int) or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 class ZooKeeperLease:
     """The lease ``<path>/<name>`` taken with ``client`` (a started :class:`KazooClient`).
 
-    ``wait_s`` is how long :meth:`acquire` waits for a lease another job holds (0: refuse at once);
+    ``wait_s`` is how long :meth:`acquire` waits for a lease another job holds (0: refuse at once), and
+    ``stale_wait_s`` how long for one a dead process of this host left (its session expiring);
     ``confirm_after_s`` how old the last confirmation may be before a check asks ZooKeeper again (less than
     the session timeout; None: never asks, kazoo's state alone decides).
     """
@@ -79,12 +105,14 @@ class ZooKeeperLease:
         name: str,
         *,
         wait_s: float = 0.0,
+        stale_wait_s: float = 0.0,
         confirm_after_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
         self.znode = f"{path.rstrip('/')}/{name}"
         self.wait_s = wait_s
+        self.stale_wait_s = stale_wait_s
         self.confirm_after_s = confirm_after_s
         self._clock = clock
         self._confirmed_at = clock()
@@ -97,12 +125,27 @@ class ZooKeeperLease:
     # -- taking and giving back ---------------------------------------------------------------------------
     def acquire(self) -> None:
         """Create the ephemeral znode, waiting up to ``wait_s`` while another job holds it; raises
-        :class:`~core.errors.ConfigError` naming the holder when it is still held."""
+        :class:`~core.errors.ConfigError` naming the holder when it is still held.
+
+        A holder that was a process of this host and is gone (a job killed with ``kill -9`` and restarted
+        at once) left its session to expire: that is waited for, up to ``stale_wait_s``, whatever
+        ``wait_s`` says."""
         deadline = time.monotonic() + self.wait_s
+        extended = False
         while True:
             if self._try_create():
                 break
             holder = self.holder()
+            if time.monotonic() >= deadline and not extended and left_by_a_dead_process(holder):
+                extended = True
+                deadline = time.monotonic() + self.stale_wait_s
+                logger.info(
+                    "the lease %s is held by %s, which has exited: waiting up to %.0f s for its ZooKeeper "
+                    "session to expire",
+                    self.znode,
+                    holder_text(holder or {}),
+                    self.stale_wait_s,
+                )
             if time.monotonic() >= deadline:
                 raise ConfigError(
                     f"the lease {self.znode} in ZooKeeper is held by {holder_text(holder or {})}: another "
@@ -241,4 +284,4 @@ class ZooKeeperLease:
                 time.sleep(0.1)
 
 
-__all__ = ["LeaseLost", "LeaseSuspended", "ZooKeeperLease", "holder_text"]
+__all__ = ["LeaseLost", "LeaseSuspended", "ZooKeeperLease", "holder_text", "left_by_a_dead_process"]

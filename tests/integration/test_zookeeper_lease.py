@@ -113,6 +113,34 @@ def test_a_check_long_after_the_last_asks_zookeeper_whatever_kazoo_believes(
             client.close()
 
 
+def test_a_lease_a_killed_job_of_this_host_left_is_waited_for_until_its_session_expires(
+    bk_services: ServiceHarness, zk_chroot: str, zk_client: Any
+) -> None:
+    # kill -9 and restart at once (systemd, a supervisor): the dead job's session holds the lease until it
+    # expires; the new job waits for that instead of refusing (a lease held by a live job still refuses).
+    hosts = bk_services.zookeeper_hosts(zk_chroot)
+    code = (
+        "import sys, time; from kazoo.client import KazooClient; "
+        "from connectors.zookeeper.lease import ZooKeeperLease; "
+        f"c = KazooClient(hosts={hosts!r}, timeout=4); c.start(30); "
+        f"ZooKeeperLease(c, {LEASES!r}, 'job').acquire(); print('held', flush=True); time.sleep(600)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(ConfigError, match="held by pid"):
+            ZooKeeperLease(zk_client, LEASES, "job", stale_wait_s=60).acquire()  # alive: refused
+    finally:
+        holder.kill()
+        holder.wait()
+    started = time.monotonic()
+    lease = ZooKeeperLease(zk_client, LEASES, "job", stale_wait_s=60)
+    lease.acquire()
+    lease.check()
+    assert time.monotonic() - started < 60
+    lease.release()
+
+
 def test_a_dropped_connection_suspends_writes_until_the_session_is_back(zk_client: Any) -> None:
     lease = ZooKeeperLease(zk_client, LEASES, "job")
     lease.acquire()
