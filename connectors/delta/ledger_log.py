@@ -723,8 +723,8 @@ class LedgerLog:
             table.vacuum(
                 retention_hours=0, dry_run=False, enforce_retention_duration=False, keep_versions=kept
             )
-        except Exception:  # an optimisation: the periodic maintenance vacuums too
-            logger.warning("vacuuming ledgers after a fold round failed", exc_info=True)
+        except Exception as err:  # an optimisation: the periodic maintenance vacuums too
+            _fold_failed(err, "vacuuming ledgers after a fold round failed")
 
     def vacuum_index(self) -> int:
         """Delete the ``ledger_bookies`` files (appends the cleanup rewrote) that no version since the fold
