@@ -109,6 +109,7 @@ from connectors.delta.tables import (
     sorted_by_id,
     table_path,
 )
+from core.errors import BkauditError
 
 __all__ = [
     "FoldReport",
@@ -790,6 +791,7 @@ class LedgerLog:
         if self.after_fold is None:
             return
         try:
+            self.write_check()  # it writes (placement_plans): not once the job's hold on its checkpoint is gone
             with self.fold_lock:
                 self.after_fold()
         except Exception as err:  # its inputs are still there; the next fold runs it again
@@ -1049,5 +1051,7 @@ def _fold_failed(err: Exception, what: str) -> None:
     down = storage.unreachable(err)
     if down is not None:
         logger.warning("%s: %s", what, down.detail)
+    elif isinstance(err, BkauditError):  # a lost lease, say: the job's own line says what to do
+        logger.warning("%s: %s", what, err)
     else:
         logger.warning("%s", what, exc_info=True)
