@@ -791,7 +791,7 @@ class LedgerLog:
         if self.after_fold is None:
             return
         try:
-            self.write_check()  # it writes (placement_plans): not once the job's hold on its checkpoint is gone
+            self.write_check()  # it writes placement_plans: not once the job's hold on the checkpoint is gone
             with self.fold_lock:
                 self.after_fold()
         except Exception as err:  # its inputs are still there; the next fold runs it again
