@@ -25,6 +25,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import re
 import tempfile
 import uuid
 from collections.abc import Mapping
@@ -35,7 +36,7 @@ from urllib.parse import urlparse
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from core.errors import ConfigError
+from core.errors import ConfigError, ServiceError
 from core.localfs import writable_directory
 
 if TYPE_CHECKING:
@@ -51,6 +52,80 @@ ENV_KEY_ID = "AWS_ACCESS_KEY_ID"
 ENV_SECRET = "AWS_SECRET_ACCESS_KEY"
 ENV_TOKEN = "AWS_SESSION_TOKEN"
 ENV_ALLOW_HTTP = "AWS_ALLOW_HTTP"
+
+
+#: Words of delta-rs's (``object_store``) and pyarrow's (AWS SDK, curl) errors for a store that did not
+#: answer: a refused or reset connection, a request that timed out. An HTTP status (403, 404, 412) is one.
+UNANSWERED = (
+    "error sending request",
+    "operation timed out",
+    "connection refused",
+    "connection reset",
+    "network_connection",
+    "could not connect",
+    "timeout was reached",
+    "curlcode: 28",
+)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m|↳")
+
+
+class ObjectStoreUnreachable(ServiceError):
+    """The object store did not answer (after the clients' own retries): the job stops with this one line
+    before its batch is committed; a restart replays the batch once the store answers. ``detail`` is what
+    failed, shortened, without the advice."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail or message
+
+
+def unreachable(error: BaseException) -> ObjectStoreUnreachable | None:
+    """The one-line error to stop with when ``error`` (or an error it was raised from) says the object store
+    did not answer; None for any other error.
+
+    Example:
+        >>> err = OSError("Generic S3 error: Error performing GET http://s3:9000/b/k in 4s, after 10 retries"
+        ...               " - HTTP error: error sending request")
+        >>> str(unreachable(RuntimeError("the sink failed")) or "")
+        ''
+        >>> try:
+        ...     raise RuntimeError("the sink failed") from err
+        ... except RuntimeError as wrapped:
+        ...     print(str(unreachable(wrapped)).split(" (")[0])
+        the object store did not answer
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ObjectStoreUnreachable):
+            return current
+        seen.add(id(current))
+        text = " ".join(_ANSI.sub(" ", str(current)).split())
+        if any(word in text.lower() for word in UNANSWERED):
+            return ObjectStoreUnreachable(unreachable_message(text), _shortened(text))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def unreachable_message(detail: str, environ: Mapping[str, str] | None = None) -> str:
+    """The line an outage stops the job with: the endpoint, what failed (shortened), and what to do.
+
+    Example:
+        >>> unreachable_message("Generic S3 error: GET http://s3:9000/b/k: error sending request",
+        ...                     {"AWS_ENDPOINT_URL": "http://s3:9000"})[:60]
+        'the object store did not answer (endpoint http://s3:9000; Ge'
+    """
+    source = os.environ if environ is None else environ
+    endpoint = source.get(ENV_ENDPOINT) or "the AWS default"
+    return (
+        f"the object store did not answer (endpoint {endpoint}; {_shortened(detail)}): the job stopped "
+        "before committing its batch, which a restart replays; start the job again once the store answers "
+        "(docs/troubleshooting.md, 'The object store is unreachable')"
+    )
+
+
+def _shortened(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def is_remote(location: str | Path) -> bool:

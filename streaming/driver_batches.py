@@ -141,8 +141,13 @@ class DriverMicroBatches:
         interval_s: float,
         available_now: bool = False,
         on_progress: Callable[[dict[str, Any]], None] | None = None,
+        write_check: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
+        # Raises once the job's hold on its checkpoint is gone (a lost lease): run before a batch is logged,
+        # so a job that lost its lease starts no batch and writes nothing more to the checkpoint.
+        self._write_check = write_check
+        self._running: tuple[int, float] | None = None  # (batch id, when it was planned)
         self._on_progress = on_progress
         self._reader = reader
         self._process = process
@@ -219,6 +224,8 @@ class DriverMicroBatches:
                     self._wait(planned_at)
                     continue
                 batch_time_ms = int(time.time() * 1000)
+                if self._write_check is not None:
+                    self._write_check()
                 self._log.write(batch_id, start, end, batch_time_ms)
                 self._run_batch(batch_id, start, end, batch_time_ms, planned_at)
                 start, batch_id = end, batch_id + 1
@@ -262,10 +269,17 @@ class DriverMicroBatches:
         if remaining > 0:
             self._stopping.wait(remaining)
 
+    def running(self) -> tuple[int, float] | None:
+        """The batch running now and its seconds so far (None between batches): a batch that runs for long
+        waits on something (a store or a broker retrying), which the job reports."""
+        running = self._running
+        return None if running is None else (running[0], time.monotonic() - running[1])
+
     def _run_batch(
         self, batch_id: int, start: dict[str, Any], end: dict[str, Any], batch_time_ms: int, planned_at: float
     ) -> None:
         self._trigger_active = True
+        self._running = (batch_id, planned_at)
         try:
             read_started = time.monotonic()
             records = self._read(start, end, batch_time_ms)
@@ -275,6 +289,7 @@ class DriverMicroBatches:
             finished = time.monotonic()
         finally:
             self._trigger_active = False
+            self._running = None
         self._report(
             {
                 "name": self.name,

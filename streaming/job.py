@@ -544,7 +544,15 @@ def _zookeeper_lease(
         )
     client = KazooClient(**kazoo_client_options(zookeeper))
     start_client(client, zookeeper, zookeeper.connect, "zookeeper.connect", zookeeper.session_timeout_s)
-    lease = ZooKeeperLease(client, stream.lease_path, stream.app_id, wait_s=stream.lease_wait_s)
+    lease = ZooKeeperLease(
+        client,
+        stream.lease_path,
+        stream.app_id,
+        wait_s=stream.lease_wait_s,
+        # A job killed and restarted on this host finds its last session's lease until the session expires.
+        stale_wait_s=zookeeper.session_timeout_s * 2,
+        confirm_after_s=zookeeper.session_timeout_s / 3,
+    )
     try:
         lease.acquire()
         yield (lambda: lease.wait_usable(zookeeper.session_timeout_s)), lease.lost
@@ -650,6 +658,7 @@ def start_membership_lane(settings: Settings, sink: AuditSink, *, available_now:
         OffsetLog(storage.join(checkpoint, "offsets")),
         interval_s=stream.membership_trigger_interval_s,
         available_now=available_now,
+        write_check=lambda: sink.write_check(),
     ).start()
 
 
@@ -841,6 +850,7 @@ def start_ledger_lane(
         # Available-now plans in full each time: look again soon (the interval is the tailing's gather).
         interval_s=min(interval_s, 0.1) if available_now else interval_s,
         on_progress=sink.metrics.on_progress if sink.metrics is not None else None,
+        write_check=lambda: sink.write_check(),
     ).start()
 
 
@@ -894,10 +904,18 @@ def query_failure(exception: Any) -> Exception:
         ... except RuntimeError as lane_error:
         ...     query_failure(lane_error) is full
         True
+        >>> type(query_failure(OSError("Generic S3 error: GET http://s3/b/k: error sending request")))
+        <class 'connectors.storage.ObjectStoreUnreachable'>
     """
     cause = _own_cause(exception)
     if cause is not None:
         return cause  # the lanes' own one-line errors (a damaged checkpoint, a source fault, a full disk)
+    # The object store did not answer (also told by Spark's text of the timers query's Python error): one
+    # line, exit 2; the batch is replayed on restart.
+    error = exception if isinstance(exception, BaseException) else RuntimeError(str(exception))
+    down = storage.unreachable(error)
+    if down is not None:
+        return down
     text = str(exception)
     found = re.search(r"(bkaudit_kafka: [^\n]*)", text)
     if found:
@@ -917,9 +935,31 @@ def _own_cause(exception: Any) -> BkauditError | None:
 
 
 def run(settings: Settings) -> None:
-    """``bkaudit stream``: run until SIGTERM/SIGINT, then stop after the current batch."""
-    with exclusive_checkpoint(settings) as held:
-        _run_locked(settings, held)
+    """``bkaudit stream``: run until SIGTERM/SIGINT, then stop after the current batch. An object store that
+    does not answer (after the clients' retries) stops it with one line (exit 2) wherever it is met."""
+    running: list[bool] = []
+    try:
+        with exclusive_checkpoint(settings) as held:
+            _run_locked(settings, held, running)
+    except (OSError, RuntimeError) as err:
+        down = storage.unreachable(err)
+        if down is None:
+            raise
+        raise stopped_while_running(down, running) from None
+    except BkauditError as err:
+        raise stopped_while_running(err, running) from None
+
+
+def stopped_while_running(err: BkauditError, running: list[bool]) -> BkauditError:
+    """``err`` marked ``job_was_running`` when the job had started its lanes (the CLI then exits at once
+    after its line: Spark and delta-rs threads still unwinding would print after it).
+
+    Example:
+        >>> stopped_while_running(ConfigError("x"), [True]).job_was_running  # type: ignore[attr-defined]
+        True
+    """
+    err.job_was_running = bool(running)  # type: ignore[attr-defined]
+    return err
 
 
 class IngestProgress:
@@ -956,6 +996,38 @@ class IngestProgress:
         return text
 
 
+class StallWarnings:
+    """One WARNING for each lane batch that runs longer than ``after_s``: such a batch waits on a store or a
+    broker that does not answer while its client retries (delta-rs for up to 180 s), and the log says so
+    instead of staying silent until the job stops or goes on.
+
+    Example:
+        >>> warnings = StallWarnings(after_s=60)
+        >>> warnings.check("ledger-lane", (7, 75.0)).split(";")[0]
+        'ledger-lane: batch 7 has run for 75 s'
+        >>> warnings.check("ledger-lane", (7, 90.0)) is None  # said once per batch
+        True
+    """
+
+    def __init__(self, after_s: float = 60.0) -> None:
+        self.after_s = after_s
+        self._warned: set[tuple[str, int]] = set()
+
+    def check(self, lane: str, running: tuple[int, float] | None) -> str | None:
+        """Warn (and return the line) when ``running`` (batch id, seconds) is past ``after_s`` for the first
+        time."""
+        if running is None or running[1] < self.after_s or (lane, running[0]) in self._warned:
+            return None
+        self._warned.add((lane, running[0]))
+        line = (
+            f"{lane}: batch {running[0]} has run for {running[1]:.0f} s; its writes are waiting for the "
+            "object store or Kafka to answer (their clients retry; the job stops with one line if they give "
+            "up)"
+        )
+        logger.warning("%s", line)
+        return line
+
+
 def started_spark(settings: Settings) -> Any:
     """The job's Spark session, its start logged (a JVM's start takes tens of seconds on a busy host)."""
     from streaming.session import build_spark_session
@@ -964,9 +1036,19 @@ def started_spark(settings: Settings) -> Any:
         return build_spark_session(settings.spark)
 
 
-def _run_locked(settings: Settings, held: HeldCheckpoint) -> None:
+def _quiet_spark(spark: Any) -> None:
+    """A job stopping on an error says why in one line: the timers query's batch refused during the stop,
+    the cancelled Spark jobs and py4j's closing connections would each log a trace or a line after the
+    cause, so Spark's and py4j's logs keep only what is fatal from here on."""
+    with contextlib.suppress(Exception):
+        spark.sparkContext.setLogLevel("FATAL")
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
+
+
+def _run_locked(settings: Settings, held: HeldCheckpoint, running: list[bool]) -> None:
     spark = started_spark(settings)
     query, sink = start(spark, settings, write_check=held.write_check)
+    running.append(True)
     checkpoint = Path(settings.checkpoint_root) / settings.stream.app_id
     logger.info(
         "bkaudit running: the ledger and membership lanes and the timers query (checkpoint %s)", checkpoint
@@ -980,15 +1062,30 @@ def _run_locked(settings: Settings, held: HeldCheckpoint) -> None:
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     progress = IngestProgress()
+    failure: BaseException | None = None
+    stalls = StallWarnings()
     try:
         while query.isActive and not stopping.wait(1.0):
             lost = held.lost()
             if lost is not None:
+                failure = lost
                 raise lost  # the checkpoint may be another job's now: stop before writing again
+            for lane in (query.ledgers, query.membership):
+                stalls.check(lane.name, lane.running())
             if progress.line.enabled:
                 progress.show(query.ledgers.lastProgress)
         if query.exception() is not None and not sink.stopping.is_set():
-            raise query_failure(query.exception())
+            failure = query_failure(query.exception())
+            raise failure
     finally:
+        if failure is not None:
+            _quiet_spark(spark)
         stop_gracefully(query, sink)  # every lane (one may have stopped on its own)
-        sink.close()
+        # No last fold on a store that does not answer: it would wait out the clients' retries again (up
+        # to minutes on a hung store) and then hide the line the job stops with.
+        sink.close(fold=not isinstance(failure, storage.ObjectStoreUnreachable))
+        if failure is not None:
+            # Stopped on an error: stop Spark too, or its listener bus goes on calling back into a Python
+            # that is exiting and prints Java traces after the job's one line.
+            with contextlib.suppress(Exception):
+                spark.stop()

@@ -321,10 +321,12 @@ class AuditSink:
             vacuum_rounds=self.config.ledger_vacuum_rounds,
         )
 
-    def close(self) -> None:
-        """Fold what is left, then close the clients (also when the fold raises: a lost lease refuses it)."""
+    def close(self, *, fold: bool = True) -> None:
+        """Fold what is left (``fold``), then close the clients (also when the fold raises: a lost lease
+        refuses it). Without ``fold`` the background fold stops and what is left stays in
+        ``ledger_changes`` for the next start's fold."""
         try:
-            self.ledger_log.stop_folding(fold_all=True)
+            self.ledger_log.stop_folding(fold_all=fold)
         finally:
             self._close_clients()
 

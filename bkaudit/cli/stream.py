@@ -9,6 +9,11 @@ Example:
 
 from __future__ import annotations
 
+import logging
+import os
+import sys
+from typing import NoReturn
+
 import typer
 
 from bkaudit.cli._process_end import owns_process, skip_teardown
@@ -53,11 +58,13 @@ def stream(
 
 def _stream(settings: Settings, *, available_now: bool) -> None:
     if available_now:
+        from connectors import storage
         from streaming.job import exclusive_checkpoint, query_failure, start, started_spark
 
         with exclusive_checkpoint(settings) as held:
             spark = started_spark(settings)
             query, sink = start(spark, settings, available_now=True, write_check=held.write_check)
+            failure: Exception | None = None
             try:
                 query.awaitTermination()
             except Exception as err:  # the query failed: one line and exit 2 when the source named the fault
@@ -66,8 +73,25 @@ def _stream(settings: Settings, *, available_now: bool) -> None:
                     raise failure from None
                 raise
             finally:
-                sink.close()
+                # No last fold on a store that does not answer (it would wait out the retries again).
+                sink.close(fold=not isinstance(failure, storage.ObjectStoreUnreachable))
         return
     from streaming.job import run
 
-    run(settings)
+    try:
+        run(settings)
+    except BkauditError as err:
+        if getattr(err, "job_was_running", False):
+            _exit_now(err)
+        raise
+
+
+def _exit_now(err: BkauditError) -> NoReturn:
+    """The running job's one line, then exit 2 at once. The interpreter's own exit would let the Rust and
+    Java threads still unwinding a failed write (delta-rs's runtime, Spark's listener bus) print panics and
+    traces after that line; everything bkaudit owns (the lanes, the producer, the lease, Spark) is already
+    stopped and flushed."""
+    sys.stderr.write(f"bkaudit: {' '.join(str(err).split())}\n")
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(2)

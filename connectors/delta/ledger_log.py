@@ -776,8 +776,8 @@ class LedgerLog:
             table.vacuum(
                 retention_hours=0, dry_run=False, enforce_retention_duration=False, keep_versions=kept
             )
-        except Exception:  # an optimisation: the periodic maintenance vacuums too
-            logger.warning("vacuuming ledgers after a fold round failed", exc_info=True)
+        except Exception as err:  # an optimisation: the periodic maintenance vacuums too
+            _fold_failed(err, "vacuuming ledgers after a fold round failed")
 
     def vacuum_index(self) -> int:
         """Delete the ``ledger_bookies`` files (appends the cleanup rewrote) that no version since the fold
@@ -824,12 +824,8 @@ class LedgerLog:
             tick += 1
             try:
                 report = self.fold(max_buckets=limit)
-            except BkauditError as err:  # a hold the job stops for itself (a lost lease, a full volume)
-                logger.warning("folding ledger changes into ledgers waits: %s", err)
-            except Exception:  # the changes stay in ledger_changes; the next fold takes them
-                logger.warning(
-                    "folding ledger changes into ledgers failed; retrying in %.1f s", period, exc_info=True
-                )
+            except Exception as err:  # the changes stay in ledger_changes; the next fold takes them
+                _fold_failed(err, f"folding ledger changes into ledgers failed; retrying in {period:.1f} s")
             else:
                 self.last_fold = report or self.last_fold
                 limit = tick_limit(per_tick, 0.0 if report is None else report.seconds, period, self.buckets)
@@ -841,14 +837,10 @@ class LedgerLog:
             return
         try:
             with self.fold_lock:
-                self.write_check()
+                self.write_check()  # it writes placement_plans: not once the hold on the checkpoint is gone
                 self.after_fold()
-        except BkauditError as err:  # a hold the job stops for itself (a lost lease, a full volume)
-            logger.warning("the step after the ledger fold waits: %s", err)
-        except Exception:  # its inputs are still there; the next fold runs it again
-            logger.warning(
-                "the step after the ledger fold failed; it runs again after the next fold", exc_info=True
-            )
+        except Exception as err:  # its inputs are still there; the next fold runs it again
+            _fold_failed(err, "the step after the ledger fold failed; it runs again after the next fold")
 
     def stop_folding(self, *, fold_all: bool = True) -> None:
         """Stop the fold thread; with ``fold_all``, fold every recorded batch now (the job is stopping)."""
@@ -1116,3 +1108,15 @@ def _index_columns(batch: int, rows: pa.Table) -> list[np.ndarray]:
         closed & ~gone,
         _checked_mask(rows) & ~gone,
     ]
+
+
+def _fold_failed(err: Exception, what: str) -> None:
+    """Log a failed fold step: one line when the object store did not answer (an outage, not a bug: the
+    job's own line follows if it lasts), else with the traceback."""
+    down = storage.unreachable(err)
+    if down is not None:
+        logger.warning("%s: %s", what, down.detail)
+    elif isinstance(err, BkauditError):  # a lost lease, say: the job's own line says what to do
+        logger.warning("%s: %s", what, err)
+    else:
+        logger.warning("%s", what, exc_info=True)

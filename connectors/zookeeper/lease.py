@@ -13,6 +13,13 @@ is suspended and fails for good once the lease is lost; the job then stops with 
 past its check when the connection drops may still land: the window is one commit, and the holder's session
 outlives its connection by ``zookeeper.session_timeout_s``.
 
+The session's state is kazoo's view, and kazoo learns of an expiry only from the server: a process that was
+frozen (SIGSTOP, a VM paused, a stop-the-world pause) past its session timeout still sees ``CONNECTED`` for
+a moment after it runs again, while another job may already hold the lease. So a check that comes more than
+``confirm_after_s`` after the last confirmed one asks ZooKeeper first (one ``exists`` of the znode, its
+owner compared): a freeze long enough to lose the session is always longer than that, and the check fails
+instead of letting the write through. Between such checks the cost is nothing.
+
 The lease lives under bkaudit's own path, never in BookKeeper's tree.
 
 Example:
@@ -31,6 +38,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -56,16 +64,58 @@ def holder_text(holder: dict[str, Any]) -> str:
     return f"pid {holder.get('pid', '?')} on {holder.get('host', '?')} since {holder.get('started', '?')}"
 
 
+def left_by_a_dead_process(holder: dict[str, Any] | None) -> bool:
+    """Whether the lease's holder was another process of this host that no longer runs.
+
+    Example:
+        >>> left_by_a_dead_process({"pid": os.getpid(), "host": socket.gethostname()})
+        False
+        >>> left_by_a_dead_process({"pid": 2**22 + 1, "host": socket.gethostname()})  # above pid_max
+        True
+        >>> left_by_a_dead_process({"pid": 2**22 + 1, "host": "another-host"})
+        False
+    """
+    if not holder or holder.get("host") != socket.gethostname():
+        return False
+    pid = holder.get("pid")
+    if not isinstance(pid, int) or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 class ZooKeeperLease:
     """The lease ``<path>/<name>`` taken with ``client`` (a started :class:`KazooClient`).
 
-    ``wait_s`` is how long :meth:`acquire` waits for a lease another job holds (0: refuse at once).
+    ``wait_s`` is how long :meth:`acquire` waits for a lease another job holds (0: refuse at once), and
+    ``stale_wait_s`` how long for one a dead process of this host left (its session expiring);
+    ``confirm_after_s`` how old the last confirmation may be before a check asks ZooKeeper again (less than
+    the session timeout; None: never asks, kazoo's state alone decides).
     """
 
-    def __init__(self, client: KazooClient, path: str, name: str, *, wait_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        client: KazooClient,
+        path: str,
+        name: str,
+        *,
+        wait_s: float = 0.0,
+        stale_wait_s: float = 0.0,
+        confirm_after_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.client = client
         self.znode = f"{path.rstrip('/')}/{name}"
         self.wait_s = wait_s
+        self.stale_wait_s = stale_wait_s
+        self.confirm_after_s = confirm_after_s
+        self._clock = clock
+        self._confirmed_at = clock()
         self._state = KazooState.CONNECTED
         self._held = False
         self._lost = threading.Event()
@@ -75,12 +125,27 @@ class ZooKeeperLease:
     # -- taking and giving back ---------------------------------------------------------------------------
     def acquire(self) -> None:
         """Create the ephemeral znode, waiting up to ``wait_s`` while another job holds it; raises
-        :class:`~core.errors.ConfigError` naming the holder when it is still held."""
+        :class:`~core.errors.ConfigError` naming the holder when it is still held.
+
+        A holder that was a process of this host and is gone (a job killed with ``kill -9`` and restarted
+        at once) left its session to expire: that is waited for, up to ``stale_wait_s``, whatever
+        ``wait_s`` says."""
         deadline = time.monotonic() + self.wait_s
+        extended = False
         while True:
             if self._try_create():
                 break
             holder = self.holder()
+            if time.monotonic() >= deadline and not extended and left_by_a_dead_process(holder):
+                extended = True
+                deadline = time.monotonic() + self.stale_wait_s
+                logger.info(
+                    "the lease %s is held by %s, which has exited: waiting up to %.0f s for its ZooKeeper "
+                    "session to expire",
+                    self.znode,
+                    holder_text(holder or {}),
+                    self.stale_wait_s,
+                )
             if time.monotonic() >= deadline:
                 raise ConfigError(
                     f"the lease {self.znode} in ZooKeeper is held by {holder_text(holder or {})}: another "
@@ -105,6 +170,7 @@ class ZooKeeperLease:
             return False
         with self._lock:
             self._held = True
+            self._confirmed_at = self._clock()
         return True
 
     def _wait_for_release(self, deadline: float) -> None:
@@ -146,7 +212,8 @@ class ZooKeeperLease:
             found = self.client.exists(self.znode, watch=self._watch_znode)
         except Exception:  # no connection now: the session's state listener decides
             return
-        if found is None or found.ephemeralOwner != self.client.client_id[0]:
+        session = self.client.client_id
+        if found is None or session is None or found.ephemeralOwner != session[0]:
             self._lose("the lease znode was deleted")
 
     def _lose(self, why: str) -> None:
@@ -187,6 +254,22 @@ class ZooKeeperLease:
             raise LeaseLost(f"the lease {self.znode} is not held")
         if state != KazooState.CONNECTED:
             raise LeaseSuspended(f"the lease {self.znode}: no connection to ZooKeeper; not writing")
+        if self.confirm_after_s is not None and self._clock() - self._confirmed_at > self.confirm_after_s:
+            self._confirm()
+
+    def _confirm(self) -> None:
+        """Ask ZooKeeper whether this session still owns the znode (after a pause kazoo may not know yet)."""
+        started = self._clock()
+        try:
+            found = self.client.exists(self.znode)
+        except Exception as err:  # no answer on this connection: wait for the session's state to tell
+            raise LeaseSuspended(f"the lease {self.znode}: ZooKeeper did not confirm it ({err!r})") from None
+        session = self.client.client_id
+        if found is None or session is None or found.ephemeralOwner != session[0]:
+            self._lose("the lease znode is gone or another session's")
+            self.check()  # raises LeaseLost
+        with self._lock:
+            self._confirmed_at = started
 
     def wait_usable(self, timeout_s: float) -> None:
         """:meth:`check`, waiting up to ``timeout_s`` for a suspended session to come back."""
@@ -201,4 +284,4 @@ class ZooKeeperLease:
                 time.sleep(0.1)
 
 
-__all__ = ["LeaseLost", "LeaseSuspended", "ZooKeeperLease", "holder_text"]
+__all__ = ["LeaseLost", "LeaseSuspended", "ZooKeeperLease", "holder_text", "left_by_a_dead_process"]

@@ -38,7 +38,7 @@ from bkaudit.testing.kafka_io import end_offsets
 from connectors.delta.tables import read_table
 from connectors.kafka.topics import ensure_topic
 from connectors.process import free_port
-from core.settings import KafkaSettings
+from core.settings import KafkaSettings, ObjectStoreSettings
 from tests.integration.event_fixtures import alerts_on
 from tests.integration.job_process import JobRun, kill_group, planned_offsets
 
@@ -514,6 +514,19 @@ def build_cluster(hosts: str, seed: int, ledgers: int) -> SimulatedCluster:
     return cluster
 
 
+def object_store_env(store: ObjectStoreSettings | None) -> dict[str, str]:
+    """``BKAUDIT_OBJECT_STORE__*`` variables for the job's settings ``store`` (nothing for none)."""
+    if store is None:
+        return {}
+    values = store.model_dump(exclude_none=True)
+    if store.secret_access_key is not None:
+        values["secret_access_key"] = store.secret_access_key.get_secret_value()
+    return {
+        f"BKAUDIT_OBJECT_STORE__{k.upper()}": str(v).lower() if isinstance(v, bool) else str(v)
+        for k, v in values.items()
+    }
+
+
 @contextlib.contextmanager
 def chaos_stack(
     services: ServiceHarness,
@@ -524,8 +537,12 @@ def chaos_stack(
     watcher_settings: Mapping[str, str] | None = None,
     stream_settings: Mapping[str, str] | None = None,
     kafka_request_timeout_ms: int | None = None,
+    object_store: ObjectStoreSettings | None = None,
 ) -> Iterator[ChaosStack]:
-    """Build the stack, start the watcher and the job, wait until the job has ingested the snapshot."""
+    """Build the stack, start the watcher and the job, wait until the job has ingested the snapshot.
+
+    ``object_store``: the job keeps its tables and checkpoint files there (``lakehouse_url`` and
+    ``checkpoint_url`` set) and takes the ZooKeeper lease, which such a checkpoint needs."""
     chroot = services.new_chroot()
     cluster = build_cluster(services.zookeeper_hosts(chroot), seed, ledgers)
     kafka = services.kafka_settings(topic_partitions=PARTITIONS)
@@ -544,17 +561,28 @@ def chaos_stack(
         metrics_port=metrics_port,
     )
     env = stack.base_env()
+    remote = object_store_env(object_store)
     stack.run = JobRun(
         root / "job",
         kafka,
-        {**STREAM_SETTINGS, "METRICS_PORT": str(metrics_port), **(stream_settings or {})},
+        {
+            **STREAM_SETTINGS,
+            "METRICS_PORT": str(metrics_port),
+            **({"LEASE": "zookeeper"} if object_store else {}),
+            **(stream_settings or {}),
+        },
         "bkaudit-chaos",
         PARTITIONS,
         extra_env={
-            k: v
-            for k, v in env.items()
-            if k.startswith(("BKAUDIT_ZOOKEEPER", "BKAUDIT_KAFKA__REQUEST_TIMEOUT_MS"))
+            **{
+                k: v
+                for k, v in env.items()
+                if k.startswith(("BKAUDIT_ZOOKEEPER", "BKAUDIT_KAFKA__REQUEST_TIMEOUT_MS"))
+            },
+            **remote,
         },
+        lakehouse_url=object_store.lakehouse_url if object_store else None,
+        checkpoint_url=object_store.checkpoint_url if object_store else None,
     )
     stack.watcher = WatcherProcess(
         root,

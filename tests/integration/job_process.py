@@ -26,6 +26,7 @@ from typing import Any
 
 from deltalake import DeltaTable
 
+from connectors import storage
 from connectors.delta.tables import TABLES, read_table, table_path
 from core.settings import KafkaSettings
 from tests.integration.event_fixtures import alerts_on
@@ -51,13 +52,20 @@ class JobRun:
     partitions: int = 2
     extra_env: Mapping[str, str] = field(default_factory=dict)
     command_prefix: tuple[str, ...] = ()
+    #: ``s3://…`` locations of the tables and of the checkpoint's files (``object_store.lakehouse_url`` and
+    #: ``checkpoint_url``, set in ``extra_env``); None: under ``root``. The test process reads them through
+    #: :mod:`connectors.storage` with its own ``AWS_*`` variables.
+    lakehouse_url: str | None = None
+    checkpoint_url: str | None = None
 
     @property
     def lakehouse(self) -> Path:
-        return self.root / "lakehouse"
+        return self.lakehouse_url or self.root / "lakehouse"  # type: ignore[return-value]  # str on S3
 
     @property
     def checkpoint(self) -> Path:
+        if self.checkpoint_url:
+            return storage.join(self.checkpoint_url, self.app_id)  # type: ignore[return-value]  # str on S3
         return self.root / "checkpoints" / self.app_id
 
     def log_path(self, attempt: int | str) -> Path:
@@ -114,14 +122,14 @@ class JobRun:
         """One batch's file in the ledger lane's ``offsets`` (planned) or ``commits`` (done) log: the
         lane's offset log and saved states."""
         folder = "offsets" if log == "offsets" else "state"
-        return self.checkpoint / "ledger-lane" / folder / f"{batch_id}.json"
+        return storage.join(self.checkpoint, "ledger-lane", folder, f"{batch_id}.json")  # type: ignore[return-value]
 
     def batch_ids(self, log: str) -> list[int]:
         """Batch ids in the ledger lane's ``offsets`` (planned) or ``commits`` (done) log."""
-        folder = self.log_file(log, 0).parent
-        if not folder.is_dir():
-            return []
-        return sorted(int(p.name.removesuffix(".json")) for p in folder.iterdir() if _batch_file(p.name))
+        folder = storage.join(self.checkpoint, "ledger-lane", "offsets" if log == "offsets" else "state")
+        return sorted(
+            int(name.removesuffix(".json")) for name in storage.list_files(folder) if _batch_file(name)
+        )
 
     def last(self, log: str) -> int:
         ids = self.batch_ids(log)
@@ -130,13 +138,13 @@ class JobRun:
     def planned_end(self, batch_id: int) -> dict[str, int] | None:
         """The changes-topic end offsets batch ``batch_id`` planned (``{"partition": offset}``); raises
         OSError or ValueError while the file is being written."""
-        text = self.log_file("offsets", batch_id).read_text()
-        return json.loads(text)["end"].get(self.kafka.changes_topic)
+        folder = storage.join(self.checkpoint, "ledger-lane", "offsets", f"{batch_id}.json")
+        return json.loads(storage.read_bytes(folder))["end"].get(self.kafka.changes_topic)
 
     def queued_batches(self) -> list[int]:
         """Batches whose decisions wait in the checkpoint's sink queue (handed over, not applied yet)."""
-        folder = self.checkpoint / "sink-queue"
-        return sorted(int(p.stem) for p in folder.glob("*.arrow")) if folder.is_dir() else []
+        files = storage.list_files(storage.join(self.checkpoint, "sink-queue"))
+        return sorted(int(name.removesuffix(".arrow")) for name in files if name.endswith(".arrow"))
 
     def tables_with_batch(self, batch_id: int) -> list[str]:
         """Tables that already committed ``batch_id`` (the sink had started writing when the job died)."""
@@ -184,8 +192,8 @@ def delta_commit_counts(lakehouse: Path) -> dict[str, int]:
     for name in TABLES:
         if name == "ledgers":
             continue
-        log = Path(table_path(lakehouse, name)) / "_delta_log"
-        counts[name] = sum(1 for p in log.glob("*.json")) if log.is_dir() else 0
+        log = storage.join(table_path(lakehouse, name), "_delta_log")
+        counts[name] = sum(1 for f in storage.list_files(log) if f.endswith(".json"))
     return counts
 
 
@@ -193,10 +201,11 @@ def sink_committed_since(run: JobRun, before: dict[str, int]) -> bool:
     """Whether a table has committed a batch of the ledger lane's sink (its app transaction, ``run.app_id``)
     since ``before`` (:func:`delta_commit_counts`); the membership lane commits under an id of its own."""
     for name, count in delta_commit_counts(run.lakehouse).items():
-        log = Path(table_path(run.lakehouse, name)) / "_delta_log"
+        log = storage.join(table_path(run.lakehouse, name), "_delta_log")
         for version in range(before.get(name, 0), count):
             with contextlib.suppress(FileNotFoundError):  # counted files are versions 0..count-1
-                for line in (log / f"{version:020d}.json").read_text().splitlines():
+                text = storage.read_bytes(storage.join(log, f"{version:020d}.json")).decode()
+                for line in text.splitlines():
                     if json.loads(line).get("txn", {}).get("appId") == run.app_id:
                         return True
     return False

@@ -68,6 +68,37 @@ def test_a_missing_bucket_is_one_line_naming_the_setting(bucket):
     assert "\n" not in text and "bkaudit-test-secret" not in text
 
 
+def test_a_store_that_refuses_connections_is_told_from_one_that_answers_no(bucket, monkeypatch):
+    # What delta-rs and pyarrow raise once their retries against a closed port are spent is "did not
+    # answer" (the job stops with that line); a missing bucket is an answer, not an outage.
+    from connectors.process import free_port
+
+    missing = "s3://no-such-bucket-here/t"
+    with pytest.raises(OSError) as answered:
+        DeltaTable(missing)
+    assert storage.unreachable(answered.value) is None, answered.value
+    closed = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv(storage.ENV_ENDPOINT, closed)
+    storage._s3_client.cache_clear()
+    try:
+        for attempt in (
+            lambda: DeltaTable(storage.join(bucket, "t")),
+            lambda: storage.read_bytes(bucket + "/x"),
+        ):
+            with pytest.raises(OSError) as refused:
+                attempt()
+            try:
+                raise RuntimeError("ledger-lane failed") from refused.value
+            except RuntimeError as wrapped:
+                down = storage.unreachable(wrapped)
+            assert down is not None, refused.value
+            line = str(down)
+            assert line.startswith(f"the object store did not answer (endpoint {closed}; ")
+            assert "\n" not in line and "\x1b" not in line and "bkaudit-test-secret" not in line
+    finally:
+        storage._s3_client.cache_clear()
+
+
 def test_the_health_check_names_a_missing_data_file_and_a_cut_short_commit_on_s3(bucket):
     root = storage.join(bucket, "lh")
     ensure_tables(root)

@@ -88,6 +88,59 @@ def test_an_expired_session_loses_the_lease_for_good_and_another_job_can_take_it
             client.close()
 
 
+def test_a_check_long_after_the_last_asks_zookeeper_whatever_kazoo_believes(
+    bk_services: ServiceHarness, zk_chroot: str
+) -> None:
+    # A process frozen past its session runs again believing it is connected: kazoo learns of the expiry
+    # only from the server. Here kazoo's word never reaches the lease (its listener is removed) while the
+    # session expires and another job takes the lease; a check past confirm_after_s must still fail.
+    holder_client = bk_services.kazoo_client(zk_chroot)
+    other = bk_services.kazoo_client(zk_chroot)
+    now = [0.0]
+    try:
+        lease = ZooKeeperLease(holder_client, LEASES, "job", confirm_after_s=3.0, clock=lambda: now[0])
+        lease.acquire()
+        holder_client.remove_listener(lease._on_state)
+        bk_services.expire_session(holder_client)
+        ZooKeeperLease(other, LEASES, "job").acquire()
+        lease.check()  # within confirm_after_s of the last confirmation: kazoo's state decides
+        now[0] = 10.0
+        with pytest.raises(LeaseLost, match="gone or another session's"):
+            lease.check()
+    finally:
+        for client in (holder_client, other):
+            client.stop()
+            client.close()
+
+
+def test_a_lease_a_killed_job_of_this_host_left_is_waited_for_until_its_session_expires(
+    bk_services: ServiceHarness, zk_chroot: str, zk_client: Any
+) -> None:
+    # kill -9 and restart at once (systemd, a supervisor): the dead job's session holds the lease until it
+    # expires; the new job waits for that instead of refusing (a lease held by a live job still refuses).
+    hosts = bk_services.zookeeper_hosts(zk_chroot)
+    code = (
+        "import sys, time; from kazoo.client import KazooClient; "
+        "from connectors.zookeeper.lease import ZooKeeperLease; "
+        f"c = KazooClient(hosts={hosts!r}, timeout=4); c.start(30); "
+        f"ZooKeeperLease(c, {LEASES!r}, 'job').acquire(); print('held', flush=True); time.sleep(600)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(ConfigError, match="held by pid"):
+            ZooKeeperLease(zk_client, LEASES, "job", stale_wait_s=60).acquire()  # alive: refused
+    finally:
+        holder.kill()
+        holder.wait()
+    started = time.monotonic()
+    lease = ZooKeeperLease(zk_client, LEASES, "job", stale_wait_s=60)
+    lease.acquire()
+    lease.check()
+    assert time.monotonic() - started < 60
+    lease.release()
+
+
 def test_a_dropped_connection_suspends_writes_until_the_session_is_back(zk_client: Any) -> None:
     lease = ZooKeeperLease(zk_client, LEASES, "job")
     lease.acquire()
