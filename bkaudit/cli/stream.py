@@ -81,7 +81,7 @@ def _stream(settings: Settings, *, available_now: bool) -> None:
     try:
         run(settings)
     except BkauditError as err:
-        if getattr(err, "job_was_running", False):
+        if getattr(err, "job_was_running", False) and owns_process():  # never the process of a caller
             _exit_now(err)
         raise
 
