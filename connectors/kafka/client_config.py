@@ -296,11 +296,11 @@ def kafka_errors(settings: KafkaSettings, action: str) -> Iterator[None]:
     try:
         yield
     except (KafkaException, BufferError) as err:
-        check_tls(settings, action)
-        check_sasl(settings, action)
         refused = configuration_error(err)
         if refused is not None:
             raise refused from None
+        check_tls(settings, action)
+        check_sasl(settings, action)
         detail = error_text(err)
         for secret in _secrets(settings):
             detail = detail.replace(secret, "***")
@@ -381,15 +381,21 @@ def sasl_refusal(settings: KafkaSettings, timeout_s: float = 10.0) -> ServiceErr
     if not settings.security_protocol.startswith("SASL_"):
         return None
     refused: list[str] = []
+    unreachable: list[str] = []  # no broker answered at all: there is no login to judge
 
     def on_error(error: KafkaError) -> None:
         if error.code() == KafkaError._AUTHENTICATION:
             refused.append(error.str())
+        elif error.code() == KafkaError._ALL_BROKERS_DOWN:
+            unreachable.append(error.str())
 
     config: dict[str, Any] = {**admin_config(settings), "error_cb": on_error, "log_level": 0}
-    admin = AdminClient(config)
+    try:
+        admin = AdminClient(config)
+    except KafkaException:  # a configuration librdkafka refuses: its own line says so
+        return None
     deadline = time.monotonic() + timeout_s
-    while not refused and time.monotonic() < deadline:
+    while not refused and not unreachable and time.monotonic() < deadline:
         try:
             admin.list_topics(timeout=0.5)
             return None
