@@ -13,18 +13,31 @@ watcher runs (its next START snapshot must reconcile them); then killed right af
 watcher's snapshot must repair it all. Snapshot reads are made one at a time in this module, so that a
 snapshot of 600 ledgers lasts about a second and can be interrupted. The restart is
 :func:`tests.chaos.recovery.after_watcher_kill`.
+
+Damaged tables: with the job stopped after a bookie loss, the newest commit of ``ledgers`` is cut to half
+and the ``violations`` table deleted. The job refuses to start in one line (exit 2) naming the table and the
+file instead of recreating ``violations`` empty; the command that line names (``bkaudit repair``) rebuilds
+both, and the restarted job ends at the truth with every transition of ``violations`` back and no alert
+lost. The restart is :func:`tests.chaos.recovery.restart_after_named_command`.
 """
 
 from __future__ import annotations
 
 import random
+import shutil
 import time
+from pathlib import Path
 
 import pytest
 
 from bkaudit.testing.kafka_io import TopicTail, read_topic
 from core import events as ev
-from tests.chaos.recovery import after_job_kill, after_watcher_kill
+from tests.chaos.recovery import (
+    after_job_kill,
+    after_watcher_kill,
+    one_line_exit,
+    restart_after_named_command,
+)
 from tests.chaos.stack import wait_for
 from tests.integration.job_process import Kill, kill_during_batch
 
@@ -196,3 +209,42 @@ def test_kill9_of_the_watcher_mid_stream_and_mid_snapshot_then_restart(stack, ch
         f"\nseed {chaos_seed}: settled {stream_s:.0f} s after the mid-stream kill, "
         f"{snapshot_s:.0f} s after the mid-snapshot kill (snapshot {interrupted[0][:8]} interrupted)"
     )
+
+
+def damage_tables(lakehouse: Path) -> Path:
+    """Cut the newest commit of ``ledgers`` to half and delete ``violations``; returns the cut commit."""
+    newest = max((lakehouse / "ledgers" / "_delta_log").glob("*.json"), key=lambda path: int(path.stem))
+    data = newest.read_bytes()
+    newest.write_bytes(data[: len(data) // 2])
+    shutil.rmtree(lakehouse / "violations")
+    return newest
+
+
+def transitions(rows: list[dict]) -> set[tuple]:
+    return {(row["alert_id"], row["kind"], row["state"]) for row in rows}
+
+
+def test_a_damaged_ledgers_log_and_a_deleted_violations_table_are_named_and_repaired(stack, chaos_seed):
+    rng = random.Random(chaos_seed + 3)
+    stack.start_healthy("the damaged tables")
+    lost = stack.lose_bookie(rng)
+    stack.settle(f"the loss of {lost}")
+    recorded = transitions(stack.table("violations"))
+    assert any(kind == "BOOKIE_LOST" for _, kind, _ in recorded), recorded
+    stack.job.stop()
+    cut = damage_tables(stack.run.lakehouse)
+
+    refused = stack.start_job()
+    wait_for("the job to refuse the damaged lakehouse", lambda: not refused.alive(), 180.0)
+    line = one_line_exit(refused.run.log_path(refused.attempt), refused.exit_code())
+    assert "'ledgers' is damaged" in line or "'violations' is gone" in line, line
+    assert "bkaudit repair" in line, line
+    if "'ledgers' is damaged" in line:
+        assert cut.name in line, line
+
+    command = restart_after_named_command(stack, refused)
+    stack.settle(f"`{command}` and a restart")
+    stack.wait_read_to_end()
+    stack.assert_no_alert_lost()
+    rebuilt = transitions(stack.table("violations"))
+    assert recorded <= rebuilt, f"transitions missing after the repair: {sorted(recorded - rebuilt)[:10]}"
