@@ -10,8 +10,11 @@ receives from the processor, for tests of the sink alone.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import namedtuple
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
@@ -187,3 +190,14 @@ def closed_ledger_payload(ensemble: list[str], mzxid: int, snapshot_id: str | No
     if snapshot_id is not None:
         payload["snapshot_id"] = snapshot_id
     return payload
+
+
+def run_watch_once(
+    zookeeper: str, bootstrap: str, topic: str, *options: str, env: Mapping[str, str], cwd: Path
+) -> subprocess.CompletedProcess[bytes]:
+    """``bkaudit watch --exit-after-snapshot --log-level DEBUG`` as its own process, its output captured:
+    the tests that search every line it can log (for a secret, for its one-line refusal) run it so."""
+    command = [sys.executable, "-m", "bkaudit.cli.main", "watch", "--zookeeper", zookeeper]
+    command += ["--bootstrap", bootstrap, "--topic", topic, *options]
+    command += ["--exit-after-snapshot", "--log-level", "DEBUG"]
+    return subprocess.run(command, capture_output=True, timeout=180, env=dict(env), cwd=cwd)

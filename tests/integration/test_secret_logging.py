@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import base64
 import os
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 
+from tests.integration.event_fixtures import run_watch_once
 from tests.integration.test_watcher import PASSWORD, ClusterTree
 
 pytestmark = pytest.mark.integration
@@ -54,26 +53,12 @@ def test_watch_at_debug_logs_no_secret(bk_services: Any, zk_chroot: str, tmp_pat
             "BKAUDIT_WATCHER__PROGRESS": "off",
         }
     )
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bkaudit.cli.main",
-            "watch",
-            "--zookeeper",
-            bk_services.zookeeper_hosts(zk_chroot),
-            "--bootstrap",
-            bk_services.kafka_bootstrap,
-            "--topic",
-            bk_services.unique_topic("secrets"),
-            "--watch-mode",
-            "fallback",  # one read per ledger: each response is its own kazoo record
-            "--exit-after-snapshot",
-            "--log-level",
-            "DEBUG",
-        ],
-        capture_output=True,
-        timeout=180,
+    done = run_watch_once(
+        bk_services.zookeeper_hosts(zk_chroot),
+        bk_services.kafka_bootstrap,
+        bk_services.unique_topic("secrets"),
+        "--watch-mode",
+        "fallback",  # one read per ledger: each response is its own kazoo record
         env=env,
         cwd=tmp_path,
     )

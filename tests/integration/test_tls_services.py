@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from connectors.kafka.topics import ensure_topic
 from connectors.zookeeper.client import kazoo_client_options, start_client
 from core.errors import BkauditError
 from core.settings import DevSettings, KafkaSettings, ZooKeeperSettings
+from tests.integration.event_fixtures import run_watch_once
 
 pytestmark = pytest.mark.integration
 
@@ -342,28 +342,14 @@ def test_bkaudit_watch_with_a_wrong_scram_password_is_one_line_at_debug_without_
             "BKAUDIT_CLUSTER": "scram-test",  # no BookKeeper cluster on this ZooKeeper (no INSTANCEID)
         }
     )
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bkaudit.cli.main",
-            "watch",
-            "--zookeeper",
-            secured.zookeeper,
-            "--bootstrap",
-            secured.kafka_sasl,
-            "--topic",
-            f"scram-watch-{uuid.uuid4().hex[:8]}",
-            "--exit-after-snapshot",
-            "--log-level",
-            "DEBUG",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
+    ran = run_watch_once(
+        secured.zookeeper,
+        secured.kafka_sasl,
+        f"scram-watch-{uuid.uuid4().hex[:8]}",
         env=env,
         cwd=tmp_path,
     )
+    done = subprocess.CompletedProcess(ran.args, ran.returncode, ran.stdout.decode(), ran.stderr.decode())
     assert done.returncode == 2, done.stderr[-3000:]
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("bkaudit: Kafka at") and "SASL authentication refused" in last, last
