@@ -934,13 +934,16 @@ def _own_cause(exception: Any) -> BkauditError | None:
     return None
 
 
-def run(settings: Settings) -> None:
+def run(settings: Settings, *, owns_spark: bool = False) -> None:
     """``bkaudit stream``: run until SIGTERM/SIGINT, then stop after the current batch. An object store that
-    does not answer (after the clients' retries) stops it with one line (exit 2) wherever it is met."""
+    does not answer (after the clients' retries) stops it with one line (exit 2) wherever it is met.
+
+    ``owns_spark``: the process is the job's own, so a job stopped on an error stops the Spark context too
+    (a caller in the same process keeps its session)."""
     running: list[bool] = []
     try:
         with exclusive_checkpoint(settings) as held:
-            _run_locked(settings, held, running)
+            _run_locked(settings, held, running, owns_spark=owns_spark)
     except (OSError, RuntimeError) as err:
         down = storage.unreachable(err)
         if down is None:
@@ -1045,7 +1048,7 @@ def _quiet_spark(spark: Any) -> None:
     logging.getLogger("py4j").setLevel(logging.CRITICAL)
 
 
-def _run_locked(settings: Settings, held: HeldCheckpoint, running: list[bool]) -> None:
+def _run_locked(settings: Settings, held: HeldCheckpoint, running: list[bool], *, owns_spark: bool) -> None:
     spark = started_spark(settings)
     query, sink = start(spark, settings, write_check=held.write_check)
     running.append(True)
@@ -1084,7 +1087,7 @@ def _run_locked(settings: Settings, held: HeldCheckpoint, running: list[bool]) -
         # No last fold on a store that does not answer: it would wait out the clients' retries again (up
         # to minutes on a hung store) and then hide the line the job stops with.
         sink.close(fold=not isinstance(failure, storage.ObjectStoreUnreachable))
-        if failure is not None:
+        if failure is not None and owns_spark:
             # Stopped on an error: stop Spark too, or its listener bus goes on calling back into a Python
             # that is exiting and prints Java traces after the job's one line.
             with contextlib.suppress(Exception):

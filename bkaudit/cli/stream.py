@@ -79,7 +79,7 @@ def _stream(settings: Settings, *, available_now: bool) -> None:
     from streaming.job import run
 
     try:
-        run(settings)
+        run(settings, owns_spark=owns_process())
     except BkauditError as err:
         if getattr(err, "job_was_running", False) and owns_process():  # never the process of a caller
             _exit_now(err)

@@ -173,3 +173,5 @@ def test_a_hang_past_the_outage_limit_stops_the_job_with_one_line_and_exit_2(
     assert result.stderr.startswith("bkaudit: bkaudit_kafka: Kafka at "), result.stderr
     assert "stream.broker_outage_limit_s (5 s)" in result.stderr
     assert "Traceback" not in result.stderr
+    # A job run by a caller in the same process leaves the caller's Spark session as it found it.
+    assert spark.range(3).count() == 3
