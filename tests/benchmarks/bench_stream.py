@@ -179,6 +179,12 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="the job alone: a recorded change stream offered at --rate for --duration (replay.py)",
     )
+    add(
+        "--baseline-settle-s",
+        type=float,
+        default=20.0,
+        help="--replay: seconds an empty job runs for the memory baseline (job_bytes_per_ledger)",
+    )
     add("--sink-chunk", type=int, default=100_000, help="--sink-only: decisions per sink batch")
     add("--profile-sink", action="store_true", help="--sink-only: cProfile the first loss's sink batch")
     add(

@@ -21,7 +21,8 @@ Figures:
 - ``job_rss_peak_mb``: the peak, sampled every 0.5 s from the job's start to the end of the drain, of the
   resident memory of the job's Python process (which also holds this benchmark's bookkeeping of the
   changes sent) plus its fold processes (``jvm_rss_peak_mb``: Spark's JVM, for the timers query, apart);
-  ``job_bytes_per_ledger``: that peak over ``--ledgers``;
+  ``job_bytes_per_ledger``: that peak, less an empty job's (``empty_job_rss_mb``, its last 5 of
+  ``--baseline-settle-s`` seconds), over ``--ledgers``;
 - ``lakehouse_mb_before`` / ``lakehouse_mb_after``: the lakehouse's tables on disk when the changes start
   and when the last one is applied, plus one fold interval (so the folds of the changes are in it); the
   fold's scratch (``_fold``: the mapped base of the ledger state, one file) is apart, in
@@ -494,7 +495,7 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         ensure_topic(kafka, kafka.changes_topic, partitions=args.partitions)
         ensure_topic(kafka, kafka.alerts_topic, partitions=args.alert_partitions)
         spark, settings = job_session_and_settings(args, kafka, state_dir)
-        baseline_mb = empty_job_rss_mb(spark, settings, state_dir / "empty-job")
+        baseline_mb = empty_job_rss_mb(spark, settings, state_dir / "empty-job", args.baseline_settle_s)
         _note(args, f"replay: an empty job's RSS {baseline_mb} MB")
         started = time.monotonic()
         writer, ready = _start_writer(args, kafka, "/ledgers", state_dir / "replay-sent.json")
@@ -609,7 +610,7 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
 def empty_job_rss_mb(spark: Any, settings: Any, state_dir: Path, settle_s: float = 20.0) -> float:
     """The resident memory of this process (plus fold processes: none) while a job with no ledgers runs (its
     own tables and checkpoints under ``state_dir``, the changes topic still empty): the baseline the ledger
-    state's bytes are counted above. The peak of its last 5 of ``settle_s`` seconds."""
+    state's bytes are counted above. The peak of its last 5 of ``settle_s`` seconds (all of them if fewer)."""
     from streaming import job
 
     empty = settings.model_copy(

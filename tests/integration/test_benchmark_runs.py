@@ -42,6 +42,8 @@ def test_the_replay_benchmark_runs_and_ends_with_its_json_line(tmp_path: Path) -
         tmp_path,
         *("--replay", "--ledgers", "2000", "--bookies", "6", "--racks", "3", "--rate", "200"),
         *("--duration", "3", "--driver-memory", "1g", "--drain-timeout", "120"),
+        # Short folds and a short baseline: the run's steps, not its figures, are what this test needs.
+        *("--fold-interval-s", "2", "--baseline-settle-s", "3"),
         timeout_s=600,
     )
     assert figures["mode"] == "replay" and figures["ledgers"] == 2000
