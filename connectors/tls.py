@@ -156,23 +156,6 @@ def certificate_expired_on(certfile: Path, now: datetime.datetime | None = None)
     return end.strftime("%Y-%m-%d %H:%M:%S UTC") if end < now else None
 
 
-def probe_handshake(
-    context: ssl.SSLContext, host: str, port: int, timeout_s: float, *, hello: bytes = b""
-) -> str | None:
-    """One TLS handshake with ``host:port``: ``None`` when the server accepted it, else the refusal's text.
-
-    With TLS 1.3 a server refuses a client certificate (missing, expired, unknown CA) only after the
-    handshake, so ``hello`` (bytes the server answers, e.g. a ZooKeeper four-letter word) is sent and one
-    read waits for that answer or the refusal. A connection that fails before TLS (nothing listening) is
-    not a TLS refusal: ``None``, the client's own error says it.
-
-    Example:
-        >>> probe_handshake(ssl.create_default_context(), "127.0.0.1", 1, 1.0) is None
-        True
-    """
-    return _probe(context, host, port, timeout_s, hello)[1]
-
-
 def first_refusal(
     context: ssl.SSLContext, servers: list[tuple[str, int]], timeout_s: float, *, hello: bytes = b""
 ) -> tuple[str, int, str] | None:
@@ -195,7 +178,12 @@ def first_refusal(
 def _probe(
     context: ssl.SSLContext, host: str, port: int, timeout_s: float, hello: bytes
 ) -> tuple[bool, str | None]:
-    """``(reached, refusal)`` of one handshake (see :func:`probe_handshake`)."""
+    """``(reached, refusal)`` of one handshake: ``refusal`` is ``None`` when the server accepted it.
+
+    With TLS 1.3 a server refuses a client certificate (missing, expired, unknown CA) only after the
+    handshake, so ``hello`` (bytes the server answers, e.g. a ZooKeeper four-letter word) is sent and one
+    read waits for that answer or the refusal. A connection that fails before TLS (nothing listening) is
+    not a TLS refusal: the client's own error says it."""
     try:
         raw = socket.create_connection((host, port), timeout=timeout_s)
     except OSError:

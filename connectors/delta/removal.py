@@ -28,18 +28,6 @@ from core.errors import InvalidArgumentError
 #: Membership statuses of a bookie that holds no readable copy now: deregistered (lost or not yet), or
 #: named by ledger metadata without ever having registered.
 UNAVAILABLE_STATUSES = ("GONE", "UNKNOWN")
-#: The columns of one what-if row, in order.
-WHAT_IF_COLUMNS = (
-    "ledger_id",
-    "topic",
-    "verdict",
-    "state",
-    "lost_bookies",
-    "fewest_copies_left",
-    "write_quorum",
-    "ack_quorum",
-    "unrecoverable_entries_sample",
-)
 #: Why a ledger still names a bookie that is being drained, most pressing first.
 DRAIN_REASONS = ("unrecoverable", "stalled", "stuck", "open", "marked", "not_marked")
 

@@ -495,18 +495,6 @@ def _commit(app_id: str, batch_id: int) -> CommitProperties:
     )
 
 
-def latest_version(root: str | Path, name: str) -> int:
-    """The table's current version.
-
-    Example:
-        >>> import tempfile
-        >>> root = tempfile.mkdtemp(); _ = ensure_tables(root)
-        >>> latest_version(root, "bookies")
-        0
-    """
-    return int(DeltaTable(table_path(root, name)).version())
-
-
 class OpenTables:
     """Delta tables kept open by name and brought up to date with the commits since at each ``get``:
     opening a table afresh reads its log from the last checkpoint (tens of ms for a table of many small
@@ -663,14 +651,6 @@ class BatchWriter:
             .when_not_matched_by_source_delete(f"t.{key_column} IN ({in_list})")
             .execute()
         )
-        return True
-
-    def delete_where(self, name: str, predicate: str) -> bool:
-        """Delete rows matching a SQL predicate (one commit)."""
-        table = self._table(name)
-        if not self._pending(table):
-            return False
-        table.delete(predicate, commit_properties=_commit(self.app_id, self.batch_id))
         return True
 
     def _mark_only(self, table: DeltaTable) -> bool:

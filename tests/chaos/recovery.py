@@ -124,27 +124,6 @@ def after_future_heartbeat(stack: ChaosStack) -> None:
     stack.require_alive()
 
 
-def after_object_store_outage(stack: ChaosStack, job: JobProcess) -> str:
-    """The object store was down or hung and answers again. Either the job rode it out (it still runs),
-    or it stopped with exit 2 and one line saying the store did not answer: then it is started again and
-    replays from its checkpoint on the store. Returns how it recovered, for the report."""
-    if job.alive():
-        return "rode it out"
-    line = one_line_exit(job.run.log_path(job.attempt), job.exit_code())
-    assert "the object store did not answer" in line, line
-    stack.start_job()
-    return f"exit 2 ({line[:160]}...), started again"
-
-
-def after_lease_lost(stack: ChaosStack, job: JobProcess) -> str:
-    """The job's ZooKeeper session expired and another holder took its lease: the job stopped with exit 2
-    and one line naming the lease; once the other holder is gone, it is started again. Returns the line."""
-    line = one_line_exit(job.run.log_path(job.attempt), job.exit_code())
-    assert "lease" in line, line
-    stack.start_job()
-    return line
-
-
 def second_job_on_same_checkpoint(stack: ChaosStack, second: JobProcess) -> str:
     """A second ``bkaudit stream`` on a checkpoint in use is refused at start: exit 2, one line.
     Returns that line."""

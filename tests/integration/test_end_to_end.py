@@ -346,13 +346,23 @@ def test_a_transient_silence_of_a_db_ledger_storage_bookie_raises_nothing(stack)
     while stack.cluster.requests_dropped(bookie) < 1 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert stack.cluster.requests_dropped(bookie) == 1, "the background check never asked the bookie"
-    # The ledger the dropped request made suspect is re-probed and answered (healthy); until then an
-    # alert could still come. Bounded: a drop that left no ledger failing is never re-probed.
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not any(
-        r.probe_outcomes.get(("reprobe", "healthy")) for r in stack.sink.reports[reports_before:]
-    ):
-        time.sleep(0.5)
+    after_drop = len(stack.sink.reports)
+
+    # Until the dropped request's batch has reported, and a ledger it left failing has been re-probed
+    # (healthy), an alert could still come. The batch that sent it is reported at `after_drop` or later
+    # (its probe waits out the timeout), or already was: a failing outcome is looked for since before.
+    def settled() -> bool:
+        since_silence = [r.probe_outcomes for r in stack.sink.reports[reports_before:]]
+        if any(outcomes.get(("reprobe", "healthy")) for outcomes in since_silence):
+            return True
+        if any(outcome == "failing" for outcomes in since_silence for _, outcome in outcomes):
+            return False  # its re-probe rounds are still to come
+        return sum(1 for r in stack.sink.reports[after_drop:] if r.probe_outcomes) >= 2
+
+    deadline = time.monotonic() + 120
+    while not settled():
+        assert time.monotonic() < deadline, "a failing ledger was never re-probed healthy"
+        time.sleep(0.2)
     stack.wait_until_matches(ALWAYS + PROBED)
     fired = [
         r
