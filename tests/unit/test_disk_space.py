@@ -55,7 +55,7 @@ def test_free_space_of_a_directory_not_made_yet_is_its_parents(tmp_path: Path) -
 
 
 def test_stream_on_a_full_disk_prints_one_line_and_exits_2(cli, monkeypatch, tmp_path: Path) -> None:
-    def fails(_settings: object) -> None:
+    def fails(_settings: object, **_options: object) -> None:
         raise RuntimeError("the streaming query failed") from real_enospc()
 
     monkeypatch.setattr("streaming.job.run", fails)  # the job's own failure path, past its start-up checks
