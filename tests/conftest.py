@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
 from hypothesis import settings
+
+from bkaudit.testing.spark_archive import archive_path, driver_options
 
 pytest_plugins = ["bkaudit.testing.pytest_plugin"]
 
@@ -24,12 +27,16 @@ settings.register_profile("bkaudit", deadline=None)
 settings.load_profile("bkaudit")
 
 # Every Spark driver JVM the suite starts (in-process sessions and the job subprocesses, which inherit the
-# environment) compiles with C1 only: a test's JVM lives for seconds to minutes, and C2's compiler threads
-# cost it ~40% more CPU for no gain (docs/journal.md, "The suite's time"). Set SPARK_SUBMIT_OPTS to override.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
+# environment) compiles with C1 only, runs the serial collector and maps a class-data-sharing archive of
+# Spark's classes once the session has built it (bkaudit.testing.spark_archive): a test's JVM lives for
+# seconds to minutes, and the suite is CPU-bound (docs/journal.md, "The suite's time"). Set
+# SPARK_SUBMIT_OPTS to override.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", driver_options(archive_path()))
+_ARCHIVE_BUILD = pytest.StashKey[subprocess.Popen[bytes]]()
 
 # The order modules start in: the long, service-bound suites first, so that with several workers
-# (``make test`` runs two) the many short unit modules fill the end instead of one long module running alone.
+# (``make test`` runs three) the many short unit modules fill the end instead of one long module running
+# alone.
 _START_ORDER = ("tests/chaos/", "tests/integration/")
 # Modules that read the session's one ``demo_run`` (tests/integration/conftest.py): one worker runs them all,
 # so the demo runs once.
@@ -61,6 +68,27 @@ def worker_unit(nodeid: str) -> str:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_start_rank)  # stable: each module's tests stay together and in file order
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A run with workers (the whole suite) builds the Spark class archive beside its first tests, once
+    per machine: drivers started before it is ready run without it."""
+    config = session.config
+    workers = getattr(config.option, "numprocesses", None)
+    if hasattr(config, "workerinput") or not workers or archive_path().exists():
+        return
+    config.stash[_ARCHIVE_BUILD] = subprocess.Popen(
+        [sys.executable, "-m", "bkaudit.testing.spark_archive"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    build = config.stash.get(_ARCHIVE_BUILD, None)
+    if build is not None and build.poll() is None:
+        build.terminate()  # a short run ended first: the next one builds it
+        build.wait(60)
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: a run without workers never calls it
