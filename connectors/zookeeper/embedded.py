@@ -15,11 +15,12 @@ Example:
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import ssl
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from connectors.process import (
@@ -100,6 +101,11 @@ class EmbeddedZooKeeper(ProcessService):
     classpath: str | None = None
     #: Serve TLS only (a secureClientPort with client certificates required, no plaintext port).
     tls: ServerTls | None = None
+    #: The JVM's tuning options (its collector, its compilers); ``BKAUDIT_ZOOKEEPER_JAVA_OPTS`` replaces
+    #: the default (G1) for every embedded server a process starts, as a test suite does.
+    java_options: tuple[str, ...] = field(
+        default_factory=lambda: tuple(os.environ.get("BKAUDIT_ZOOKEEPER_JAVA_OPTS", "-XX:+UseG1GC").split())
+    )
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir).absolute()
@@ -186,7 +192,7 @@ class EmbeddedZooKeeper(ProcessService):
         argv = [
             java,
             f"-Xmx{self.heap}",
-            "-XX:+UseG1GC",
+            *self.java_options,
             "-Dzookeeper.admin.enableServer=false",
             "-Djute.maxbuffer=67108864",  # 1 M-child listings (flat layout) exceed the 1 MB default
             f"-Dlog4j2.configurationFile={self.state_dir / 'zookeeper-log4j2.properties'}",
