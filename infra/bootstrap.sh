@@ -88,9 +88,7 @@ if [[ ! -x "$venv/bin/python" ]] || [[ "$(cat "$stamp_file" 2>/dev/null)" != "$w
   echo "bootstrap: installing into $venv (first run on a machine takes a few minutes: pyspark is large)" >&2
   [[ -x "$venv/bin/python" ]] || "$python_bin" -m venv "$venv"
   "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
-  # --no-compile: Python compiles a module's bytecode at its first import and keeps it; pip would compile
-  # every module of every package first (pyspark's many unused ones too): 37 s against 77 s here.
-  "$venv/bin/python" -m pip install -q --no-compile -c "$constraints" -e ".[dev]"
+  "$venv/bin/python" -m pip install -q -c "$constraints" -e ".[dev]"
   echo "$want_stamp" > "$stamp_file"
   echo "bootstrap: install took $(( $(date +%s) - started )) s" >&2
 fi
