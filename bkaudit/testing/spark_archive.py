@@ -34,9 +34,10 @@ BASE_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 #: A missing or mismatched archive is not worth a line in a test's output.
 QUIET = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
 
-# One local session, one query with a shuffle, one Arrow UDF (its Python worker), then the JVM's exit:
-# the classes a test driver loads. The JVM writes the archive as it exits, so wait for it.
-_DUMP_RUN = """
+#: One local session, one query with a shuffle, one Arrow UDF (its Python worker), then the JVM's exit:
+#: the classes a test driver loads (run as ``python -c``). The JVM writes an archive as it exits, so the
+#: run waits for it.
+DRIVER_RUN = """
 import pyspark.sql.functions as F
 from core.settings import SparkSettings
 from streaming.session import build_spark_session
@@ -86,7 +87,7 @@ def build_archive(archive: Path | None = None, timeout_s: float = 600.0) -> Path
     env = {**os.environ, "SPARK_SUBMIT_OPTS": options}
     try:
         subprocess.run(
-            [sys.executable, "-c", _DUMP_RUN],
+            [sys.executable, "-c", DRIVER_RUN],
             env=env,
             check=True,
             timeout=timeout_s,

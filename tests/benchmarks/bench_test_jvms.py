@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from bkaudit.testing.spark_archive import BASE_OPTIONS, build_archive, driver_options
+from bkaudit.testing.spark_archive import BASE_OPTIONS, DRIVER_RUN, build_archive, driver_options
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -35,18 +35,6 @@ VARIANTS: dict[str, str] = {
     "c1_serial_gc": " ".join(BASE_OPTIONS),
     "c1_serial_gc_cds": driver_options(Path("@ARCHIVE@")),  # the suite's drivers
 }
-
-_CHILD = """
-import sys
-from core.settings import SparkSettings
-from streaming.session import build_spark_session
-import pyspark.sql.functions as F
-spark = build_spark_session(SparkSettings(master="local[2]", shuffle_partitions=2), for_tests=True)
-assert spark.range(100000).groupBy((F.col("id") % 7).alias("k")).count().count() == 7
-frame = spark.range(1000).mapInArrow(lambda batches: batches, "id long")
-assert frame.count() == 1000
-spark.stop()
-"""
 
 
 def _parse_args(argv: list[str]) -> argparse.Namespace:
@@ -74,10 +62,9 @@ def _run_once(options: str) -> tuple[float, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     env = {**os.environ, "SPARK_SUBMIT_OPTS": options}
-    subprocess.run([sys.executable, "-c", _CHILD], env=env, check=True, capture_output=True)
+    subprocess.run([sys.executable, "-c", DRIVER_RUN], env=env, check=True, capture_output=True)
     wall = time.monotonic() - started
-    time.sleep(1.0)  # the JVM ends after its driver: wait for it, then reap it (we are its subreaper)
-    _reap_all()
+    _reap_all()  # the run waits for its JVM; anything it left behind is ours to reap (we are its subreaper)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return round(cpu, 2), round(wall, 2)
