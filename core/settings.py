@@ -579,6 +579,13 @@ class StreamSettings(_Section):
         description="ledger_changes rows (the ledgers' version history) kept this long once folded, "
         "removed by the periodic maintenance; 0 = kept forever",
     )
+    maintenance_retention_hours: int = Field(
+        168,
+        ge=1,
+        description="files a table no longer uses (replaced by compaction, a delete or an append's "
+        "rewrite) are deleted by the periodic maintenance once this old (whole hours: delta-rs's vacuum); a "
+        "reader or Delta time travel older than this finds them gone",
+    )
     lease: Literal["local", "zookeeper"] = Field(
         "local",
         description="one job per checkpoint: `local` is a lock file on the driver host (it stops a second "

@@ -128,6 +128,7 @@ def sink_config(settings: Settings, changes_partitions: int) -> SinkConfig:
         ledger_fold_ticks=stream.ledger_fold_ticks,
         ledger_vacuum_rounds=stream.ledger_vacuum_rounds,
         ledger_changes_retention_hours=stream.ledger_changes_retention_hours,
+        maintenance_retention_hours=stream.maintenance_retention_hours,
         index_cleanup_bookies_per_batch=stream.index_cleanup_bookies_per_batch,
         index_cleanup_interval_s=stream.index_cleanup_interval_s,
         index_append_interval_s=stream.index_append_interval_s,

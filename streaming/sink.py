@@ -116,6 +116,7 @@ class SinkConfig:
     ledger_fold_ticks: int = 1  # folds per interval, each rewriting at most 1/this of the buckets
     ledger_vacuum_rounds: int = 0  # ledgers files vacuumed after this many watermark advances; 0 = never
     ledger_changes_retention_hours: float = 168.0  # folded ledger_changes rows kept this long (maintenance)
+    maintenance_retention_hours: int = 168  # unused files deleted by maintenance once this old
     index_cleanup_bookies_per_batch: int = 1  # ledger_bookies partitions cleaned of old versions per run
     index_cleanup_interval_s: float = 5.0  # at least this long between two index cleanups; 0 = every batch
     index_append_interval_s: float = 5.0  # at least this long between two index appends; 0 = every batch
@@ -605,7 +606,7 @@ class AuditSink:
             # Never beside a commit of the membership lane, nor beside a fold (both rewrite files).
             with self.loss.lock, self.ledger_log.fold_lock:
                 self.ledger_log.expire_changes(self.config.ledger_changes_retention_hours)
-                maintain(self.config.lakehouse_root)
+                maintain(self.config.lakehouse_root, retention_hours=self.config.maintenance_retention_hours)
         except Exception:  # maintenance is an optimisation: never fail a batch for it
             logger.exception("Delta maintenance failed; the next run will try again")
         else:

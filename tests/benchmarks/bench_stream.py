@@ -185,6 +185,22 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
         default=20.0,
         help="--replay: seconds an empty job runs for the memory baseline (job_bytes_per_ledger)",
     )
+    add(
+        "--timeline-every-s",
+        type=float,
+        default=0.0,
+        help="--replay: sample the job's memory and the lakehouse's size this often during the changes "
+        "(a soak's levelling off; 0: peaks only)",
+    )
+    add("--plot", type=Path, help="--replay with --timeline-every-s: draw the timeline here (SVG)")
+    add(
+        "--maintenance-every",
+        type=int,
+        default=0,
+        help="stream.maintenance_every_batches (0: no Delta maintenance during a measurement)",
+    )
+    add("--changes-retention-hours", type=float, help="stream.ledger_changes_retention_hours")
+    add("--maintenance-retention-hours", type=int, help="stream.maintenance_retention_hours")
     add("--sink-chunk", type=int, default=100_000, help="--sink-only: decisions per sink batch")
     add("--profile-sink", action="store_true", help="--sink-only: cProfile the first loss's sink batch")
     add(
@@ -1585,6 +1601,44 @@ def _note(args: argparse.Namespace, text: str, figures: dict[str, Any] | None = 
             )
 
 
+class _MemoryMarks:
+    """Resident memory by process kind, sampled every second from the benchmark's start: at each
+    :meth:`mark`, this process now (the job runs in it, beside the bulk loader's bookkeeping) and the peaks
+    so far of this process with its fold processes (``job``), Spark's JVM, the watcher and ZooKeeper, in MB.
+    The job's own growth is a mark's ``job`` peak less ``before_job``'s ``this_process``."""
+
+    def __init__(self) -> None:
+        if str(REPO) not in sys.path:
+            sys.path.insert(0, str(REPO))  # run as a script: the replay module is imported as a package's
+        from tests.benchmarks.replay import RssSampler, rss_kb
+
+        self._rss_kb = rss_kb
+        self._sampler = RssSampler(every_s=1.0)
+        self._sampler.start()
+        self.marks: dict[str, dict[str, float]] = {}
+
+    def mark(self, phase: str) -> None:
+        self._sampler.sample()
+        self.marks[phase] = {
+            "this_process": round(self._rss_kb(os.getpid()) / 1024, 1),
+            "job": round(self._sampler.job_peak_mb, 1),
+            **self._sampler.kind_peaks_mb,
+        }
+
+    def stop(self) -> None:
+        self._sampler.stop()
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    """The settings an option gave (those left None keep the setting's default).
+
+    Example:
+        >>> _given(a=1, b=None)
+        {'a': 1}
+    """
+    return {name: value for name, value in values.items() if value is not None}
+
+
 def job_session_and_settings(args: argparse.Namespace, kafka: Any, state_dir: Path) -> tuple[Any, Any]:
     """The Spark session and the job's settings the benchmark's options ask for (tables under
     ``state_dir``; no Delta maintenance during a measurement)."""
@@ -1597,7 +1651,7 @@ def job_session_and_settings(args: argparse.Namespace, kafka: Any, state_dir: Pa
             ui_enabled=args.spark_ui,
             shuffle_partitions=args.shuffle_partitions,
             driver_memory=args.driver_memory,
-            **({} if args.local_nice is None else {"local_nice": args.local_nice}),
+            **_given(local_nice=args.local_nice),
         )
     )
     settings = Settings(
@@ -1608,7 +1662,7 @@ def job_session_and_settings(args: argparse.Namespace, kafka: Any, state_dir: Pa
             "membership_trigger_interval_s": args.membership_trigger_s,
             "watermark_delay_s": args.watermark_s,
             "max_offsets_per_trigger": args.max_offsets or None,
-            "maintenance_every_batches": 0,
+            "maintenance_every_batches": args.maintenance_every,
             "sink_queue_depth": args.sink_queue_depth,
             "timers_trigger_interval_s": args.timers_trigger_s,
             "ledger_lane_interval_s": args.lane_interval_s,
@@ -1617,10 +1671,10 @@ def job_session_and_settings(args: argparse.Namespace, kafka: Any, state_dir: Pa
             "ledger_fold_ticks": args.fold_ticks,
             "ledger_vacuum_rounds": args.vacuum_rounds,
             "index_append_interval_s": float(str(args.index_append_s).split(",")[0]),
-            **(
-                {}
-                if args.disruption_settle_s is None
-                else {"zookeeper_disruption_settle_s": args.disruption_settle_s}
+            **_given(
+                ledger_changes_retention_hours=args.changes_retention_hours,
+                maintenance_retention_hours=args.maintenance_retention_hours,
+                zookeeper_disruption_settle_s=args.disruption_settle_s,
             ),
         },
     )
@@ -1648,6 +1702,9 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         "config": {k: v for k, v in vars(args).items() if k not in excluded},
     }
     closers: list[Any] = []
+    memory = _MemoryMarks()
+    figures["memory_mb"] = memory.marks
+    closers.append(memory.stop)
     try:
         root = "/ledgers"
         chroot = harness.new_chroot()
@@ -1667,6 +1724,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         session = harness.kazoo_client(chroot, timeout=30)
         closers.append(lambda: (session.stop(), session.close()))
         _register_bookies(admin, session, spec, root)
+        memory.mark("loaded")
         _note(args, f"loaded {load.created} ledgers in {figures['load']['seconds']} s", figures)
         if not args.skip_full_read:
             # Before the watcher and the job: the Auditor's full read at its best (nothing else running).
@@ -1691,12 +1749,14 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
             "watcher_events": snapshot["events_published"],
             "watcher_events_per_s": round(snapshot["events_published"] / max(snapshot["duration_s"], 1e-9)),
         }
+        memory.mark("watcher_snapshot")
         _note(args, f"watcher snapshot: {figures['snapshot']}", figures)
 
         spark, settings = job_session_and_settings(args, kafka, state_dir)
         timers = Timers()
         closers.append(timers.restore)
         _instrument(timers)
+        memory.mark("before_job")
         started = time.monotonic()
         query, sink = job.start(spark, settings)
         recorder = SinkRecorder(sink)
@@ -1756,6 +1816,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                 else [],
             }
         }
+        memory.mark("ingested")
         _note(args, f"ingest: {figures['snapshot']}", figures)
         if rows < args.ledgers:
             return figures
@@ -1768,6 +1829,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
                 "query": _progress_profile(_query_progress(query), since),
                 "sink_helpers": Timers.delta(timers.snapshot(), before),
             }
+            memory.mark("losses")
             _note(args, f"loss: p50 last alert {figures['loss']['last_alert_p50_s']} s", figures)
         if not args.skip_full_read and "java" in figures.get("full_read", {}):
             figures["full_read"]["java_under_job"] = _run_full_read(
@@ -1846,6 +1908,7 @@ def summary_line(figures: dict[str, Any]) -> dict[str, Any]:
         "loss_to_last_alert_p50_s_by_variant": level.get("last_alert_p50_s_by_variant") or None,
         "loss_load_average": [r.get("load_average") for r in runs],
         "loss_owner_phase_s": [(r.get("timeline_s") or {}).get("loss_owner_phase_s") for r in runs],
+        "memory_mb": figures.get("memory_mb") or None,
         "loss_timeline_s": [
             {k: v for k, v in (r.get("timeline_s") or {}).items() if isinstance(v, int | float)} for r in runs
         ],

@@ -260,7 +260,7 @@ def _start_writer(
     return writer, json.loads(line)
 
 
-def _rss_kb(pid: int) -> int:
+def rss_kb(pid: int) -> int:
     """Resident memory of process ``pid`` in kB (0: gone)."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -326,6 +326,27 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def process_kind(command: str) -> str:
+    """What a descendant of the benchmark is, from its command line.
+
+    Example:
+        >>> process_kind("python -m bkaudit.cli.main watch --zookeeper z")
+        'watcher'
+    """
+    program = command.split(" ")[0]
+    if "_fold_process" in command:
+        return "fold"
+    if "java" in program and "SparkSubmit" in command:
+        return "spark_jvm"
+    if "QuorumPeerMain" in command:
+        return "zookeeper"
+    if "bkaudit.cli.main watch" in command:
+        return "watcher"
+    if "FullRead" in command or "full_read_main" in command:
+        return "full_read"
+    return "other"
+
+
 class RssSampler:
     """Samples, every ``every_s`` in a thread, the resident memory of this process plus its fold processes
     (the job's Python side) and of Spark's JVM; keeps the peaks in MB.
@@ -342,6 +363,8 @@ class RssSampler:
         self.jvm_peak_mb = 0.0
         self.fold_peak_mb = 0.0
         self.fold_processes_seen = 0
+        #: Peaks of every descendant by :func:`process_kind` (the watcher, ZooKeeper, ...), MB.
+        self.kind_peaks_mb: dict[str, float] = {}
         self._window: dict[str, float] | None = None
         self._window_lock = threading.Lock()
         self._stop = threading.Event()
@@ -363,16 +386,17 @@ class RssSampler:
 
     def sample(self) -> None:
         me = os.getpid()
-        job_kb, jvm_kb, fold_kb = _rss_kb(me), 0, 0
+        by_kind: dict[str, int] = {}
         for pid in _children(me):
-            command = _cmdline(pid)
-            if "_fold_process" in command:
-                fold_kb += _rss_kb(pid)
+            kind = process_kind(_cmdline(pid))
+            by_kind[kind] = by_kind.get(kind, 0) + rss_kb(pid)
+            if kind == "fold":
                 self._seen.add(pid)
-            elif "java" in command.split(" ")[0] and "SparkSubmit" in command:
-                jvm_kb += _rss_kb(pid)
+        job_kb, jvm_kb, fold_kb = rss_kb(me), by_kind.get("spark_jvm", 0), by_kind.get("fold", 0)
         self.fold_processes_seen = len(self._seen)
         with self._window_lock:
+            for kind, kb in by_kind.items():
+                self.kind_peaks_mb[kind] = round(max(self.kind_peaks_mb.get(kind, 0.0), kb / 1024), 1)
             self.job_peak_mb = max(self.job_peak_mb, (job_kb + fold_kb) / 1024)
             self.jvm_peak_mb = max(self.jvm_peak_mb, jvm_kb / 1024)
             self.fold_peak_mb = max(self.fold_peak_mb, fold_kb / 1024)
@@ -535,8 +559,10 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         figures["lakehouse_mb_by_table_before"] = _by_table(lakehouse)
         assert writer.stdin is not None
         sampler.open_window()
+        timeline = Timeline(lakehouse, recorder, args.timeline_every_s)
         writer.stdin.write(b"go\n")
         writer.stdin.flush()
+        timeline.start()
         writer.wait(args.duration * 20 + 600)
         figures["churn_rss_peak_mb"] = sampler.close_window()
         marks["churn_end"] = memory_mark(sink)
@@ -548,6 +574,7 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         lags = [applied[key] - sent[key] for key in applied]
         last_applied = max(applied.values(), default=result["finished"])
         time.sleep(args.fold_interval_s)  # one more fold interval: the changes' folds are in the size
+        figures["timeline"] = timeline.stop()
         sampler.stop()
         figures["lakehouse_mb_after"] = directory_mb(lakehouse, skip=(FOLD_SCRATCH,))
         figures["lakehouse_mb_by_table"] = _by_table(lakehouse)
@@ -588,6 +615,13 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
                 ],
             }
         )
+        job.stop_gracefully(query, timeout_s=120)
+        query = None
+        sink.close()  # folds every change into ledgers
+        sink = None
+        figures["truth"] = ledgers_against_sent(lakehouse, args.ledgers, result["sent"])
+        if args.plot is not None and figures["timeline"]:
+            args.plot.write_text(timeline_svg(figures["timeline"], title=_plot_title(args, figures)))
         return figures
     finally:
         if sampler._thread.is_alive():
@@ -607,6 +641,152 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
             shutil.rmtree(state_dir, ignore_errors=True)
 
 
+def job_rss_now_mb() -> dict[str, float]:
+    """This process's resident memory and its fold processes' now, in MB."""
+    main_kb = rss_kb(os.getpid())
+    fold_kb = sum(rss_kb(pid) for pid in _children(os.getpid()) if process_kind(_cmdline(pid)) == "fold")
+    return {"job_mb": round((main_kb + fold_kb) / 1024, 1), "main_mb": round(main_kb / 1024, 1)}
+
+
+class Timeline:
+    """Every ``every_s`` from :meth:`start` to :meth:`stop` (none when 0), in a thread: the job's resident
+    memory now, the lakehouse's size by table, this benchmark's own bookkeeping of the applied versions
+    (in the job's process; not the job's), and the load. A soak reads from it whether they level off."""
+
+    def __init__(self, lakehouse: Path, recorder: Any, every_s: float) -> None:
+        self.lakehouse, self.recorder, self.every_s = lakehouse, recorder, every_s
+        self.samples: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-timeline", daemon=True)
+        self._started = 0.0
+
+    def start(self) -> None:
+        self._started = time.monotonic()
+        if self.every_s > 0:
+            self._thread.start()
+
+    def stop(self) -> list[dict[str, Any]]:
+        if self._thread.is_alive():
+            self._stop.set()
+            self._thread.join()
+            self.sample()
+        return self.samples
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.sample()
+
+    def sample(self) -> None:
+        from tests.benchmarks.bench_stream import _load
+
+        by_table = _by_table(self.lakehouse)
+        with self.recorder.lock:
+            bench_bytes = sum(
+                ids.nbytes + versions.nbytes for ids, versions, _ in self.recorder._applied_parts
+            )
+        self.samples.append(
+            {
+                "at_s": round(time.monotonic() - self._started),
+                **job_rss_now_mb(),
+                "bench_bookkeeping_mb": round(bench_bytes / 2**20, 1),
+                "lakehouse_mb": round(sum(by_table.values()), 1),
+                "lakehouse_mb_by_table": by_table,
+                "load": _load()[0],
+            }
+        )
+
+
+def timeline_levels(timeline: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Whether a timeline levelled off: per series, its value at the first sample, at half time and at
+    the end, and its growth per minute over the second half (MB/min).
+
+    Example:
+        >>> samples = [{"at_s": t, "job_mb": 100 + min(t, 60), "lakehouse_mb": t / 6} for t in (0, 60, 120)]
+        >>> timeline_levels(samples)["job_mb"]
+        {'first': 100, 'half': 160, 'last': 160, 'second_half_mb_per_min': 0.0}
+    """
+    if len(timeline) < 3:
+        return None
+    first, half, last = timeline[0], timeline[len(timeline) // 2], timeline[-1]
+    minutes = max((last["at_s"] - half["at_s"]) / 60, 1e-9)
+    return {
+        name: {
+            "first": first[name],
+            "half": half[name],
+            "last": last[name],
+            "second_half_mb_per_min": round((last[name] - half[name]) / minutes, 2),
+        }
+        for name in ("job_mb", "lakehouse_mb")
+        if name in first
+    }
+
+
+def ledgers_against_sent(lakehouse: Path, ledgers: int, sent: list[list[Any]]) -> dict[str, int]:
+    """The ``ledgers`` table (read raw, after the job's last fold) against what the writer sent: every
+    ledger once, none deleted, each at the last znode version sent (0: none sent, the snapshot's)."""
+    import numpy as np
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(lakehouse / "ledgers")).to_pyarrow_table(
+        columns=["ledger_id", "znode_version", "deleted"]
+    )
+    ids = table.column("ledger_id").to_numpy()
+    expected = {int(i): 0 for i in ids}
+    for ledger_id, version, _ in sent:
+        expected[int(ledger_id)] = max(expected.get(int(ledger_id), 0), int(version))
+    found = table.column("znode_version").to_numpy(zero_copy_only=False)
+    want = np.array([expected[int(i)] for i in ids], dtype=np.int64)
+    deleted = table.column("deleted").to_numpy(zero_copy_only=False).astype(bool)
+    return {
+        "ledgers_expected": ledgers,
+        "rows": table.num_rows,
+        "distinct_ledgers": len(np.unique(ids)),
+        "deleted": int(deleted.sum()),
+        "wrong_version": int((found != want).sum()),
+        "sent_not_in_table": len(set(expected) - set(ids.tolist())),
+    }
+
+
+def _plot_title(args: argparse.Namespace, figures: dict[str, Any]) -> str:
+    return (
+        f"{args.ledgers:,} ledgers, {float(str(args.rate).split(',')[0]):,.0f} changes/s for "
+        f"{args.duration:.0f} s; load {figures.get('load_average_before_changes')}"
+    )
+
+
+def timeline_svg(timeline: list[dict[str, Any]], *, title: str, width: int = 720, height: int = 320) -> str:
+    """A line chart of a timeline's job memory and lakehouse size (MB) against time (minutes), as SVG.
+
+    Example:
+        >>> svg = timeline_svg([{"at_s": 0, "job_mb": 1, "lakehouse_mb": 2}, {"at_s": 60, "job_mb": 3,
+        ...     "lakehouse_mb": 2}], title="t")
+        >>> svg.startswith("<svg") and svg.count("<polyline") == 2
+        True
+    """
+    series = (("job_mb", "#1f77b4", "job RSS (MB)"), ("lakehouse_mb", "#d62728", "lakehouse (MB)"))
+    left, right, top, bottom = 60, 20, 40, 40
+    end_s = max(max(s["at_s"] for s in timeline), 1)
+    top_mb = max(max(s.get(name, 0) for s in timeline) for name, _, _ in series) * 1.1 or 1
+    x = lambda at_s: left + (width - left - right) * at_s / end_s  # noqa: E731
+    y = lambda mb: height - bottom - (height - top - bottom) * mb / top_mb  # noqa: E731
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+        f'font-size="12"><rect width="100%" height="100%" fill="white"/>',
+        f'<text x="{left}" y="20">{title}</text>',
+        f'<line x1="{left}" y1="{y(0)}" x2="{width - right}" y2="{y(0)}" stroke="black"/>',
+        f'<line x1="{left}" y1="{y(0)}" x2="{left}" y2="{top}" stroke="black"/>',
+        f'<text x="{width - right}" y="{height - 10}" text-anchor="end">{end_s / 60:.0f} min</text>',
+        f'<text x="{left - 5}" y="{top + 4}" text-anchor="end">{top_mb:,.0f}</text>',
+        f'<text x="{left - 5}" y="{y(0) + 4}" text-anchor="end">0</text>',
+    ]
+    for n, (name, colour, label) in enumerate(series):
+        points = " ".join(f"{x(s['at_s']):.1f},{y(s.get(name, 0)):.1f}" for s in timeline)
+        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{points}"/>')
+        parts.append(f'<text x="{left + 10 + 160 * n}" y="{top + 14}" fill="{colour}">{label}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
 def empty_job_rss_mb(spark: Any, settings: Any, state_dir: Path, settle_s: float = 20.0) -> float:
     """The resident memory of this process (plus fold processes: none) while a job with no ledgers runs (its
     own tables and checkpoints under ``state_dir``, the changes topic still empty): the baseline the ledger
@@ -622,7 +802,7 @@ def empty_job_rss_mb(spark: Any, settings: Any, state_dir: Path, settle_s: float
         samples = []
         while time.monotonic() < deadline:
             time.sleep(0.5)
-            samples.append(_rss_kb(os.getpid()) / 1024)
+            samples.append(rss_kb(os.getpid()) / 1024)
         return round(max(samples[-10:]), 1)
     finally:
         job.stop_gracefully(query, timeout_s=60)
@@ -705,6 +885,8 @@ def summary_line(figures: dict[str, Any]) -> dict[str, Any]:
         "churn_rss_peak_mb": figures.get("churn_rss_peak_mb"),
         "fold_rss_peak_mb": figures.get("fold_rss_peak_mb"),
         "jvm_rss_peak_mb": figures.get("jvm_rss_peak_mb"),
+        "truth": figures.get("truth"),
+        "timeline_levels": timeline_levels(figures.get("timeline") or []),
         "load_avg": {
             "start": figures.get("load_average_at_start"),
             "before_changes": figures.get("load_average_before_changes"),

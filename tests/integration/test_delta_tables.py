@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
@@ -117,3 +119,49 @@ def test_the_sink_compacts_every_n_batches_without_changing_contents(tmp_path, k
     history = [c["operation"] for c in DeltaTable(table_path(tmp_path, "bookies")).history()]
     assert "OPTIMIZE" in history  # batch 3 ran the maintenance
     assert sorted(read_table(tmp_path, "bookies").column("bookie_id").to_pylist()) == ["b0", "b1", "b2", "b3"]
+
+
+def _age_removed_files(table_dir, hours):
+    """Date every ``remove`` action in the table's log ``hours`` back (vacuum ages a replaced file by it)."""
+    import json
+    import time
+
+    stamp = int((time.time() - hours * 3600) * 1000)
+    for log in Path(table_dir, "_delta_log").glob("*.json"):
+        actions = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+        for action in actions:
+            if "remove" in action:
+                action["remove"]["deletionTimestamp"] = stamp
+        log.write_text("".join(json.dumps(action) + "\n" for action in actions))
+
+
+@pytest.mark.parametrize(("retention_hours", "kept"), [(168, True), (1, False)])
+def test_the_sink_maintenance_deletes_replaced_files_older_than_its_retention(
+    tmp_path, retention_hours, kept
+):
+    from deltalake import write_deltalake
+
+    from connectors.delta.tables import BOOKIES
+    from core.settings import KafkaSettings
+    from streaming.sink import AuditSink, SinkConfig
+
+    config = SinkConfig(
+        lakehouse_root=tmp_path,
+        app_id="m",
+        kafka=KafkaSettings(),  # never reached: maintenance publishes nothing
+        maintenance_every_batches=1,
+        maintenance_retention_hours=retention_hours,
+    )
+    sink = AuditSink(config)
+    bookies = table_path(tmp_path, "bookies")
+    write_deltalake(
+        bookies, pa.Table.from_pylist([{"bookie_id": "b1"}], schema=BOOKIES.schema), mode="overwrite"
+    )
+    (replaced,) = DeltaTable(bookies).file_uris()
+    write_deltalake(
+        bookies, pa.Table.from_pylist([{"bookie_id": "b2"}], schema=BOOKIES.schema), mode="overwrite"
+    )
+    _age_removed_files(bookies, hours=2)  # the first file was replaced two hours ago
+    sink._maintain(1)
+    assert Path(replaced).exists() is kept
+    assert read_table(tmp_path, "bookies").column("bookie_id").to_pylist() == ["b2"]

@@ -160,6 +160,25 @@ def test_until_the_index_append_every_reader_indexes_changed_ledgers_by_their_cu
     assert every_reader_of_the_index(log, root, ["b1", "b2", "b3", "b4"]) == [expected] * 3
 
 
+def test_the_job_reads_appended_versions_from_the_index_and_later_ones_from_memory(root):
+    log = LedgerLog(root, APP)
+    record(log, root, 0, [row(1, 10, bookies=("b1", "b2")), row(2, 11, bookies=("b1", "b2"))])
+    before_append = DeltaTable(table_path(root, "ledger_bookies"))  # holds batch 0's versions
+    record(log, root, 1, [row(1, 12, bookies=("b1", "b3"))])  # appended at once
+    record(log, root, 2, [row(2, 13, bookies=("b3", "b4"))], append_index=False)  # in memory only
+    columns = ["bookie", "ledger_id", "mzxid"]
+
+    def on(table, bookies):
+        return sorted(tuple(r.values()) for r in log.read_index(table, bookies, columns).to_pylist())
+
+    newest = DeltaTable(table_path(root, "ledger_bookies"))
+    assert on(newest, ["b2"]) == []  # both ledgers left b2: the stored rows of older versions are not current
+    assert on(newest, ["b1", "b3", "b4"]) == [("b1", 1, 12), ("b3", 1, 12), ("b3", 2, 13), ("b4", 2, 13)]
+    # A handle opened before batch 1's append (a reader's table not yet brought up to date): ledger 1's new
+    # version is past what it holds, so it comes from memory too.
+    assert on(before_append, ["b1", "b3", "b4"]) == on(newest, ["b1", "b3", "b4"])
+
+
 def test_after_a_crash_the_versions_not_appended_to_the_index_are_appended_once(root):
     log = LedgerLog(root, APP)
     record(log, root, 0, [row(1, 10, bookies=("b1", "b2")), row(2, 11, bookies=("b1", "b3"))])
