@@ -571,7 +571,8 @@ class StreamSettings(_Section):
         3,
         ge=0,
         description="files the fold replaced in the ledgers table are deleted once its watermark (every "
-        "bucket folded) advanced this many times since; 0 = only the periodic maintenance (7 days)",
+        "bucket folded) advanced this many times since; 0 = only the periodic maintenance "
+        "(stream.maintenance_retention_hours)",
     )
     ledger_changes_retention_hours: float = Field(
         168.0,
