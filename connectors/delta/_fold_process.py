@@ -319,17 +319,53 @@ def _die_with_parent(job_pid: int) -> None:
         os._exit(1)
 
 
+def changes_in_buckets(
+    table: Any, folded: int, through: int, chosen: np.ndarray | None, buckets: int
+) -> pa.Table:
+    """The rows of ``table`` (``ledger_changes``) of batches ``folded`` < b <= ``through`` whose ledger
+    falls in one of the ``chosen`` buckets (all when None), kept batch by batch as they are read: a tick
+    holds its own buckets' changes, not every change since the watermark (at a snapshot's first folds,
+    every ledger).
+
+    Example:
+        >>> import tempfile
+        >>> from deltalake import DeltaTable, write_deltalake
+        >>> path = tempfile.mkdtemp()
+        >>> write_deltalake(path, pa.table({"ledger_id": [1, 2, 3, 4], "batch_id": [0, 1, 1, 2]}))
+        >>> changes_in_buckets(DeltaTable(path), 0, 2, np.array([0]), 2).column("ledger_id").to_pylist()
+        [2, 4]
+    """
+    from connectors.delta.scan import filter_expression
+
+    dataset = table.to_pyarrow_dataset()
+    where = filter_expression([("batch_id", ">", folded), ("batch_id", "<=", through)], dataset.schema)
+    kept = []
+    # One file and one batch decoded ahead: the read's memory is the kept rows plus about a file's.
+    batches = dataset.to_batches(
+        filter=where, batch_size=WRITE_BATCH_ROWS, batch_readahead=1, fragment_readahead=1
+    )
+    for batch in batches:
+        rows = pa.Table.from_batches([batch])
+        kept.append(rows if chosen is None else in_buckets(rows, chosen, buckets))
+    return pa.concat_tables(kept) if kept else dataset.schema.empty_table()
+
+
 def _run(request: FoldRequest) -> dict[str, object]:
     from deltalake import DeltaTable
 
-    from connectors.delta.scan import scan
     from connectors.delta.tables import table_path
 
     ledgers_path = table_path(request.root, "ledgers")
     ledgers = DeltaTable(ledgers_path, version=request.base_version)
     buckets = np.arange(request.buckets) if request.chosen is None else np.array(request.chosen, np.int64)
-    where = [("batch_id", ">", request.folded), ("batch_id", "<=", request.through)]
-    changes = scan(DeltaTable(table_path(request.root, "ledger_changes")), where)
+    changes = changes_in_buckets(
+        DeltaTable(table_path(request.root, "ledger_changes")),
+        request.folded,
+        request.through,
+        None if request.chosen is None else buckets,
+        request.buckets,
+    )
+    pa.default_memory_pool().release_unused()  # the read's decoding buffers, before the fold and its write
     rows, merged_rows = folded_groups(
         ledgers,
         lambda group: in_buckets(changes, group, request.buckets),
