@@ -88,6 +88,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: A batch of at least this many decisions gives Arrow's freed buffers back to the system when it ends:
+#: the allocator keeps them otherwise (a snapshot's batches of 100,000 left hundreds of MB resident), and
+#: giving them back costs well under a millisecond.
+RELEASE_AFTER_DECISIONS = 20_000
+
 
 @dataclass(frozen=True)
 class SinkConfig:
@@ -577,6 +582,8 @@ class AuditSink:
         report.open_alerts = dict(sorted(open_counts.items()))
         self._note_scrutiny(report)
         self._maintain(batch.batch_id)
+        if report.decisions >= RELEASE_AFTER_DECISIONS:
+            pa.default_memory_pool().release_unused()
         report.seconds = round(time.monotonic() - started, 3)
         if self.metrics is not None:
             self.metrics.on_batch(report)  # the one place the sink's metrics are updated
