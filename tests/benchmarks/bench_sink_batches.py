@@ -9,8 +9,8 @@ Two steps, so that two versions of the code can be measured on the same state si
 - ``--measure DIR``: copy the lakehouse, then send the sink ``--batches`` batches of each size in
   ``--sizes`` (new versions of random ledgers, one ``mzxid`` higher each time), back to back, and report the
   seconds per batch (p50, mean, max; wall and CPU of the whole process, which a shared machine disturbs
-  less) with the time in the sink's stages; ``--profile`` adds the top of a
-  cProfile of the batches of each size. ``--code-root`` imports bkaudit from another checkout (the
+  less) with the time in the sink's stages and the process's resident memory after them; ``--profile``
+  adds the top of a cProfile of the batches of each size. ``--code-root`` imports bkaudit from another checkout (the
   "before" of a change), so one driver script can alternate the two on one machine state.
 
 Run::
@@ -50,6 +50,14 @@ def _summary(values: list[float]) -> dict[str, Any]:
         "mean": round(statistics.fmean(ordered), 4),
         "max": round(ordered[-1], 4),
     }
+
+
+def _rss_mb() -> float:
+    """This process's resident memory now, in MB."""
+    for line in Path(f"/proc/{os.getpid()}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
 
 
 def _settings(state_dir: Path, bootstrap: str) -> Any:
@@ -225,6 +233,7 @@ def measure(
                 "seconds": _summary(seconds),
                 "cpu_seconds": _summary(cpu_seconds),
                 "stages": Timers.delta(timers.snapshot(), before),
+                "rss_mb_after": _rss_mb(),
                 **({"profile": _profile_lines(profiler, 45)} if profiler is not None else {}),
             }
         timers.restore()
