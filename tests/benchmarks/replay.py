@@ -342,6 +342,8 @@ def process_kind(command: str) -> str:
         return "zookeeper"
     if "bkaudit.cli.main watch" in command:
         return "watcher"
+    if "tansu" in program or "kafka.Kafka" in command:
+        return "broker"
     if "FullRead" in command or "full_read_main" in command:
         return "full_read"
     return "other"
