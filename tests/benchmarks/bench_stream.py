@@ -1641,7 +1641,7 @@ def _given(**values: Any) -> dict[str, Any]:
 
 def job_session_and_settings(args: argparse.Namespace, kafka: Any, state_dir: Path) -> tuple[Any, Any]:
     """The Spark session and the job's settings the benchmark's options ask for (tables under
-    ``state_dir``; no Delta maintenance during a measurement)."""
+    ``state_dir``; no Delta maintenance during a measurement unless ``--maintenance-every``)."""
     from core.settings import Settings, SparkSettings
     from streaming.session import build_spark_session
 
