@@ -224,10 +224,14 @@ class DbStorageIndexReader:
             )
             for d in ledger_dirs
         ]
-        with self._lock:
-            for ledgers, locations in self._views:
-                ledgers.open()
-                locations.open()
+        try:
+            with self._lock:
+                for ledgers, locations in self._views:
+                    ledgers.open()
+                    locations.open()
+        except BaseException:
+            self.close()  # the views opened so far, and a view root of its own
+            raise
 
     def _databases(self) -> list[tuple[Rdict, Rdict]]:
         return [(a.current(self.refresh_s), b.current(self.refresh_s)) for a, b in self._views]
