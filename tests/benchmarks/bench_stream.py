@@ -1196,10 +1196,11 @@ def wait_applied(
     """Wait until the sink applied every sent (ledger, version), or ``timeout_s``; returns when each of
     those applied was (wall time)."""
     deadline = time.monotonic() + timeout_s
+    missing = set(sent)  # shrinks as changes are applied: each check costs what is still missing
     while time.monotonic() < deadline:
         with recorder.lock:
             applied = recorder.applied
-            missing = sum(1 for key in sent if key not in applied)
+            missing = {key for key in missing if key not in applied}
         if not missing:
             break
         _check(query)
