@@ -10,8 +10,8 @@ Two steps, so that two versions of the code can be measured on the same state si
   ``--sizes`` (new versions of random ledgers, one ``mzxid`` higher each time), back to back, and report the
   seconds per batch (p50, mean, max; wall and CPU of the whole process, which a shared machine disturbs
   less) with the time in the sink's stages and the process's resident memory after them; ``--profile``
-  adds the top of a cProfile of the batches of each size. ``--code-root`` imports bkaudit from another checkout (the
-  "before" of a change), so one driver script can alternate the two on one machine state.
+  adds the top of a cProfile of the batches of each size. ``--code-root`` imports bkaudit from another
+  checkout (the "before" of a change), so one driver script can alternate the two on one machine state.
 
 Run::
 
