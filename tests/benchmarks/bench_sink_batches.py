@@ -52,14 +52,6 @@ def _summary(values: list[float]) -> dict[str, Any]:
     }
 
 
-def _rss_mb() -> float:
-    """This process's resident memory now, in MB."""
-    for line in Path(f"/proc/{os.getpid()}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return 0.0
-
-
 def _settings(state_dir: Path, bootstrap: str) -> Any:
     from core.settings import Settings
     from tests.benchmarks.bench_stream import INSTANCE_ID
@@ -189,6 +181,7 @@ def measure(
 
     from connectors.kafka.embedded import EmbeddedBroker
     from tests.benchmarks.bench_stream import Timers, _instrument, _load, _profile_lines
+    from tests.benchmarks.replay import rss_kb
 
     work = Path(tempfile.mkdtemp(prefix="bkaudit-sinkbatches-"))
     shutil.copytree(state_dir / "lakehouse", work / "lakehouse")
@@ -233,7 +226,7 @@ def measure(
                 "seconds": _summary(seconds),
                 "cpu_seconds": _summary(cpu_seconds),
                 "stages": Timers.delta(timers.snapshot(), before),
-                "rss_mb_after": _rss_mb(),
+                "rss_mb_after": round(rss_kb(os.getpid()) / 1024, 1),
                 **({"profile": _profile_lines(profiler, 45)} if profiler is not None else {}),
             }
         timers.restore()

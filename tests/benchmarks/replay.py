@@ -349,6 +349,19 @@ def process_kind(command: str) -> str:
     return "other"
 
 
+def descendants_rss_kb() -> tuple[int, dict[str, int], list[int]]:
+    """This process's resident memory now (kB), its descendants' summed by :func:`process_kind`, and the
+    fold processes' pids."""
+    by_kind: dict[str, int] = {}
+    folds = []
+    for pid in _children(os.getpid()):
+        kind = process_kind(_cmdline(pid))
+        by_kind[kind] = by_kind.get(kind, 0) + rss_kb(pid)
+        if kind == "fold":
+            folds.append(pid)
+    return rss_kb(os.getpid()), by_kind, folds
+
+
 class RssSampler:
     """Samples, every ``every_s`` in a thread, the resident memory of this process plus its fold processes
     (the job's Python side) and of Spark's JVM; keeps the peaks in MB.
@@ -387,14 +400,9 @@ class RssSampler:
                 return
 
     def sample(self) -> None:
-        me = os.getpid()
-        by_kind: dict[str, int] = {}
-        for pid in _children(me):
-            kind = process_kind(_cmdline(pid))
-            by_kind[kind] = by_kind.get(kind, 0) + rss_kb(pid)
-            if kind == "fold":
-                self._seen.add(pid)
-        job_kb, jvm_kb, fold_kb = rss_kb(me), by_kind.get("spark_jvm", 0), by_kind.get("fold", 0)
+        job_kb, by_kind, folds = descendants_rss_kb()
+        self._seen.update(folds)
+        jvm_kb, fold_kb = by_kind.get("spark_jvm", 0), by_kind.get("fold", 0)
         self.fold_processes_seen = len(self._seen)
         with self._window_lock:
             for kind, kb in by_kind.items():
@@ -645,9 +653,9 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
 
 def job_rss_now_mb() -> dict[str, float]:
     """This process's resident memory and its fold processes' now, in MB."""
-    main_kb = rss_kb(os.getpid())
-    fold_kb = sum(rss_kb(pid) for pid in _children(os.getpid()) if process_kind(_cmdline(pid)) == "fold")
-    return {"job_mb": round((main_kb + fold_kb) / 1024, 1), "main_mb": round(main_kb / 1024, 1)}
+    main_kb, by_kind, _ = descendants_rss_kb()
+    job_kb = main_kb + by_kind.get("fold", 0)
+    return {"job_mb": round(job_kb / 1024, 1), "main_mb": round(main_kb / 1024, 1)}
 
 
 class Timeline:
