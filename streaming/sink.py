@@ -92,6 +92,8 @@ logger = logging.getLogger(__name__)
 #: A batch of at least this many decisions gives the memory it leaves behind back to the system when it
 #: ends (:mod:`streaming.memory`, ~0.1 s; a batch of 100,000 takes seconds).
 GIVE_BACK_AFTER_DECISIONS = 20_000
+#: The index cleanup takes at most this share of the time since its last run (at least one partition).
+INDEX_CLEANUP_SHARE = 0.2
 
 
 @dataclass(frozen=True)
@@ -633,13 +635,22 @@ class AuditSink:
     def _clean_index(self, batch_id: int) -> None:
         """Remove old versions' rows from a few ``ledger_bookies`` partitions (readers skip them anyway), at
         most every ``index_cleanup_interval_s``: one partition rewrite costs a small batch more than the
-        batch's own work, and skipping it is safe (idempotent maintenance, nothing reads those rows)."""
+        batch's own work, and skipping it is safe (idempotent maintenance, nothing reads those rows).
+
+        A run cleans ``index_cleanup_bookies_per_batch`` partitions for every interval since the last run,
+        within a fifth of that time: the index is cleaned at the same pace per second whether batches come
+        every 5 s or, behind a backlog, every 30 s (one partition per batch let it grow without bound)."""
         now = self._clock()
-        if now - self._index_cleaned_at < self.config.index_cleanup_interval_s:
+        interval, since = self.config.index_cleanup_interval_s, now - self._index_cleaned_at
+        if since < interval:
             return
         self._index_cleaned_at = now
+        intervals = int(since // interval) if interval > 0 and math.isfinite(since) else 1
+        budget_s = INDEX_CLEANUP_SHARE * since if math.isfinite(since) else None
         try:
-            self.ledger_log.clean_index(self.config.index_cleanup_bookies_per_batch)
+            self.ledger_log.clean_index(
+                self.config.index_cleanup_bookies_per_batch * max(1, intervals), budget_s=budget_s
+            )
             self.ledger_log.vacuum_index()  # once per fold round: the partitions' replaced files
         except Exception:  # an optimisation, like maintenance: never fail a batch for it
             logger.warning(

@@ -751,16 +751,19 @@ class LedgerLog:
         return fold_in_child(request)
 
     def _keep_log(self, retention: str) -> None:
-        """Have delta-rs drop ``ledgers``' commit files older than ``retention`` at its checkpoints (a fold
-        tick commits some kB of file actions; kept 30 days by default, they would outgrow the table)."""
+        """Have delta-rs drop the commit files of ``ledgers`` and ``ledger_bookies`` older than ``retention``
+        at its checkpoints (a fold tick, an index append or cleanup commits some kB of file actions every
+        few seconds; kept 30 days by default, they would outgrow the tables). Their versions older than the
+        vacuum's rounds are never read."""
         key = "delta.logRetentionDuration"
-        try:
-            table = DeltaTable(table_path(self.root, "ledgers"))
-            if table.metadata().configuration.get(key) != retention:
-                with self.fold_lock:
-                    table.alter.set_table_properties({key: retention}, raise_if_not_exists=False)
-        except Exception:  # an optimisation: the log is then kept as long as delta-rs's default
-            logger.warning("setting the ledgers table's log retention failed", exc_info=True)
+        for name in ("ledgers", "ledger_bookies"):
+            try:
+                table = DeltaTable(table_path(self.root, name))
+                if table.metadata().configuration.get(key) != retention:
+                    with self.fold_lock:
+                        table.alter.set_table_properties({key: retention}, raise_if_not_exists=False)
+            except Exception:  # an optimisation: the log is then kept as long as delta-rs's default
+                logger.warning("setting the %s table's log retention failed", name, exc_info=True)
 
     def _vacuum_after_round(self) -> None:
         """Delete the ``ledgers`` files no version since the watermark's last ``vacuum_rounds`` advances
@@ -876,14 +879,16 @@ class LedgerLog:
         return True
 
     # -- the index's old rows -------------------------------------------------------------------------------
-    def clean_index(self, max_bookies: int) -> int:
+    def clean_index(self, max_bookies: int, *, budget_s: float | None = None) -> int:
         """Rewrite up to ``max_bookies`` of the index's bookie partitions (in rotation) with only the rows of
-        current versions; returns the rows removed. A partition cleaned since the last recorded row is
-        skipped without a read (old rows appear only when a new version is recorded), so an idle batch
-        costs nothing. Runs in the ledger lane's thread: the index's only writer (a rewrite beside one of
-        its appends would fail). A partition rewrite costs one read and one write of it, with no join."""
+        current versions, stopping after the first once ``budget_s`` seconds are spent; returns the rows
+        removed. A partition cleaned since the last recorded row is skipped without a read (old rows
+        appear only when a new version is recorded), so an idle batch costs nothing. Runs in the ledger
+        lane's thread: the index's only writer (a rewrite beside one of its appends would fail). A
+        partition rewrite costs one read and one write of it, with no join."""
         if not self._opened or max_bookies <= 0:  # versions unknown: every row would look old
             return 0
+        started = time.monotonic()
         recorded = self._rows_recorded
         if self._index_clean_through == recorded:
             return 0  # every partition is clean, and no row was recorded since
@@ -895,12 +900,13 @@ class LedgerLog:
         if not stale:
             self._index_clean_through = recorded
             return 0
-        chosen = stale[:max_bookies]
-        self._index_cursor = bookies.index(chosen[-1]) + 1
         removed = 0
-        for bookie in chosen:
+        for bookie in stale[:max_bookies]:
+            if budget_s is not None and bookie != stale[0] and time.monotonic() - started >= budget_s:
+                break
             removed += self._clean_partition(table, bookie)
             self._index_clean_at[bookie] = recorded
+            self._index_cursor = bookies.index(bookie) + 1
         return removed
 
     def _clean_partition(self, table: DeltaTable, bookie: str) -> int:

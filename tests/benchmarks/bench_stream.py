@@ -199,6 +199,14 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
         default=0,
         help="stream.maintenance_every_batches (0: no Delta maintenance during a measurement)",
     )
+    add(
+        "--scrutiny",
+        choices=("on", "off"),
+        default="off",
+        help="the job's background replicas check and probe at close (stream.scrutiny_*). Off by default: "
+        "the synthetic bookies' addresses answer no probe, so every probe fails and its re-probes pile up "
+        "(rounds, then a recheck every 5 minutes), which no cluster with live bookies does",
+    )
     add("--changes-retention-hours", type=float, help="stream.ledger_changes_retention_hours")
     add("--maintenance-retention-hours", type=int, help="stream.maintenance_retention_hours")
     add("--sink-chunk", type=int, default=100_000, help="--sink-only: decisions per sink batch")
@@ -1672,6 +1680,7 @@ def job_session_and_settings(args: argparse.Namespace, kafka: Any, state_dir: Pa
             "ledger_fold_ticks": args.fold_ticks,
             "ledger_vacuum_rounds": args.vacuum_rounds,
             "index_append_interval_s": float(str(args.index_append_s).split(",")[0]),
+            **({} if args.scrutiny == "on" else {"scrutiny_on_close": False, "scrutiny_ledgers_per_s": 0}),
             **_given(
                 ledger_changes_retention_hours=args.changes_retention_hours,
                 maintenance_retention_hours=args.maintenance_retention_hours,

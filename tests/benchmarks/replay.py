@@ -454,6 +454,28 @@ def _by_table(lakehouse: Path) -> dict[str, float]:
     return {table.name: directory_mb(table) for table in sorted(lakehouse.iterdir()) if table.is_dir()}
 
 
+def table_split_mb(table_dir: Path) -> dict[str, float]:
+    """A Delta table's size on disk in MB by what holds it: its log (``_delta_log``), the data files its
+    newest version references, and the files it no longer references (awaiting a vacuum).
+
+    Example:
+        >>> table_split_mb(Path("/nonexistent"))
+        {}
+    """
+    from deltalake import DeltaTable
+
+    if not (table_dir / "_delta_log").is_dir():
+        return {}
+    try:
+        referenced = DeltaTable(str(table_dir)).get_add_actions(flatten=True).column("size_bytes")
+    except Exception:  # a commit landing meanwhile
+        return {}
+    log_mb = directory_mb(table_dir / "_delta_log")
+    referenced_mb = round(sum(referenced.to_pylist()) / 1e6, 1)
+    data_mb = directory_mb(table_dir, skip=("_delta_log",))
+    return {"log": log_mb, "referenced": referenced_mb, "unreferenced": round(data_mb - referenced_mb, 1)}
+
+
 #: The options that take a list, each value run one after the other (every combination).
 VARIED = ("index_append_s",)
 
@@ -520,6 +542,7 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         "fold_ticks": args.fold_ticks,
         "vacuum_rounds": args.vacuum_rounds,
         "fold_interval_s": args.fold_interval_s,
+        "scrutiny": args.scrutiny,
     }
     writer = query = sink = recorder = timers = None
     sampler = RssSampler()
@@ -705,6 +728,7 @@ class Timeline:
                     sum(by_table.values()) - by_table.get("ledger_changes", 0), 1
                 ),
                 "lakehouse_mb_by_table": by_table,
+                "index_mb_split": table_split_mb(self.lakehouse / "ledger_bookies"),
                 "load": _load()[0],
             }
         )
@@ -893,6 +917,7 @@ def summary_line(figures: dict[str, Any]) -> dict[str, Any]:
         "ledger_buckets": figures.get("ledger_buckets"),
         "fold_ticks": figures.get("fold_ticks"),
         "vacuum_rounds": figures.get("vacuum_rounds"),
+        "scrutiny": figures.get("scrutiny"),
         "offered": figures.get("offered"),
         "applied": figures.get("applied"),
         "changes_mb": figures.get("changes_mb"),

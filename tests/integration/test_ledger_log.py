@@ -203,6 +203,16 @@ def test_after_a_crash_the_versions_not_appended_to_the_index_are_appended_once(
     assert [r for r in raw_index(root) if r in set(expected)] == expected  # each current row once
 
 
+def test_an_index_cleanup_past_its_time_budget_stops_after_its_first_partition(root):
+    log = LedgerLog(root, APP)
+    record(log, root, 0, [row(1, 10, bookies=("b1", "b2")), row(2, 11, bookies=("b3", "b4"))])
+    record(log, root, 1, [row(1, 12, bookies=("b1", "b2")), row(2, 13, bookies=("b3", "b4"))])
+    assert log.clean_index(max_bookies=4, budget_s=0.0) == 1  # one partition's old row, then out of time
+    assert len(raw_index(root)) == 7
+    assert log.clean_index(max_bookies=4) == 3  # the next run goes on from the next partition
+    assert raw_index(root) == [("b1", 1, 12), ("b2", 1, 12), ("b3", 2, 13), ("b4", 2, 13)]
+
+
 def test_a_replayed_batch_already_in_the_index_is_not_appended_again(root):
     log = LedgerLog(root, APP)
     record(log, root, 0, [row(1, 10, bookies=("b1", "b2"))])

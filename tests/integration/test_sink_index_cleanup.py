@@ -69,6 +69,28 @@ def test_batches_inside_the_cleanup_interval_leave_old_index_rows_and_the_first_
     assert current_index(root) == sorted(current)
 
 
+def test_a_batch_after_several_cleanup_intervals_cleans_a_partition_per_interval(kafka_settings, tmp_path):
+    # Behind a backlog a batch takes tens of seconds: one partition per batch would clean the index more
+    # slowly than the churn fills it with old rows.
+    sink, now, root = sink_on_a_clock(
+        kafka_settings,
+        tmp_path,
+        app_id="cleanup-pace-test",
+        index_cleanup_bookies_per_batch=1,
+        index_cleanup_interval_s=5.0,
+        index_append_interval_s=0.0,
+    )
+    first = [(1, ["b1", "b2", "b3"]), (2, ["b4", "b5", "b6"])]
+    sink.process(pa.concat_tables([new_version(1_000, i, b, 10) for i, b in first]), 0)
+    now[0] = 100.1
+    sink.process(pa.concat_tables([new_version(2_000, i, b, 11) for i, b in first]), 1)
+    assert len(raw_index(root)) == 12  # six old rows, one in each partition
+    now[0] = 150.0  # ten intervals later
+    sink.process(new_version(3_000, 3, ["b7", "b8", "b9"], 12), 2)
+    assert raw_index(root) == current_index(root)  # every partition with an old row cleaned at once
+    assert len(raw_index(root)) == 9
+
+
 def test_a_kept_table_handle_sees_another_writers_commit_and_skips_a_batch_already_there(tmp_path):
     ensure_tables(tmp_path)
     tables = OpenTables(tmp_path)
