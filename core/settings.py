@@ -627,8 +627,9 @@ class StreamSettings(_Section):
     index_cleanup_bookies_per_batch: int = Field(
         1,
         ge=0,
-        description="ledger_bookies partitions cleaned of old metadata versions' rows per cleanup run "
-        "(a run at most every index_cleanup_interval_s)",
+        description="ledger_bookies partitions cleaned of old metadata versions' rows per "
+        "index_cleanup_interval_s (a run cleans this many for each interval since the last run, within a "
+        "fifth of that time, so micro-batches slowed by a backlog clean at the same pace)",
     )
     index_cleanup_interval_s: float = Field(
         5.0,
