@@ -3,22 +3,21 @@
 :meth:`AuditSink.process` runs one micro-batch of decisions (:data:`streaming.schemas.DECISION_SCHEMA`)
 through named stages: read the state as of before the batch; apply the decisions in event-time order
 (:mod:`streaming.sink_batch`, one handler per kind); re-check the ledgers a rack move or a valid rack map
-again affects; reconcile complete FULL snapshots; evaluate placement; probe; publish the alert transitions
-and feedback; write the tables (ledgers through :mod:`connectors.delta.ledger_log`: appended, folded in the
-background); hand membership decisions and changed ledgers to the loss owner (:mod:`streaming.loss`). Why a
-replayed batch changes nothing is stated once, in :meth:`AuditSink.process`.
+again affects; reconcile complete FULL snapshots; evaluate placement; probe (:mod:`streaming.probe_stage`);
+publish the alert transitions and feedback; write the tables (ledgers through
+:mod:`connectors.delta.ledger_log`: appended, folded in the background); hand membership decisions and
+changed ledgers to the loss owner (:mod:`streaming.loss`); then the tables' upkeep (:mod:`streaming.upkeep`).
+Why a replayed batch changes nothing is stated once, in :meth:`AuditSink.process`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,10 +44,6 @@ from connectors.delta.tables import (
 )
 from core.domain.alert_book import AlertBook
 from core.domain.alerts import AlertKind, AlertState
-from core.domain.rules.evaluate import (
-    PlacementPolicyConfig,
-)
-from core.settings import KafkaSettings
 from streaming.decode import ARROW_CHANGE_SCHEMA
 from streaming.loss import (
     OWNED_ALERT_KINDS,
@@ -59,19 +54,19 @@ from streaming.loss import (
     utc_from_ms,
 )
 from streaming.memory import give_back
+from streaming.probe_stage import ProbeStage
 from streaming.processor import DECISION_COLUMNS
 from streaming.publish import publish
 from streaming.reports import REPORTS_KEPT, BatchReport, keep_recent
-from streaming.scrutiny import ScrutinyPass, ScrutinyStore
 from streaming.sink_batch import (
     CARRIED_COLUMNS,
     VERSION_ONLY_KINDS,
     SinkBatch,
     apply_decisions,
-    bookie_answers,
     evaluate_ledgers,
     rack_map_is_invalid,
 )
+from streaming.sink_config import SinkConfig
 from streaming.sink_versions import (
     LazyRows,
     parse_payloads,
@@ -80,11 +75,10 @@ from streaming.sink_versions import (
     split_versions,
     version_rows,
 )
-from streaming.topics import TopicsConfig, TopicsStage
+from streaming.topics import TopicsStage
+from streaming.upkeep import TableUpkeep
 
 if TYPE_CHECKING:
-    from connectors.agent.client import AgentConfig
-    from connectors.bookie.tls import BookieTlsConfig
     from streaming.metrics import StreamMetrics
 
 logger = logging.getLogger(__name__)
@@ -92,45 +86,6 @@ logger = logging.getLogger(__name__)
 #: A batch of at least this many decisions gives the memory it leaves behind back to the system when it
 #: ends (:mod:`streaming.memory`, ~0.1 s; a batch of 100,000 takes seconds).
 GIVE_BACK_AFTER_DECISIONS = 20_000
-#: The index cleanup takes at most this share of the time since its last run (at least one partition).
-INDEX_CLEANUP_SHARE = 0.2
-
-
-@dataclass(frozen=True)
-class SinkConfig:
-    """Everything the sink needs; built by ``streaming.job`` from the settings."""
-
-    lakehouse_root: str | Path
-    app_id: str
-    kafka: KafkaSettings
-    cluster_default: str = "unknown"
-    placement: PlacementPolicyConfig = field(default_factory=PlacementPolicyConfig)
-    probe_timeout_s: float = 5.0
-    probe_concurrency: int = 64
-    entry_checks: str = "auto"  # auto, entry_lists or entry_reads (core.settings.StreamSettings)
-    entry_checks_by_bookie: tuple[tuple[str, str], ...] = ()
-    entry_read_sample_percent: float = 0.0
-    entry_reads_per_s_per_bookie: float | None = None
-    scrutiny_ledgers_per_s: float | None = 0.0  # 0 = no background walk; None: the pace of scrutiny_pass_s
-    scrutiny_pass_s: float = 86_400.0  # a walk over every closed ledger within this long
-    scrutiny_on_close: bool = False  # check a ledger when it closes
-    scrutiny_max_per_batch: int = 1000
-    scrutiny_state_dir: str | Path | None = None  # where the walk's position is kept (None: not kept)
-    maintenance_every_batches: int = 0  # compact + vacuum every N batches; 0 = never
-    changes_partitions: int = 1  # partitions of the changes topic (snapshot reconciliation per partition)
-    ledger_fold_interval_s: float = 0.0  # fold ledger_changes into ledgers this often; 0 = only at close()
-    ledger_table_buckets: int = 256  # partitions of ledgers (core.settings.StreamSettings)
-    ledger_fold_ticks: int = 1  # folds per interval, each rewriting at most 1/this of the buckets
-    ledger_vacuum_rounds: int = 0  # ledgers files vacuumed after this many watermark advances; 0 = never
-    ledger_changes_retention_hours: float = 168.0  # folded ledger_changes rows kept this long (maintenance)
-    maintenance_retention_hours: int = 168  # unused files deleted by maintenance once this old
-    index_cleanup_bookies_per_batch: int = 1  # ledger_bookies partitions cleaned of old versions per run
-    index_cleanup_interval_s: float = 5.0  # at least this long between two index cleanups; 0 = every batch
-    index_append_interval_s: float = 5.0  # at least this long between two index appends; 0 = every batch
-    agents: AgentConfig | None = None  # bookie-side agents asked first (core.settings.AgentSettings)
-    bookie_tls: BookieTlsConfig | None = None  # TLS to the bookies (core.settings.BookieSettings)
-    topics: TopicsConfig = field(default_factory=TopicsConfig)  # Pulsar's managed ledgers (settings.pulsar)
-    topics_state_dir: str | Path | None = None  # the topics stage's state files (None: kept in memory)
 
 
 #: What the sink receives per batch (:data:`streaming.schemas.DECISION_SCHEMA` as Arrow): the processor's
@@ -238,24 +193,10 @@ class AuditSink:
     ) -> None:
         self.config = config
         self.metrics = metrics
-        self._clock = clock  # seconds, for work done at most every so often rather than every batch
         # Held while a batch runs; a graceful stop takes it so the query is never interrupted mid-call.
         self.busy = threading.Lock()
         self.stopping = threading.Event()
         self._producer: Any = None
-        self._probe_client: Any = None
-        self._agent_clients: dict[str, Any] | None = None
-        self.scrutiny = ScrutinyPass(
-            pass_s=config.scrutiny_pass_s,
-            max_per_batch=config.scrutiny_max_per_batch,
-            ledgers_per_s=config.scrutiny_ledgers_per_s,
-            on_close=config.scrutiny_on_close,
-        )
-        self._scrutiny_store = (
-            ScrutinyStore(config.scrutiny_state_dir) if config.scrutiny_state_dir is not None else None
-        )
-        if self._scrutiny_store is not None:
-            self._scrutiny_store.load(self.scrutiny)
         self.reports: list[BatchReport] = []
         # The open alerts after the last batch, with the open_alerts table version they match: the next batch
         # reuses them when the table is still at that version instead of re-reading every open alert (a lost
@@ -263,9 +204,6 @@ class AuditSink:
         self._open_alerts_cache: tuple[int, dict[Any, Any]] | None = None
         # The bookies table's rows at the version they were read (a new version is read again).
         self._bookie_rows_cache: tuple[int, dict[str, dict[str, Any]]] | None = None
-        # When the index cleanup last ran (monotonic seconds): it runs at most every interval, not per batch.
-        self._index_cleaned_at = -math.inf
-        self._index_appended_at = -math.inf  # likewise the index's append of new versions
         ensure_tables(config.lakehouse_root)
         # Delta tables kept open between batches, brought up to date with the commits since (opening one
         # afresh reads its log from the last checkpoint: a cost on every batch, growing with the table).
@@ -278,7 +216,11 @@ class AuditSink:
         ).refresh
         # The loss alerts' one owner, shared with the membership lane (one producer for both lanes).
         self.loss = LossAuditor(config.lakehouse_root, config.kafka, self._kafka, self.ledger_log)
-        self.loss.check_soon = self.scrutiny.check_soon  # a bookie formatted again: its ledgers at once
+        # Re-probes and the replicas check (streaming.probe_stage).
+        self.probes = ProbeStage(config, self.ledger_log)
+        self.loss.check_soon = self.probes.scrutiny.check_soon  # a bookie formatted again: its ledgers first
+        # The index's append and cleanup, and Delta maintenance, after each batch (streaming.upkeep).
+        self.upkeep = TableUpkeep(config, self.ledger_log, self.tables, self.loss.lock, clock=clock)
         # Pulsar's managed ledgers against the ledgers (streaming.topics).
         self.topics = TopicsStage(
             config.topics, config.topics_state_dir, changes_partitions=config.changes_partitions
@@ -301,17 +243,6 @@ class AuditSink:
 
             self._producer = Producer(producer_config(self.config.kafka))
         return self._producer
-
-    def _prober(self) -> Any:
-        if self._probe_client is None:
-            from connectors.bookie.client import BlockingBookieClient
-
-            self._probe_client = BlockingBookieClient(
-                timeout=self.config.probe_timeout_s,
-                max_reads_per_s_per_bookie=self.config.entry_reads_per_s_per_bookie,
-                tls=self.config.bookie_tls,
-            )
-        return self._probe_client
 
     def kafka_producer(self) -> Any:
         """The job's one producer (alerts, feedback, and the driver-run ledger lane's forwarding)."""
@@ -342,12 +273,7 @@ class AuditSink:
         if self._producer is not None:
             self._producer.flush(self.config.kafka.producer_delivery_timeout_ms / 1000)
             self._producer = None
-        if self._probe_client is not None:
-            self._probe_client.close()
-            self._probe_client = None
-        for agent in (self._agent_clients or {}).values():
-            agent.close()
-        self._agent_clients = None
+        self.probes.close()
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         if self.stopping.is_set():
@@ -387,7 +313,7 @@ class AuditSink:
         self._reconcile_snapshots(batch)
         self.topics.apply(batch, rows, self.ledger_log)
         evaluate_ledgers(batch, self.config.placement)
-        feedback = self._probe(batch, report)
+        feedback = self.probes.run(batch, report)  # stage 6
         report.feedback = len(feedback)
         self.write_check()  # a job that lost its hold on the checkpoint publishes and writes nothing
         report.alerts = self._publish(batch.book, feedback)  # before the tables: see above
@@ -456,7 +382,7 @@ class AuditSink:
         changed = np.unique(ids[plan.final])
         carried = self.ledger_log.take(changed, ["ledger_id", *CARRIED_COLUMNS])
         batch.versions = version_rows(decisions, parsed, plan, batch.cluster, carried)
-        self.scrutiny.ledger_closed(
+        self.probes.scrutiny.ledger_closed(
             newly_closed(self.ledger_log.take(changed, ["ledger_id", "state"]), batch.versions)
         )
         batch.versions_at_ms, batch.versions_first_at_ms = plan.final_at_ms, plan.first_at_ms
@@ -582,80 +508,14 @@ class AuditSink:
         report.dead_letters = dict(Counter(row["source"] for row in batch.dead_letters))
         open_counts = Counter(kind.value for _, kind in batch.book.open) + Counter(self.loss.open_counts())
         report.open_alerts = dict(sorted(open_counts.items()))
-        self._note_scrutiny(report)
-        self._maintain(batch.batch_id)
+        self.probes.note(report)
+        self.upkeep.after_batch(batch.batch_id)
         if report.decisions >= GIVE_BACK_AFTER_DECISIONS:
             give_back()
         report.seconds = round(time.monotonic() - started, 3)
         if self.metrics is not None:
             self.metrics.on_batch(report)  # the one place the sink's metrics are updated
         keep_recent(self.reports, report, REPORTS_KEPT)
-
-    def _note_scrutiny(self, report: BatchReport) -> None:
-        """Keep the walk's position (after the batch's tables: a crash before repeats a few probes) and
-        report its passes."""
-        if self._scrutiny_store is not None:
-            self._scrutiny_store.save(self.scrutiny)
-        report.scrutiny_pass_started_ms = self.scrutiny.pass_started_ms
-        report.scrutiny_last_full_pass_ms = self.scrutiny.last_full_pass_ms
-        report.scrutiny_expected_pass_s = self.scrutiny.expected_pass_s(self.ledger_log.checked_count())
-
-    def _maintain(self, batch_id: int) -> None:
-        """Compact the small files streaming creates and vacuum old ones, every N batches (in the sink's
-        thread, between batch commits, so it never races the batch writer)."""
-        self._append_index()
-        self._clean_index(batch_id)
-        every = self.config.maintenance_every_batches
-        if every <= 0 or batch_id == 0 or batch_id % every:
-            return
-        from connectors.delta.tables import maintain
-
-        started = time.monotonic()
-        try:
-            # Never beside a commit of the membership lane, nor beside a fold (both rewrite files).
-            with self.loss.lock, self.ledger_log.fold_lock:
-                self.ledger_log.expire_changes(self.config.ledger_changes_retention_hours)
-                maintain(self.config.lakehouse_root, retention_hours=self.config.maintenance_retention_hours)
-        except Exception:  # maintenance is an optimisation: never fail a batch for it
-            logger.exception("Delta maintenance failed; the next run will try again")
-        else:
-            logger.info("Delta maintenance took %.1f s", time.monotonic() - started)
-
-    def _append_index(self) -> None:
-        """Append the index rows of the new ledger versions since the last append, at most every
-        ``index_append_interval_s``: the append writes a file per bookie touched (~100), whatever the
-        batches' size, and readers index the ledgers changed since by their current rows meanwhile. A
-        failure fails the batch, as any write of it does (the fold waits for the index)."""
-        now = self._clock()
-        if now - self._index_appended_at < self.config.index_append_interval_s:
-            return
-        self.ledger_log.flush_index(self.tables)
-        self._index_appended_at = now
-
-    def _clean_index(self, batch_id: int) -> None:
-        """Remove old versions' rows from a few ``ledger_bookies`` partitions (readers skip them anyway), at
-        most every ``index_cleanup_interval_s``: one partition rewrite costs a small batch more than the
-        batch's own work, and skipping it is safe (idempotent maintenance, nothing reads those rows).
-
-        A run cleans ``index_cleanup_bookies_per_batch`` partitions for every interval since the last run,
-        within a fifth of that time: the index is cleaned at the same pace per second whether batches come
-        every 5 s or, behind a backlog, every 30 s (one partition per batch let it grow without bound)."""
-        now = self._clock()
-        interval, since = self.config.index_cleanup_interval_s, now - self._index_cleaned_at
-        if since < interval:
-            return
-        self._index_cleaned_at = now
-        intervals = int(since // interval) if interval > 0 and math.isfinite(since) else 1
-        budget_s = INDEX_CLEANUP_SHARE * since if math.isfinite(since) else None
-        try:
-            self.ledger_log.clean_index(
-                self.config.index_cleanup_bookies_per_batch * max(1, intervals), budget_s=budget_s
-            )
-            self.ledger_log.vacuum_index()  # once per fold round: the partitions' replaced files
-        except Exception:  # an optimisation, like maintenance: never fail a batch for it
-            logger.warning(
-                "cleaning old index rows failed (batch %d); trying again later", batch_id, exc_info=True
-            )
 
     # -- helpers -------------------------------------------------------------------------------------------
     def _vanished(self, batch: SinkBatch, done: dict[str, Any]) -> list[int]:
@@ -713,144 +573,6 @@ class AuditSink:
             for i in candidates
             if exists_at_ms.get(i, -1) < begin_ms and kafka_partition(f"ledger/{i}", partitions) == partition
         )
-
-    def _probe(self, batch: SinkBatch, report: BatchReport) -> list[dict[str, Any]]:
-        """Stage 6: the processor's re-probes and the throttled scrutiny pass; returns the feedback events
-        (round results) and raises ``BOOKIE_UNRESPONSIVE`` for registered bookies that never answer."""
-        from connectors.bookie.ledger_probe import LedgerProbeTarget
-
-        requests, ledgers, bookie_rows = batch.probe_requests, batch.ledgers, batch.bookie_rows
-        book, cluster = batch.book, batch.cluster
-        targets: list[tuple[dict[str, Any], LedgerProbeTarget]] = []
-        requested = {r["ledger_id"] for r in requests}
-        requests = list(requests) + self._scrutiny_picks(requests, requested)
-        if batch.versions is not None and requests:
-            wanted = [r["ledger_id"] for r in requests]
-            batch.versions_to_rows(np.isin(batch.versions.column("ledger_id").to_numpy(), wanted))
-        ledgers.update(
-            self.ledger_log.rows(r["ledger_id"] for r in requests if r["ledger_id"] not in ledgers)
-        )
-        for request in requests:
-            row = ledgers.get(request["ledger_id"])
-            if row is None or row.get("deleted") or not row.get("state"):
-                continue
-            segments = tuple((s["first_entry_id"], tuple(s["ensemble"])) for s in row.get("segments") or [])
-            targets.append(
-                (
-                    request,
-                    LedgerProbeTarget(
-                        row["ledger_id"],
-                        row["ensemble_size"],
-                        row["write_quorum"],
-                        row["ack_quorum"],
-                        row["state"],
-                        row["last_entry_id"],
-                        segments,
-                    ),
-                )
-            )
-        if not targets:
-            return []
-        addresses = {
-            b: r["rpc_address"] if r.get("rpc_address") else f"{r['host']}:{r['port']}"
-            for b, r in bookie_rows.items()
-            if r.get("status") in ("WRITABLE", "READ_ONLY")
-            and (r.get("rpc_address") or (r.get("host") and r.get("port")))
-        }
-        outcomes = self._probe_and_learn(batch, [t for _, t in targets], addresses)
-        report.probes = len(outcomes)
-        report.probe_outcomes = dict(
-            Counter(
-                (
-                    "scrutiny" if request.get("scrutiny") else "reprobe",
-                    "failing" if outcome.failing else "healthy",
-                )
-                for (request, _), outcome in zip(targets, outcomes, strict=True)
-            )
-        )
-        now_ms = int(time.time() * 1000)
-        messages = []
-        for (request, target), outcome in zip(targets, outcomes, strict=True):
-            bookie_answers(book, target.ledger_id, outcome.answers, outcome.refused, at_ms=now_ms)
-            if request.get("scrutiny") and not outcome.failing:
-                continue  # healthy background check: nothing to report
-            messages.append(
-                {
-                    "kind": "probe_result",
-                    "cluster": cluster,
-                    "ledger_id": target.ledger_id,
-                    # Wall clock: event time is the watcher's (wall) clock too, so feedback is never late.
-                    "event_time_ms": now_ms,
-                    "round": int(request.get("round", 0)),
-                    "reason": request.get("reason") or ("scrutiny" if request.get("scrutiny") else "probe"),
-                    "mzxid": (ledgers.get(target.ledger_id) or {}).get("mzxid"),
-                    "failing": outcome.failing,
-                    "outcome": {
-                        **outcome.verdict.to_json(),
-                        "unresponsive": list(outcome.unresponsive),
-                        "unresolved": list(outcome.unresolved),
-                        "answers": outcome.answers,
-                        "refused": outcome.refused,
-                    },
-                }
-            )
-        return messages
-
-    def _probe_and_learn(self, batch: SinkBatch, targets: list[Any], addresses: dict[str, str]) -> list[Any]:
-        """Probe each bookie the way it answers (entry lists or entry reads, see ``stream.entry_checks``);
-        what the wave learned about a bookie goes to its ``bookies`` row."""
-        from connectors.bookie.ledger_probe import probe_and_learn
-
-        modes = dict(self.config.entry_checks_by_bookie)
-        mode = {b: modes.get(b, self.config.entry_checks) for b in addresses}
-        reads_on = {
-            b
-            for b, m in mode.items()
-            if m == "entry_reads"
-            or (m == "auto" and (batch.bookie_rows.get(b) or {}).get("answers_entry_lists") is False)
-        }
-        outcomes, learned = probe_and_learn(
-            self._prober(),
-            targets,
-            addresses,
-            known=self._agent_answers(targets, addresses),
-            entry_reads_on=reads_on,
-            learn={b for b, m in mode.items() if m == "auto"},
-            timeout=self.config.probe_timeout_s,
-            concurrency=self.config.probe_concurrency,
-            sample_percent=self.config.entry_read_sample_percent,
-        )
-        for bookie, answers in sorted(learned.items()):
-            row = batch.bookie_rows.get(bookie)
-            if row is not None and row.get("answers_entry_lists") is not answers:
-                batch.bookie_rows[bookie] = {**row, "answers_entry_lists": answers}
-                batch.bookies_changed.add(bookie)
-        return outcomes
-
-    def _agent_answers(self, targets: list[Any], addresses: dict[str, str]) -> dict[tuple[int, str], Any]:
-        """What the configured bookie-side agents say of the closed ledgers' registered bookies."""
-        if self.config.agents is None or not self.config.agents.addresses:
-            return {}
-        from connectors.agent.client import agent_answers
-
-        if self._agent_clients is None:
-            self._agent_clients = self.config.agents.clients()
-        wanted: dict[str, list[int]] = defaultdict(list)
-        for target in targets:
-            if target.state == "CLOSED" and target.last_entry_id >= 0:
-                for bookie in target.bookies & self._agent_clients.keys() & addresses.keys():
-                    wanted[bookie].append(target.ledger_id)
-        return agent_answers(self._agent_clients, wanted)
-
-    def _scrutiny_picks(self, requests: list[dict[str, Any]], requested: set[int]) -> list[dict[str, Any]]:
-        """The ledgers that just closed and the background walk's next ones (:mod:`streaming.scrutiny`)."""
-        log = self.ledger_log
-        picked = self.scrutiny.picks(int(time.time() * 1000), log.checked_after, log.checked_count())
-        return [
-            {"ledger_id": i, "round": 0, "scrutiny": True}
-            for i in dict.fromkeys(picked)
-            if i not in requested
-        ]
 
     def _publish(self, book: AlertBook, feedback: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Send the batch's alert transitions and feedback; returns the alerts as published (JSON objects)."""

@@ -301,6 +301,7 @@ def _instrument(timers: Timers) -> None:
     import streaming.loss as loss_module
     import streaming.sink as sink_module
     from connectors.delta import ledger_log, tables
+    from streaming.probe_stage import ProbeStage
 
     for method in ("upsert", "replace_keys", "append"):
         timers.wrap(tables.BatchWriter, method, f"delta.{method}")
@@ -316,7 +317,7 @@ def _instrument(timers: Timers) -> None:
     timers.wrap(ledger_log.LedgerLog, "clean_index", "ledger_log.clean_index")
     timers.wrap(sink_module.AuditSink, "_vanished", "sink.snapshot_reconcile")
     timers.wrap(sink_module.AuditSink, "_publish", "sink.publish_kafka")
-    timers.wrap(sink_module.AuditSink, "_probe", "sink.probes")
+    timers.wrap(ProbeStage, "run", "sink.probes")
     timers.wrap(loss_module.LossAuditor, "apply", "loss.apply")
     timers.wrap(loss_module.LossAuditor, "_from_index", "loss.index_read")
     timers.wrap(loss_module.LossAuditor, "_evaluate", "loss.index_read_and_rule")

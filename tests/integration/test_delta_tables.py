@@ -162,6 +162,6 @@ def test_the_sink_maintenance_deletes_replaced_files_older_than_its_retention(
         bookies, pa.Table.from_pylist([{"bookie_id": "b2"}], schema=BOOKIES.schema), mode="overwrite"
     )
     _age_removed_files(bookies, hours=2)  # the first file was replaced two hours ago
-    sink._maintain(1)
+    sink.upkeep._maintain(1)
     assert Path(replaced).exists() is kept
     assert read_table(tmp_path, "bookies").column("bookie_id").to_pylist() == ["b2"]

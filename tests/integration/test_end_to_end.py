@@ -413,7 +413,7 @@ def test_every_alert_transition_is_on_the_topic_with_stable_ids_and_no_password(
 def test_a_bookie_formatted_again_has_its_ledgers_probed_at_once_without_the_walk(stack):
     """Last in the module (the bookie stays wiped). The background walk is stopped, so only the cookie's
     replacement can send the ledger to the probes; its entries had their only copies there."""
-    walk = stack.sink.scrutiny
+    walk = stack.sink.probes.scrutiny
     pace, walk.ledgers_per_s = walk.ledgers_per_s, 0.0
     try:
         ledger = next(

@@ -73,9 +73,9 @@ def test_scrutiny_picks_closed_and_open_ledgers_from_merge_written_files(tmp_pat
             lakehouse_root=tmp_path, app_id="scan-test", kafka=KafkaSettings(), scrutiny_ledgers_per_s=1000.0
         )
     )
-    sink.scrutiny.last_pick_ms = 0  # a long time ago: the whole budget is available
+    sink.probes.scrutiny.last_pick_ms = 0  # a long time ago: the whole budget is available
     sink.ledger_log.open(1)  # the ledgers as the job holds them in memory, loaded from those files
-    picks = sink._scrutiny_picks([], set())
+    picks = sink.probes._scrutiny_picks(set())
     assert [p["ledger_id"] for p in picks] == [1, 2, 3, 5]  # 1 is open: checked up to its LAC
 
 
