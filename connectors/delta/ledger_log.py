@@ -127,6 +127,10 @@ logger = logging.getLogger(__name__)
 _NO_VERSION = -1
 #: How long ``ledgers`` keeps its commit files once folds vacuum it (a replay reads a few commits back).
 LOG_RETENTION = "interval 1 hours"
+#: How long ``ledger_bookies`` keeps its commit files: an append and a cleanup commit every 5 s, each
+#: listing ~100 files (~2 MB of log a minute at 1 M ledgers), and no reader goes back past the vacuum's
+#: rounds (its app transactions stay in the checkpoints).
+INDEX_LOG_RETENTION = "interval 10 minutes"
 #: From this many rows folded (the base's and the changes'), a fold runs in a process of its own
 #: (:mod:`._fold_process`).
 FOLD_IN_CHILD_FROM_ROWS = 200_000
@@ -751,17 +755,17 @@ class LedgerLog:
         return fold_in_child(request)
 
     def _keep_log(self, retention: str) -> None:
-        """Have delta-rs drop the commit files of ``ledgers`` and ``ledger_bookies`` older than ``retention``
-        at its checkpoints (a fold tick, an index append or cleanup commits some kB of file actions every
-        few seconds; kept 30 days by default, they would outgrow the tables). Their versions older than the
-        vacuum's rounds are never read."""
+        """Have delta-rs drop the commit files of ``ledgers`` older than ``retention``, and those of
+        ``ledger_bookies`` older than :data:`INDEX_LOG_RETENTION`, at its checkpoints (a fold tick, an index
+        append or cleanup commits some kB of file actions every few seconds; kept 30 days by default, they
+        would outgrow the tables)."""
         key = "delta.logRetentionDuration"
-        for name in ("ledgers", "ledger_bookies"):
+        for name, kept in (("ledgers", retention), ("ledger_bookies", INDEX_LOG_RETENTION)):
             try:
                 table = DeltaTable(table_path(self.root, name))
-                if table.metadata().configuration.get(key) != retention:
+                if table.metadata().configuration.get(key) != kept:
                     with self.fold_lock:
-                        table.alter.set_table_properties({key: retention}, raise_if_not_exists=False)
+                        table.alter.set_table_properties({key: kept}, raise_if_not_exists=False)
             except Exception:  # an optimisation: the log is then kept as long as delta-rs's default
                 logger.warning("setting the %s table's log retention failed", name, exc_info=True)
 

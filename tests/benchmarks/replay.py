@@ -597,6 +597,9 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         writer.stdin.flush()
         timeline.start()
         writer.wait(args.duration * 20 + 600)
+        # The timeline ends with the changes: the drain below builds this benchmark's own dicts of every
+        # change sent and applied (GBs at millions of changes) in the job's process.
+        figures["timeline"] = timeline.stop()
         figures["churn_rss_peak_mb"] = sampler.close_window()
         marks["churn_end"] = memory_mark(sink)
         result = json.loads((state_dir / "replay-sent.json").read_text())
@@ -607,7 +610,6 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         lags = [applied[key] - sent[key] for key in applied]
         last_applied = max(applied.values(), default=result["finished"])
         time.sleep(args.fold_interval_s)  # one more fold interval: the changes' folds are in the size
-        figures["timeline"] = timeline.stop()
         sampler.stop()
         figures["lakehouse_mb_after"] = directory_mb(lakehouse, skip=(FOLD_SCRATCH,))
         figures["lakehouse_mb_by_table"] = _by_table(lakehouse)

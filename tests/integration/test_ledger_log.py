@@ -213,6 +213,18 @@ def test_an_index_cleanup_past_its_time_budget_stops_after_its_first_partition(r
     assert raw_index(root) == [("b1", 1, 12), ("b2", 1, 12), ("b3", 2, 13), ("b4", 2, 13)]
 
 
+def test_folding_with_vacuum_rounds_bounds_the_commit_files_kept_by_ledgers_and_by_the_index(root):
+    log = LedgerLog(root, APP)
+    record(log, root, 0, [row(1, 10)])
+    log.start_folding(3600.0, vacuum_rounds=3)
+    log.stop_folding(fold_all=False)
+    kept = {
+        name: DeltaTable(table_path(root, name)).metadata().configuration.get("delta.logRetentionDuration")
+        for name in ("ledgers", "ledger_bookies")
+    }
+    assert kept == {"ledgers": "interval 1 hours", "ledger_bookies": "interval 10 minutes"}
+
+
 def test_a_replayed_batch_already_in_the_index_is_not_appended_again(root):
     log = LedgerLog(root, APP)
     record(log, root, 0, [row(1, 10, bookies=("b1", "b2"))])
