@@ -756,7 +756,8 @@ def timeline_levels(timeline: list[dict[str, Any]]) -> dict[str, Any] | None:
             "last": last[name],
             "second_half_mb_per_min": round((last[name] - half[name]) / minutes, 2),
         }
-        for name in ("job_mb", "lakehouse_mb", "lakehouse_mb_but_history")
+        # job_mb counts a fold tick's child when one runs at the sample; main_mb is the job's process alone.
+        for name in ("job_mb", "main_mb", "lakehouse_mb", "lakehouse_mb_but_history")
         if name in first
     }
 
