@@ -1,7 +1,8 @@
 """The sink's table upkeep after each batch, each on its own cadence: the index's append of new ledger
-versions, the cleanup of old versions' index rows, and the periodic Delta maintenance (compaction, vacuum,
-the history's retention). It runs in the sink's thread, between batch commits, so it never races the batch
-writer; the folds and the membership lane are kept out by their locks."""
+versions, the cleanup of old versions' index rows (which also compacts the index), and the periodic Delta
+maintenance (compaction of the tables the job does not rewrite itself, vacuum, the history's retention). It
+runs in the sink's thread, between batch commits, so it never races the batch writer; the folds and the
+membership lane are kept out by their locks."""
 
 from __future__ import annotations
 
@@ -102,11 +103,27 @@ class TableUpkeep:
             # Never beside a commit of the membership lane, nor beside a fold (both rewrite files).
             with self._membership_lock, self.ledger_log.fold_lock:
                 self.ledger_log.expire_changes(self.config.ledger_changes_retention_hours)
-                maintain(self.config.lakehouse_root, retention_hours=self.config.maintenance_retention_hours)
+                maintain(
+                    self.config.lakehouse_root,
+                    retention_hours=self.config.maintenance_retention_hours,
+                    not_compacted=self.rewritten_elsewhere(),
+                )
         except Exception:  # maintenance is an optimisation: never fail a batch for it
             logger.exception("Delta maintenance failed; the next run will try again")
         else:
             logger.info("Delta maintenance took %.1f s", time.monotonic() - started)
+
+    def rewritten_elsewhere(self) -> list[str]:
+        """The tables the job keeps compact without the maintenance: ``ledgers`` while it folds (each fold
+        writes a bucket as one file), ``ledger_bookies`` while the index cleanup runs (it rewrites a
+        fragmented partition as one file). Compacting them again rewrote the whole table in the sink's
+        thread: the 1 M soak's longest waits and its lakehouse's size peaks."""
+        tables = []
+        if self.config.ledger_fold_interval_s > 0:
+            tables.append("ledgers")
+        if self.config.index_cleanup_bookies_per_batch > 0:
+            tables.append("ledger_bookies")
+        return tables
 
 
 def cleanup_pace(since_s: float, interval_s: float, per_interval: int) -> tuple[int, float | None]:

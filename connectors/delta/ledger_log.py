@@ -131,6 +131,10 @@ LOG_RETENTION = "interval 1 hours"
 #: listing ~100 files (~2 MB of log a minute at 1 M ledgers), and no reader goes back past the vacuum's
 #: rounds (its app transactions stay in the checkpoints).
 INDEX_LOG_RETENTION = "interval 10 minutes"
+#: A ``ledger_bookies`` partition of more files than this is rewritten as one by the index cleanup even
+#: with no old row to remove: each index append adds a file to every bookie it touches, and a loss reads
+#: its bookie's partition (80 files cost 3x the CPU of one). The periodic maintenance leaves the index to it.
+INDEX_PARTITION_FILES = 8
 #: From this many rows folded (the base's and the changes'), a fold runs in a process of its own
 #: (:mod:`._fold_process`).
 FOLD_IN_CHILD_FROM_ROWS = 200_000
@@ -885,11 +889,12 @@ class LedgerLog:
     # -- the index's old rows -------------------------------------------------------------------------------
     def clean_index(self, max_bookies: int, *, budget_s: float | None = None) -> int:
         """Rewrite up to ``max_bookies`` of the index's bookie partitions (in rotation) with only the rows of
-        current versions, stopping after the first once ``budget_s`` seconds are spent; returns the rows
-        removed. A partition cleaned since the last recorded row is skipped without a read (old rows
-        appear only when a new version is recorded), so an idle batch costs nothing. Runs in the ledger
-        lane's thread: the index's only writer (a rewrite beside one of its appends would fail). A
-        partition rewrite costs one read and one write of it, with no join."""
+        current versions, each as one file (the index's compaction), stopping after the first once
+        ``budget_s`` seconds are spent; returns the rows removed. A partition cleaned since the last
+        recorded row is skipped without a read (old rows and new files appear only when a new version is
+        recorded), so an idle batch costs nothing. Runs in the ledger lane's thread: the index's only
+        writer (a rewrite beside one of its appends would fail). A partition rewrite costs one read and
+        one write of it, with no join."""
         if not self._opened or max_bookies <= 0:  # versions unknown: every row would look old
             return 0
         started = time.monotonic()
@@ -914,9 +919,12 @@ class LedgerLog:
         return removed
 
     def _clean_partition(self, table: DeltaTable, bookie: str) -> int:
-        rows = scan(table, [("bookie", "=", bookie)], prune_partitions=True)
+        """Rewrite ``bookie``'s partition with only its current rows, as one file, when it holds old rows
+        or more than :data:`INDEX_PARTITION_FILES` files; returns the rows removed."""
+        files = len(table.file_uris(file_pruning_predicate=[("bookie", "=", bookie)]))
+        rows = scan_partitions(table, "bookie", [bookie])
         kept = self.current_index(rows)
-        if kept.num_rows == rows.num_rows:
+        if kept.num_rows == rows.num_rows and files <= INDEX_PARTITION_FILES:
             return 0
         literal = bookie.replace("'", "''")
         kept = conform_to(kept, LEDGER_BOOKIES.schema)

@@ -32,7 +32,7 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -884,19 +884,26 @@ def of_current_versions(indexed: pa.Table, mzxid: np.ndarray, gone: np.ndarray) 
     return indexed.filter(pa.array((row_mzxid == mzxid) & ~gone))
 
 
-def maintain(root: str | Path, *, retention_hours: int = 168) -> dict[str, dict[str, object]]:
-    """Compact the small files streaming creates (Z-ordered where useful) and vacuum old ones.
+def maintain(
+    root: str | Path, *, retention_hours: int = 168, not_compacted: Collection[str] = ()
+) -> dict[str, dict[str, object]]:
+    """Compact the small files streaming creates (Z-ordered where useful) and vacuum old ones. The tables
+    ``not_compacted`` are vacuumed only: the job rewrites their files itself (``ledgers`` by its folds,
+    ``ledger_bookies`` by the index cleanup), and compacting them again costs a rewrite of the whole table.
 
     Example:
         >>> import tempfile; root = tempfile.mkdtemp(); _ = ensure_tables(root)
-        >>> sorted(maintain(root))[:2]
-        ['bookies', 'dead_letters']
+        >>> report = maintain(root, not_compacted=["ledgers"])
+        >>> sorted(report)[:2], report["ledgers"]["optimize"]
+        (['bookies', 'dead_letters'], None)
     """
     report: dict[str, dict[str, object]] = {}
     for spec in TABLES.values():
         table = DeltaTable(table_path(root, spec.name))
         optimize = table.optimize
-        metrics = optimize.z_order(list(spec.z_order)) if spec.z_order else optimize.compact()
+        metrics: object = None
+        if spec.name not in not_compacted:
+            metrics = optimize.z_order(list(spec.z_order)) if spec.z_order else optimize.compact()
         removed = table.vacuum(
             retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False
         )

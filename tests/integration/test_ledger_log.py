@@ -213,6 +213,21 @@ def test_an_index_cleanup_past_its_time_budget_stops_after_its_first_partition(r
     assert raw_index(root) == [("b1", 1, 12), ("b2", 1, 12), ("b3", 2, 13), ("b4", 2, 13)]
 
 
+def test_the_index_cleanup_rewrites_a_partition_of_many_files_as_one_with_no_old_row_to_remove(root):
+    # Each index append adds a file to every bookie it touches; a loss reads its bookie's partition.
+    log = LedgerLog(root, APP)
+    appends = 12  # more than ledger_log.INDEX_PARTITION_FILES
+    for batch_id in range(appends):  # new ledgers only: nothing for the cleanup to remove
+        record(log, root, batch_id, [row(batch_id, 10 + batch_id, bookies=("b1", "b2"))])
+    table = DeltaTable(table_path(root, "ledger_bookies"))
+    assert len(table.file_uris(file_pruning_predicate=[("bookie", "=", "b1")])) == appends
+    before = raw_index(root)
+    assert sum(log.clean_index(max_bookies=1) for _ in range(2)) == 0
+    table = DeltaTable(table_path(root, "ledger_bookies"))
+    assert [len(table.file_uris(file_pruning_predicate=[("bookie", "=", b)])) for b in ("b1", "b2")] == [1, 1]
+    assert raw_index(root) == before
+
+
 def test_folding_with_vacuum_rounds_bounds_the_commit_files_kept_by_ledgers_and_by_the_index(root):
     log = LedgerLog(root, APP)
     record(log, root, 0, [row(1, 10)])
@@ -238,8 +253,10 @@ def test_an_index_cleanup_with_nothing_recorded_since_the_last_reads_nothing(roo
     import connectors.delta.ledger_log as ledger_log
 
     scans: list[Any] = []
-    real_scan = ledger_log.scan
-    monkeypatch.setattr(ledger_log, "scan", lambda *a, **k: scans.append(a[1]) or real_scan(*a, **k))
+    real_scan = ledger_log.scan_partitions
+    monkeypatch.setattr(
+        ledger_log, "scan_partitions", lambda *a, **k: scans.append(a[2]) or real_scan(*a, **k)
+    )
     log = LedgerLog(root, APP)
     record(log, root, 0, [row(1, 10, bookies=("b1", "b2"))])
     record(log, root, 1, [row(1, 12, bookies=("b2", "b3"))])

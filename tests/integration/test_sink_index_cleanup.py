@@ -146,3 +146,48 @@ def test_batches_inside_the_append_interval_are_indexed_from_memory_then_appende
     current = sorted(current + [(b, 4, 14) for b in ("b1", "b2", "b3")])
     assert raw_index(root) == sorted([*current, ("b1", 1, 10), ("b2", 1, 10), ("b3", 1, 10)])
     assert current_index(root) == current
+
+
+def test_the_periodic_maintenance_compacts_the_tables_the_job_does_not_rewrite_itself(tmp_path):
+    # ``ledgers`` is rewritten bucket by bucket by the folds and ``ledger_bookies`` partition by partition by
+    # the index cleanup: compacting them again rewrote the whole table in the sink's thread.
+    import threading
+
+    from deltalake import write_deltalake
+
+    from connectors.delta.ledger_log import LedgerLog
+    from connectors.delta.tables import TABLES
+    from core.settings import KafkaSettings
+    from streaming.upkeep import TableUpkeep
+
+    ensure_tables(tmp_path)
+    for name in ("ledgers", "ledger_bookies", "dead_letters"):
+        schema = TABLES[name].schema
+        for ledger_id in range(3):  # three appends: three files
+            values = {
+                "ledger_id": ledger_id,
+                "ledger_bucket": 0,
+                "bookie": "b1",
+                "source": "x",
+                "reason": "r",
+            }
+            row = {field.name: values.get(field.name) for field in schema}
+            write_deltalake(
+                table_path(tmp_path, name), pa.Table.from_pylist([row], schema=schema), mode="append"
+            )
+    config = SinkConfig(
+        lakehouse_root=tmp_path,
+        app_id="maintenance-test",
+        kafka=KafkaSettings(),
+        maintenance_every_batches=1,
+        ledger_fold_interval_s=30.0,
+        index_cleanup_bookies_per_batch=1,
+    )
+    upkeep = TableUpkeep(
+        config, LedgerLog(tmp_path, "maintenance-test"), OpenTables(tmp_path), threading.RLock()
+    )
+    upkeep.after_batch(1)
+    files = {name: len(DeltaTable(table_path(tmp_path, name)).file_uris()) for name in TABLES}
+    assert files["dead_letters"] == 1  # compacted
+    assert (files["ledgers"], files["ledger_bookies"]) == (3, 3)  # left to the folds and the cleanup
+    assert read_table(tmp_path, "dead_letters").num_rows == 3
