@@ -171,6 +171,31 @@ class DevCluster:
         if missing:
             raise ConfigError(f"dev.tls: no {missing[0]}; `bkaudit dev up --tls` writes a throwaway CA there")
 
+    def kafka_client_settings(self) -> dict[str, object]:
+        """The ``kafka`` settings a client of this broker takes beyond its address: on a real Kafka broker no
+        one-record tails (its high watermark is right after any batch, and the hold costs every burst a
+        flush before its last records go out).
+
+        Example:
+            >>> DevCluster(DevSettings(state_dir="/s", broker="kafka")).kafka_client_settings()
+            {'single_record_tails': False}
+            >>> DevCluster(DevSettings(state_dir="/s", broker="tansu")).kafka_client_settings()
+            {}
+        """
+        return {"single_record_tails": False} if self.settings.broker == "kafka" else {}
+
+    def client_kafka_variables(self) -> dict[str, str]:
+        """:meth:`kafka_client_settings` as ``BKAUDIT_KAFKA__*`` variables (what ``--dev`` sets).
+
+        Example:
+            >>> DevCluster(DevSettings(state_dir="/s", broker="kafka")).client_kafka_variables()
+            {'BKAUDIT_KAFKA__SINGLE_RECORD_TAILS': 'false'}
+        """
+        return {
+            f"BKAUDIT_KAFKA__{name.upper()}": str(value).lower()
+            for name, value in self.kafka_client_settings().items()
+        }
+
     def client_tls_variables(self) -> dict[str, str]:
         """With ``dev.tls``: the ``BKAUDIT_*`` variables that make a client use the CA and client pair (an
         unencrypted key: the files are throwaway); empty without TLS.

@@ -239,9 +239,9 @@ class AuditSink:
         if self._producer is None:
             from confluent_kafka import Producer
 
-            from connectors.kafka.client_config import producer_config
+            from connectors.kafka.client_config import failures_only_producer_config
 
-            self._producer = Producer(producer_config(self.config.kafka))
+            self._producer = Producer(failures_only_producer_config(self.config.kafka))
         return self._producer
 
     def kafka_producer(self) -> Any:

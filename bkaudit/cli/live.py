@@ -66,7 +66,7 @@ def use_dev_services(dev: bool) -> dict[str, str]:
         )
     addresses = cluster.addresses()
     variables = {variable: addresses[name] for name, variable in DEV_VARIABLES.items()}
-    variables |= cluster.client_tls_variables()
+    variables |= cluster.client_kafka_variables() | cluster.client_tls_variables()
     os.environ.update(variables)
     return variables
 

@@ -77,6 +77,7 @@ class ServiceHarness:
             "feedback_topic": f"bkaudit.feedback.{suffix}",
             "tracked_topic": f"bkaudit.tracked.{suffix}",
             "decisions_topic": f"bkaudit.decisions.{suffix}",
+            **self.cluster.kafka_client_settings(),
         }
         values.update(overrides)
         return KafkaSettings.model_validate(values)

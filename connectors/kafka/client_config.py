@@ -177,6 +177,19 @@ def producer_config(settings: KafkaSettings) -> dict[str, Any]:
     return {**config, **extra_properties(settings)}  # extra_config wins over our defaults too
 
 
+def failures_only_producer_config(settings: KafkaSettings) -> dict[str, Any]:
+    """:func:`producer_config` for a producer whose callers need only failed deliveries reported (librdkafka's
+    ``delivery.report.only.error``): the job's alerts, feedback and forwarding, which wait for every
+    acknowledgement with a flush and count failures. A delivery report is a Python call per record; a lost
+    bookie's 31,000 alerts spent ~25 ms in them. ``extra_config`` still wins.
+
+    Example:
+        >>> failures_only_producer_config(KafkaSettings())["delivery.report.only.error"]
+        True
+    """
+    return {**producer_config(settings), "delivery.report.only.error": True, **extra_properties(settings)}
+
+
 def holds_tails(settings: KafkaSettings) -> bool:
     """Whether senders hold each partition's newest record back (:mod:`connectors.kafka.tail_sender`).
 
@@ -481,6 +494,7 @@ __all__ = [
     "error_code",
     "error_text",
     "extra_properties",
+    "failures_only_producer_config",
     "holds_tails",
     "kafka_errors",
     "partition_count",

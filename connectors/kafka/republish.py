@@ -81,7 +81,7 @@ def republish_open_alerts(
 def _send(kafka: KafkaSettings, topic: str, alerts: list[Alert]) -> None:
     from confluent_kafka import Producer
 
-    from connectors.kafka.client_config import kafka_errors, producer_config
+    from connectors.kafka.client_config import failures_only_producer_config, kafka_errors
     from connectors.kafka.publisher import partitions_for_keys
     from connectors.kafka.tail_sender import send_records
     from connectors.kafka.topics import ensure_topic
@@ -93,7 +93,7 @@ def _send(kafka: KafkaSettings, topic: str, alerts: list[Alert]) -> None:
         for alert, key, partition in zip(alerts, keys, partitions_for_keys(keys, partitions), strict=True)
     ]
     with kafka_errors(kafka, f"republishing {len(records)} open alerts to {topic!r}"):
-        failed, first_failure = send_records(Producer(producer_config(kafka)), kafka, records)
+        failed, first_failure = send_records(Producer(failures_only_producer_config(kafka)), kafka, records)
     if failed:
         raise ServiceError(
             f"Kafka at {kafka.bootstrap_servers}: {failed} of {len(records)} open alerts were not delivered "

@@ -29,7 +29,7 @@ SERVICE_COMMANDS = [
 def no_address_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     """Whatever ``--dev`` writes into the environment is undone after the test. (``delenv`` of an absent
     variable records nothing to undo; ``setenv`` first makes the absence the state restored.)"""
-    for variable in DEV_VARIABLES.values():
+    for variable in [*DEV_VARIABLES.values(), "BKAUDIT_KAFKA__SINGLE_RECORD_TAILS"]:
         monkeypatch.setenv(variable, "")
         monkeypatch.delenv(variable)
 
@@ -73,6 +73,24 @@ def test_dev_points_zookeeper_and_kafka_at_dev_up_and_a_commands_own_flag_still_
         "127.0.0.1:19092",
     )
     assert admin_reader("zk9:2181/bk", None).settings.connect == "zk9:2181/bk"
+
+
+def test_dev_on_a_real_kafka_broker_sends_without_one_record_tails(
+    monkeypatch: pytest.MonkeyPatch, no_address_variables: None
+) -> None:
+    # The hold of each partition's last record is for the embedded broker's high watermark; on real Kafka
+    # it only delays every burst's last records by a flush.
+    monkeypatch.setenv("BKAUDIT_DEV__BROKER", "kafka")
+    monkeypatch.setattr(
+        DevCluster,
+        "status",
+        lambda self: {"zookeeper": {"running": True}, "kafka": {"running": True}, "state_dir": "s"},
+    )
+    monkeypatch.setattr(
+        DevCluster, "addresses", lambda self: {"zookeeper": "127.0.0.1:21810", "kafka": "127.0.0.1:19092"}
+    )
+    assert use_dev_services(True)["BKAUDIT_KAFKA__SINGLE_RECORD_TAILS"] == "false"
+    assert load_settings().kafka.single_record_tails is False
 
 
 def test_one_service_down_is_named_alone(

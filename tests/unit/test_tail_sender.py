@@ -336,3 +336,21 @@ def test_a_started_release_with_nothing_in_flight_finishes_at_once() -> None:
     sender.send("t", key=b"k", value=b"a0", partition=0)
     assert sender.start_release() is True
     assert _sends(producer.log) == [("t", 0, b"a0")] and sender.holding == 0
+
+
+def test_the_jobs_producer_reports_only_failures_and_a_failed_record_still_fails_the_send():
+    # The job's producer (alerts, feedback) has librdkafka report failed deliveries only: a delivery report
+    # per acknowledged record cost a lost bookie's 31,000 alerts ~25 ms. A real librdkafka producer towards
+    # an address where no broker listens: its record times out, and the send counts it.
+    from confluent_kafka import Producer
+
+    from connectors.kafka.client_config import failures_only_producer_config
+    from core.settings import KafkaSettings
+
+    settings = KafkaSettings(
+        bootstrap_servers="127.0.0.1:1", producer_delivery_timeout_ms=300, request_timeout_ms=200
+    )
+    config = failures_only_producer_config(settings)
+    assert config["delivery.report.only.error"] is True
+    failed, first = send_records(Producer(config), settings, [("t", 0, b"k", b"v")])
+    assert failed == 1 and first is not None and "timed out" in first.lower()
