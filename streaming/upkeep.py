@@ -1,8 +1,8 @@
 """The sink's table upkeep after each batch, each on its own cadence: the index's append of new ledger
-versions, the cleanup of old versions' index rows (which also compacts the index), and the periodic Delta
-maintenance (compaction of the tables the job does not rewrite itself, vacuum, the history's retention). It
-runs in the sink's thread, between batch commits, so it never races the batch writer; the folds and the
-membership lane are kept out by their locks."""
+versions, the cleanup of old versions' index rows (which also compacts a fragmented partition), and the
+periodic Delta maintenance (compaction of every table but ``ledgers``, which the folds rewrite; vacuum; the
+history's retention). It runs in the sink's thread, between batch commits, so it never races the batch
+writer; the folds and the membership lane are kept out by their locks."""
 
 from __future__ import annotations
 
@@ -115,15 +115,12 @@ class TableUpkeep:
 
     def rewritten_elsewhere(self) -> list[str]:
         """The tables the job keeps compact without the maintenance: ``ledgers`` while it folds (each fold
-        writes a bucket as one file), ``ledger_bookies`` while the index cleanup runs (it rewrites a
-        fragmented partition as one file). Compacting them again rewrote the whole table in the sink's
-        thread: the 1 M soak's longest waits and its lakehouse's size peaks."""
-        tables = []
-        if self.config.ledger_fold_interval_s > 0:
-            tables.append("ledgers")
-        if self.config.index_cleanup_bookies_per_batch > 0:
-            tables.append("ledger_bookies")
-        return tables
+        tick writes its buckets anew, and the job reads it by bucket, so a Z-order by ledger id buys
+        nothing). Compacting and Z-ordering it again rewrote the whole table in the sink's thread.
+        ``ledger_bookies`` is still compacted here: its cleanup visits a bookie's partition once per
+        rotation (``bookies × index_cleanup_interval_s``), and between visits each index append adds a
+        small file to every bookie it touches."""
+        return ["ledgers"] if self.config.ledger_fold_interval_s > 0 else []
 
 
 def cleanup_pace(since_s: float, interval_s: float, per_interval: int) -> tuple[int, float | None]:

@@ -534,6 +534,7 @@ def run_replay(args: argparse.Namespace) -> dict[str, Any]:
         "ledgers": args.ledgers,
         "bookies": args.bookies,
         "cpus": os.cpu_count(),
+        "broker": harness.broker_kind,
         "load_average_at_start": _load(),
         "machine_probe_ms_at_start": machine_probe_ms(),
         "sink_queue_depth": args.sink_queue_depth,
@@ -908,6 +909,7 @@ def summary_line(figures: dict[str, Any]) -> dict[str, Any]:
     lag = figures.get("lag_s") or {}
     line = {
         "mode": "replay",
+        "broker": figures.get("broker"),
         "index_append_s": figures.get("index_append_s"),
         "ledgers": figures.get("ledgers"),
         "offered_per_s": figures.get("offered_per_s"),
