@@ -133,7 +133,8 @@ LOG_RETENTION = "interval 1 hours"
 INDEX_LOG_RETENTION = "interval 10 minutes"
 #: A ``ledger_bookies`` partition of more files than this is rewritten as one by the index cleanup even
 #: with no old row to remove: each index append adds a file to every bookie it touches, and a loss reads
-#: its bookie's partition (80 files cost 3x the CPU of one). The periodic maintenance leaves the index to it.
+#: its bookie's partition (80 files cost 3x the CPU of one). The periodic maintenance compacts it too, since
+#: the cleanup visits a partition only once per rotation.
 INDEX_PARTITION_FILES = 8
 #: From this many rows folded (the base's and the changes'), a fold runs in a process of its own
 #: (:mod:`._fold_process`).

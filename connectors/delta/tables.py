@@ -888,8 +888,8 @@ def maintain(
     root: str | Path, *, retention_hours: int = 168, not_compacted: Collection[str] = ()
 ) -> dict[str, dict[str, object]]:
     """Compact the small files streaming creates (Z-ordered where useful) and vacuum old ones. The tables
-    ``not_compacted`` are vacuumed only: the job rewrites their files itself (``ledgers`` by its folds,
-    ``ledger_bookies`` by the index cleanup), and compacting them again costs a rewrite of the whole table.
+    ``not_compacted`` are vacuumed only: the job rewrites their files itself (``ledgers`` by its folds), and
+    compacting them again costs a rewrite of the whole table.
 
     Example:
         >>> import tempfile; root = tempfile.mkdtemp(); _ = ensure_tables(root)

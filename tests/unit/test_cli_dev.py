@@ -52,9 +52,9 @@ def test_dev_without_dev_up_running_is_one_line_naming_what_is_down(
     )
 
 
-def test_dev_points_zookeeper_and_kafka_at_dev_up_and_a_commands_own_flag_still_wins(
-    monkeypatch: pytest.MonkeyPatch, no_address_variables: None
-) -> None:
+@pytest.fixture
+def dev_up_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`bkaudit dev up`'s ZooKeeper and broker reported running at fixed addresses."""
     monkeypatch.setattr(
         DevCluster,
         "status",
@@ -63,6 +63,11 @@ def test_dev_points_zookeeper_and_kafka_at_dev_up_and_a_commands_own_flag_still_
     monkeypatch.setattr(
         DevCluster, "addresses", lambda self: {"zookeeper": "127.0.0.1:21810", "kafka": "127.0.0.1:19092"}
     )
+
+
+def test_dev_points_zookeeper_and_kafka_at_dev_up_and_a_commands_own_flag_still_wins(
+    no_address_variables: None, dev_up_running: None
+) -> None:
     assert use_dev_services(True) == {
         "BKAUDIT_ZOOKEEPER__CONNECT": "127.0.0.1:21810",
         "BKAUDIT_KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:19092",
@@ -76,19 +81,11 @@ def test_dev_points_zookeeper_and_kafka_at_dev_up_and_a_commands_own_flag_still_
 
 
 def test_dev_on_a_real_kafka_broker_sends_without_one_record_tails(
-    monkeypatch: pytest.MonkeyPatch, no_address_variables: None
+    monkeypatch: pytest.MonkeyPatch, no_address_variables: None, dev_up_running: None
 ) -> None:
     # The hold of each partition's last record is for the embedded broker's high watermark; on real Kafka
     # it only delays every burst's last records by a flush.
     monkeypatch.setenv("BKAUDIT_DEV__BROKER", "kafka")
-    monkeypatch.setattr(
-        DevCluster,
-        "status",
-        lambda self: {"zookeeper": {"running": True}, "kafka": {"running": True}, "state_dir": "s"},
-    )
-    monkeypatch.setattr(
-        DevCluster, "addresses", lambda self: {"zookeeper": "127.0.0.1:21810", "kafka": "127.0.0.1:19092"}
-    )
     assert use_dev_services(True)["BKAUDIT_KAFKA__SINGLE_RECORD_TAILS"] == "false"
     assert load_settings().kafka.single_record_tails is False
 
